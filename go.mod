@@ -1,0 +1,3 @@
+module github.com/statecast/statecast
+
+go 1.26

@@ -1,0 +1,50 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinels for bad input. Apply wraps them with detail; test with errors.Is.
+// A write rejected with any of them has written nothing.
+var (
+	ErrInvalidRoom   = errors.New("store: invalid room name")
+	ErrInvalidKey    = errors.New("store: invalid key")
+	ErrValueTooLarge = errors.New("store: value too large")
+	ErrTooManyOps    = errors.New("store: too many operations in one write")
+	ErrDuplicateKey  = errors.New("store: key written twice in one write")
+	ErrCrossRoom     = errors.New("store: condition on a key of another room")
+	ErrInvalidOp     = errors.New("store: invalid operation")
+	ErrEmptyWrite    = errors.New("store: write has no operations and no conditions")
+	ErrClosed        = errors.New("store: closed")
+	// ErrCompacted matches any *CompactedError.
+	ErrCompacted = errors.New("store: required revision has been compacted")
+	// ErrConflict matches any *ConflictError.
+	ErrConflict = errors.New("store: condition failed")
+)
+
+// ConflictError reports the first condition of a Write that did not hold.
+type ConflictError struct {
+	Key    string
+	ModRev uint64 // the key's current mod_rev; 0 when it does not exist
+	Rev    uint64 // the room's head revision when the condition was checked
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("store: condition failed on key %q: current mod_rev is %d", e.Key, e.ModRev)
+}
+
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// CompactedError reports that a requested revision is no longer retained.
+type CompactedError struct {
+	// Oldest is the oldest revision still replayable: revisions below it
+	// are gone (etcd reports Oldest-1 as its compact revision).
+	Oldest uint64
+}
+
+func (e *CompactedError) Error() string {
+	return fmt.Sprintf("store: required revision has been compacted; oldest replayable revision is %d", e.Oldest)
+}
+
+func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }

@@ -1,0 +1,210 @@
+package store
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// MemoryConfig configures a Memory store. The zero value is ready to use.
+type MemoryConfig struct {
+	Limits    Limits
+	Retention RetentionPolicy
+	// Clock is the time source for age retention; defaults to time.Now.
+	Clock func() time.Time
+}
+
+// Memory is an ephemeral Store: state lives in this process only and a
+// new Memory has a new epoch, so clients that resume from an earlier
+// process get a snapshot. All methods may be called concurrently.
+type Memory struct {
+	cfg   MemoryConfig
+	epoch string
+
+	mu     sync.RWMutex
+	rooms  map[string]*memRoom
+	closed bool
+}
+
+var _ Store = (*Memory)(nil)
+
+type memRoom struct {
+	mu        sync.Mutex
+	rev       uint64
+	kv        map[string]KV
+	hist      []Batch // retained history, oldest first
+	followers map[*func(Batch)]struct{}
+}
+
+// NewMemory returns an empty Memory store with a fresh epoch.
+func NewMemory(cfg MemoryConfig) *Memory {
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	return &Memory{cfg: cfg, epoch: NewEpoch(), rooms: make(map[string]*memRoom)}
+}
+
+// room returns the room named name, creating it when create is set.
+func (m *Memory) room(name string, create bool) (*memRoom, error) {
+	if err := ValidRoom(name); err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	r, closed := m.rooms[name], m.closed
+	m.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if r != nil || !create {
+		return r, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if r = m.rooms[name]; r == nil {
+		r = &memRoom{kv: make(map[string]KV), followers: make(map[*func(Batch)]struct{})}
+		m.rooms[name] = r
+	}
+	return r, nil
+}
+
+func (m *Memory) Apply(ctx context.Context, room string, w Write) (Result, error) {
+	if err := m.cfg.Limits.Validate(room, w); err != nil {
+		return Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	r, err := m.room(room, true)
+	if err != nil {
+		return Result{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	events, err := plan(w, r.rev, func(k string) (KV, bool, error) {
+		kv, ok := r.kv[k]
+		return kv, ok, nil
+	})
+	if err != nil || len(events) == 0 {
+		return Result{Epoch: m.epoch, Rev: r.rev}, err
+	}
+	r.rev++
+	for i := range events {
+		ev := &events[i]
+		if ev.Type == OpPut {
+			ev.KV.Value = clone(ev.KV.Value) // the caller may reuse its buffer
+			r.kv[ev.KV.Key] = ev.KV
+		} else {
+			delete(r.kv, ev.KV.Key)
+		}
+	}
+	b := Batch{Epoch: m.epoch, Rev: r.rev, Time: m.cfg.Clock(), Events: events}
+	r.hist = append(r.hist, b)
+	r.trimLocked(m.cfg.Retention.For(room), b.Time)
+	for fn := range r.followers {
+		(*fn)(b)
+	}
+	return Result{Epoch: m.epoch, Rev: r.rev, Events: events}, nil
+}
+
+func (r *memRoom) trimLocked(ret Retention, now time.Time) {
+	drop := ret.Trim(len(r.hist),
+		func(i int) int { return len(r.hist[i].Events) },
+		func(i int) time.Time { return r.hist[i].Time }, now)
+	if drop > 0 {
+		clear(r.hist[:drop])
+		r.hist = r.hist[drop:]
+	}
+}
+
+// oldestLocked is the oldest replayable revision: the first retained
+// batch, or head+1 when nothing is retained.
+func (r *memRoom) oldestLocked() uint64 {
+	if len(r.hist) > 0 {
+		return r.hist[0].Rev
+	}
+	return r.rev + 1
+}
+
+func (m *Memory) Snapshot(ctx context.Context, room, prefix string) (Snapshot, error) {
+	r, err := m.room(room, false)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if r == nil {
+		return Snapshot{Epoch: m.epoch, Oldest: 1}, ctx.Err()
+	}
+	r.mu.Lock()
+	r.trimLocked(m.cfg.Retention.For(room), m.cfg.Clock())
+	s := Snapshot{Epoch: m.epoch, Rev: r.rev, Oldest: r.oldestLocked()}
+	for k, kv := range r.kv {
+		if strings.HasPrefix(k, prefix) {
+			s.Items = append(s.Items, kv)
+		}
+	}
+	r.mu.Unlock()
+	sort.Slice(s.Items, func(i, j int) bool { return s.Items[i].Key < s.Items[j].Key })
+	return s, ctx.Err()
+}
+
+func (m *Memory) History(ctx context.Context, room string, from uint64, limit int) ([]Batch, error) {
+	r, err := m.room(room, false)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trimLocked(m.cfg.Retention.For(room), m.cfg.Clock())
+	if oldest := r.oldestLocked(); from < oldest {
+		return nil, &CompactedError{Oldest: oldest}
+	}
+	if from > r.rev {
+		return nil, ctx.Err()
+	}
+	i := int(from - r.hist[0].Rev) // revisions are contiguous in hist
+	var out []Batch
+	for n := 0; i < len(r.hist) && (limit <= 0 || n == 0 || n+len(r.hist[i].Events) <= limit); i++ {
+		out = append(out, r.hist[i])
+		n += len(r.hist[i].Events)
+	}
+	return out, ctx.Err()
+}
+
+func (m *Memory) Follow(room string, fn func(Batch)) (stop func(), err error) {
+	r, err := m.room(room, true)
+	if err != nil {
+		return nil, err
+	}
+	key := &fn
+	r.mu.Lock()
+	r.followers[key] = struct{}{}
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.followers, key)
+		r.mu.Unlock()
+	}, nil
+}
+
+// Close drops all state. Memory has no goroutines of its own.
+func (m *Memory) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	m.closed = true
+	m.rooms = nil
+	return nil
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}

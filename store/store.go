@@ -1,0 +1,142 @@
+// Package store holds the durable truth of each room: its key/value state,
+// its revision counter, its epoch and its retained history.
+//
+// Every backend implements Store and passes the conformance suite in
+// store/storetest. The revision contract (see DESIGN.md and doc.go):
+//
+//   - A room's revision starts at 0 and grows by exactly 1 per committed
+//     write. A transaction over many keys is one revision; all its events
+//     carry that revision.
+//   - Deleting a missing key writes nothing and does not bump the revision.
+//   - Snapshot is consistent: items and rev are read at one revision.
+//   - History returns whole revisions in order, or a *CompactedError naming
+//     the oldest revision still replayable.
+//   - Follow delivers every committed batch in revision order, exactly once,
+//     after it is durable.
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the backend contract. All methods may be called concurrently.
+// Values, events and batches a Store returns are shared and read-only.
+type Store interface {
+	// Apply commits w to room atomically and returns the revision it
+	// committed at. A write whose conditions fail returns a *ConflictError
+	// and writes nothing. A write that changes nothing (only deletes of
+	// missing keys, or only conditions) returns the current revision with
+	// no events and does not bump it. Apply returns only once the write is
+	// durable as far as the backend promises durability.
+	Apply(ctx context.Context, room string, w Write) (Result, error)
+
+	// Snapshot returns the keys of room that start with prefix ("" = all),
+	// sorted by key, at one consistent revision.
+	Snapshot(ctx context.Context, room, prefix string) (Snapshot, error)
+
+	// History returns the committed batches of room with Rev >= from, in
+	// revision order, at most limit events' worth of whole batches (limit
+	// <= 0 means no limit; a single batch larger than limit is still
+	// returned whole). from below the oldest retained revision returns a
+	// *CompactedError. from above the head returns an empty slice.
+	History(ctx context.Context, room string, from uint64, limit int) ([]Batch, error)
+
+	// Follow calls fn with every batch committed to room after Follow
+	// returns, in revision order, once each batch is durable. fn runs on
+	// the committing goroutine and must not block nor call back into the
+	// store. stop unregisters fn; after stop returns fn is not called again.
+	Follow(room string, fn func(Batch)) (stop func(), err error)
+
+	// Close releases the store. Calls after Close return ErrClosed.
+	Close() error
+}
+
+// OpType says whether an Op writes or removes a key.
+type OpType uint8
+
+const (
+	OpPut OpType = iota + 1
+	OpDelete
+)
+
+// Op is one change inside a Write.
+type Op struct {
+	Type  OpType
+	Key   string
+	Value []byte // Put only; opaque to the store
+}
+
+// Cond makes a Write conditional on the current mod_rev of a key.
+type Cond struct {
+	// Room, when set, must equal the written room: a transaction is
+	// atomic within one room only, so a condition on another room's key
+	// is rejected with ErrCrossRoom instead of being silently ignored.
+	Room string
+	Key  string
+	// ModRev is the key's expected mod_rev; 0 means the key must not exist.
+	ModRev uint64
+}
+
+// Write is a put, a delete or a transaction: all Conds must hold, then
+// all Ops apply at one revision. A key may appear in at most one Op.
+type Write struct {
+	Conds []Cond
+	Ops   []Op
+}
+
+// Put returns a Write that sets key to value.
+func Put(key string, value []byte) Write {
+	return Write{Ops: []Op{{Type: OpPut, Key: key, Value: value}}}
+}
+
+// Delete returns a Write that removes key.
+func Delete(key string) Write {
+	return Write{Ops: []Op{{Type: OpDelete, Key: key}}}
+}
+
+// KV is a key with its value and its etcd-style revisions.
+type KV struct {
+	Key       string
+	Value     []byte
+	CreateRev uint64 // revision that created the key (since its last delete)
+	ModRev    uint64 // revision of the last write to the key
+	Version   uint64 // writes since creation: 1 on create
+}
+
+// Event is one key's change at a revision. A delete carries the key with
+// ModRev = the delete's revision, no value and Version 0 (a tombstone).
+type Event struct {
+	Type OpType
+	KV   KV
+	// Prev is the key before this change, nil when it did not exist.
+	Prev *KV
+}
+
+// Batch is everything one revision changed: one put, one delete, or all
+// events of one transaction, in the order of the Write's Ops.
+type Batch struct {
+	Epoch  string
+	Rev    uint64
+	Time   time.Time // commit time, used for age retention
+	Events []Event
+}
+
+// Result is what Apply committed.
+type Result struct {
+	Epoch string
+	// Rev is the revision the write committed at, or the current head
+	// when the write changed nothing.
+	Rev    uint64
+	Events []Event // nil when nothing changed
+}
+
+// Snapshot is a consistent view of a room (or a prefix of it).
+type Snapshot struct {
+	Epoch string
+	Rev   uint64
+	// Oldest is the oldest revision History can still replay (Rev+1 when
+	// no history is retained).
+	Oldest uint64
+	Items  []KV
+}

@@ -1,0 +1,118 @@
+package store
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// Limits bounds what one write may carry. The zero value of each field
+// means its default.
+type Limits struct {
+	MaxKeyBytes   int // default 1024
+	MaxValueBytes int // default 256 KiB
+	MaxOps        int // ops per write, default 256
+}
+
+const (
+	defaultMaxKeyBytes   = 1024
+	defaultMaxValueBytes = 256 << 10
+	defaultMaxOps        = 256
+	maxRoomBytes         = 128
+)
+
+// WithDefaults returns l with zero fields set to their defaults.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxKeyBytes <= 0 {
+		l.MaxKeyBytes = defaultMaxKeyBytes
+	}
+	if l.MaxValueBytes <= 0 {
+		l.MaxValueBytes = defaultMaxValueBytes
+	}
+	if l.MaxOps <= 0 {
+		l.MaxOps = defaultMaxOps
+	}
+	return l
+}
+
+// ValidRoom reports whether name is a valid room name and why not.
+// Room names are 1..128 bytes of [A-Za-z0-9] and "._:-@". They appear in
+// URLs and, on Redis, inside a cluster hash tag, so "/", "{" and "}" and
+// anything else outside that set are rejected.
+func ValidRoom(name string) error {
+	if name == "" || len(name) > maxRoomBytes {
+		return fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidRoom, name, maxRoomBytes)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.' || c == '_' || c == ':' || c == '-' || c == '@':
+		default:
+			return fmt.Errorf("%w: %q contains %q (allowed: letters, digits and ._:-@)", ErrInvalidRoom, name, c)
+		}
+	}
+	return nil
+}
+
+// ValidKey reports whether key is a valid key under l: non-empty, valid
+// UTF-8, no NUL byte, at most MaxKeyBytes.
+func (l Limits) ValidKey(key string) error {
+	l = l.WithDefaults()
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > l.MaxKeyBytes:
+		return fmt.Errorf("%w: key of %d bytes exceeds the limit of %d", ErrInvalidKey, len(key), l.MaxKeyBytes)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalidKey)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] == 0 {
+			return fmt.Errorf("%w: key contains a NUL byte", ErrInvalidKey)
+		}
+	}
+	return nil
+}
+
+// Validate checks room and w against l. Backends call it before touching
+// any state, so a rejected write has written nothing.
+func (l Limits) Validate(room string, w Write) error {
+	l = l.WithDefaults()
+	if err := ValidRoom(room); err != nil {
+		return err
+	}
+	if len(w.Ops) == 0 && len(w.Conds) == 0 {
+		return ErrEmptyWrite
+	}
+	if n := len(w.Ops) + len(w.Conds); n > l.MaxOps {
+		return fmt.Errorf("%w: %d exceeds the limit of %d", ErrTooManyOps, n, l.MaxOps)
+	}
+	for _, c := range w.Conds {
+		if c.Room != "" && c.Room != room {
+			return fmt.Errorf("%w: condition on room %q in a write to room %q", ErrCrossRoom, c.Room, room)
+		}
+		if err := l.ValidKey(c.Key); err != nil {
+			return err
+		}
+	}
+	seen := make(map[string]struct{}, len(w.Ops))
+	for _, op := range w.Ops {
+		if err := l.ValidKey(op.Key); err != nil {
+			return err
+		}
+		if _, dup := seen[op.Key]; dup {
+			return fmt.Errorf("%w: %q", ErrDuplicateKey, op.Key)
+		}
+		seen[op.Key] = struct{}{}
+		switch op.Type {
+		case OpPut:
+			if len(op.Value) > l.MaxValueBytes {
+				return fmt.Errorf("%w: %d bytes exceeds the limit of %d", ErrValueTooLarge, len(op.Value), l.MaxValueBytes)
+			}
+		case OpDelete:
+		default:
+			return fmt.Errorf("%w: unknown op type %d", ErrInvalidOp, op.Type)
+		}
+	}
+	return nil
+}
