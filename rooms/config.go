@@ -1,0 +1,65 @@
+package rooms
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/statecast/statecast/store"
+)
+
+// Config configures an Engine. Zero fields take the documented defaults.
+type Config struct {
+	// Retention bounds each room's history ring. Give it the store's
+	// policy: a ring that retains less than the store only makes resumes
+	// fall back to snapshots sooner.
+	Retention store.RetentionPolicy
+
+	// QueueLimit is how many messages a watcher may have waiting before it
+	// is parked as slow; its missed changes are then sent as one coalesced
+	// message when it drains. Default 1024.
+	QueueLimit int
+
+	// CoalesceLimit is the most distinct keys a coalesced catch-up may
+	// carry; a slow watcher that missed more gets a snapshot instead.
+	// Default 4096.
+	CoalesceLimit int
+
+	// ReplayChunk is the most messages one Drain returns while replaying
+	// history, which bounds how long a replay holds the room lock.
+	// Default 1024.
+	ReplayChunk int
+
+	// ProgressInterval is how often idle watchers get a progress mark
+	// carrying the head revision. Default 10s; negative disables.
+	ProgressInterval time.Duration
+
+	// IdleTimeout is how long a room with no watchers stays loaded.
+	// Default 1 minute.
+	IdleTimeout time.Duration
+
+	// Logger receives room lifecycle messages (never one per event).
+	// Defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.QueueLimit <= 0 {
+		c.QueueLimit = 1024
+	}
+	if c.CoalesceLimit <= 0 {
+		c.CoalesceLimit = 4096
+	}
+	if c.ReplayChunk <= 0 {
+		c.ReplayChunk = 1024
+	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = 10 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

@@ -1,0 +1,18 @@
+package rooms
+
+import "errors"
+
+var (
+	// ErrClosed is returned by an Engine after Close, and ends the watchers
+	// that were open when it closed.
+	ErrClosed = errors.New("rooms: engine closed")
+	// ErrWatcherClosed is returned by a Watcher after its Close.
+	ErrWatcherClosed = errors.New("rooms: watcher closed")
+	// ErrRoomReset ends the watchers of a room whose view had to be
+	// dropped (its store reported a gap or a new epoch); they resume from
+	// their last revision on a fresh view.
+	ErrRoomReset = errors.New("rooms: room reset, resume from the last revision")
+	// ErrEpochMismatch is returned by Watch with FailIfCompacted when the
+	// starting position belongs to another epoch.
+	ErrEpochMismatch = errors.New("rooms: position is from another epoch")
+)

@@ -1,0 +1,73 @@
+package rooms
+
+import "slices"
+
+// index finds the watchers whose prefix matches a key with one map lookup
+// per distinct prefix length in use, instead of a scan of all watchers:
+// a key of length L can only match prefixes of length <= L, and the
+// prefix of a given length is key[:length]. Guarded by the room's mutex.
+type index struct {
+	byPrefix map[string][]*Watcher
+	lens     []int       // distinct prefix lengths in use, ascending
+	lenCount map[int]int // prefixes in use per length
+}
+
+func newIndex() *index {
+	return &index{byPrefix: make(map[string][]*Watcher), lenCount: make(map[int]int)}
+}
+
+func (x *index) add(prefix string, w *Watcher) {
+	ws := x.byPrefix[prefix]
+	if len(ws) == 0 {
+		if x.lenCount[len(prefix)] == 0 {
+			i, _ := slices.BinarySearch(x.lens, len(prefix))
+			x.lens = slices.Insert(x.lens, i, len(prefix))
+		}
+		x.lenCount[len(prefix)]++
+	}
+	x.byPrefix[prefix] = append(ws, w)
+}
+
+func (x *index) remove(prefix string, w *Watcher) {
+	ws := x.byPrefix[prefix]
+	i := slices.Index(ws, w)
+	if i < 0 {
+		return
+	}
+	ws[i] = ws[len(ws)-1]
+	ws[len(ws)-1] = nil
+	ws = ws[:len(ws)-1]
+	if len(ws) > 0 {
+		x.byPrefix[prefix] = ws
+		return
+	}
+	delete(x.byPrefix, prefix)
+	if x.lenCount[len(prefix)]--; x.lenCount[len(prefix)] == 0 {
+		delete(x.lenCount, len(prefix))
+		i, _ := slices.BinarySearch(x.lens, len(prefix))
+		x.lens = slices.Delete(x.lens, i, i+1)
+	}
+}
+
+// match calls fn for every watcher with a prefix of key. A watcher with
+// several matching prefixes is passed once per prefix; callers dedupe.
+func (x *index) match(key string, fn func(*Watcher)) {
+	for _, l := range x.lens {
+		if l > len(key) {
+			return
+		}
+		for _, w := range x.byPrefix[key[:l]] {
+			fn(w)
+		}
+	}
+}
+
+// matchesAny reports whether key starts with one of prefixes.
+func matchesAny(key string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if len(key) >= len(p) && key[:len(p)] == p {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,116 @@
+package rooms
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/statecast/statecast/store"
+)
+
+// Kind says what a Message tells a watcher.
+type Kind uint8
+
+const (
+	// KindEvents carries the watcher's matching events of one revision
+	// (all of a transaction's matching events, together).
+	KindEvents Kind = iota + 1
+	// KindSynced marks the end of a replay: the watcher has every matching
+	// event up to Rev, the head when the replay ended; live events follow.
+	KindSynced
+	// KindProgress tells an idle watcher that nothing matching happened up
+	// to Rev, so its resume point can move forward.
+	KindProgress
+	// KindSnapshot replaces the watcher's whole view with Items at Rev.
+	KindSnapshot
+	// KindCoalesced carries the latest event per key (deletes as
+	// tombstones) of everything the watcher missed while it was slow, up
+	// to Rev. After it the watcher's view equals the room at Rev.
+	KindCoalesced
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindEvents:
+		return "events"
+	case KindSynced:
+		return "synced"
+	case KindProgress:
+		return "progress"
+	case KindSnapshot:
+		return "snapshot"
+	case KindCoalesced:
+		return "coalesced"
+	}
+	return "unknown"
+}
+
+// Reason says why a watcher got a snapshot.
+type Reason uint8
+
+const (
+	// ReasonInitial: the watch named no starting revision (list-then-watch).
+	ReasonInitial Reason = iota + 1
+	// ReasonCompacted: the starting revision is older than retained history.
+	ReasonCompacted
+	// ReasonEpoch: the starting position belongs to another epoch (the
+	// room's state was lost and recreated).
+	ReasonEpoch
+	// ReasonSlow: the watcher fell too far behind to be caught up by
+	// replay or coalescing.
+	ReasonSlow
+)
+
+func (r Reason) String() string {
+	switch r {
+	case ReasonInitial:
+		return "initial"
+	case ReasonCompacted:
+		return "compacted"
+	case ReasonEpoch:
+		return "epoch"
+	case ReasonSlow:
+		return "slow"
+	}
+	return ""
+}
+
+// Message is what a Watcher delivers. Rev never decreases from one message
+// to the next, and the revisions of Events, Coalesced and Snapshot
+// messages strictly increase.
+type Message struct {
+	Kind   Kind
+	Rev    uint64
+	Change *Change   // KindEvents and KindCoalesced
+	Epoch  string    // KindSnapshot
+	Items  []store.KV // KindSnapshot, sorted by key
+	Reason Reason    // KindSnapshot
+}
+
+// Change is the events of one revision as one watcher receives them. A
+// watcher that receives every event of a revision shares the room's Change
+// with every other such watcher, so encodings cached on it are made once.
+// A Change is read-only.
+type Change struct {
+	Rev    uint64
+	Time   time.Time
+	Events []store.Event
+
+	enc [4]atomic.Pointer[[]byte]
+}
+
+// MaxCodecs is the number of encoding slots a Change caches.
+const MaxCodecs = 4
+
+// Encoded returns the encoding of c in slot codec (0 <= codec < MaxCodecs),
+// calling encode the first time. Concurrent callers may both encode; one
+// result wins and is returned to all later callers.
+func (c *Change) Encoded(codec int, encode func(*Change) []byte) []byte {
+	if p := c.enc[codec].Load(); p != nil {
+		return *p
+	}
+	b := encode(c)
+	if c.enc[codec].CompareAndSwap(nil, &b) {
+		return b
+	}
+	return *c.enc[codec].Load()
+}

@@ -1,0 +1,291 @@
+package rooms_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/store"
+	"pgregory.net/rapid"
+)
+
+// TestRevisionContractProperty drives an engine with random sequences of
+// puts, deletes and transactions, watchers with random prefixes and start
+// positions, disconnects and resumes, slow consumers (tiny queues) and
+// compaction (tiny history), and checks after every message:
+//   - the watcher's view equals the room's state at the message's revision
+//     (restricted to its prefixes): snapshot + stream == state;
+//   - revisions never go back; data revisions strictly increase;
+//   - an events message carries exactly the matching events of its
+//     revision, and no matching revision between two messages was skipped
+//     (no loss, no duplicate) — only coalesced messages and snapshots may
+//     skip revisions, as the contract allows.
+func TestRevisionContractProperty(t *testing.T) {
+	checks := 2000
+	if testing.Short() {
+		checks = 200
+	}
+	setDefaultFlag("rapid.checks", fmt.Sprint(checks))
+	rapid.Check(t, func(rt *rapid.T) {
+		m := newModel(rt)
+		defer m.close()
+		rt.Repeat(map[string]func(*rapid.T){
+			"write":      m.write,
+			"watch":      m.watch,
+			"drain":      m.drain,
+			"disconnect": m.disconnect,
+			"resume":     m.resume,
+			"": func(*rapid.T) {},
+		})
+		m.finish(rt)
+	})
+}
+
+// setDefaultFlag sets a flag unless the command line set it.
+func setDefaultFlag(name, value string) {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	if !set {
+		flag.Set(name, value)
+	}
+}
+
+var (
+	propKeys     = []string{"a/1", "a/2", "a/b/1", "a/b/2", "b/1", "b/2", "c"}
+	propPrefixes = []string{"", "a/", "a/b/", "b/", "c", "zz/"}
+)
+
+type model struct {
+	e      *rooms.Engine
+	st     *store.Memory
+	epoch  string
+	states []map[string]string // state after each revision; states[0] is empty
+	events [][]store.Event     // events of each revision
+	subs   []*sub
+}
+
+type sub struct {
+	prefixes []string
+	w        *rooms.Watcher // nil while disconnected
+	c        *client
+}
+
+func newModel(rt *rapid.T) *model {
+	ret := store.RetentionPolicy{Default: store.Retention{MaxEvents: rapid.SampledFrom([]int{3, 8, 1000}).Draw(rt, "history")}}
+	cfg := rooms.Config{
+		Retention:        ret,
+		QueueLimit:       rapid.SampledFrom([]int{1, 2, 4, 100}).Draw(rt, "queue"),
+		CoalesceLimit:    rapid.SampledFrom([]int{1, 3, 100}).Draw(rt, "coalesce"),
+		ReplayChunk:      rapid.SampledFrom([]int{1, 2, 100}).Draw(rt, "chunk"),
+		ProgressInterval: -1,
+	}
+	st := store.NewMemory(store.MemoryConfig{Retention: ret})
+	m := &model{e: rooms.New(st, cfg), st: st, states: []map[string]string{{}}, events: [][]store.Event{nil}}
+	s, err := m.e.List(context.Background(), "prop", "")
+	if err != nil {
+		rt.Fatal(err)
+	}
+	m.epoch = s.Epoch
+	return m
+}
+
+func (m *model) close() { m.e.Close(); m.st.Close() }
+
+func (m *model) head() uint64 { return uint64(len(m.states) - 1) }
+
+func (m *model) write(rt *rapid.T) {
+	n := rapid.IntRange(1, 3).Draw(rt, "ops")
+	keys := rapid.SliceOfNDistinct(rapid.SampledFrom(propKeys), n, n, rapid.ID).Draw(rt, "keys")
+	var w store.Write
+	for _, k := range keys {
+		if rapid.IntRange(0, 3).Draw(rt, "del") == 0 {
+			w.Ops = append(w.Ops, store.Op{Type: store.OpDelete, Key: k})
+		} else {
+			w.Ops = append(w.Ops, store.Op{Type: store.OpPut, Key: k, Value: []byte(fmt.Sprint(m.head() + 1))})
+		}
+	}
+	if rapid.IntRange(0, 4).Draw(rt, "cond") == 0 {
+		w.Conds = append(w.Conds, store.Cond{Key: keys[0], ModRev: uint64(rapid.IntRange(0, int(m.head())).Draw(rt, "modrev"))})
+	}
+	res, err := m.e.Apply(context.Background(), "prop", w)
+	if err != nil {
+		if _, ok := err.(*store.ConflictError); ok {
+			return
+		}
+		rt.Fatal(err)
+	}
+	if len(res.Events) == 0 {
+		if res.Rev != m.head() {
+			rt.Fatalf("no-op write at %d, head %d", res.Rev, m.head())
+		}
+		return
+	}
+	if res.Rev != m.head()+1 {
+		rt.Fatalf("write at %d, want %d", res.Rev, m.head()+1)
+	}
+	next := maps.Clone(m.states[len(m.states)-1])
+	for _, ev := range res.Events {
+		if ev.Type == store.OpPut {
+			next[ev.KV.Key] = string(ev.KV.Value)
+		} else {
+			delete(next, ev.KV.Key)
+		}
+	}
+	m.states = append(m.states, next)
+	m.events = append(m.events, res.Events)
+}
+
+func (m *model) watch(rt *rapid.T) {
+	prefixes := rapid.SliceOfN(rapid.SampledFrom(propPrefixes), 1, 2).Draw(rt, "prefixes")
+	s := &sub{prefixes: prefixes, c: newClient()}
+	var from *rooms.Position
+	if rapid.Bool().Draw(rt, "resumeFrom") {
+		// A client that already has the state at rev-1 from elsewhere.
+		rev := uint64(rapid.IntRange(0, int(m.head())+1).Draw(rt, "from"))
+		if rev > 0 {
+			s.c.epoch, s.c.rev, s.c.data = m.epoch, rev-1, rev-1
+			s.c.items = filter(m.states[rev-1], prefixes)
+		}
+		from = &rooms.Position{Epoch: s.c.epoch, Rev: rev}
+	}
+	w, err := m.e.Watch(context.Background(), "prop", rooms.WatchOptions{Prefixes: prefixes, From: from})
+	if err != nil {
+		rt.Fatal(err)
+	}
+	s.w = w
+	m.subs = append(m.subs, s)
+}
+
+func (m *model) pick(rt *rapid.T, connected bool) *sub {
+	var cands []*sub
+	for _, s := range m.subs {
+		if (s.w != nil) == connected {
+			cands = append(cands, s)
+		}
+	}
+	if len(cands) == 0 {
+		rt.Skip("no candidate")
+	}
+	return rapid.SampledFrom(cands).Draw(rt, "sub")
+}
+
+func (m *model) drain(rt *rapid.T) {
+	m.drainSub(rt, m.pick(rt, true))
+}
+
+func (m *model) drainSub(rt *rapid.T, s *sub) {
+	msgs, err := s.w.Drain(nil)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	for _, msg := range msgs {
+		m.check(rt, s, msg)
+	}
+}
+
+func (m *model) disconnect(rt *rapid.T) {
+	s := m.pick(rt, true)
+	s.w.Close()
+	s.w = nil
+}
+
+func (m *model) resume(rt *rapid.T) {
+	s := m.pick(rt, false)
+	from := s.c.position()
+	if s.c.rev == 0 && s.c.epoch == "" {
+		from = nil // never got anything: start over
+	} else if rapid.IntRange(0, 9).Draw(rt, "wrongEpoch") == 0 {
+		from.Epoch = "lost"
+	}
+	w, err := m.e.Watch(context.Background(), "prop", rooms.WatchOptions{Prefixes: s.prefixes, From: from})
+	if err != nil {
+		rt.Fatal(err)
+	}
+	s.w = w
+}
+
+// check applies msg to s's view and checks it against the model.
+func (m *model) check(rt *rapid.T, s *sub, msg rooms.Message) {
+	prev := s.c.rev
+	if msg.Rev > m.head() {
+		rt.Fatalf("%s at %d beyond head %d", msg.Kind, msg.Rev, m.head())
+	}
+	if msg.Kind == rooms.KindEvents {
+		// No matching revision between the last message and this one.
+		for r := prev + 1; r < msg.Rev; r++ {
+			if len(matching(m.events[r], s.prefixes)) > 0 {
+				rt.Fatalf("watcher %v skipped rev %d (from %d to %d)", s.prefixes, r, prev, msg.Rev)
+			}
+		}
+		want := matching(m.events[msg.Rev], s.prefixes)
+		if !slices.EqualFunc(want, msg.Change.Events, func(a, b store.Event) bool {
+			return a.Type == b.Type && a.KV.Key == b.KV.Key && string(a.KV.Value) == string(b.KV.Value)
+		}) {
+			rt.Fatalf("rev %d: got %v, want %v", msg.Rev, msg.Change.Events, want)
+		}
+	}
+	if msg.Kind == rooms.KindSnapshot && msg.Epoch != m.epoch {
+		rt.Fatalf("snapshot epoch %q, want %q", msg.Epoch, m.epoch)
+	}
+	if err := s.c.apply(msg); err != nil {
+		rt.Fatal(err)
+	}
+	if want := filter(m.states[msg.Rev], s.prefixes); !maps.Equal(want, s.c.items) {
+		rt.Fatalf("watcher %v after %s at %d: view %v, want %v", s.prefixes, msg.Kind, msg.Rev, s.c.items, want)
+	}
+}
+
+// finish drains every connected watcher to the end: each must then hold
+// the room's current state.
+func (m *model) finish(rt *rapid.T) {
+	for _, s := range m.subs {
+		if s.w == nil {
+			continue
+		}
+		for range 10_000 {
+			msgs, err := s.w.Drain(nil)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if len(msgs) == 0 {
+				break
+			}
+			for _, msg := range msgs {
+				m.check(rt, s, msg)
+			}
+		}
+		if want := filter(m.states[m.head()], s.prefixes); !maps.Equal(want, s.c.items) {
+			rt.Fatalf("watcher %v at the end: view %v, want %v", s.prefixes, s.c.items, want)
+		}
+		s.w.Close()
+	}
+}
+
+func matchesAny(key string, prefixes []string) bool {
+	return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(key, p) })
+}
+
+func filter(state map[string]string, prefixes []string) map[string]string {
+	out := map[string]string{}
+	for k, v := range state {
+		if matchesAny(k, prefixes) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func matching(evs []store.Event, prefixes []string) []store.Event {
+	var out []store.Event
+	for _, ev := range evs {
+		if matchesAny(ev.KV.Key, prefixes) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}

@@ -1,0 +1,230 @@
+package rooms
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/btree"
+	"github.com/statecast/statecast/store"
+)
+
+// room is one room's state on this node: the view at head, the history
+// ring and the watchers. It list-then-watches the store: Follow first
+// (buffering), then one Snapshot and History read, then the buffered tail.
+//
+// Lock order: Engine.mu, then room.mu. The store calls onBatch with its
+// own lock held, so room code never calls the store while holding mu.
+type room struct {
+	e      *Engine
+	name   string
+	loaded chan struct{} // closed when loading ended; then loadErr is set
+
+	loadErr error
+
+	mu        sync.Mutex
+	loading   bool
+	pending   []store.Batch // tail batches that arrived while loading
+	stop      func()        // ends the store Follow
+	closed    bool
+	epoch     string
+	head      uint64
+	view      *btree.BTreeG[store.KV]
+	hist      *history
+	idx       *index
+	watchers  map[*Watcher]struct{}
+	victims   []*Watcher // overflowed during the current notify
+	idleSince time.Time  // when the last watcher left
+	progAt    time.Time  // last progress sweep
+}
+
+func kvLess(a, b store.KV) bool { return a.Key < b.Key }
+
+func newRoom(e *Engine, name string) *room {
+	return &room{
+		e: e, name: name, loaded: make(chan struct{}), loading: true,
+		view: btree.NewG(32, kvLess), idx: newIndex(),
+		watchers: make(map[*Watcher]struct{}), idleSince: time.Now(),
+	}
+}
+
+// onBatch is the store's Follow callback.
+func (r *room) onBatch(b store.Batch) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed:
+	case r.loading:
+		r.pending = append(r.pending, b)
+	default:
+		r.applyLocked(b)
+	}
+}
+
+// applyLocked moves the view to b, strictly in revision order: older
+// batches are duplicates and dropped; a gap or another epoch means this
+// view can no longer be trusted, so the room resets and its watchers
+// resume on a fresh one.
+func (r *room) applyLocked(b store.Batch) {
+	if b.Epoch != r.epoch || b.Rev > r.head+1 {
+		r.e.cfg.Logger.Warn("rooms: store tail out of order; resetting room",
+			"room", r.name, "epoch", r.epoch, "head", r.head, "got_epoch", b.Epoch, "got_rev", b.Rev)
+		r.shutdownLocked(ErrRoomReset)
+		return
+	}
+	if b.Rev <= r.head {
+		return
+	}
+	ch := &Change{Rev: b.Rev, Time: b.Time, Events: b.Events}
+	for _, ev := range b.Events {
+		if ev.Type == store.OpPut {
+			r.view.ReplaceOrInsert(ev.KV)
+		} else {
+			r.view.Delete(ev.KV)
+		}
+	}
+	r.head = b.Rev
+	r.hist.push(ch)
+	r.notifyLocked(ch)
+}
+
+// notifyLocked hands ch to every live watcher it matches: the whole
+// Change (shared, encoded once) when all its events match, else the
+// matching subset. Overflowing watchers are parked afterwards, not while
+// the index is being walked.
+func (r *room) notifyLocked(ch *Change) {
+	if len(ch.Events) == 1 {
+		r.idx.match(ch.Events[0].KV.Key, func(w *Watcher) { r.deliverLocked(w, ch) })
+	} else {
+		var subsets map[*Watcher][]store.Event
+		for _, ev := range ch.Events {
+			r.idx.match(ev.KV.Key, func(w *Watcher) {
+				if subsets == nil {
+					subsets = make(map[*Watcher][]store.Event)
+				}
+				subsets[w] = append(subsets[w], ev)
+			})
+		}
+		for w, evs := range subsets {
+			c := ch
+			if len(evs) != len(ch.Events) {
+				c = &Change{Rev: ch.Rev, Time: ch.Time, Events: evs}
+			}
+			r.deliverLocked(w, c)
+		}
+	}
+	if len(r.victims) > 0 {
+		r.parkVictimsLocked()
+	}
+}
+
+// goLiveLocked puts w in the index at head: it receives every later event.
+func (r *room) goLiveLocked(w *Watcher) {
+	w.state, w.next = stLive, r.head+1
+	for _, p := range w.prefixes {
+		r.idx.add(p, w)
+	}
+}
+
+func (r *room) unindexLocked(w *Watcher) {
+	for _, p := range w.prefixes {
+		r.idx.remove(p, w)
+	}
+}
+
+// removeLocked takes w out of the room.
+func (r *room) removeLocked(w *Watcher) {
+	if w.state == stLive {
+		r.unindexLocked(w)
+	}
+	delete(r.watchers, w)
+	if len(r.watchers) == 0 {
+		r.idleSince = time.Now()
+	}
+}
+
+// startLocked places a new watcher per the revision contract.
+func (r *room) startLocked(w *Watcher, opts WatchOptions) error {
+	r.hist.expire(time.Now())
+	from := opts.From
+	switch {
+	case from == nil:
+		w.state, w.reason = stSnapshot, ReasonInitial
+	case from.Epoch != "" && from.Epoch != r.epoch:
+		if opts.FailIfCompacted {
+			return ErrEpochMismatch
+		}
+		w.state, w.reason = stSnapshot, ReasonEpoch
+	case from.Rev < r.hist.oldest:
+		if opts.FailIfCompacted {
+			return &store.CompactedError{Oldest: r.hist.oldest}
+		}
+		w.state, w.reason = stSnapshot, ReasonCompacted
+	case from.Rev <= r.head:
+		w.state, w.next = stReplay, from.Rev
+	default: // live at head+1, or waiting for a future revision
+		w.state, w.next = stLive, from.Rev
+		for _, p := range w.prefixes {
+			r.idx.add(p, w)
+		}
+		if from.Rev == r.head+1 {
+			w.q = append(w.q, Message{Kind: KindSynced, Rev: r.head})
+		}
+	}
+	r.watchers[w] = struct{}{}
+	w.signal()
+	return nil
+}
+
+// progressLocked gives every live watcher that got nothing since the last
+// sweep a progress mark at head, when that moves its resume point.
+func (r *room) progressLocked() {
+	for w := range r.watchers {
+		if w.state == stLive && !w.active && r.head >= w.next && len(w.q) < r.e.cfg.QueueLimit {
+			w.q = append(w.q, Message{Kind: KindProgress, Rev: r.head})
+			w.next = r.head + 1
+			if len(w.q) == 1 {
+				w.signal()
+			}
+		}
+		w.active = false
+	}
+}
+
+// shutdownLocked closes the room and ends its watchers with err. The
+// store Follow stays registered (onBatch ignores a closed room) until
+// whoever removes the room from the engine runs takeStopLocked's result.
+func (r *room) shutdownLocked(err error) {
+	r.closed = true
+	for w := range r.watchers {
+		w.end(err)
+	}
+	clear(r.watchers)
+	r.idx = newIndex()
+}
+
+// takeStopLocked returns the store Follow's stop (once) for the caller to
+// run after unlocking: the store may be calling onBatch under its own lock.
+func (r *room) takeStopLocked() func() {
+	stop := r.stop
+	r.stop = nil
+	if stop == nil {
+		return func() {}
+	}
+	return stop
+}
+
+// collect returns the items of view under any of prefixes, sorted by key.
+func collect(view *btree.BTreeG[store.KV], prefixes []string) []store.KV {
+	var items []store.KV
+	for _, p := range prefixes { // sorted, disjoint: items come out sorted
+		view.AscendGreaterOrEqual(store.KV{Key: p}, func(kv store.KV) bool {
+			if !strings.HasPrefix(kv.Key, p) {
+				return false
+			}
+			items = append(items, kv)
+			return true
+		})
+	}
+	return items
+}

@@ -1,0 +1,339 @@
+package rooms
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/statecast/statecast/store"
+)
+
+// Position is where a watch resumes: an epoch and the first revision the
+// watcher has not seen (last revision + 1).
+type Position struct {
+	Epoch string // "" accepts the room's current epoch
+	Rev   uint64
+}
+
+// WatchOptions says what a watch covers and where it starts.
+type WatchOptions struct {
+	// Prefixes selects the keys; none means the whole room.
+	Prefixes []string
+	// From resumes at a position. Nil means a snapshot, then live events
+	// (list-then-watch in one call).
+	From *Position
+	// FailIfCompacted makes Watch return a *store.CompactedError (or
+	// ErrEpochMismatch) instead of falling back to a snapshot.
+	FailIfCompacted bool
+	// Notify, when set, is called instead of signalling Ready whenever the
+	// watcher may have messages. It runs under the room's lock and must
+	// not block (a non-blocking send on a connection's channel, say).
+	Notify func()
+}
+
+type wstate uint8
+
+const (
+	stLive     wstate = iota // in the index: events are queued as they commit
+	stReplay                 // replaying history from next, then synced
+	stParked                 // was slow: coalesce from next once the queue drains
+	stSnapshot               // gets a snapshot (reason) once the queue drains
+	stClosed
+)
+
+// Watcher receives a room's changes for its prefixes. Its queue is
+// bounded: a watcher that does not keep up is parked and later receives
+// what it missed as one coalesced message (or a snapshot), so it never
+// slows the writer or other watchers.
+//
+// Drain and Next must be called from one goroutine at a time; Close and
+// Ready may be called from any goroutine.
+type Watcher struct {
+	room     *room
+	prefixes []string
+	notify   func()
+	ready    chan struct{}
+	buf      []Message // Next's unread messages
+
+	// Guarded by room.mu.
+	state  wstate
+	reason Reason // why, in stSnapshot
+	next   uint64 // first revision not yet handed over
+	q      []Message
+	active bool // something was queued since the last progress tick
+	err    error
+}
+
+// Ready is signalled when the watcher may have messages to Drain. It is
+// nil when WatchOptions.Notify was set.
+func (w *Watcher) Ready() <-chan struct{} { return w.ready }
+
+// Prefixes returns the watcher's key prefixes (normalized: none is a
+// prefix of another).
+func (w *Watcher) Prefixes() []string { return w.prefixes }
+
+func (w *Watcher) signal() {
+	if w.notify != nil {
+		w.notify()
+		return
+	}
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Drain appends the watcher's available messages to dst without blocking.
+// When it returns no messages and a nil error, wait for Ready (or Notify)
+// and call it again. A non-nil error means the watcher has ended; every
+// message queued before the end has been returned by then.
+func (w *Watcher) Drain(dst []Message) ([]Message, error) {
+	r := w.room
+	r.mu.Lock()
+	if len(w.q) > 0 {
+		dst = append(dst, w.q...)
+		if cap(w.q) > 64 {
+			w.q = nil // do not keep a burst's buffer on an idle watcher
+		} else {
+			clear(w.q)
+			w.q = w.q[:0]
+		}
+		if w.state != stLive {
+			w.signal() // catch-up or end follows on the next call
+		}
+		r.mu.Unlock()
+		return dst, nil
+	}
+	switch w.state {
+	case stClosed:
+		r.mu.Unlock()
+		return dst, w.err
+	case stReplay:
+		dst = r.replayLocked(w, dst)
+	case stParked:
+		dst = r.coalesceLocked(w, dst)
+	}
+	if w.state != stSnapshot {
+		r.mu.Unlock()
+		return dst, nil
+	}
+	// Clone the view under the lock (copy-on-write, O(1)) and collect the
+	// items after releasing it, so a large snapshot never stalls writers.
+	view, rev, epoch, reason := r.view.Clone(), r.head, r.epoch, w.reason
+	r.goLiveLocked(w)
+	r.mu.Unlock()
+	return append(dst, Message{Kind: KindSnapshot, Rev: rev, Epoch: epoch, Reason: reason,
+		Items: collect(view, w.prefixes)}), nil
+}
+
+// Next returns the next message, waiting for one until ctx is done. It
+// needs Ready, so it cannot be used with WatchOptions.Notify.
+func (w *Watcher) Next(ctx context.Context) (Message, error) {
+	for len(w.buf) == 0 {
+		msgs, err := w.Drain(nil)
+		if err != nil {
+			return Message{}, err
+		}
+		if len(msgs) > 0 {
+			w.buf = msgs
+			break
+		}
+		if w.ready == nil {
+			return Message{}, errors.New("rooms: Next needs a watcher without Notify")
+		}
+		select {
+		case <-w.ready:
+		case <-ctx.Done():
+			return Message{}, ctx.Err()
+		}
+	}
+	m := w.buf[0]
+	w.buf[0] = Message{}
+	w.buf = w.buf[1:]
+	return m, nil
+}
+
+// Close ends the watcher and releases its place in the room. It is safe
+// to call more than once.
+func (w *Watcher) Close() {
+	r := w.room
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w.state != stClosed {
+		r.removeLocked(w)
+		w.q = nil
+		w.end(ErrWatcherClosed)
+	}
+}
+
+// end moves w to stClosed with err; queued messages stay deliverable.
+func (w *Watcher) end(err error) {
+	w.state, w.err = stClosed, err
+	w.signal()
+}
+
+// deliverLocked queues ch for w, or marks w as a victim when its queue is
+// full. It never blocks.
+func (r *room) deliverLocked(w *Watcher, ch *Change) {
+	if ch.Rev < w.next { // waiting for a future revision
+		return
+	}
+	if len(w.q) >= r.e.cfg.QueueLimit {
+		r.victims = append(r.victims, w)
+		return
+	}
+	w.q = append(w.q, Message{Kind: KindEvents, Rev: ch.Rev, Change: ch})
+	w.next, w.active = ch.Rev+1, true
+	if len(w.q) == 1 {
+		w.signal()
+	}
+}
+
+// parkVictimsLocked takes the watchers whose queue overflowed during the
+// last notify out of the index; they catch up by coalescing from the first
+// revision they missed (etcd's victims, plus latest-value-per-key).
+func (r *room) parkVictimsLocked() {
+	for _, w := range r.victims {
+		if w.state != stLive {
+			continue
+		}
+		r.unindexLocked(w)
+		w.state, w.next = stParked, r.head // the revision that did not fit
+		w.signal()
+	}
+	clear(r.victims)
+	r.victims = r.victims[:0]
+}
+
+// replayLocked appends up to ReplayChunk revisions of history from w.next;
+// at the head it appends the synced marker and puts w live.
+func (r *room) replayLocked(w *Watcher, dst []Message) []Message {
+	h := r.hist
+	if w.next < h.oldest {
+		w.state, w.reason = stSnapshot, ReasonCompacted
+		return dst
+	}
+	var (
+		cur     *Change
+		sel     []store.Event
+		emitted int
+	)
+	flush := func() {
+		if cur == nil {
+			return
+		}
+		ch := cur
+		if len(sel) != len(cur.Events) { // part of a transaction matches
+			ch = &Change{Rev: cur.Rev, Time: cur.Time, Events: slices.Clone(sel)}
+		}
+		dst = append(dst, Message{Kind: KindEvents, Rev: ch.Rev, Change: ch})
+		emitted++
+		cur, sel = nil, sel[:0]
+	}
+	a, b := h.segments(h.find(w.next))
+	for _, seg := range [2][]slot{a, b} {
+		for i := range seg {
+			s := &seg[i]
+			if !matchesAny(s.key, w.prefixes) {
+				continue
+			}
+			if s.ch != cur {
+				flush()
+				if emitted >= r.e.cfg.ReplayChunk {
+					w.next = s.ch.Rev
+					w.signal() // more to replay on the next call
+					return dst
+				}
+				cur = s.ch
+			}
+			sel = append(sel, eventOf(s))
+		}
+	}
+	flush()
+	r.goLiveLocked(w)
+	return append(dst, Message{Kind: KindSynced, Rev: r.head})
+}
+
+// coalesceLocked appends one message with the latest event per key that
+// w missed since it was parked, or moves it to a snapshot when history no
+// longer covers that or it spans more than CoalesceLimit keys.
+func (r *room) coalesceLocked(w *Watcher, dst []Message) []Message {
+	h := r.hist
+	if w.next < h.oldest {
+		w.state, w.reason = stSnapshot, ReasonSlow
+		return dst
+	}
+	pos := make(map[string]int)
+	var evs []store.Event
+	a, b := h.segments(h.find(w.next))
+	for _, seg := range [2][]slot{a, b} {
+		for i := range seg {
+			s := &seg[i]
+			if !matchesAny(s.key, w.prefixes) {
+				continue
+			}
+			if j, ok := pos[s.key]; ok {
+				evs[j] = eventOf(s)
+				continue
+			}
+			if len(evs) >= r.e.cfg.CoalesceLimit {
+				w.state, w.reason = stSnapshot, ReasonSlow
+				return dst
+			}
+			pos[s.key] = len(evs)
+			evs = append(evs, eventOf(s))
+		}
+	}
+	// Latest writes last, so a client applying them in order sees the
+	// same revision order as the room.
+	slices.SortFunc(evs, func(x, y store.Event) int { return cmpRev(x.KV.ModRev, y.KV.ModRev) })
+	r.goLiveLocked(w)
+	if len(evs) == 0 {
+		return append(dst, Message{Kind: KindProgress, Rev: r.head})
+	}
+	return append(dst, Message{Kind: KindCoalesced, Rev: r.head,
+		Change: &Change{Rev: r.head, Events: evs}})
+}
+
+func cmpRev(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// eventOf returns the event a history slot stands for.
+func eventOf(s *slot) store.Event {
+	evs := s.ch.Events
+	if len(evs) == 1 {
+		return evs[0]
+	}
+	for i := range evs {
+		if evs[i].KV.Key == s.key {
+			return evs[i]
+		}
+	}
+	panic("rooms: history slot without its event")
+}
+
+// normalizePrefixes sorts and dedupes prefixes and drops any covered by a
+// shorter one, so a key matches at most one prefix of a watcher.
+func normalizePrefixes(ps []string) []string {
+	if len(ps) == 0 {
+		return []string{""}
+	}
+	ps = slices.Clone(ps)
+	slices.Sort(ps)
+	out := ps[:0]
+	for _, p := range ps {
+		if len(out) > 0 && strings.HasPrefix(p, out[len(out)-1]) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return slices.Clip(out)
+}
