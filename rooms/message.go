@@ -80,10 +80,10 @@ func (r Reason) String() string {
 type Message struct {
 	Kind   Kind
 	Rev    uint64
-	Change *Change   // KindEvents and KindCoalesced
-	Epoch  string    // KindSnapshot
+	Change *Change    // KindEvents and KindCoalesced
+	Epoch  string     // KindSnapshot
 	Items  []store.KV // KindSnapshot, sorted by key
-	Reason Reason    // KindSnapshot
+	Reason Reason     // KindSnapshot
 }
 
 // Change is the events of one revision as one watcher receives them. A

@@ -40,7 +40,7 @@ func TestRevisionContractProperty(t *testing.T) {
 			"drain":      m.drain,
 			"disconnect": m.disconnect,
 			"resume":     m.resume,
-			"": func(*rapid.T) {},
+			"":           func(*rapid.T) {},
 		})
 		m.finish(rt)
 	})

@@ -153,8 +153,16 @@ func (m *Memory) Snapshot(ctx context.Context, room, prefix string) (Snapshot, e
 
 func (m *Memory) History(ctx context.Context, room string, from uint64, limit int) ([]Batch, error) {
 	r, err := m.room(room, false)
-	if err != nil || r == nil {
+	if err != nil {
 		return nil, err
+	}
+	if r == nil {
+		// A never-written room is at revision 0 with Oldest 1 (as its
+		// Snapshot says), so from=0 is compacted as in any other room.
+		if from < 1 {
+			return nil, &CompactedError{Oldest: 1}
+		}
+		return nil, ctx.Err()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
