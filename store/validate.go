@@ -10,7 +10,7 @@ import (
 type Limits struct {
 	MaxKeyBytes   int // default 1024
 	MaxValueBytes int // default 256 KiB
-	MaxOps        int // ops per write, default 256
+	MaxOps        int // ops plus conditions per write, default 256
 }
 
 const (

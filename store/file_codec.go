@@ -1,0 +1,282 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The file store's records are hand-written varint encodings: compact,
+// cheap to produce on the single committer goroutine, and decoded by code
+// that checks every length against the bytes left, so a corrupt record is
+// an error and never a panic or a huge allocation.
+//
+// Each record starts with a tag byte naming its kind and format version,
+// so a record read from the wrong place (or from a future format) fails
+// loudly instead of decoding into nonsense.
+//
+//	kv record:    tagKV    kvBody
+//	batch record: tagBatch varint(unix seconds) uvarint(nanos) uvarint(n) event*n
+//	event:        type uvarint(len(key)) key kvBody hasPrev(0|1) [kvBody of Prev]
+//	meta record:  tagMeta  uvarint(head) uvarint(oldest) uvarint(retained events)
+//	kvBody:       uvarint(create_rev) uvarint(mod_rev) uvarint(version) value
+//	value:        uvarint(0) for nil, else uvarint(len+1) bytes
+//
+// The key of a kv record, the revision of a batch and the epoch live
+// outside the record (the bbolt key and the store meta), so they are not
+// repeated in it. Prev.Key always equals the event's key.
+const (
+	tagKV    byte = 0xA1
+	tagBatch byte = 0xB1
+	tagMeta  byte = 0xC1
+)
+
+// ErrCorrupt reports a stored record that cannot be decoded.
+var ErrCorrupt = errors.New("store: corrupt record")
+
+// minEventBytes is the smallest possible encoded event; it bounds how many
+// events a record of a given size can claim before we allocate for them.
+const minEventBytes = 7
+
+func appendUvarint(dst []byte, v uint64) []byte { return binary.AppendUvarint(dst, v) }
+
+func appendValue(dst, v []byte) []byte {
+	if v == nil {
+		return append(dst, 0)
+	}
+	dst = appendUvarint(dst, uint64(len(v))+1)
+	return append(dst, v...)
+}
+
+func appendKVBody(dst []byte, kv *KV) []byte {
+	dst = appendUvarint(dst, kv.CreateRev)
+	dst = appendUvarint(dst, kv.ModRev)
+	dst = appendUvarint(dst, kv.Version)
+	return appendValue(dst, kv.Value)
+}
+
+func kvBodySize(kv *KV) int { return 4*binary.MaxVarintLen64 + len(kv.Value) }
+
+// encodeKV encodes the stored form of kv (without its key).
+func encodeKV(kv *KV) []byte {
+	return appendKVBody(append(make([]byte, 0, 1+kvBodySize(kv)), tagKV), kv)
+}
+
+// encodeBatch encodes b's time and events (not its epoch nor revision).
+func encodeBatch(b *Batch) []byte {
+	size := 1 + 3*binary.MaxVarintLen64
+	for i := range b.Events {
+		ev := &b.Events[i]
+		size += 2 + binary.MaxVarintLen64 + len(ev.KV.Key) + kvBodySize(&ev.KV)
+		if ev.Prev != nil {
+			size += kvBodySize(ev.Prev)
+		}
+	}
+	dst := append(make([]byte, 0, size), tagBatch)
+	dst = binary.AppendVarint(dst, b.Time.Unix())
+	dst = appendUvarint(dst, uint64(b.Time.Nanosecond()))
+	dst = appendUvarint(dst, uint64(len(b.Events)))
+	for i := range b.Events {
+		ev := &b.Events[i]
+		dst = append(dst, byte(ev.Type))
+		dst = appendUvarint(dst, uint64(len(ev.KV.Key)))
+		dst = append(dst, ev.KV.Key...)
+		dst = appendKVBody(dst, &ev.KV)
+		if ev.Prev == nil {
+			dst = append(dst, 0)
+		} else {
+			dst = appendKVBody(append(dst, 1), ev.Prev)
+		}
+	}
+	return dst
+}
+
+// roomMeta is a room's head revision and retained history window.
+type roomMeta struct {
+	head   uint64 // last committed revision
+	oldest uint64 // oldest retained revision; head+1 when none
+	events uint64 // events in revisions oldest..head
+}
+
+func encodeMeta(m roomMeta) []byte {
+	dst := append(make([]byte, 0, 1+3*binary.MaxVarintLen64), tagMeta)
+	dst = appendUvarint(dst, m.head)
+	dst = appendUvarint(dst, m.oldest)
+	return appendUvarint(dst, m.events)
+}
+
+// decoder reads a record; the first failure sticks, so callers check err
+// once at the end.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrCorrupt, what)
+	}
+	d.b = nil
+}
+
+func (d *decoder) tag(want byte, kind string) {
+	if len(d.b) == 0 || d.b[0] != want {
+		d.fail("not a " + kind + " record")
+		return
+	}
+	d.b = d.b[1:]
+}
+
+func (d *decoder) byte1(what string) byte {
+	if len(d.b) == 0 {
+		d.fail("truncated " + what)
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad varint in " + what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint(what string) int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("bad varint in " + what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// raw returns the next n bytes without copying them.
+func (d *decoder) raw(n uint64, what string) []byte {
+	if n > uint64(len(d.b)) {
+		d.fail(what + " longer than the record")
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}
+
+// value returns a copy: bbolt's bytes are only valid inside the transaction.
+func (d *decoder) value() []byte {
+	n := d.uvarint("value length")
+	if n == 0 || d.err != nil {
+		return nil
+	}
+	p := d.raw(n-1, "value")
+	if d.err != nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(p)), p...)
+}
+
+func (d *decoder) kvBody(kv *KV) {
+	kv.CreateRev = d.uvarint("create_rev")
+	kv.ModRev = d.uvarint("mod_rev")
+	kv.Version = d.uvarint("version")
+	kv.Value = d.value()
+}
+
+func (d *decoder) end(kind string) error {
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("trailing bytes after " + kind + " record")
+	}
+	return d.err
+}
+
+// decodeKV decodes the kv record of key.
+func decodeKV(key string, data []byte) (KV, error) {
+	d := decoder{b: data}
+	d.tag(tagKV, "kv")
+	kv := KV{Key: key}
+	d.kvBody(&kv)
+	if err := d.end("kv"); err != nil {
+		return KV{}, err
+	}
+	return kv, nil
+}
+
+// batchHeader decodes what retention needs: the commit time and the
+// number of events, without touching the events themselves.
+func (d *decoder) batchHeader() (time.Time, uint64) {
+	d.tag(tagBatch, "batch")
+	sec := d.varint("time")
+	nsec := d.uvarint("time")
+	n := d.uvarint("event count")
+	if d.err == nil && nsec >= uint64(time.Second) {
+		d.fail("time nanoseconds out of range")
+	}
+	if d.err == nil && n > uint64(len(d.b))/minEventBytes {
+		d.fail("event count larger than the record")
+	}
+	if d.err != nil {
+		return time.Time{}, 0
+	}
+	return time.Unix(sec, int64(nsec)), n
+}
+
+func decodeBatchHeader(data []byte) (time.Time, uint64, error) {
+	d := decoder{b: data}
+	t, n := d.batchHeader()
+	return t, n, d.err
+}
+
+// decodeBatch decodes the batch committed at rev under epoch.
+func decodeBatch(epoch string, rev uint64, data []byte) (Batch, error) {
+	d := decoder{b: data}
+	t, n := d.batchHeader()
+	b := Batch{Epoch: epoch, Rev: rev, Time: t}
+	if d.err != nil {
+		return Batch{}, d.err
+	}
+	b.Events = make([]Event, n)
+	for i := range b.Events {
+		ev := &b.Events[i]
+		ev.Type = OpType(d.byte1("event type"))
+		if d.err == nil && ev.Type != OpPut && ev.Type != OpDelete {
+			d.fail("unknown event type")
+		}
+		ev.KV.Key = string(d.raw(d.uvarint("key length"), "key"))
+		d.kvBody(&ev.KV)
+		switch d.byte1("prev flag") {
+		case 0:
+		case 1:
+			ev.Prev = &KV{Key: ev.KV.Key}
+			d.kvBody(ev.Prev)
+		default:
+			d.fail("bad prev flag")
+		}
+		if d.err != nil {
+			return Batch{}, d.err
+		}
+	}
+	if err := d.end("batch"); err != nil {
+		return Batch{}, err
+	}
+	return b, nil
+}
+
+func decodeMeta(data []byte) (roomMeta, error) {
+	d := decoder{b: data}
+	d.tag(tagMeta, "room meta")
+	m := roomMeta{head: d.uvarint("head"), oldest: d.uvarint("oldest"), events: d.uvarint("events")}
+	if err := d.end("room meta"); err != nil {
+		return roomMeta{}, err
+	}
+	if m.oldest == 0 || m.oldest > m.head+1 || (m.oldest > m.head && m.events != 0) {
+		return roomMeta{}, fmt.Errorf("%w: room meta head=%d oldest=%d events=%d is inconsistent", ErrCorrupt, m.head, m.oldest, m.events)
+	}
+	return m, nil
+}
