@@ -63,7 +63,8 @@ func (e *Engine) Watch(ctx context.Context, room string, opts WatchOptions) (*Wa
 		if err != nil {
 			return nil, err
 		}
-		w := &Watcher{room: r, prefixes: normalizePrefixes(opts.Prefixes), notify: opts.Notify}
+		prefixes := normalizePrefixes(opts.Prefixes)
+		w := &Watcher{room: r, prefixes: prefixes, pos: make([]int32, len(prefixes)), notify: opts.Notify}
 		if w.notify == nil {
 			w.ready = make(chan struct{}, 1)
 		}

@@ -2,6 +2,7 @@ package rooms
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/statecast/statecast/store"
@@ -18,9 +19,10 @@ import (
 type history struct {
 	ret    store.Retention
 	slots  []slot
-	start  int    // index of the oldest slot
-	n      int    // slots in use
-	oldest uint64 // oldest replayable revision; head+1 when empty
+	heads  []uint64 // keyHead of each slot's key, at the same index
+	start  int      // index of the oldest slot
+	n      int      // slots in use
+	oldest uint64   // oldest replayable revision; head+1 when empty
 }
 
 type slot struct {
@@ -50,7 +52,9 @@ func (h *history) push(ch *Change) {
 		h.grow(h.n + k)
 	}
 	for i := range ch.Events {
-		h.slots[(h.start+h.n)%len(h.slots)] = slot{key: ch.Events[i].KV.Key, ch: ch}
+		j := (h.start + h.n) % len(h.slots)
+		h.slots[j] = slot{key: ch.Events[i].KV.Key, ch: ch}
+		h.heads[j] = keyHead(ch.Events[i].KV.Key)
 		h.n++
 	}
 	if h.n == k {
@@ -84,10 +88,12 @@ func (h *history) grow(need int) {
 	size := max(2*len(h.slots), 64, need)
 	size = min(size, max(h.ret.MaxEvents, need))
 	s := make([]slot, size)
+	hd := make([]uint64, size)
 	for i := 0; i < h.n; i++ {
-		s[i] = h.at(i)
+		j := (h.start + i) % len(h.slots)
+		s[i], hd[i] = h.slots[j], h.heads[j]
 	}
-	h.slots, h.start = s, 0
+	h.slots, h.heads, h.start = s, hd, 0
 }
 
 // find returns the index of the first slot with revision >= rev.
@@ -98,16 +104,70 @@ func (h *history) find(rev uint64) int {
 // segments returns the slots from index i to the newest as at most two
 // contiguous runs, so hot loops index plain slices.
 func (h *history) segments(i int) (a, b []slot) {
+	ra, rb := h.runs(i)
+	return h.slots[ra[0]:ra[1]], h.slots[rb[0]:rb[1]]
+}
+
+// headSegments is segments for the slots' key heads.
+func (h *history) headSegments(i int) (a, b []uint64) {
+	ra, rb := h.runs(i)
+	return h.heads[ra[0]:ra[1]], h.heads[rb[0]:rb[1]]
+}
+
+// runs returns the index ranges [lo, hi) of segments(i).
+func (h *history) runs(i int) (a, b [2]int) {
 	if i >= h.n {
-		return nil, nil
+		return
 	}
 	first := (h.start + i) % len(h.slots)
 	end := h.start + h.n
 	if end <= len(h.slots) {
-		return h.slots[first:end], nil
+		return [2]int{first, end}, b
 	}
 	if first >= h.start {
-		return h.slots[first:], h.slots[:end-len(h.slots)]
+		return [2]int{first, len(h.slots)}, [2]int{0, end - len(h.slots)}
 	}
-	return h.slots[first : end-len(h.slots)], nil
+	return [2]int{first, end - len(h.slots)}, b
+}
+
+// keyHead packs the first 8 bytes of k, big-endian, zero-padded. Keys
+// hold no NUL byte, so for a prefix p of at most 8 bytes without NUL,
+// k starts with p exactly when keyHead(k)&mask(len(p)) == keyHead(p).
+func keyHead(k string) uint64 {
+	var x uint64
+	for i := 0; i < 8 && i < len(k); i++ {
+		x |= uint64(k[i]) << (56 - 8*i)
+	}
+	return x
+}
+
+// headFilter rejects, from its history key head alone, almost every key
+// that does not start with one of a watcher's prefixes, so a replay reads
+// 8 contiguous bytes per retained event instead of each key's string.
+type headFilter struct {
+	want, mask []uint64 // per prefix
+	exact      bool     // a passing head is a match: no need to read the key
+}
+
+func newHeadFilter(prefixes []string) headFilter {
+	f := headFilter{want: make([]uint64, len(prefixes)), mask: make([]uint64, len(prefixes)), exact: true}
+	for i, p := range prefixes {
+		n := min(len(p), 8)
+		if n > 0 {
+			f.mask[i] = ^uint64(0) << (64 - 8*n)
+		}
+		f.want[i] = keyHead(p[:n])
+		f.exact = f.exact && len(p) <= 8 && strings.IndexByte(p, 0) < 0
+	}
+	return f
+}
+
+// pass reports whether a key with head hd may start with a prefix.
+func (f *headFilter) pass(hd uint64) bool {
+	for i, m := range f.mask {
+		if hd&m == f.want[i] {
+			return true
+		}
+	}
+	return false
 }

@@ -16,7 +16,9 @@ func newIndex() *index {
 	return &index{byPrefix: make(map[string][]*Watcher), lenCount: make(map[int]int)}
 }
 
-func (x *index) add(prefix string, w *Watcher) {
+// add indexes w under its k-th prefix.
+func (x *index) add(w *Watcher, k int) {
+	prefix := w.prefixes[k]
 	ws := x.byPrefix[prefix]
 	if len(ws) == 0 {
 		if x.lenCount[len(prefix)] == 0 {
@@ -25,16 +27,22 @@ func (x *index) add(prefix string, w *Watcher) {
 		}
 		x.lenCount[len(prefix)]++
 	}
+	w.pos[k] = int32(len(ws))
 	x.byPrefix[prefix] = append(ws, w)
 }
 
-func (x *index) remove(prefix string, w *Watcher) {
+// remove takes w's k-th prefix out of the index in O(1): the last watcher
+// of the bucket moves into its place.
+func (x *index) remove(w *Watcher, k int) {
+	prefix := w.prefixes[k]
 	ws := x.byPrefix[prefix]
-	i := slices.Index(ws, w)
-	if i < 0 {
-		return
+	i := int(w.pos[k])
+	if i >= len(ws) || ws[i] != w {
+		panic("rooms: index out of sync")
 	}
-	ws[i] = ws[len(ws)-1]
+	last := ws[len(ws)-1]
+	ws[i] = last
+	last.pos[slices.Index(last.prefixes, prefix)] = int32(i)
 	ws[len(ws)-1] = nil
 	ws = ws[:len(ws)-1]
 	if len(ws) > 0 {

@@ -31,6 +31,7 @@ func TestRevisionContractProperty(t *testing.T) {
 		checks = 200
 	}
 	setDefaultFlag("rapid.checks", fmt.Sprint(checks))
+	setDefaultFlag("rapid.steps", "100")
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newModel(rt)
 		defer m.close()

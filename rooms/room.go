@@ -121,14 +121,18 @@ func (r *room) notifyLocked(ch *Change) {
 // goLiveLocked puts w in the index at head: it receives every later event.
 func (r *room) goLiveLocked(w *Watcher) {
 	w.state, w.next = stLive, r.head+1
-	for _, p := range w.prefixes {
-		r.idx.add(p, w)
+	r.indexLocked(w)
+}
+
+func (r *room) indexLocked(w *Watcher) {
+	for k := range w.prefixes {
+		r.idx.add(w, k)
 	}
 }
 
 func (r *room) unindexLocked(w *Watcher) {
-	for _, p := range w.prefixes {
-		r.idx.remove(p, w)
+	for k := range w.prefixes {
+		r.idx.remove(w, k)
 	}
 }
 
@@ -164,9 +168,7 @@ func (r *room) startLocked(w *Watcher, opts WatchOptions) error {
 		w.state, w.next = stReplay, from.Rev
 	default: // live at head+1, or waiting for a future revision
 		w.state, w.next = stLive, from.Rev
-		for _, p := range w.prefixes {
-			r.idx.add(p, w)
-		}
+		r.indexLocked(w)
 		if from.Rev == r.head+1 {
 			w.q = append(w.q, Message{Kind: KindSynced, Rev: r.head})
 		}

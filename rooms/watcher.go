@@ -52,6 +52,7 @@ const (
 type Watcher struct {
 	room     *room
 	prefixes []string
+	pos      []int32 // position in the index bucket of each prefix
 	notify   func()
 	ready    chan struct{}
 	buf      []Message // Next's unread messages
@@ -216,26 +217,46 @@ func (r *room) replayLocked(w *Watcher, dst []Message) []Message {
 	}
 	var (
 		cur     *Change
-		sel     []store.Event
+		nsel    int // events of cur that match
 		emitted int
 	)
+	prefixes := w.prefixes
 	flush := func() {
 		if cur == nil {
 			return
 		}
 		ch := cur
-		if len(sel) != len(cur.Events) { // part of a transaction matches
-			ch = &Change{Rev: cur.Rev, Time: cur.Time, Events: slices.Clone(sel)}
+		if nsel != len(cur.Events) { // part of a transaction matches
+			evs := make([]store.Event, 0, nsel)
+			for _, ev := range cur.Events {
+				if matchesAny(ev.KV.Key, prefixes) {
+					evs = append(evs, ev)
+				}
+			}
+			ch = &Change{Rev: cur.Rev, Time: cur.Time, Events: evs}
 		}
 		dst = append(dst, Message{Kind: KindEvents, Rev: ch.Rev, Change: ch})
 		emitted++
-		cur, sel = nil, sel[:0]
+		cur, nsel = nil, 0
 	}
-	a, b := h.segments(h.find(w.next))
-	for _, seg := range [2][]slot{a, b} {
-		for i := range seg {
+	first := h.find(w.next)
+	a, b := h.segments(first)
+	ha, hb := h.headSegments(first)
+	f := newHeadFilter(prefixes)
+	single := len(prefixes) == 1
+	want, mask := f.want[0], f.mask[0]
+	for k, seg := range [2][]slot{a, b} {
+		heads := [2][]uint64{ha, hb}[k][:len(seg)]
+		for i, hd := range heads {
+			if single { // the common case, kept to one compare per event
+				if hd&mask != want {
+					continue
+				}
+			} else if !f.pass(hd) {
+				continue
+			}
 			s := &seg[i]
-			if !matchesAny(s.key, w.prefixes) {
+			if !f.exact && !matchesAny(s.key, prefixes) {
 				continue
 			}
 			if s.ch != cur {
@@ -247,7 +268,7 @@ func (r *room) replayLocked(w *Watcher, dst []Message) []Message {
 				}
 				cur = s.ch
 			}
-			sel = append(sel, eventOf(s))
+			nsel++
 		}
 	}
 	flush()

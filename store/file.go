@@ -281,14 +281,14 @@ func readRoomMeta(rb *bolt.Bucket) (roomMeta, error) {
 // an expired batch is never served even before a write removes it.
 func retained(m roomMeta, ret Retention, now time.Time, header func(rev uint64) (time.Time, uint64, error)) (roomMeta, error) {
 	if ret.MaxAge <= 0 && m.events <= uint64(ret.MaxEvents) {
-		return m, nil // Trim would drop nothing: answer without reading the log
+		return m, nil // Drops would say no: answer without reading the log
 	}
 	for m.oldest <= m.head {
 		at, n, err := header(m.oldest)
 		if err != nil {
 			return m, err
 		}
-		if !dropsOldest(ret, m.events, at, now) {
+		if !ret.Drops(int(min(m.events, uint64(1<<62))), at, now) {
 			break
 		}
 		if n > m.events {
@@ -298,15 +298,6 @@ func retained(m roomMeta, ret Retention, now time.Time, header func(rev uint64) 
 		m.oldest++
 	}
 	return m, nil
-}
-
-// dropsOldest asks Retention.Trim about the oldest batch, counting the
-// whole retained history (total events) against it: Trim drops it exactly
-// when the history holds too many events or the batch is too old. One
-// batch at a time keeps each write O(batches dropped), not O(history).
-func dropsOldest(ret Retention, total uint64, at, now time.Time) bool {
-	n := int(min(total, uint64(1<<62)))
-	return ret.Trim(1, func(int) int { return n }, func(int) time.Time { return at }, now) == 1
 }
 
 // logHeader returns a header reader over a room's log bucket.

@@ -35,6 +35,7 @@ type memRoom struct {
 	rev       uint64
 	kv        map[string]KV
 	hist      []Batch // retained history, oldest first
+	events    int     // events in hist
 	followers map[*func(Batch)]struct{}
 }
 
@@ -104,6 +105,7 @@ func (m *Memory) Apply(ctx context.Context, room string, w Write) (Result, error
 	}
 	b := Batch{Epoch: m.epoch, Rev: r.rev, Time: m.cfg.Clock(), Events: events}
 	r.hist = append(r.hist, b)
+	r.events += len(b.Events)
 	r.trimLocked(m.cfg.Retention.For(room), b.Time)
 	for fn := range r.followers {
 		(*fn)(b)
@@ -112,12 +114,10 @@ func (m *Memory) Apply(ctx context.Context, room string, w Write) (Result, error
 }
 
 func (r *memRoom) trimLocked(ret Retention, now time.Time) {
-	drop := ret.Trim(len(r.hist),
-		func(i int) int { return len(r.hist[i].Events) },
-		func(i int) time.Time { return r.hist[i].Time }, now)
-	if drop > 0 {
-		clear(r.hist[:drop])
-		r.hist = r.hist[drop:]
+	for len(r.hist) > 0 && ret.Drops(r.events, r.hist[0].Time, now) {
+		r.events -= len(r.hist[0].Events)
+		r.hist[0] = Batch{}
+		r.hist = r.hist[1:]
 	}
 }
 

@@ -45,17 +45,10 @@ func (p RetentionPolicy) For(room string) Retention {
 	return r
 }
 
-// Trim returns how many of the oldest batches to drop so that the rest
-// fits r at time now. events(i) and at(i) describe batch i, oldest first.
-func (r Retention) Trim(n int, events func(i int) int, at func(i int) time.Time, now time.Time) int {
-	total := 0
-	for i := 0; i < n; i++ {
-		total += events(i)
-	}
-	drop := 0
-	for drop < n && (total > r.MaxEvents || (r.MaxAge > 0 && now.Sub(at(drop)) > r.MaxAge)) {
-		total -= events(drop)
-		drop++
-	}
-	return drop
+// Drops reports whether the oldest retained batch, committed at oldestAt,
+// must go when the history holds total events: too many events, or too
+// old at now. Backends call it in a loop, dropping one whole batch at a
+// time, so a write costs O(batches dropped), not O(history).
+func (r Retention) Drops(total int, oldestAt, now time.Time) bool {
+	return total > r.MaxEvents || (r.MaxAge > 0 && now.Sub(oldestAt) > r.MaxAge)
 }
