@@ -38,7 +38,7 @@ func plan(w Write, head uint64, get func(key string) (KV, bool, error)) ([]Event
 		}
 		switch op.Type {
 		case OpPut:
-			kv := KV{Key: op.Key, Value: op.Value, CreateRev: rev, ModRev: rev, Version: 1}
+			kv := KV{Key: op.Key, Value: op.Value, CreateRev: rev, ModRev: rev, Version: 1, Lease: op.Lease}
 			if ok {
 				kv.CreateRev, kv.Version = cur.CreateRev, cur.Version+1
 			}

@@ -349,6 +349,40 @@ func (f *File) begin(room string) error {
 	return nil
 }
 
+func (f *File) Leased(ctx context.Context, fn func(room string, kv KV) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.closed {
+		return ErrClosed
+	}
+	// One scan of every room's keys: this runs once, at start-up.
+	return f.view(func(tx *bolt.Tx) error {
+		rooms := tx.Bucket(bucketRooms)
+		if rooms == nil {
+			return nil
+		}
+		return rooms.ForEachBucket(func(name []byte) error {
+			kvb := rooms.Bucket(name).Bucket(bucketKV)
+			if kvb == nil {
+				return nil
+			}
+			return kvb.ForEach(func(k, v []byte) error {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				kv, err := decodeKV(string(k), v)
+				if err != nil {
+					return fmt.Errorf("room %q key %q: %w", name, k, err)
+				}
+				if kv.Lease == "" {
+					return nil
+				}
+				return fn(string(name), kv)
+			})
+		})
+	})
+}
+
 func (f *File) Snapshot(ctx context.Context, room, prefix string) (Snapshot, error) {
 	if err := f.begin(room); err != nil {
 		return Snapshot{}, err

@@ -20,7 +20,8 @@ import (
 //	batch record: tagBatch varint(unix seconds) uvarint(nanos) uvarint(n) event*n
 //	event:        type uvarint(len(key)) key kvBody hasPrev(0|1) [kvBody of Prev]
 //	meta record:  tagMeta  uvarint(head) uvarint(oldest) uvarint(retained events)
-//	kvBody:       uvarint(create_rev) uvarint(mod_rev) uvarint(version) value
+//	kvBody:       uvarint(create_rev) uvarint(mod_rev) uvarint(version) value lease
+//	lease:        encoded as a value; nil when the key has no lease
 //	value:        uvarint(0) for nil, else uvarint(len+1) bytes
 //
 // The key of a kv record, the revision of a batch and the epoch live
@@ -53,10 +54,14 @@ func appendKVBody(dst []byte, kv *KV) []byte {
 	dst = appendUvarint(dst, kv.CreateRev)
 	dst = appendUvarint(dst, kv.ModRev)
 	dst = appendUvarint(dst, kv.Version)
-	return appendValue(dst, kv.Value)
+	dst = appendValue(dst, kv.Value)
+	if kv.Lease == "" {
+		return append(dst, 0)
+	}
+	return appendValue(dst, []byte(kv.Lease))
 }
 
-func kvBodySize(kv *KV) int { return 4*binary.MaxVarintLen64 + len(kv.Value) }
+func kvBodySize(kv *KV) int { return 5*binary.MaxVarintLen64 + len(kv.Value) + len(kv.Lease) }
 
 // encodeKV encodes the stored form of kv (without its key).
 func encodeKV(kv *KV) []byte {
@@ -187,6 +192,9 @@ func (d *decoder) kvBody(kv *KV) {
 	kv.ModRev = d.uvarint("mod_rev")
 	kv.Version = d.uvarint("version")
 	kv.Value = d.value()
+	if lease := d.value(); lease != nil {
+		kv.Lease = string(lease)
+	}
 }
 
 func (d *decoder) end(kind string) error {

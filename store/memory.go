@@ -198,6 +198,39 @@ func (m *Memory) Follow(room string, fn func(Batch)) (stop func(), err error) {
 	}, nil
 }
 
+func (m *Memory) Leased(ctx context.Context, fn func(room string, kv KV) error) error {
+	m.mu.RLock()
+	if m.closed {
+		m.mu.RUnlock()
+		return ErrClosed
+	}
+	names := make([]string, 0, len(m.rooms))
+	for name := range m.rooms {
+		names = append(names, name)
+	}
+	m.mu.RUnlock()
+	for _, name := range names {
+		r, err := m.room(name, false)
+		if err != nil || r == nil {
+			return err
+		}
+		r.mu.Lock()
+		var leased []KV
+		for _, kv := range r.kv {
+			if kv.Lease != "" {
+				leased = append(leased, kv)
+			}
+		}
+		r.mu.Unlock()
+		for _, kv := range leased {
+			if err := fn(name, kv); err != nil {
+				return err
+			}
+		}
+	}
+	return ctx.Err()
+}
+
 // Close drops all state. Memory has no goroutines of its own.
 func (m *Memory) Close() error {
 	m.mu.Lock()

@@ -48,6 +48,10 @@ type Store interface {
 	// store. stop unregisters fn; after stop returns fn is not called again.
 	Follow(room string, fn func(Batch)) (stop func(), err error)
 
+	// Leased calls fn for every key bound to a lease, in any order. A
+	// server calls it at start-up to end the leases of a previous process.
+	Leased(ctx context.Context, fn func(room string, kv KV) error) error
+
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error
 }
@@ -65,6 +69,9 @@ type Op struct {
 	Type  OpType
 	Key   string
 	Value []byte // Put only; opaque to the store
+	// Lease, on a Put, binds the key to a lease: whoever ends the lease
+	// deletes the key. Opaque to the store, which only keeps it on the KV.
+	Lease string
 }
 
 // Cond makes a Write conditional on the current mod_rev of a key.
@@ -102,6 +109,7 @@ type KV struct {
 	CreateRev uint64 // revision that created the key (since its last delete)
 	ModRev    uint64 // revision of the last write to the key
 	Version   uint64 // writes since creation: 1 on create
+	Lease     string // lease the key is bound to; "" for none
 }
 
 // Event is one key's change at a revision. A delete carries the key with

@@ -76,6 +76,7 @@ func Run(t *testing.T, f Factory) {
 		{"Restart", testRestart},
 		{"Close", testClose},
 		{"Differential", testDifferential},
+		{"Leases", testLeases},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
