@@ -528,3 +528,6 @@ func (f *File) Close() error {
 	<-f.done
 	return f.db.Close()
 }
+
+// Limits returns the limits the store enforces (with defaults filled in).
+func (f *File) Limits() Limits { return f.cfg.Limits.WithDefaults() }

@@ -249,3 +249,7 @@ func clone(b []byte) []byte {
 	}
 	return append(make([]byte, 0, len(b)), b...)
 }
+
+// Limits returns the limits the store enforces (with defaults filled in),
+// so surfaces can refuse oversized input before reading all of it.
+func (m *Memory) Limits() Limits { return m.cfg.Limits.WithDefaults() }

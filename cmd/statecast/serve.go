@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/store"
+)
+
+// classFlag collects --history-class PREFIX=EVENTS[/AGE] rules.
+type classFlag []store.RoomClass
+
+func (c *classFlag) String() string { return "" }
+
+func (c *classFlag) Set(v string) error {
+	prefix, rule, ok := strings.Cut(v, "=")
+	if !ok || prefix == "" {
+		return fmt.Errorf("want PREFIX=EVENTS[/AGE], e.g. lobby:=500/10m")
+	}
+	events, age, _ := strings.Cut(rule, "/")
+	n, err := strconv.Atoi(events)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("events must be a positive integer, got %q", events)
+	}
+	r := store.Retention{MaxEvents: n}
+	if age != "" {
+		if r.MaxAge, err = time.ParseDuration(age); err != nil {
+			return err
+		}
+	}
+	*c = append(*c, store.RoomClass{Prefix: prefix, Retention: r})
+	return nil
+}
+
+type serveFlags struct {
+	addr, data, storeURL, logLevel      string
+	hmacSecret, hmacSecretFile, pubKey  string
+	algs                                listFlag
+	issuer, audience                    string
+	insecure                            bool
+	origins                             listFlag
+	history                             int
+	historyAge                          time.Duration
+	classes                             classFlag
+	maxFrame, maxValue                  int
+	maxSubs, maxConns                   int
+	writeRate                           float64
+	writeTimeout, leaseGrace, pingEvery time.Duration
+}
+
+func serve(args []string) error {
+	var f serveFlags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT")
+	fs.StringVar(&f.data, "data", "./data", "directory of the embedded file store")
+	fs.StringVar(&f.storeURL, "store", "file", "store: file, memory (ephemeral), or a redis:// URL")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.hmacSecret, "jwt-hmac-secret", "", "HMAC secret for JWTs (prefer --jwt-hmac-secret-file)")
+	fs.StringVar(&f.hmacSecretFile, "jwt-hmac-secret-file", "", "file holding the HMAC secret for JWTs")
+	fs.StringVar(&f.pubKey, "jwt-public-key-file", "", "PEM file of RSA, ECDSA or Ed25519 public keys for JWTs")
+	fs.Var(&f.algs, "jwt-alg", "allowed JWT algorithms (default: the natural ones of the configured keys)")
+	fs.StringVar(&f.issuer, "jwt-issuer", "", "required JWT iss")
+	fs.StringVar(&f.audience, "jwt-audience", "", "required JWT aud")
+	fs.BoolVar(&f.insecure, "insecure-no-auth", false, "allow anonymous access on a non-loopback address")
+	fs.Var(&f.origins, "allow-origin", "extra Origin host patterns allowed to open WebSockets")
+	fs.IntVar(&f.history, "history", store.DefaultMaxEvents, "events of history retained per room")
+	fs.DurationVar(&f.historyAge, "history-age", 0, "also drop history older than this (0 = no age limit)")
+	fs.Var(&f.classes, "history-class", "retention of rooms named PREFIX*: PREFIX=EVENTS[/AGE] (repeatable)")
+	fs.IntVar(&f.maxFrame, "max-frame", 1<<20, "largest WebSocket frame read, in bytes")
+	fs.IntVar(&f.maxValue, "max-value", 256<<10, "largest value, in bytes")
+	fs.IntVar(&f.maxSubs, "max-subscriptions", 256, "subscriptions per connection")
+	fs.IntVar(&f.maxConns, "max-connections", 100_000, "connections per server")
+	fs.Float64Var(&f.writeRate, "write-rate", 200, "writes per second per connection")
+	fs.DurationVar(&f.writeTimeout, "write-timeout", 10*time.Second, "a socket that does not take a frame within this is closed (4000)")
+	fs.DurationVar(&f.leaseGrace, "lease-grace", 5*time.Second, "how long a session's leases outlive its socket")
+	fs.DurationVar(&f.pingEvery, "ping-interval", 25*time.Second, "client ping interval announced to clients")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := envDefaults(fs); err != nil {
+		return err
+	}
+	return run(f)
+}
+
+func run(f serveFlags) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: parseLevel(f.logLevel)}))
+	auth, err := authenticator(f)
+	if err != nil {
+		return err
+	}
+	if auth == nil && !f.insecure && !isLoopback(f.addr) {
+		return fmt.Errorf("refusing to listen on %s without auth: configure --jwt-hmac-secret-file or --jwt-public-key-file, or pass --insecure-no-auth", f.addr)
+	}
+	retention := store.RetentionPolicy{Default: store.Retention{MaxEvents: f.history, MaxAge: f.historyAge}, Classes: f.classes}
+	limits := store.Limits{MaxValueBytes: f.maxValue}
+	st, where, err := openStore(f, retention, limits, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	engine := rooms.New(st, rooms.Config{Retention: retention, Logger: log})
+	defer engine.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := server.New(ctx, server.Config{
+		Store: st, Engine: engine, Auth: auth, AllowOrigins: f.origins,
+		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxConnections: f.maxConns,
+		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Printf("statecast listening on http://%s (store: %s)\n", ln.Addr(), where)
+	if auth == nil {
+		fmt.Println("statecast: no auth configured: anonymous clients may read and write every room")
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: flushing connections")
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func openStore(f serveFlags, ret store.RetentionPolicy, limits store.Limits, log *slog.Logger) (store.Store, string, error) {
+	switch {
+	case f.storeURL == "file":
+		path := filepath.Join(f.data, "statecast.db")
+		st, err := store.OpenFile(store.FileConfig{Path: path, Retention: ret, Limits: limits, Logger: log})
+		return st, "file " + path, err
+	case f.storeURL == "memory":
+		return store.NewMemory(store.MemoryConfig{Retention: ret, Limits: limits}), "memory (ephemeral)", nil
+	case strings.HasPrefix(f.storeURL, "redis://"), strings.HasPrefix(f.storeURL, "rediss://"):
+		return nil, "", errors.New("the Redis store is not part of this build yet")
+	}
+	return nil, "", fmt.Errorf("unknown --store %q: want file, memory or a redis:// URL", f.storeURL)
+}
+
+func authenticator(f serveFlags) (*server.Authenticator, error) {
+	cfg := server.AuthConfig{Algorithms: f.algs, Issuer: f.issuer, Audience: f.audience}
+	switch {
+	case f.hmacSecretFile != "":
+		b, err := os.ReadFile(f.hmacSecretFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.HMACSecret = []byte(strings.TrimSpace(string(b)))
+	case f.hmacSecret != "":
+		cfg.HMACSecret = []byte(f.hmacSecret)
+	}
+	if f.pubKey != "" {
+		b, err := os.ReadFile(f.pubKey)
+		if err != nil {
+			return nil, err
+		}
+		cfg.PublicKeyPEM = b
+	}
+	if !cfg.Enabled() {
+		return nil, nil
+	}
+	return server.NewAuthenticator(cfg)
+}
+
+// isLoopback reports whether addr only listens on a loopback interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func parseLevel(s string) slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}

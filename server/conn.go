@@ -1,0 +1,433 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/labstack/echo/v4"
+	"golang.org/x/time/rate"
+
+	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server/wire"
+)
+
+// maxFrame is how many bytes of queued messages the writer joins into one
+// frame; one message larger than that goes out alone.
+const maxFrame = 256 << 10
+
+// conn is one WebSocket session. Its handler goroutine reads and handles
+// requests in order; a writer goroutine sends replies and subscription
+// messages, joining whatever is queued into one frame (one write syscall)
+// when the socket is behind.
+//
+// Lock order: room locks (Notify runs under them), then conn.mu. Nothing
+// calls the engine while holding conn.mu.
+type conn struct {
+	s      *Server
+	ws     *websocket.Conn
+	codec  wire.Codec
+	slot   int // encoding slot base of codec (see encoders)
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	sess     *session
+	claims   atomic.Pointer[Claims]
+	limiter  *rate.Limiter
+	lastRead atomic.Int64 // unix nanos of the last frame read
+	wake     chan struct{}
+
+	inflight sync.Mutex // held while one request is handled
+	stopping bool       // guarded by inflight: take no more requests
+	endOnce  sync.Once
+
+	mu      sync.Mutex
+	pending []byte // encoded replies for the writer
+	ready   []*sub // subscriptions that may have messages
+	subs    map[uint64]*sub
+	timers  []*time.Timer // stopped by end
+	closing bool
+	writing sync.WaitGroup
+}
+
+// sub is one subscription of a conn. Its fields are guarded by conn.mu.
+type sub struct {
+	id     uint64
+	room   string
+	w      *rooms.Watcher
+	prev   bool
+	active bool // ok sent: its messages may follow
+	queued bool // in conn.ready
+	gone   bool // unsubscribed by the client
+}
+
+// errClose ends a connection with a close code.
+type errClose struct {
+	code   websocket.StatusCode
+	reason string
+}
+
+func (e *errClose) Error() string { return fmt.Sprintf("close %d: %s", e.code, e.reason) }
+
+func closeWith(code websocket.StatusCode, format string, args ...any) error {
+	return &errClose{code: code, reason: fmt.Sprintf(format, args...)}
+}
+
+// handleWS upgrades the request and serves the session until it ends.
+func (s *Server) handleWS(ec echo.Context) error {
+	r, w := ec.Request(), ec.Response()
+	if s.draining.Load() {
+		return echo.NewHTTPError(http.StatusServiceUnavailable, "server is shutting down")
+	}
+	codec, ok := negotiate(r)
+	if !ok {
+		return echo.NewHTTPError(http.StatusBadRequest, "unsupported subprotocol: offer "+wire.JSON.Subprotocol()+" or "+wire.Msgpack.Subprotocol())
+	}
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:   []string{codec.Subprotocol()},
+		OriginPatterns: s.cfg.AllowOrigins,
+	})
+	if err != nil {
+		s.metrics.rejected.WithLabelValues("upgrade").Inc()
+		return nil // Accept has answered; the connection is hijacked or failed
+	}
+	ws.SetReadLimit(s.cfg.MaxFrameBytes)
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{
+		s: s, ws: ws, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
+		limiter: rate.NewLimiter(rate.Limit(s.cfg.WriteRate), s.cfg.WriteBurst),
+		wake:    make(chan struct{}, 1), subs: make(map[uint64]*sub),
+	}
+	if !s.addConn(c) {
+		cancel()
+		s.metrics.rejected.WithLabelValues("full").Inc()
+		ws.Close(wire.CloseServerFull, "server full")
+		return nil
+	}
+	defer s.removeConn(c)
+	s.metrics.connections.Inc()
+	defer s.metrics.connections.Dec()
+	c.serve()
+	return nil
+}
+
+// negotiate picks the codec from the offered subprotocols: the first one
+// we know, or JSON when none is offered.
+func negotiate(r *http.Request) (wire.Codec, bool) {
+	var offered []string
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(h, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				offered = append(offered, p)
+			}
+		}
+	}
+	if len(offered) == 0 {
+		return wire.JSON, true
+	}
+	for _, p := range offered {
+		if c, ok := wire.ForSubprotocol(p); ok && p != "" {
+			return c, true
+		}
+	}
+	return nil, false
+}
+
+// serve runs the session: the writer in its own goroutine, the reader
+// here. When either ends, the socket is closed and both are waited for.
+func (c *conn) serve() {
+	c.lastRead.Store(time.Now().UnixNano())
+	c.writing.Add(1)
+	go c.writeLoop()
+	c.startHeartbeat()
+
+	err := c.readLoop()
+	code, reason := websocket.StatusNormalClosure, ""
+	var ce *errClose
+	switch {
+	case errors.As(err, &ce):
+		code, reason = ce.code, ce.reason
+	case websocket.CloseStatus(err) != -1: // the peer closed
+		code = -1
+	case err != nil:
+		code = -1 // network error: nothing to say
+	}
+	c.end(code, reason)
+}
+
+// end stops the writer after it flushed what is queued, closes the socket
+// with code (-1: just drop it) and releases the subscriptions. It runs
+// once; concurrent callers wait for it.
+func (c *conn) end(code websocket.StatusCode, reason string) {
+	c.endOnce.Do(func() {
+		c.mu.Lock()
+		c.closing = true
+		subs := c.subs
+		c.subs = nil
+		for _, s := range subs {
+			s.gone = true
+		}
+		c.mu.Unlock()
+		for _, s := range subs {
+			s.w.Close()
+		}
+		c.flushAndStop()
+		c.mu.Lock()
+		timers := c.timers
+		c.timers = nil
+		c.mu.Unlock()
+		for _, t := range timers {
+			t.Stop()
+		}
+		if code >= 0 {
+			c.ws.Close(code, reason)
+		} else {
+			c.ws.CloseNow()
+		}
+		if c.sess != nil {
+			c.s.sessions.detach(c.sess, c)
+		}
+		c.s.metrics.subscriptions.Sub(float64(len(subs)))
+	})
+}
+
+// flushAndStop lets the writer send what is queued (within the write
+// timeout), then stops it.
+func (c *conn) flushAndStop() {
+	c.signal()
+	done := make(chan struct{})
+	go func() { c.writing.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(c.s.cfg.WriteTimeout):
+	}
+	c.cancel()
+	<-done
+}
+
+// shutdown is called by Server.Shutdown (which already refuses new
+// writes): it waits for the request being handled to be answered, takes
+// no more, flushes what is queued and closes with 1012.
+func (c *conn) shutdown() {
+	c.inflight.Lock()
+	c.stopping = true
+	c.inflight.Unlock()
+	c.end(websocket.StatusServiceRestart, "server shutting down; reconnect")
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// markReady is the watchers' Notify: it runs under a room lock and must
+// not block.
+func (c *conn) markReady(s *sub) {
+	c.mu.Lock()
+	if !s.queued && c.subs != nil {
+		s.queued = true
+		c.ready = append(c.ready, s)
+	}
+	c.mu.Unlock()
+	c.signal()
+}
+
+// reply queues one encoded message for the writer.
+func (c *conn) reply(msg any) {
+	c.mu.Lock()
+	b, err := c.codec.Append(c.pending, msg)
+	if err == nil {
+		c.pending = b
+	}
+	c.mu.Unlock()
+	if err != nil {
+		c.s.log.Error("server: cannot encode reply", "err", err)
+		return
+	}
+	c.signal()
+}
+
+func (c *conn) replyErr(id uint64, e *Error) {
+	c.reply(&wire.Err{T: wire.TErr, ID: id, Code: e.Code, Message: e.Message, Key: e.Key, ModRev: e.ModRev, Rev: e.Rev})
+}
+
+// writeLoop sends frames until the connection ends.
+func (c *conn) writeLoop() {
+	defer c.writing.Done()
+	var frame []byte
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.wake:
+		}
+		for {
+			var closing bool
+			frame, closing = c.collect(frame[:0])
+			if len(frame) == 0 {
+				if closing {
+					return
+				}
+				break
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.WriteTimeout)
+			err := c.ws.Write(ctx, c.codec.MessageType(), frame)
+			slow := ctx.Err() == context.DeadlineExceeded
+			cancel()
+			if err != nil {
+				if slow {
+					c.s.metrics.slowCloses.Inc()
+					c.ws.Close(wire.CloseSlowConsumer, "socket did not drain within the write timeout")
+				}
+				c.cancel()
+				return
+			}
+			c.s.metrics.bytesOut.Add(float64(len(frame)))
+			c.s.metrics.framesOut.Inc()
+			if cap(frame) > 64<<10 {
+				frame = nil // do not keep a burst's buffer on an idle connection
+			}
+		}
+	}
+}
+
+// collect appends the pending replies and the ready subscriptions'
+// messages to frame, up to maxFrame. closing reports that the connection
+// is ending and nothing more will be queued.
+func (c *conn) collect(frame []byte) ([]byte, bool) {
+	c.mu.Lock()
+	frame = append(frame, c.pending...)
+	c.pending = c.pending[:0]
+	if cap(c.pending) > 64<<10 {
+		c.pending = nil
+	}
+	ready := c.ready
+	c.ready = nil
+	var later []*sub
+	for _, s := range ready {
+		s.queued = false
+	}
+	closing := c.closing
+	c.mu.Unlock()
+
+	var msgs []rooms.Message
+	for i, s := range ready {
+		if len(frame) >= maxFrame {
+			later = append(later, ready[i:]...)
+			break
+		}
+		c.mu.Lock()
+		active, gone := s.active, s.gone
+		c.mu.Unlock()
+		if !active && !gone {
+			later = append(later, s) // its ok is not queued yet
+			continue
+		}
+		var err error
+		msgs, err = s.w.Drain(msgs[:0])
+		for _, m := range msgs {
+			frame = c.appendMessage(frame, s, m)
+		}
+		c.s.metrics.countDelivered(msgs)
+		if err != nil && !gone {
+			frame = c.appendEnded(frame, s, err)
+		}
+	}
+	clear(msgs)
+	if len(later) > 0 {
+		for _, s := range later {
+			c.markReady(s)
+		}
+	}
+	return frame, closing && len(frame) == 0 && len(later) == 0
+}
+
+// appendMessage encodes one watcher message of s.
+func (c *conn) appendMessage(frame []byte, s *sub, m rooms.Message) []byte {
+	var err error
+	switch m.Kind {
+	case rooms.KindEvents, rooms.KindCoalesced:
+		t := wire.TEvents
+		if m.Kind == rooms.KindCoalesced {
+			t = wire.TCoalesced
+		}
+		slot := c.slot + boolSlot(s.prev)
+		list := m.Change.Encoded(slot, encoders[slot])
+		return c.codec.AppendEvents(frame, t, s.id, m.Rev, list)
+	case rooms.KindSynced:
+		frame, err = c.codec.Append(frame, &wire.Mark{T: wire.TSynced, S: s.id, Rev: m.Rev})
+	case rooms.KindProgress:
+		frame, err = c.codec.Append(frame, &wire.Mark{T: wire.TProgress, S: s.id, Rev: m.Rev})
+	case rooms.KindSnapshot:
+		frame, err = c.codec.Append(frame, &wire.Snapshot{T: wire.TSnapshot, S: s.id, Epoch: m.Epoch,
+			Rev: m.Rev, Reason: m.Reason.String(), Items: wireItems(m.Items)})
+	}
+	if err != nil {
+		c.s.log.Error("server: cannot encode a subscription message", "err", err)
+	}
+	return frame
+}
+
+// appendEnded tells the client the server ended subscription s.
+func (c *conn) appendEnded(frame []byte, s *sub, err error) []byte {
+	c.mu.Lock()
+	if c.subs != nil && c.subs[s.id] == s {
+		delete(c.subs, s.id)
+		c.s.metrics.subscriptions.Dec()
+	}
+	c.mu.Unlock()
+	msg := "room reset; subscribe again from your last revision"
+	if errors.Is(err, rooms.ErrClosed) {
+		msg = "server is shutting down"
+	}
+	frame, _ = c.codec.Append(frame, &wire.Unsubscribed{T: wire.TUnsubscribed, S: s.id, Code: wire.CodeUnavailable, Message: msg})
+	return frame
+}
+
+// startHeartbeat closes the socket with 4001 when nothing was read for two
+// ping intervals, and with 4005 when connect does not come in time.
+func (c *conn) startHeartbeat() {
+	iv := c.s.cfg.PingInterval
+	var check func()
+	var t *time.Timer
+	check = func() {
+		if c.ctx.Err() != nil {
+			return
+		}
+		idle := time.Since(time.Unix(0, c.lastRead.Load()))
+		if idle > 2*iv {
+			c.ws.Close(wire.CloseHeartbeatTimeout, "nothing received for two ping intervals")
+			return
+		}
+		t.Reset(iv)
+	}
+	t = time.AfterFunc(iv, check)
+	c.addTimer(t)
+	c.addTimer(time.AfterFunc(c.s.cfg.ConnectTimeout, func() {
+		c.mu.Lock()
+		connected := c.sess != nil
+		c.mu.Unlock()
+		if !connected {
+			c.ws.Close(wire.CloseConnectTimeout, "no connect message in time")
+		}
+	}))
+}
+
+// addTimer registers t to be stopped when the connection ends.
+func (c *conn) addTimer(t *time.Timer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		t.Stop()
+		return
+	}
+	c.timers = append(c.timers, t)
+}

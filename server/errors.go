@@ -1,0 +1,54 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"github.com/statecast/statecast/server/wire"
+	"github.com/statecast/statecast/store"
+)
+
+// Error is a protocol error: a code from the table and a message safe to
+// show a user. HTTP handlers map Code to a status.
+type Error struct {
+	Code    string
+	Message string
+	Key     string // conflict: the failing key
+	ModRev  uint64 // conflict: its current mod_rev
+	Rev     uint64 // conflict: the room's head
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func newError(code, msg string) *Error { return &Error{Code: code, Message: msg} }
+
+// errorOf maps an error from the store, the engine or a handler to a
+// protocol error. A write that failed for a reason not known to leave the
+// store untouched is reported as outcome_unknown, never as not applied.
+func errorOf(err error, write bool) *Error {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	var ce *store.ConflictError
+	if errors.As(err, &ce) {
+		return &Error{Code: wire.CodeConflict, Message: ce.Error(), Key: ce.Key, ModRev: ce.ModRev, Rev: ce.Rev}
+	}
+	switch {
+	case errors.Is(err, store.ErrInvalidRoom):
+		return newError(wire.CodeInvalidRoom, err.Error())
+	case errors.Is(err, store.ErrInvalidKey), errors.Is(err, store.ErrDuplicateKey):
+		return newError(wire.CodeInvalidKey, err.Error())
+	case errors.Is(err, store.ErrValueTooLarge), errors.Is(err, store.ErrTooManyOps):
+		return newError(wire.CodeTooLarge, err.Error())
+	case errors.Is(err, store.ErrInvalidOp), errors.Is(err, store.ErrEmptyWrite), errors.Is(err, store.ErrCrossRoom):
+		return newError(wire.CodeBadRequest, err.Error())
+	case errors.Is(err, store.ErrClosed):
+		return newError(wire.CodeUnavailable, "server is shutting down")
+	case write && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+		return newError(wire.CodeOutcomeUnknown, "the store did not confirm the write in time; it may or may not have been applied")
+	case write:
+		return newError(wire.CodeOutcomeUnknown, "the store failed while writing; the write may or may not have been applied")
+	}
+	return newError(wire.CodeInternal, "internal error")
+}

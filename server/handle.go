@@ -1,0 +1,336 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server/wire"
+	"github.com/statecast/statecast/store"
+)
+
+// readLoop reads frames and handles their requests in order until the
+// connection ends. Its error says how: an *errClose, or the read error.
+func (c *conn) readLoop() error {
+	for {
+		_, data, err := c.ws.Read(c.ctx)
+		if err != nil {
+			return err
+		}
+		c.lastRead.Store(time.Now().UnixNano())
+		reqs, err := c.codec.DecodeRequests(data)
+		var bad *wire.ValueError
+		if err != nil && !errors.As(err, &bad) {
+			return closeWith(websocket.StatusInvalidFramePayloadData, "cannot decode message: %v", err)
+		}
+		for i := range reqs {
+			if e := bad.At(i); e != nil { // a value with no JSON equivalent
+				c.replyErr(reqs[i].ID, newError(wire.CodeInvalidValue, e.Error()))
+				continue
+			}
+			if err := c.handleOne(&reqs[i]); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// handleOne handles one request under the inflight lock, so a graceful
+// shutdown waits for it to be answered.
+func (c *conn) handleOne(r *wire.Request) error {
+	c.inflight.Lock()
+	defer c.inflight.Unlock()
+	if c.stopping {
+		if isWrite(r.T) {
+			c.replyErr(r.ID, newError(wire.CodeUnavailable, "server is shutting down; nothing was written"))
+		}
+		return nil
+	}
+	if c.sess == nil && r.T != wire.TConnect {
+		return closeWith(wire.CloseProtocolError, "the first message must be connect, got %q", r.T)
+	}
+	switch r.T {
+	case wire.TConnect:
+		return c.connect(r)
+	case wire.TAuth:
+		c.refreshAuth(r)
+	case wire.TPing:
+		c.reply(&wire.Pong{T: wire.TPong})
+	case wire.TSub:
+		c.subscribe(r)
+	case wire.TUnsub:
+		c.unsubscribe(r)
+	case wire.TPut, wire.TDel, wire.TTxn:
+		c.write(r)
+	default:
+		return closeWith(wire.CloseProtocolError, "unknown message type %q", r.T)
+	}
+	return nil
+}
+
+func isWrite(t string) bool { return t == wire.TPut || t == wire.TDel || t == wire.TTxn }
+
+// connect authenticates the session and takes over a previous one when
+// its resume secret matches.
+func (c *conn) connect(r *wire.Request) error {
+	if c.sess != nil {
+		return closeWith(wire.CloseProtocolError, "connect sent twice")
+	}
+	claims, err := c.s.verify(r.Token)
+	if err != nil {
+		c.s.metrics.authFailures.Inc()
+		if errors.Is(err, ErrTokenExpired) {
+			return closeWith(wire.CloseTokenExpired, "token expired")
+		}
+		return closeWith(wire.CloseUnauthorized, "unauthorized: %v", err)
+	}
+	c.claims.Store(claims)
+	sess, resumed, old := c.s.sessions.open(c, r.Session, r.Resume)
+	if old != nil {
+		go old.end(wire.CloseSessionReplaced, "session taken over by another connection")
+	}
+	c.mu.Lock()
+	c.sess = sess
+	c.mu.Unlock()
+	msg := &wire.Connected{T: wire.TConnected, V: 1, Session: sess.id, Resume: sess.resume, Resumed: resumed,
+		PingMS: c.s.cfg.PingInterval.Milliseconds(), LeaseGraceMS: c.s.cfg.LeaseGrace.Milliseconds()}
+	if c.s.cfg.Auth != nil {
+		msg.ExpiresMS = time.Until(claims.Expiry).Milliseconds()
+		c.watchExpiry(claims)
+	}
+	c.reply(msg)
+	return nil
+}
+
+// verify returns the claims of token, or anonymous claims when the server
+// has no auth configured.
+func (s *Server) verify(token string) (*Claims, error) {
+	if s.cfg.Auth == nil {
+		return AnonymousClaims(), nil
+	}
+	return s.cfg.Auth.Verify(token)
+}
+
+// watchExpiry asks for a refresh 30 s before claims expire and ends the
+// session when they do.
+func (c *conn) watchExpiry(claims *Claims) {
+	in := time.Until(claims.Expiry)
+	c.addTimer(time.AfterFunc(max(in-30*time.Second, 0), func() {
+		if c.claims.Load() == claims {
+			c.reply(&wire.Refresh{T: wire.TRefresh, ExpiresMS: time.Until(claims.Expiry).Milliseconds()})
+		}
+	}))
+	c.addTimer(time.AfterFunc(in, func() {
+		if c.claims.Load() == claims {
+			go c.end(wire.CloseTokenExpired, "token expired")
+		}
+	}))
+}
+
+func (c *conn) refreshAuth(r *wire.Request) {
+	if c.s.cfg.Auth == nil {
+		c.reply(&wire.OK{T: wire.TOK, ID: r.ID})
+		return
+	}
+	claims, err := c.s.cfg.Auth.Verify(r.Token)
+	if err != nil {
+		c.s.metrics.authFailures.Inc()
+		c.replyErr(r.ID, newError(wire.CodeUnauthorized, err.Error()))
+		return
+	}
+	if old := c.claims.Load(); old.Subject != claims.Subject {
+		c.replyErr(r.ID, newError(wire.CodeUnauthorized, "a refreshed token must have the same subject"))
+		return
+	}
+	c.claims.Store(claims)
+	c.watchExpiry(claims)
+	c.reply(&wire.OK{T: wire.TOK, ID: r.ID})
+}
+
+func (c *conn) subscribe(r *wire.Request) {
+	if err := store.ValidRoom(r.Room); err != nil {
+		c.replyErr(r.ID, errorOf(err, false))
+		return
+	}
+	claims := c.claims.Load()
+	prefixes := r.Prefixes
+	if len(prefixes) == 0 {
+		prefixes = []string{""}
+	}
+	for _, p := range prefixes {
+		if !claims.CanRead(r.Room, p) {
+			c.replyErr(r.ID, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", p, r.Room)))
+			return
+		}
+	}
+	c.mu.Lock()
+	_, dup := c.subs[r.ID]
+	n := len(c.subs)
+	c.mu.Unlock()
+	switch {
+	case dup:
+		c.replyErr(r.ID, newError(wire.CodeBadRequest, fmt.Sprintf("subscription %d already exists", r.ID)))
+		return
+	case n >= c.s.cfg.MaxSubscriptions:
+		c.replyErr(r.ID, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions per connection", c.s.cfg.MaxSubscriptions)))
+		return
+	}
+	s := &sub{id: r.ID, room: r.Room, prev: r.Prev}
+	opts := rooms.WatchOptions{Prefixes: prefixes, Notify: func() { c.markReady(s) }}
+	if r.From != nil {
+		opts.From = &rooms.Position{Epoch: r.From.Epoch, Rev: r.From.Rev}
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.StoreTimeout)
+	w, err := c.s.engine.Watch(ctx, r.Room, opts)
+	cancel()
+	if err != nil {
+		c.replyErr(r.ID, errorOf(err, false))
+		return
+	}
+	s.w = w
+	c.s.metrics.countStart(opts.From)
+	// The ok goes out before any message of the subscription: the writer
+	// holds back a sub until it is active.
+	c.mu.Lock()
+	if c.subs == nil { // the connection ended meanwhile
+		c.mu.Unlock()
+		w.Close()
+		return
+	}
+	c.subs[r.ID] = s
+	c.pending, _ = c.codec.Append(c.pending, &wire.OK{T: wire.TOK, ID: r.ID})
+	s.active = true
+	c.mu.Unlock()
+	c.s.metrics.subscriptions.Inc()
+	c.signal()
+}
+
+func (c *conn) unsubscribe(r *wire.Request) {
+	c.mu.Lock()
+	s := c.subs[r.Sub]
+	if s != nil {
+		delete(c.subs, r.Sub)
+		s.gone = true
+	}
+	c.mu.Unlock()
+	if s == nil {
+		c.replyErr(r.ID, newError(wire.CodeNotFound, fmt.Sprintf("no subscription %d", r.Sub)))
+		return
+	}
+	// Close before the ok: the writer drains what the watcher still holds
+	// ahead of the ok, and nothing of it after.
+	s.w.Close()
+	c.s.metrics.subscriptions.Dec()
+	c.reply(&wire.OK{T: wire.TOK, ID: r.ID})
+}
+
+// write applies a put, del or txn.
+func (c *conn) write(r *wire.Request) {
+	if c.s.draining.Load() {
+		c.replyErr(r.ID, newError(wire.CodeUnavailable, "server is shutting down; nothing was written"))
+		return
+	}
+	if !c.limiter.Allow() {
+		c.s.metrics.rateLimited.Inc()
+		c.replyErr(r.ID, newError(wire.CodeRateLimited, fmt.Sprintf("more than %g writes per second on this connection", c.s.cfg.WriteRate)))
+		return
+	}
+	w, err := c.toWrite(r)
+	if err != nil {
+		c.replyErr(r.ID, errorOf(err, false))
+		return
+	}
+	res, err := c.s.apply(c.ctx, r.Room, w, c.claims.Load())
+	if err != nil {
+		c.replyErr(r.ID, errorOf(err, true))
+		return
+	}
+	c.reply(&wire.OK{T: wire.TOK, ID: r.ID, Rev: res.Rev})
+}
+
+// toWrite turns a put, del or txn request into a store write, resolving
+// "session" leases to this session's lease.
+func (c *conn) toWrite(r *wire.Request) (store.Write, error) {
+	lease := func(l string) string {
+		if l == "session" {
+			return c.sess.lease
+		}
+		return l
+	}
+	switch r.T {
+	case wire.TPut:
+		if r.Value == nil {
+			return store.Write{}, newError(wire.CodeBadRequest, "put needs a value")
+		}
+		w := store.Write{Ops: []store.Op{{Type: store.OpPut, Key: r.Key, Value: r.Value, Lease: lease(r.Lease)}}}
+		if r.IfRev != nil {
+			w.Conds = []store.Cond{{Key: r.Key, ModRev: *r.IfRev}}
+		}
+		return w, nil
+	case wire.TDel:
+		w := store.Delete(r.Key)
+		if r.IfRev != nil {
+			w.Conds = []store.Cond{{Key: r.Key, ModRev: *r.IfRev}}
+		}
+		return w, nil
+	}
+	var w store.Write
+	for _, cond := range r.If {
+		w.Conds = append(w.Conds, store.Cond{Key: cond.Key, ModRev: cond.ModRev})
+	}
+	for _, op := range r.Ops {
+		switch op.Op {
+		case "put":
+			if op.Value == nil {
+				return store.Write{}, newError(wire.CodeBadRequest, fmt.Sprintf("put of %q needs a value", op.Key))
+			}
+			w.Ops = append(w.Ops, store.Op{Type: store.OpPut, Key: op.Key, Value: op.Value, Lease: lease(op.Lease)})
+		case "del":
+			w.Ops = append(w.Ops, store.Op{Type: store.OpDelete, Key: op.Key})
+		default:
+			return store.Write{}, newError(wire.CodeBadRequest, fmt.Sprintf("unknown txn op %q (want put or del)", op.Op))
+		}
+	}
+	return w, nil
+}
+
+// apply checks permissions and leases, then commits w to room. It is the
+// one write path of every surface (WebSocket, HTTP, leases excepted).
+func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *Claims) (store.Result, error) {
+	if err := store.ValidRoom(room); err != nil {
+		return store.Result{}, err
+	}
+	for _, op := range w.Ops {
+		if !claims.CanWrite(room, op.Key) {
+			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow writing %q in room %q", op.Key, room))
+		}
+		if op.Lease != "" && !s.leases.alive(op.Lease) {
+			return store.Result{}, newError(wire.CodeNotFound, fmt.Sprintf("lease %q does not exist or has ended", op.Lease))
+		}
+	}
+	for _, cond := range w.Conds {
+		if !claims.CanRead(room, cond.Key) {
+			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", cond.Key, room))
+		}
+	}
+	// A write the client gave up on still runs to its end: its outcome is
+	// decided by the store, not by who is still listening.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	defer cancel()
+	start := time.Now()
+	res, err := s.engine.Apply(ctx, room, w)
+	s.metrics.observeWrite(start, err)
+	if err != nil {
+		return res, err
+	}
+	for _, ev := range res.Events {
+		if ev.Type == store.OpPut && ev.KV.Lease != "" {
+			s.leases.attach(ev.KV.Lease, room, ev.KV.Key, ev.KV.ModRev)
+		}
+	}
+	return res, nil
+}

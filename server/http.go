@@ -1,0 +1,469 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server/wire"
+	"github.com/statecast/statecast/store"
+)
+
+// The HTTP API: the same rooms, revisions, error codes and value rules as
+// the WebSocket protocol, for clients that read and write with plain
+// requests (game servers, scripts, the CLI). Watching is Server-Sent
+// Events (sse.go). Every route httpClaimss with a bearer token.
+
+const (
+	minLeaseTTL = time.Second
+	maxLeaseTTL = time.Hour
+	// smallBodyBytes bounds bodies that only carry a few numbers.
+	smallBodyBytes = 4 << 10
+	// ttlLeasePrefix starts every TTL lease id (lessor.grant). The HTTP API
+	// accepts only those, so it can neither end nor borrow a WebSocket
+	// session's lease, whose id derives from the session id.
+	ttlLeasePrefix = "ttl_"
+)
+
+// replyJSON answers 200 with v as compact JSON. Unlike c.JSON it does not
+// escape '<', '>' and '&', so values read back with the text they were
+// stored with, as over the WebSocket.
+func replyJSON(c echo.Context, v any) error {
+	b, err := compactJSON(v)
+	if err != nil {
+		return err
+	}
+	return c.JSONBlob(http.StatusOK, b)
+}
+
+func (s *Server) apiRoutes(g *echo.Group) {
+	g.GET("/rooms/:room/kv", s.handleList)
+	g.GET("/rooms/:room/kv/*", s.handleGet)
+	g.PUT("/rooms/:room/kv/*", s.handlePut)
+	g.DELETE("/rooms/:room/kv/*", s.handleDelete)
+	g.POST("/rooms/:room/txn", s.handleTxn)
+	g.GET("/rooms/:room/watch", s.handleWatch)
+	g.POST("/leases", s.handleLeaseGrant)
+	g.POST("/leases/:id/keepalive", s.handleLeaseKeepAlive)
+	g.DELETE("/leases/:id", s.handleLeaseRevoke)
+}
+
+type revReply struct {
+	Rev uint64 `json:"rev"`
+}
+
+type listReply struct {
+	Epoch string      `json:"epoch"`
+	Rev   uint64      `json:"rev"`
+	Items []wire.Item `json:"items"`
+}
+
+type leaseReply struct {
+	ID    string `json:"id"`
+	TTLMS int64  `json:"ttl_ms"`
+}
+
+type revokeReply struct {
+	ID   string `json:"id"`
+	Keys int    `json:"keys"`
+}
+
+// httpClaims returns the claims of the request's bearer token. The
+// watch route also takes ?access_token=, since EventSource cannot set
+// headers; nothing here logs a token or a URL carrying one.
+func (s *Server) httpClaims(c echo.Context, fromQuery bool) (*Claims, error) {
+	token := ""
+	if scheme, t, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " "); ok && strings.EqualFold(scheme, "Bearer") {
+		token = strings.TrimSpace(t)
+	}
+	if token == "" && fromQuery {
+		token = c.QueryParam("access_token")
+	}
+	claims, err := s.verify(token)
+	if err == nil {
+		return claims, nil
+	}
+	s.metrics.authFailures.Inc()
+	h := c.Response().Header()
+	switch {
+	case errors.Is(err, ErrTokenMissing):
+		h.Set(echo.HeaderWWWAuthenticate, `Bearer`)
+		return nil, newError(wire.CodeUnauthorized, "a bearer token is required")
+	case errors.Is(err, ErrTokenExpired):
+		h.Set(echo.HeaderWWWAuthenticate, `Bearer error="invalid_token", error_description="token expired"`)
+		return nil, newError(wire.CodeUnauthorized, "token expired")
+	}
+	h.Set(echo.HeaderWWWAuthenticate, `Bearer error="invalid_token"`)
+	return nil, newError(wire.CodeUnauthorized, "invalid token: "+err.Error())
+}
+
+// pathParam returns a path parameter decoded exactly once. Echo routes on
+// the raw (escaped) path whenever it differs from the default encoding,
+// and then hands out parameters still escaped; otherwise they are the
+// decoded path's. So "a%2Fb" names the key "a/b" and "a%252F" names "a%2F".
+func pathParam(c echo.Context, name string) (string, error) {
+	v := c.Param(name)
+	if c.Request().URL.RawPath == "" {
+		return v, nil
+	}
+	u, err := url.PathUnescape(v)
+	if err != nil {
+		return "", newError(wire.CodeBadRequest, fmt.Sprintf("path parameter %s is not properly escaped", name))
+	}
+	return u, nil
+}
+
+// httpTarget reads and validates the room and, with key, the key of the path.
+func (s *Server) httpTarget(c echo.Context, withKey bool) (room, key string, err error) {
+	if room, err = pathParam(c, "room"); err != nil {
+		return "", "", err
+	}
+	if err := store.ValidRoom(room); err != nil {
+		return "", "", errorOf(err, false)
+	}
+	if !withKey {
+		return room, "", nil
+	}
+	if key, err = pathParam(c, "*"); err != nil {
+		return "", "", err
+	}
+	if err := s.storeLimits().ValidKey(key); err != nil {
+		return "", "", errorOf(err, false)
+	}
+	return room, key, nil
+}
+
+// storeLimits returns the store's write limits, for checks made before a
+// request reaches the store (which checks again).
+func (s *Server) storeLimits() store.Limits {
+	if l, ok := s.store.(interface{ Limits() store.Limits }); ok {
+		return l.Limits().WithDefaults()
+	}
+	return store.Limits{}.WithDefaults()
+}
+
+func forbiddenRead(room, what string) *Error {
+	return newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", what, room))
+}
+
+// readError maps a failed read or watch: an engine or store that is
+// closing, or did not answer in time, is unavailable (retry elsewhere),
+// not a bug.
+func readError(err error) *Error {
+	if isUnavailable(err) {
+		return newError(wire.CodeUnavailable, "the room is unavailable on this node; retry")
+	}
+	return errorOf(err, false)
+}
+
+func isUnavailable(err error) bool {
+	for _, e := range []error{rooms.ErrClosed, rooms.ErrRoomReset, store.ErrClosed, context.DeadlineExceeded, context.Canceled} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) handleList(c echo.Context) error {
+	claims, err := s.httpClaims(c, false)
+	if err != nil {
+		return err
+	}
+	room, _, err := s.httpTarget(c, false)
+	if err != nil {
+		return err
+	}
+	prefix := c.QueryParam("prefix")
+	if err := s.checkPrefixParam(prefix); err != nil {
+		return err
+	}
+	if !claims.CanRead(room, prefix) {
+		return forbiddenRead(room, prefix)
+	}
+	snap, err := s.engine.List(c.Request().Context(), room, prefix)
+	if err != nil {
+		return readError(err)
+	}
+	return replyJSON(c, listReply{Epoch: snap.Epoch, Rev: snap.Rev, Items: wireItems(snap.Items)})
+}
+
+// checkPrefixParam validates a key prefix; "" means every key.
+func (s *Server) checkPrefixParam(p string) error {
+	if p == "" {
+		return nil
+	}
+	if err := s.storeLimits().ValidKey(p); err != nil {
+		return newError(wire.CodeInvalidKey, "prefix: "+err.Error())
+	}
+	return nil
+}
+
+func (s *Server) handleGet(c echo.Context) error {
+	claims, err := s.httpClaims(c, false)
+	if err != nil {
+		return err
+	}
+	room, key, err := s.httpTarget(c, true)
+	if err != nil {
+		return err
+	}
+	if !claims.CanRead(room, key) {
+		return forbiddenRead(room, key)
+	}
+	// The key sorts first among the keys it prefixes, so it is the first
+	// item when present.
+	snap, err := s.engine.List(c.Request().Context(), room, key)
+	if err != nil {
+		return readError(err)
+	}
+	c.Response().Header().Set("X-Statecast-Rev", strconv.FormatUint(snap.Rev, 10))
+	if len(snap.Items) == 0 || snap.Items[0].Key != key {
+		return newError(wire.CodeNotFound, fmt.Sprintf("key %q does not exist in room %q", key, room))
+	}
+	return replyJSON(c, wireItem(snap.Items[0]))
+}
+
+// ifMatch reads the optional If-Match header: the mod_rev the key must
+// have (0 = must not exist). A quoted entity tag ("57") is accepted too.
+func ifMatch(c echo.Context) ([]store.Cond, error) {
+	h := c.Request().Header.Get("If-Match")
+	if h == "" {
+		return nil, nil
+	}
+	v := strings.TrimSpace(h)
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+	}
+	rev, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return nil, newError(wire.CodeBadRequest, "If-Match must be a key's mod_rev (an unsigned integer; 0 = must not exist)")
+	}
+	return []store.Cond{{ModRev: rev}}, nil
+}
+
+// readBody reads at most limit bytes of the request body; more is
+// too_large.
+func readBody(c echo.Context, limit int64) ([]byte, error) {
+	r := c.Request()
+	b, err := io.ReadAll(http.MaxBytesReader(c.Response().Writer, r.Body, limit))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, newError(wire.CodeTooLarge, fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
+	case err != nil:
+		return nil, newError(wire.CodeBadRequest, "cannot read the request body")
+	}
+	return b, nil
+}
+
+// httpWritable refuses writes while the server shuts down.
+func (s *Server) httpWritable() error {
+	if s.draining.Load() {
+		return newError(wire.CodeUnavailable, "server is shutting down; nothing was written")
+	}
+	return nil
+}
+
+// leaseParam checks a lease id given by an HTTP writer: TTL leases only.
+func leaseParam(id string) error {
+	if id != "" && !strings.HasPrefix(id, ttlLeasePrefix) {
+		return newError(wire.CodeNotFound, fmt.Sprintf("no TTL lease %q (HTTP writes take TTL lease ids from POST /v1/leases)", id))
+	}
+	return nil
+}
+
+// httpCommit sends w through the one write path and answers {"rev"}.
+func (s *Server) httpCommit(c echo.Context, claims *Claims, room string, w store.Write) error {
+	res, err := s.apply(c.Request().Context(), room, w, claims)
+	if err != nil {
+		return errorOf(err, true)
+	}
+	return replyJSON(c, revReply{Rev: res.Rev})
+}
+
+func (s *Server) handlePut(c echo.Context) error {
+	claims, err := s.httpClaims(c, false)
+	if err != nil {
+		return err
+	}
+	if err := s.httpWritable(); err != nil {
+		return err
+	}
+	room, key, err := s.httpTarget(c, true)
+	if err != nil {
+		return err
+	}
+	conds, err := ifMatch(c)
+	if err != nil {
+		return err
+	}
+	lease := c.QueryParam("lease")
+	if err := leaseParam(lease); err != nil {
+		return err
+	}
+	body, err := readBody(c, int64(s.storeLimits().MaxValueBytes))
+	if err != nil {
+		return err
+	}
+	v, err := wire.ValueFromJSON(body)
+	if err != nil {
+		return newError(wire.CodeInvalidValue, "the body must be one JSON value: "+err.Error())
+	}
+	for i := range conds {
+		conds[i].Key = key
+	}
+	return s.httpCommit(c, claims, room, store.Write{Conds: conds,
+		Ops: []store.Op{{Type: store.OpPut, Key: key, Value: v, Lease: lease}}})
+}
+
+func (s *Server) handleDelete(c echo.Context) error {
+	claims, err := s.httpClaims(c, false)
+	if err != nil {
+		return err
+	}
+	if err := s.httpWritable(); err != nil {
+		return err
+	}
+	room, key, err := s.httpTarget(c, true)
+	if err != nil {
+		return err
+	}
+	conds, err := ifMatch(c)
+	if err != nil {
+		return err
+	}
+	for i := range conds {
+		conds[i].Key = key
+	}
+	// A missing key writes nothing; the store answers with the head.
+	return s.httpCommit(c, claims, room, store.Write{Conds: conds, Ops: []store.Op{{Type: store.OpDelete, Key: key}}})
+}
+
+// txnBody is the WebSocket txn request's shape.
+type txnBody struct {
+	If  []wire.Cond  `json:"if"`
+	Ops []wire.TxnOp `json:"ops"`
+}
+
+func (s *Server) handleTxn(c echo.Context) error {
+	claims, err := s.httpClaims(c, false)
+	if err != nil {
+		return err
+	}
+	if err := s.httpWritable(); err != nil {
+		return err
+	}
+	room, _, err := s.httpTarget(c, false)
+	if err != nil {
+		return err
+	}
+	// A transaction sent over a WebSocket must fit one frame; the same
+	// bound applies here.
+	body, err := readBody(c, s.cfg.MaxFrameBytes)
+	if err != nil {
+		return err
+	}
+	var t txnBody
+	if err := json.Unmarshal(body, &t); err != nil {
+		if errors.Is(err, wire.ErrInvalidValue) {
+			return newError(wire.CodeInvalidValue, err.Error())
+		}
+		return newError(wire.CodeBadRequest, `the body must be {"if":[{"key","mod_rev"}],"ops":[{"op":"put"|"del","key","value"?,"lease"?}]}`)
+	}
+	var w store.Write
+	for _, cond := range t.If {
+		w.Conds = append(w.Conds, store.Cond{Key: cond.Key, ModRev: cond.ModRev})
+	}
+	for _, op := range t.Ops {
+		switch op.Op {
+		case "put":
+			if op.Value == nil {
+				return newError(wire.CodeBadRequest, fmt.Sprintf("put of %q needs a value", op.Key))
+			}
+			if err := leaseParam(op.Lease); err != nil {
+				return err
+			}
+			w.Ops = append(w.Ops, store.Op{Type: store.OpPut, Key: op.Key, Value: op.Value, Lease: op.Lease})
+		case "del":
+			w.Ops = append(w.Ops, store.Op{Type: store.OpDelete, Key: op.Key})
+		default:
+			return newError(wire.CodeBadRequest, fmt.Sprintf("unknown txn op %q (want put or del)", op.Op))
+		}
+	}
+	return s.httpCommit(c, claims, room, w)
+}
+
+func (s *Server) handleLeaseGrant(c echo.Context) error {
+	if _, err := s.httpClaims(c, false); err != nil {
+		return err
+	}
+	if err := s.httpWritable(); err != nil {
+		return err
+	}
+	body, err := readBody(c, smallBodyBytes)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		TTLMS int64 `json:"ttl_ms"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return newError(wire.CodeBadRequest, `the body must be {"ttl_ms":N}`)
+	}
+	if req.TTLMS < minLeaseTTL.Milliseconds() || req.TTLMS > maxLeaseTTL.Milliseconds() {
+		return newError(wire.CodeBadRequest, fmt.Sprintf("ttl_ms must be between %d and %d", minLeaseTTL.Milliseconds(), maxLeaseTTL.Milliseconds()))
+	}
+	id := s.leases.grant(time.Duration(req.TTLMS) * time.Millisecond)
+	return replyJSON(c, leaseReply{ID: id, TTLMS: req.TTLMS})
+}
+
+func noLease(id string) *Error {
+	return newError(wire.CodeNotFound, fmt.Sprintf("lease %q does not exist or has ended", id))
+}
+
+func (s *Server) handleLeaseKeepAlive(c echo.Context) error {
+	if _, err := s.httpClaims(c, false); err != nil {
+		return err
+	}
+	id, err := pathParam(c, "id")
+	if err != nil {
+		return err
+	}
+	if leaseParam(id) != nil {
+		return noLease(id)
+	}
+	ttl, ok := s.leases.keepAlive(id)
+	if !ok {
+		return noLease(id)
+	}
+	return replyJSON(c, leaseReply{ID: id, TTLMS: ttl.Milliseconds()})
+}
+
+func (s *Server) handleLeaseRevoke(c echo.Context) error {
+	if _, err := s.httpClaims(c, false); err != nil {
+		return err
+	}
+	id, err := pathParam(c, "id")
+	if err != nil {
+		return err
+	}
+	if leaseParam(id) != nil {
+		return noLease(id)
+	}
+	n, ok := s.leases.revoke(id)
+	if !ok {
+		return noLease(id)
+	}
+	return replyJSON(c, revokeReply{ID: id, Keys: n})
+}

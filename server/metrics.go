@@ -1,0 +1,118 @@
+package server
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/store"
+)
+
+// metrics are the Prometheus collectors of one Server, registered on the
+// Registerer of its Config (no globals: two servers in one process, as in
+// tests, do not share counters).
+type metrics struct {
+	connections   prometheus.Gauge
+	subscriptions prometheus.Gauge
+	rejected      *prometheus.CounterVec // connections refused, by reason
+	writes        *prometheus.CounterVec // by outcome
+	writeLatency  prometheus.Histogram
+	delivered     *prometheus.CounterVec // subscription messages, by kind
+	deliveredBy   [8]prometheus.Counter  // delivered, resolved per rooms.Kind
+	snapshots     *prometheus.CounterVec // by reason: initial, compacted, epoch, slow
+	starts        *prometheus.CounterVec // subscriptions started: fresh or resume
+	bytesOut      prometheus.Counter
+	framesOut     prometheus.Counter
+	slowCloses    prometheus.Counter
+	rateLimited   prometheus.Counter
+	authFailures  prometheus.Counter
+	leasesEnded   prometheus.Counter
+	storeErrors   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		connections:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "statecast_connections", Help: "Open WebSocket connections."}),
+		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "statecast_subscriptions", Help: "Active subscriptions (WebSocket and SSE)."}),
+		rejected:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_connections_rejected_total", Help: "Connections refused, by reason."}, []string{"reason"}),
+		writes:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_writes_total", Help: "Writes (events in), by outcome."}, []string{"outcome"}),
+		writeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "statecast_write_seconds", Help: "Time to commit a write to the store.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		delivered:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_messages_out_total", Help: "Subscription messages sent (events out), by kind."}, []string{"kind"}),
+		snapshots:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_snapshots_total", Help: "Snapshots sent, by reason (compacted and epoch are resume fallbacks)."}, []string{"reason"}),
+		starts:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_subscribe_total", Help: "Subscriptions started, fresh or resuming."}, []string{"mode"}),
+		bytesOut:     prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_bytes_out_total", Help: "Bytes written to WebSockets."}),
+		framesOut:    prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_frames_out_total", Help: "WebSocket frames written (each may batch many messages)."}),
+		slowCloses:   prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_slow_consumer_closes_total", Help: "Sockets closed for not draining within the write timeout."}),
+		rateLimited:  prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_rate_limited_total", Help: "Writes refused by the per-connection rate limit."}),
+		authFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_auth_failures_total", Help: "Tokens refused."}),
+		leasesEnded:  prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_leases_ended_total", Help: "Leases ended (expired, released or revoked)."}),
+		storeErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_store_errors_total", Help: "Store operations that failed for a reason other than bad input or a conflict."}),
+	}
+	for k := rooms.KindEvents; k <= rooms.KindCoalesced; k++ {
+		m.deliveredBy[k] = m.delivered.WithLabelValues(k.String())
+	}
+	for _, c := range []prometheus.Collector{m.connections, m.subscriptions, m.rejected, m.writes, m.writeLatency,
+		m.delivered, m.snapshots, m.starts, m.bytesOut, m.framesOut, m.slowCloses, m.rateLimited, m.authFailures,
+		m.leasesEnded, m.storeErrors} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// observeWrite records one write's latency and outcome.
+func (m *metrics) observeWrite(start time.Time, err error) {
+	m.writeLatency.Observe(time.Since(start).Seconds())
+	var pe *Error
+	switch {
+	case err == nil:
+		m.writes.WithLabelValues("ok").Inc()
+	case errors.Is(err, store.ErrConflict):
+		m.writes.WithLabelValues("conflict").Inc()
+	case errors.As(err, &pe), isInputError(err):
+		m.writes.WithLabelValues("rejected").Inc()
+	default:
+		m.writes.WithLabelValues("error").Inc()
+		m.storeErrors.Inc()
+	}
+}
+
+func isInputError(err error) bool {
+	for _, e := range []error{store.ErrInvalidRoom, store.ErrInvalidKey, store.ErrValueTooLarge, store.ErrTooManyOps,
+		store.ErrDuplicateKey, store.ErrCrossRoom, store.ErrEmptyWrite, store.ErrInvalidOp} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// countStart counts a subscription start.
+func (m *metrics) countStart(from *rooms.Position) {
+	if from == nil {
+		m.starts.WithLabelValues("fresh").Inc()
+	} else {
+		m.starts.WithLabelValues("resume").Inc()
+	}
+}
+
+// countDelivered counts the messages of one drain, with one counter
+// update per kind present: this runs once per socket per fan-out.
+func (m *metrics) countDelivered(msgs []rooms.Message) {
+	var n [len(m.deliveredBy)]int
+	for _, msg := range msgs {
+		n[msg.Kind]++
+		if msg.Kind == rooms.KindSnapshot {
+			m.snapshots.WithLabelValues(msg.Reason.String()).Inc()
+		}
+	}
+	for k, c := range n {
+		if c > 0 {
+			m.deliveredBy[k].Add(float64(c))
+		}
+	}
+}

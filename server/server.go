@@ -1,0 +1,194 @@
+// Package server is statecast's network surface: the WebSocket protocol v1
+// (PROTOCOL.md), the HTTP API with Server-Sent Events, JWT auth, leases,
+// limits and metrics, on top of a rooms.Engine.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/store"
+)
+
+// Config configures a Server. Zero fields take the documented defaults.
+type Config struct {
+	Store  store.Store   // required: the durable truth
+	Engine *rooms.Engine // required: the room engine on Store
+
+	// Auth verifies tokens. Nil means anonymous access with full rights;
+	// the caller (cmd/statecast) allows that only on loopback addresses.
+	Auth *Authenticator
+
+	// AllowOrigins are extra Origin host patterns allowed to open
+	// WebSockets (path.Match syntax); the request's own host always is.
+	AllowOrigins []string
+
+	MaxFrameBytes    int64         // largest frame read; default 1 MiB
+	MaxSubscriptions int           // per connection; default 256
+	WriteRate        float64       // writes per second per connection; default 200
+	WriteBurst       int           // default 2 × WriteRate
+	MaxConnections   int           // per server; default 100,000
+	WriteTimeout     time.Duration // for one frame to a socket; default 10s
+	StoreTimeout     time.Duration // for one store write; default 5s
+	PingInterval     time.Duration // announced ping_ms; default 25s
+	ConnectTimeout   time.Duration // for the connect message; default 10s
+	LeaseGrace       time.Duration // session lease grace; default 5s
+
+	// Logger receives lifecycle messages; defaults to discarding.
+	Logger *slog.Logger
+	// Registerer receives the Prometheus collectors; default: a private
+	// registry, served at /metrics.
+	Registerer prometheus.Registerer
+	// Gatherer serves /metrics; defaults to the private registry.
+	Gatherer prometheus.Gatherer
+	// Static, when set, serves the demo and other files at /.
+	Static http.Handler
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = 1 << 20
+	}
+	if c.MaxSubscriptions <= 0 {
+		c.MaxSubscriptions = 256
+	}
+	if c.WriteRate <= 0 {
+		c.WriteRate = 200
+	}
+	if c.WriteBurst <= 0 {
+		c.WriteBurst = int(2 * c.WriteRate)
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = 100_000
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.StoreTimeout <= 0 {
+		c.StoreTimeout = 5 * time.Second
+	}
+	if c.PingInterval <= 0 {
+		c.PingInterval = 25 * time.Second
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.LeaseGrace <= 0 {
+		c.LeaseGrace = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		c.Registerer, c.Gatherer = reg, reg
+	}
+	if c.Gatherer == nil {
+		c.Gatherer = prometheus.DefaultGatherer
+	}
+	return c
+}
+
+// Server serves one node. All methods may be called concurrently.
+// New starts the lease keeper; Shutdown stops it and every connection.
+type Server struct {
+	cfg      Config
+	engine   *rooms.Engine
+	store    store.Store
+	echo     *echo.Echo
+	metrics  *metrics
+	leases   *lessor
+	sessions *sessions
+	log      *slog.Logger
+
+	draining atomic.Bool // refuse new writes and connections
+	connWG   sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+}
+
+// New returns a Server. It recovers the leases a previous process left in
+// the store: their keys are deleted after the lease grace unless a client
+// takes them over first.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Engine == nil {
+		return nil, errors.New("server: Config.Store and Config.Engine are required")
+	}
+	cfg = cfg.withDefaults()
+	s := &Server{
+		cfg: cfg, engine: cfg.Engine, store: cfg.Store, log: cfg.Logger,
+		conns: make(map[*conn]struct{}),
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	s.leases = newLessor(cfg.Engine, cfg.Logger, m)
+	s.sessions = newSessions(s.leases, cfg.LeaseGrace)
+	if err := s.leases.recover(ctx, cfg.Store, cfg.LeaseGrace); err != nil {
+		s.leases.close()
+		return nil, err
+	}
+	s.echo = s.routes()
+	return s, nil
+}
+
+// Handler returns the HTTP handler of every route.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Shutdown stops the node gracefully: new writes are refused with
+// unavailable, every connection flushes what it has queued and is closed
+// with 1012 (reconnect elsewhere), then the lease keeper stops. Writes
+// already taken are answered or failed before their socket closes, so no
+// acknowledged write is lost and no unacknowledged one is reported done.
+// It does not close the engine or the store.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.shutdown()
+	}
+	done := make(chan struct{})
+	go func() { s.connWG.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	s.sessions.close()
+	s.leases.close()
+	return err
+}
+
+func (s *Server) addConn(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining.Load() || len(s.conns) >= s.cfg.MaxConnections {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.connWG.Add(1)
+	return true
+}
+
+func (s *Server) removeConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.connWG.Done()
+}

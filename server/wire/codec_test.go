@@ -1,0 +1,511 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/coder/websocket"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+var codecs = []struct {
+	name string
+	c    Codec
+}{{"json", JSON}, {"msgpack", Msgpack}}
+
+func u64(v uint64) *uint64 { return &v }
+
+// A value using every JSON kind, with numbers that survive MessagePack
+// textually.
+const richValue = `{"name":"Dune","players":2,"f":1.5,"n":null,"a":[true,false,"x\n\"\\\u0001é😀"],` +
+	`"max":18446744073709551615,"min":-9223372036854775808,"e":1e+21,"o":{}}`
+
+func testEvents() []Event {
+	return []Event{
+		{Type: "put", Key: "games/7", Value: Value(richValue), CreateRev: 12, ModRev: 58, Version: 6, Lease: true,
+			Prev: &Item{Value: Value(`{"players":2}`), CreateRev: 12, ModRev: 57, Version: 5}},
+		{Type: "delete", Key: "games/9", ModRev: 58},
+		{Type: "put", Key: "k", Value: Value(`null`), CreateRev: 58, ModRev: 58, Version: 1},
+	}
+}
+
+// Every server message, and what a client decodes it to.
+func serverMessages() []struct {
+	name string
+	msg  any
+	want Message
+} {
+	items := []Item{
+		{Key: "a", Value: Value(`"Plan"`), CreateRev: 1, ModRev: 3, Version: 2},
+		{Key: "b", Value: Value(richValue), CreateRev: 2, ModRev: 2, Version: 1, Lease: true},
+	}
+	return []struct {
+		name string
+		msg  any
+		want Message
+	}{
+		{"connected", &Connected{T: TConnected, V: 1, Session: "s_1", Resume: "r_1", Resumed: true, PingMS: 25000, LeaseGraceMS: 5000, ExpiresMS: 3540000},
+			Message{T: TConnected, V: 1, Session: "s_1", Resume: "r_1", Resumed: true, PingMS: 25000, LeaseGraceMS: 5000, ExpiresMS: 3540000}},
+		{"connected-notoken", Connected{T: TConnected, V: 1, Session: "s_1", Resume: "r_2", PingMS: 25000, LeaseGraceMS: 5000},
+			Message{T: TConnected, V: 1, Session: "s_1", Resume: "r_2", PingMS: 25000, LeaseGraceMS: 5000}},
+		{"ok", &OK{T: TOK, ID: 2, Rev: 51}, Message{T: TOK, ID: 2, Rev: 51}},
+		{"ok-max", &OK{T: TOK, ID: 1<<64 - 1, Rev: 1<<64 - 1}, Message{T: TOK, ID: 1<<64 - 1, Rev: 1<<64 - 1}},
+		{"err", &Err{T: TErr, ID: 2, Code: CodeConflict, Message: `condition failed on key "games/7"`, Key: "games/7", ModRev: 48, Rev: 50},
+			Message{T: TErr, ID: 2, Code: CodeConflict, Message: `condition failed on key "games/7"`, Key: "games/7", ModRev: 48, Rev: 50}},
+		{"synced", &Mark{T: TSynced, S: 1, Rev: 64}, Message{T: TSynced, S: 1, Rev: 64}},
+		{"progress", &Mark{T: TProgress, S: 1, Rev: 80}, Message{T: TProgress, S: 1, Rev: 80}},
+		{"snapshot", &Snapshot{T: TSnapshot, S: 1, Epoch: "9f2c", Rev: 57, Reason: "initial", Items: items},
+			Message{T: TSnapshot, S: 1, Epoch: "9f2c", Rev: 57, Reason: "initial", Items: items}},
+		{"snapshot-empty", &Snapshot{T: TSnapshot, S: 3, Epoch: "e", Rev: 9, Reason: "epoch", Items: []Item{}},
+			Message{T: TSnapshot, S: 3, Epoch: "e", Rev: 9, Reason: "epoch", Items: []Item{}}},
+		{"events", &Message{T: TEvents, S: 1, Rev: 58, Events: testEvents()}, Message{T: TEvents, S: 1, Rev: 58, Events: testEvents()}},
+		{"coalesced", &Message{T: TCoalesced, S: 2, Rev: 60, Events: testEvents()[1:]}, Message{T: TCoalesced, S: 2, Rev: 60, Events: testEvents()[1:]}},
+		{"unsubscribed", &Unsubscribed{T: TUnsubscribed, S: 1, Code: CodeUnavailable, Message: "room reset"},
+			Message{T: TUnsubscribed, S: 1, Code: CodeUnavailable, Message: "room reset"}},
+		{"refresh", &Refresh{T: TRefresh, ExpiresMS: 30000}, Message{T: TRefresh, ExpiresMS: 30000}},
+		{"pong", &Pong{T: TPong}, Message{T: TPong}},
+	}
+}
+
+// Every client request.
+func clientRequests() []Request {
+	return []Request{
+		{T: TConnect, Token: "eyJ", Session: "s_2b9f", Resume: "r_77c1"},
+		{T: TConnect},
+		{T: TAuth, ID: 7, Token: "eyJ"},
+		{T: TPing},
+		{T: TSub, ID: 1, Room: "lobby:eu", Prefixes: []string{"games/", "presence/"}, From: &Position{Epoch: "9f2c", Rev: 42}, Prev: true},
+		{T: TSub, ID: 2, Room: "r", From: &Position{}},
+		{T: TUnsub, ID: 9, Sub: 1},
+		{T: TPut, ID: 2, Room: "lobby:eu", Key: "games/7", Value: Value(richValue), IfRev: u64(57), Lease: "session"},
+		{T: TPut, ID: 3, Room: "r", Key: "k", Value: Value(`null`), IfRev: u64(0)},
+		{T: TDel, ID: 3, Room: "lobby:eu", Key: "games/9", IfRev: u64(12)},
+		{T: TTxn, ID: 4, Room: "doc:42", If: []Cond{{Key: "title", ModRev: 7}, {Key: "new", ModRev: 0}},
+			Ops: []TxnOp{{Op: "put", Key: "title", Value: Value(`"Plan"`), Lease: "l_1"}, {Op: "del", Key: "items/3"}}},
+	}
+}
+
+func TestSubprotocols(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want Codec
+		ok   bool
+	}{{"", JSON, true}, {"statecast.v1.json", JSON, true}, {"statecast.v1.msgpack", Msgpack, true}, {"statecast.v2.json", nil, false}} {
+		if c, ok := ForSubprotocol(tc.name); c != tc.want || ok != tc.ok {
+			t.Errorf("ForSubprotocol(%q) = %v, %v", tc.name, c, ok)
+		}
+	}
+	if JSON.Subprotocol() != "statecast.v1.json" || JSON.MessageType() != websocket.MessageText {
+		t.Error("JSON codec identity")
+	}
+	if Msgpack.Subprotocol() != "statecast.v1.msgpack" || Msgpack.MessageType() != websocket.MessageBinary {
+		t.Error("msgpack codec identity")
+	}
+}
+
+func TestServerMessages(t *testing.T) {
+	for _, cd := range codecs {
+		for _, tc := range serverMessages() {
+			t.Run(cd.name+"/"+tc.name, func(t *testing.T) {
+				frame, err := cd.c.Append(nil, tc.msg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := cd.c.DecodeMessages(frame)
+				if err != nil {
+					t.Fatalf("%q: %v", frame, err)
+				}
+				if diff := cmp.Diff([]Message{tc.want}, got); diff != "" {
+					t.Errorf("%q (-want +got):\n%s", frame, diff)
+				}
+			})
+		}
+	}
+}
+
+func TestClientRequests(t *testing.T) {
+	for _, cd := range codecs {
+		for _, req := range clientRequests() {
+			t.Run(cd.name+"/"+req.T, func(t *testing.T) {
+				frame, err := cd.c.Append(nil, &req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := cd.c.DecodeRequests(frame)
+				if err != nil {
+					t.Fatalf("%q: %v", frame, err)
+				}
+				if diff := cmp.Diff([]Request{req}, got); diff != "" {
+					t.Errorf("%q (-want +got):\n%s", frame, diff)
+				}
+			})
+		}
+	}
+}
+
+// The exact encodings: compact JSON with the tag names, and compact
+// msgpack maps keyed by them.
+func TestExactEncoding(t *testing.T) {
+	for _, tc := range []struct {
+		msg       any
+		json      string
+		msgpackHx []byte
+	}{
+		{&OK{T: TOK, ID: 2, Rev: 51}, `{"t":"ok","id":2,"rev":51}`,
+			[]byte("\x83\xa1t\xa2ok\xa2id\x02\xa3rev\x33")},
+		{&OK{T: TOK, ID: 300}, `{"t":"ok","id":300}`,
+			[]byte("\x82\xa1t\xa2ok\xa2id\xcd\x01\x2c")},
+		{&Request{T: TPut, ID: 1, Key: "<&>", Value: Value(`{"a":"<b>"}`), IfRev: u64(0)},
+			`{"t":"put","id":1,"key":"<&>","value":{"a":"<b>"},"if_rev":0}`,
+			[]byte("\x85\xa1t\xa3put\xa2id\x01\xa3key\xa3<&>\xa5value\x81\xa1a\xa3<b>\xa6if_rev\x00")},
+		{&Item{Key: "k"}, `{"key":"k","value":null,"create_rev":0,"mod_rev":0,"version":0}`,
+			[]byte("\x85\xa3key\xa1k\xa5value\xc0\xaacreate_rev\x00\xa7mod_rev\x00\xa7version\x00")},
+	} {
+		got, err := JSON.Append(nil, tc.msg)
+		if err != nil || string(got) != tc.json {
+			t.Errorf("JSON %T = %s, %v; want %s", tc.msg, got, err, tc.json)
+		}
+		got, err = Msgpack.Append(nil, tc.msg)
+		if err != nil || !bytes.Equal(got, tc.msgpackHx) {
+			t.Errorf("msgpack %T = %q, %v; want %q", tc.msg, got, err, tc.msgpackHx)
+		}
+	}
+}
+
+// The examples of PROTOCOL.md decode as documented.
+func TestProtocolExamples(t *testing.T) {
+	frame := `{"t":"txn","id":4,"room":"doc:42","if":[{"key":"title","mod_rev":7}],` +
+		`"ops":[{"op":"put","key":"title","value":"Plan"},{"op":"del","key":"items/3"}]}` + "\n" +
+		`{"t":"sub","id":1,"room":"lobby:eu","prefixes":["games/","presence/"],"from":{"epoch":"9f2c41d07a3b11e8","rev":42},"prev":false}`
+	reqs, err := JSON.DecodeRequests([]byte(frame))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Request{
+		{T: TTxn, ID: 4, Room: "doc:42", If: []Cond{{Key: "title", ModRev: 7}},
+			Ops: []TxnOp{{Op: "put", Key: "title", Value: Value(`"Plan"`)}, {Op: "del", Key: "items/3"}}},
+		{T: TSub, ID: 1, Room: "lobby:eu", Prefixes: []string{"games/", "presence/"}, From: &Position{Epoch: "9f2c41d07a3b11e8", Rev: 42}},
+	}
+	if diff := cmp.Diff(want, reqs); diff != "" {
+		t.Error(diff)
+	}
+	msgs, err := JSON.DecodeMessages([]byte(`{"t":"events","s":1,"rev":58,"events":[
+  {"type":"put","key":"games/7","value":{"name":"Dune","players":3,"max":4},"create_rev":12,"mod_rev":58,"version":6,
+   "prev":{"value":{"name":"Dune","players":2,"max":4},"create_rev":12,"mod_rev":57,"version":5}},
+  {"type":"delete","key":"games/9","mod_rev":58}]}`))
+	if err == nil {
+		t.Fatal("a pretty-printed message spans lines, so it is not one message")
+	}
+	msgs, err = JSON.DecodeMessages([]byte(`{"t":"events","s":1,"rev":58,"events":[ {"type":"put","key":"games/7","value":{"name": "Dune", "players":3,"max":4},"create_rev":12,"mod_rev":58,"version":6, "prev":{"value":{"name":"Dune","players":2,"max":4},"create_rev":12,"mod_rev":57,"version":5}}, {"type":"delete","key":"games/9","mod_rev":58}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMsg := []Message{{T: TEvents, S: 1, Rev: 58, Events: []Event{
+		{Type: "put", Key: "games/7", Value: Value(`{"name":"Dune","players":3,"max":4}`), CreateRev: 12, ModRev: 58, Version: 6,
+			Prev: &Item{Value: Value(`{"name":"Dune","players":2,"max":4}`), CreateRev: 12, ModRev: 57, Version: 5}},
+		{Type: "delete", Key: "games/9", ModRev: 58}}}}
+	if diff := cmp.Diff(wantMsg, msgs); diff != "" {
+		t.Error(diff)
+	}
+}
+
+func TestMultiMessageFrames(t *testing.T) {
+	for _, cd := range codecs {
+		t.Run(cd.name, func(t *testing.T) {
+			var frame []byte
+			var want []Message
+			for _, tc := range serverMessages() {
+				var err error
+				if frame, err = cd.c.Append(frame, tc.msg); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, tc.want)
+			}
+			list := cd.c.AppendEventList(nil, testEvents())
+			frame = cd.c.AppendEvents(frame, TEvents, 4, 99, list)
+			want = append(want, Message{T: TEvents, S: 4, Rev: 99, Events: testEvents()})
+			got, err := cd.c.DecodeMessages(frame)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Error(diff)
+			}
+
+			var reqFrame []byte
+			for _, r := range clientRequests() {
+				if reqFrame, err = cd.c.Append(reqFrame, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reqs, err := cd.c.DecodeRequests(reqFrame)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(clientRequests(), reqs); diff != "" {
+				t.Error(diff)
+			}
+		})
+	}
+}
+
+func TestJSONFrameWhitespace(t *testing.T) {
+	frame := " \t{\"t\":\"ping\"}\r\n\n  {\"t\" : \"put\", \"id\":1, \"value\" : [ 1 , {\"a\" : \"\\u0041\" } ] }  \r\n"
+	got, err := JSON.DecodeRequests([]byte(frame))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Request{{T: TPing}, {T: TPut, ID: 1, Value: Value(`[1,{"a":"A"}]`)}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Error(diff)
+	}
+}
+
+func TestAppendEventsMatchesAppend(t *testing.T) {
+	for _, cd := range codecs {
+		for _, evs := range [][]Event{testEvents(), testEvents()[1:2], nil} {
+			list := cd.c.AppendEventList(nil, evs)
+			spliced := cd.c.AppendEvents([]byte{}, TCoalesced, 7, 1<<40, list)
+			whole, err := cd.c.Append(nil, &Message{T: TCoalesced, S: 7, Rev: 1 << 40, Events: evs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := cd.c.DecodeMessages(spliced)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", cd.name, spliced, err)
+			}
+			b, err := cd.c.DecodeMessages(whole)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(b, a, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s: (-Append +AppendEvents)\n%s", cd.name, diff)
+			}
+			if len(evs) > 0 && !bytes.Equal(spliced, whole) {
+				t.Errorf("%s: AppendEvents %q, Append %q", cd.name, spliced, whole)
+			}
+			// After other messages, with the separator.
+			frame, _ := cd.c.Append(nil, &Pong{T: TPong})
+			frame = cd.c.AppendEvents(frame, TEvents, 1, 2, list)
+			if msgs, err := cd.c.DecodeMessages(frame); err != nil || len(msgs) != 2 {
+				t.Errorf("%s: %q: %v, %d messages", cd.name, frame, err, len(msgs))
+			}
+		}
+	}
+}
+
+func TestAppendKeepsBufferOnError(t *testing.T) {
+	for _, cd := range codecs {
+		buf, _ := cd.c.Append(nil, &Pong{T: TPong})
+		n := len(buf)
+		out, err := cd.c.Append(buf, &Request{T: TPut, Value: Value(`{"a":`)})
+		if !errors.Is(err, ErrInvalidValue) || len(out) != n {
+			t.Errorf("%s: invalid value: %v, %d bytes (had %d)", cd.name, err, len(out), n)
+		}
+		out, err = cd.c.Append(buf, make(chan int))
+		if err == nil || len(out) != n {
+			t.Errorf("%s: channel: %v", cd.name, err)
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: AppendEventList of an invalid value did not panic", cd.name)
+				}
+			}()
+			cd.c.AppendEventList(nil, []Event{{Type: "put", Value: Value("nope")}})
+		}()
+	}
+}
+
+// Absent and null values stay distinct in both codecs.
+func TestNullValue(t *testing.T) {
+	for _, cd := range codecs {
+		frame, _ := cd.c.Append(nil, &Request{T: TPut, ID: 1})
+		frame, _ = cd.c.Append(frame, &Request{T: TPut, ID: 2, Value: Value("null")})
+		reqs, err := cd.c.DecodeRequests(frame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reqs[0].Value != nil || string(reqs[1].Value) != "null" {
+			t.Errorf("%s: got %q and %q", cd.name, reqs[0].Value, reqs[1].Value)
+		}
+	}
+	reqs, err := Msgpack.DecodeRequests(mpFrame(t, "t", "put", "value", nil))
+	if err != nil || string(reqs[0].Value) != "null" {
+		t.Errorf("msgpack nil value: %q, %v", reqs[0].Value, err)
+	}
+}
+
+func TestUnknownFieldsIgnored(t *testing.T) {
+	want := []Request{{T: TPing}}
+	got, err := JSON.DecodeRequests([]byte(`{"x":{"y":[1,2,{"z":null}]},"t":"ping","zz":"\u0000"}`))
+	if err != nil || !cmp.Equal(want, got) {
+		t.Errorf("JSON: %v, %v", got, err)
+	}
+	// Unknown fields may hold anything, even types values reject.
+	got, err = Msgpack.DecodeRequests(mpFrame(t, "x", []byte{0xc4, 1, 0xff}, "t", "ping", "y", []byte{0xd4, 1, 2},
+		"z", map[string]any{"a": []any{1, 2.5}}, "deep", nestedMsgpack(500)))
+	if err != nil || !cmp.Equal(want, got) {
+		t.Errorf("msgpack: %v, %v", got, err)
+	}
+}
+
+// Each rejected frame, with the sentinel its error wraps.
+func TestRejections(t *testing.T) {
+	put := func(value []byte) []byte { return mpFrame(t, "t", "put", "id", 5, "value", value) }
+	deepJSON := `{"t":"put","id":5,"value":` + nestedJSON(1000, "1") + `}`
+	valid := mpFrame(t, "t", "ping")
+	for _, tc := range []struct {
+		name  string
+		c     Codec
+		frame []byte
+		want  error
+	}{
+		{"json/empty", JSON, nil, ErrDecode},
+		{"json/blank", JSON, []byte(" \n\r\n\t"), ErrDecode},
+		{"json/garbage", JSON, []byte("hello"), ErrDecode},
+		{"json/array", JSON, []byte(`[{"t":"ping"}]`), ErrDecode},
+		{"json/null", JSON, []byte(`null`), ErrDecode},
+		{"json/string", JSON, []byte(`"ping"`), ErrDecode},
+		{"json/trailing", JSON, []byte(`{"t":"ping"} x`), ErrDecode},
+		{"json/two-on-a-line", JSON, []byte(`{"t":"ping"}{"t":"ping"}`), ErrDecode},
+		{"json/truncated", JSON, []byte(`{"t":"put","id":1,"value":[1,2`), ErrDecode},
+		{"json/second-bad", JSON, []byte("{\"t\":\"ping\"}\n{\"t\":"), ErrDecode},
+		{"json/id-type", JSON, []byte(`{"t":"put","id":"5"}`), ErrDecode},
+		{"json/id-negative", JSON, []byte(`{"t":"put","id":-5}`), ErrDecode},
+		{"json/id-fraction", JSON, []byte(`{"t":"put","id":5.5}`), ErrDecode},
+		{"json/t-type", JSON, []byte(`{"t":1}`), ErrDecode},
+		{"json/prefixes-type", JSON, []byte(`{"t":"sub","prefixes":"a"}`), ErrDecode},
+		{"json/depth-20000", JSON, []byte(`{"t":"ping","x":` + nestedJSON(20000, "") + `}`), ErrDecode},
+		{"json/value-depth-1000", JSON, []byte(deepJSON), ErrInvalidValue},
+		{"json/value-depth-65", JSON, []byte(`{"t":"put","id":5,"value":` + nestedJSON(65, "") + `}`), ErrInvalidValue},
+		{"json/value-1e400", JSON, []byte(`{"t":"put","id":5,"value":{"a":1e400}}`), ErrInvalidValue},
+		{"json/value-huge-int", JSON, []byte(`{"t":"put","id":5,"value":1` + string(bytes.Repeat([]byte("0"), 400)) + `}`), ErrInvalidValue},
+		{"json/value-utf8", JSON, []byte("{\"t\":\"put\",\"id\":5,\"value\":\"\xff\"}"), ErrInvalidValue},
+		{"json/txn-op-value", JSON, []byte(`{"t":"txn","id":5,"ops":[{"op":"put","key":"k","value":-1e999}]}`), ErrInvalidValue},
+
+		{"msgpack/empty", Msgpack, nil, ErrDecode},
+		{"msgpack/garbage", Msgpack, []byte{0xc1}, ErrDecode},
+		{"msgpack/array", Msgpack, []byte{0x91, 0x80}, ErrDecode},
+		{"msgpack/string", Msgpack, []byte("\xa4ping"), ErrDecode},
+		{"msgpack/nil", Msgpack, []byte{0xc0}, ErrDecode},
+		{"msgpack/truncated", Msgpack, valid[:len(valid)-1], ErrDecode},
+		{"msgpack/truncated-header", Msgpack, []byte{0xdf, 0, 0}, ErrDecode},
+		{"msgpack/trailing", Msgpack, append(append([]byte{}, valid...), 0x01), ErrDecode},
+		{"msgpack/huge-count", Msgpack, []byte{0xdf, 0xff, 0xff, 0xff, 0xff, 0xa1, 't'}, ErrDecode},
+		{"msgpack/huge-str", Msgpack, []byte{0x81, 0xa1, 't', 0xdb, 0xff, 0xff, 0xff, 0xff, 'x'}, ErrDecode},
+		{"msgpack/id-type", Msgpack, mpFrame(t, "t", "put", "id", "5"), ErrDecode},
+		{"msgpack/id-fraction", Msgpack, mpFrame(t, "t", "put", "id", 5.5), ErrDecode},
+		{"msgpack/t-type", Msgpack, mpFrame(t, "t", 1), ErrDecode},
+		{"msgpack/prev-type", Msgpack, mpFrame(t, "t", "sub", "prev", 1), ErrDecode},
+		{"msgpack/prefixes-type", Msgpack, mpFrame(t, "t", "sub", "prefixes", "a"), ErrDecode},
+		{"msgpack/int-key", Msgpack, []byte{0x81, 0x01, 0xa1, 'x'}, ErrDecode},
+		{"msgpack/depth-20000", Msgpack, mpFrame(t, "t", "ping", "x", nestedMsgpack(20000)), ErrDecode},
+		{"msgpack/value-bin", Msgpack, put([]byte{0xc4, 2, 'h', 'i'}), ErrInvalidValue},
+		{"msgpack/value-ext", Msgpack, put([]byte{0xd4, 7, 0}), ErrInvalidValue},
+		{"msgpack/value-ext8", Msgpack, put([]byte{0xc7, 1, 7, 0}), ErrInvalidValue},
+		{"msgpack/value-timestamp", Msgpack, put([]byte{0xd6, 0xff, 0, 0, 0, 1}), ErrInvalidValue},
+		{"msgpack/value-nan", Msgpack, put([]byte{0xcb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 1}), ErrInvalidValue},
+		{"msgpack/value-inf", Msgpack, put([]byte{0xcb, 0x7f, 0xf0, 0, 0, 0, 0, 0, 0}), ErrInvalidValue},
+		{"msgpack/value-neg-inf", Msgpack, put([]byte{0xcb, 0xff, 0xf0, 0, 0, 0, 0, 0, 0}), ErrInvalidValue},
+		{"msgpack/value-nan32", Msgpack, put([]byte{0xca, 0x7f, 0xc0, 0, 0}), ErrInvalidValue},
+		{"msgpack/value-int-key", Msgpack, put([]byte{0x81, 0x01, 0xc0}), ErrInvalidValue},
+		{"msgpack/value-nil-key", Msgpack, put([]byte{0x81, 0xc0, 0xc0}), ErrInvalidValue},
+		{"msgpack/value-bin-key", Msgpack, put([]byte{0x81, 0xc4, 1, 'a', 0xc0}), ErrInvalidValue},
+		{"msgpack/value-utf8", Msgpack, put([]byte{0xa1, 0xff}), ErrInvalidValue},
+		{"msgpack/value-depth-1000", Msgpack, put(nestedMsgpack(1000)), ErrInvalidValue},
+		{"msgpack/value-depth-65", Msgpack, put(nestedMsgpack(65)), ErrInvalidValue},
+		{"msgpack/value-nested-bin", Msgpack, put([]byte{0x92, 0x01, 0x81, 0xa1, 'a', 0xc4, 0}), ErrInvalidValue},
+		{"msgpack/txn-op-value", Msgpack, mpFrame(t, "t", "txn", "id", 5, "ops",
+			append([]byte{0x91, 0x83, 0xa2, 'o', 'p', 0xa3, 'p', 'u', 't', 0xa3, 'k', 'e', 'y', 0xa1, 'k', 0xa5}, "value\xc4\x00"...)), ErrInvalidValue},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reqs, err := tc.c.DecodeRequests(tc.frame)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if tc.want == ErrDecode {
+				if errors.Is(err, ErrInvalidValue) || reqs != nil {
+					t.Errorf("decode error %v came with %v", err, reqs)
+				}
+				return
+			}
+			var ve *ValueError
+			if !errors.As(err, &ve) || errors.Is(err, ErrDecode) {
+				t.Fatalf("err %v is not a bare *ValueError", err)
+			}
+			if len(reqs) != 1 || reqs[0].ID != 5 || ve.At(0) == nil || ve.At(1) != nil {
+				t.Errorf("reqs %+v, %v", reqs, ve.Errs)
+			}
+		})
+	}
+}
+
+// A client decoding a server message with a bad value fails outright.
+func TestDecodeMessagesBadValue(t *testing.T) {
+	frames := map[string][]byte{
+		"json": []byte(`{"t":"ok","id":1}` + "\n" + `{"t":"snapshot","s":1,"items":[{"key":"k","value":[1e999]}]}`),
+		"msgpack": append(mpFrame(t, "t", "ok", "id", 1),
+			mpFrame(t, "t", "events", "events", []byte{0x91, 0x81, 0xa5, 'v', 'a', 'l', 'u', 'e', 0xc4, 0})...),
+	}
+	for _, cd := range codecs {
+		msgs, err := cd.c.DecodeMessages(frames[cd.name])
+		if !errors.Is(err, ErrDecode) || !errors.Is(err, ErrInvalidValue) || msgs != nil {
+			t.Errorf("%s: %v, %v", cd.name, msgs, err)
+		}
+	}
+}
+
+// A frame with bad values still yields all its requests, in order.
+func TestValueErrorKeepsOthers(t *testing.T) {
+	frames := map[string][]byte{
+		"json": []byte(`{"t":"put","id":1,"key":"a","value":1}` + "\n" +
+			`{"value":1e999,"t":"put","id":2,"key":"b"}` + "\n" +
+			`{"t":"del","id":3,"key":"c"}` + "\n" +
+			`{"t":"txn","id":4,"ops":[{"op":"put","key":"d","value":` + nestedJSON(70, "") + `}]}`),
+		"msgpack": bytes.Join([][]byte{
+			mpFrame(t, "t", "put", "id", 1, "key", "a", "value", 1),
+			mpFrame(t, "value", []byte{0xc4, 0}, "t", "put", "id", 2, "key", "b"),
+			mpFrame(t, "t", "del", "id", 3, "key", "c"),
+			mpFrame(t, "t", "txn", "id", 4, "ops", []byte{0x91, 0x81, 0xa5, 'v', 'a', 'l', 'u', 'e', 0xcb, 0x7f, 0xf0, 0, 0, 0, 0, 0, 0}),
+		}, nil),
+	}
+	for _, cd := range codecs {
+		reqs, err := cd.c.DecodeRequests(frames[cd.name])
+		var ve *ValueError
+		if !errors.As(err, &ve) {
+			t.Fatalf("%s: %v", cd.name, err)
+		}
+		want := []Request{{T: TPut, ID: 1, Key: "a", Value: Value("1")}, {T: TPut, ID: 2}, {T: TDel, ID: 3, Key: "c"}, {T: TTxn, ID: 4}}
+		if diff := cmp.Diff(want, reqs); diff != "" {
+			t.Errorf("%s: %s", cd.name, diff)
+		}
+		for i, bad := range []bool{false, true, false, true} {
+			if (ve.At(i) != nil) != bad || (bad && !errors.Is(ve.At(i), ErrInvalidValue)) {
+				t.Errorf("%s: At(%d) = %v", cd.name, i, ve.At(i))
+			}
+		}
+		if !errors.Is(err, ErrInvalidValue) || errors.Is(err, ErrDecode) {
+			t.Errorf("%s: %v", cd.name, err)
+		}
+	}
+	var none *ValueError
+	if none.At(0) != nil {
+		t.Error("nil ValueError has errors")
+	}
+}
+
+// A value error in a message whose id is itself malformed poisons the
+// frame: there is no request to answer.
+func TestValueErrorWithBadID(t *testing.T) {
+	_, err := JSON.DecodeRequests([]byte(`{"t":"put","value":1e999,"id":"x"}`))
+	if !errors.Is(err, ErrDecode) {
+		t.Errorf("JSON: %v", err)
+	}
+	_, err = Msgpack.DecodeRequests(mpFrame(t, "t", "put", "value", []byte{0xc4, 0}, "id", "x"))
+	if !errors.Is(err, ErrDecode) {
+		t.Errorf("msgpack: %v", err)
+	}
+}

@@ -1,0 +1,171 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// seedFrames are valid frames of codec c and a few broken ones.
+func seedFrames(t tb, c Codec) [][]byte {
+	var seeds [][]byte
+	var all []byte
+	for _, r := range clientRequests() {
+		b, err := c.Append(nil, &r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds = append(seeds, b)
+		all, _ = c.Append(all, &r)
+	}
+	seeds = append(seeds, all, all[:len(all)/2], all[len(all)/3:])
+	return seeds
+}
+
+// checkDecode is what both request fuzzers assert of one frame: no panic,
+// only the documented errors, valid canonical values, and requests that
+// survive encoding again.
+func checkDecode(t *testing.T, c Codec, frame []byte) {
+	reqs, err := c.DecodeRequests(frame)
+	var ve *ValueError
+	if err != nil && !errors.As(err, &ve) {
+		if !errors.Is(err, ErrDecode) || reqs != nil {
+			t.Fatalf("%q: %v, %v", frame, reqs, err)
+		}
+		return
+	}
+	for i, r := range reqs {
+		if ve.At(i) != nil {
+			if !errors.Is(ve.At(i), ErrInvalidValue) || r.Value != nil {
+				t.Fatalf("%q: request %d: %+v, %v", frame, i, r, ve.At(i))
+			}
+			continue
+		}
+		values := []Value{r.Value}
+		for _, op := range r.Ops {
+			values = append(values, op.Value)
+		}
+		for _, v := range values {
+			if v == nil {
+				continue
+			}
+			if c, err := ValueFromJSON(v); err != nil || !bytes.Equal(c, v) {
+				t.Fatalf("%q: value %q not canonical JSON: %v", frame, v, err)
+			}
+		}
+		out, err := c.Append(nil, &r)
+		if err != nil {
+			t.Fatalf("%+v: %v", r, err)
+		}
+		back, err := c.DecodeRequests(out)
+		if err != nil {
+			t.Fatalf("%q: %v", out, err)
+		}
+		if diff := cmp.Diff([]Request{r}, back, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("%q: %s", out, diff)
+		}
+	}
+}
+
+func fuzzDecode(f *testing.F, c Codec, extra ...[]byte) {
+	for _, s := range append(seedFrames(f, c), extra...) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		checkDecode(t, c, frame)
+		h := len(frame) / 2
+		checkDecode(t, c, frame[:h])
+		checkDecode(t, c, frame[h:])
+	})
+}
+
+func FuzzDecodeRequestsJSON(f *testing.F) {
+	fuzzDecode(f, JSON,
+		[]byte(" {\"t\":\"ping\"} \r\n\n{\"t\":\"put\",\"value\":[1,{\"a\":\"\\u0041\"}]}"),
+		[]byte(`{"t":"put","id":5,"value":`+nestedJSON(70, "")+`}`),
+		[]byte(`{"t":"put","id":5,"value":1e400}`),
+		[]byte(`{"t":"put","id":"x","value":1e400}`),
+		[]byte("{\"t\":\"put\",\"value\":\"\xff\"}"),
+		[]byte(`{"T":"PUT","ID":1,"if_rev":null,"prefixes":["a",null],"from":{}}`),
+		[]byte(`[1]`), []byte(`null`), []byte(""), []byte("{"))
+}
+
+func FuzzDecodeRequestsMsgpack(f *testing.F) {
+	put := func(v []byte) []byte { return mpFrame(f, "t", "put", "id", 5, "value", v) }
+	fuzzDecode(f, Msgpack,
+		put([]byte{0xc4, 1, 0}), put([]byte{0xd6, 0xff, 0, 0, 0, 1}), put([]byte{0xcb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 1}),
+		put([]byte{0x81, 0x01, 0xc0}), put(nestedMsgpack(70)), put([]byte{0xa1, 0xff}), put([]byte{0xca, 0x3d, 0xcc, 0xcc, 0xcd}),
+		mpFrame(f, "t", "sub", "from", []any{"e", 5}, "prefixes", []any{"a", nil}, "id", -1),
+		mpFrame(f, "t", "ping", "x", nestedMsgpack(200)),
+		[]byte{0xdf, 0xff, 0xff, 0xff, 0xff}, []byte{0xc1}, []byte{0x91, 0x80}, nil)
+}
+
+// FuzzValueRoundTrip reads its input as JSON and as MessagePack; whatever
+// is accepted must survive trips through the other codec.
+func FuzzValueRoundTrip(f *testing.F) {
+	for _, s := range []string{richValue, `1.50`, `-0`, `1e-400`, `18446744073709551616`, `"\ud800"`, `{"a":1,"a":[]}`,
+		nestedJSON(64, "1"), nestedJSON(65, "1"), `1e400`, "\"\xff\"", ` [ 1 , 2 ] `} {
+		f.Add([]byte(s))
+	}
+	for _, n := range []node{{Kind: "f32", F: 0.1}, {Kind: "f64", F: 1}, {Kind: "uint", U: 1<<64 - 1},
+		{Kind: "map", Keys: []string{"b", "a"}, Kids: []node{{Kind: "nil"}, {Kind: "str", S: "\x00é"}}}} {
+		f.Add(msgpackOf(f, n))
+	}
+	f.Add([]byte{0xc4, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sentinel := func(err error) {
+			if !errors.Is(err, ErrDecode) && !errors.Is(err, ErrInvalidValue) {
+				t.Fatalf("%q: %v", data, err)
+			}
+		}
+		if v, err := ValueFromJSON(data); err != nil {
+			sentinel(err)
+		} else {
+			if c, err := ValueFromJSON(v); err != nil || !bytes.Equal(c, v) {
+				t.Fatalf("%q → %s → %s, %v", data, v, c, err)
+			}
+			// The same meaning as encoding/json reads, in both forms.
+			if diff := diffNodes(nodeOfJSON(t, data), nodeOfJSON(t, v)); diff != "" {
+				t.Fatalf("%q → %s: %s", data, v, diff)
+			}
+			b, err := v.MsgpackBytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := diffNodes(nodeOfJSON(t, v).normal(), nodeOfMsgpack(t, b)); diff != "" {
+				t.Fatalf("%s → %x: %s", v, b, diff)
+			}
+			w := viaMsgpack(t, v)
+			if diff := diffNodes(nodeOfJSON(t, v), nodeOfJSON(t, w)); diff != "" {
+				t.Fatalf("%s → %s: %s", v, w, diff)
+			}
+			if again := viaMsgpack(t, w); !bytes.Equal(again, w) {
+				t.Fatalf("%s → %s", w, again)
+			}
+		}
+		var v Value
+		d := msgpack.NewDecoder(bytes.NewReader(data))
+		if err := d.Decode(&v); err != nil {
+			sentinel(err)
+			return
+		}
+		if !json.Valid(v) {
+			t.Fatalf("%x → invalid %q", data, v)
+		}
+		if c, err := ValueFromJSON(v); err != nil || !bytes.Equal(c, v) {
+			t.Fatalf("%x → %s not canonical: %v", data, v, err)
+		}
+		back, err := v.MsgpackBytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := diffNodes(nodeOfMsgpack(t, data).normal(), nodeOfMsgpack(t, back)); diff != "" {
+			t.Fatalf("%x → %s → %x: %s", data, v, back, diff)
+		}
+	})
+}

@@ -1,0 +1,372 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+)
+
+// jsonCodec speaks statecast.v1.json: text frames of compact JSON
+// objects separated by '\n'.
+type jsonCodec struct{}
+
+func (jsonCodec) Subprotocol() string                { return SubprotocolJSON }
+func (jsonCodec) MessageType() websocket.MessageType { return websocket.MessageText }
+
+func (c jsonCodec) DecodeRequests(frame []byte) ([]Request, error) {
+	return decodeRequests(c, frame)
+}
+
+func (c jsonCodec) DecodeMessages(frame []byte) ([]Message, error) {
+	return decodeMessages(c, frame)
+}
+
+// each splits on '\n'; a message never holds a raw newline (JSON escapes
+// it in strings), so lines are messages. Blank lines are skipped.
+func (jsonCodec) each(frame []byte, fn func(msg []byte) error) error {
+	n := 0
+	for len(frame) > 0 {
+		line := frame
+		if i := bytes.IndexByte(frame, '\n'); i >= 0 {
+			line, frame = frame[:i], frame[i+1:]
+		} else {
+			frame = nil
+		}
+		line = bytes.Trim(line, " \t\r")
+		if len(line) == 0 {
+			continue
+		}
+		// json.Unmarshal would accept null (and fail later on other
+		// non-objects); say it plainly.
+		if line[0] != '{' {
+			return fmt.Errorf("%w: message %d is not an object", ErrDecode, n)
+		}
+		if err := fn(line); err != nil {
+			return err
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: empty frame", ErrDecode)
+	}
+	return nil
+}
+
+func (jsonCodec) unmarshal(msg []byte, v any) error { return json.Unmarshal(msg, v) }
+
+type jsonEncoder struct {
+	w   appendWriter
+	enc *json.Encoder
+}
+
+var jsonEncoders = sync.Pool{New: func() any {
+	e := new(jsonEncoder)
+	e.enc = json.NewEncoder(&e.w)
+	e.enc.SetEscapeHTML(false) // values keep their text; frames are not HTML
+	return e
+}}
+
+// appendJSON appends v as compact JSON.
+func appendJSON(buf []byte, v any) ([]byte, error) {
+	e := jsonEncoders.Get().(*jsonEncoder)
+	e.w.b = buf
+	err := e.enc.Encode(v)
+	out := e.w.b
+	e.w.b = nil
+	jsonEncoders.Put(e)
+	if err != nil {
+		return buf, encodeErr(v, err)
+	}
+	return out[:len(out)-1], nil // Encode ends with '\n'
+}
+
+func encodeErr(v any, err error) error {
+	var me *json.MarshalerError
+	if errors.Is(err, ErrInvalidValue) {
+		return err
+	}
+	if errors.As(err, &me) {
+		return fmt.Errorf("%w: %v", ErrInvalidValue, err)
+	}
+	return fmt.Errorf("wire: cannot encode %T: %w", v, err)
+}
+
+func (jsonCodec) Append(buf []byte, msg any) ([]byte, error) {
+	start := len(buf)
+	if start > 0 {
+		buf = append(buf, '\n')
+	}
+	out, err := appendJSON(buf, msg)
+	if err != nil {
+		return buf[:start], err
+	}
+	return out, nil
+}
+
+func (jsonCodec) AppendEventList(buf []byte, evs []Event) []byte {
+	if len(evs) == 0 {
+		return append(buf, "[]"...)
+	}
+	out, err := appendJSON(buf, evs)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+func (jsonCodec) AppendEvents(buf []byte, t string, s, rev uint64, list []byte) []byte {
+	if len(buf) > 0 {
+		buf = append(buf, '\n')
+	}
+	buf = append(buf, `{"t":`...)
+	buf = appendJSONString(buf, t)
+	buf = append(buf, `,"s":`...)
+	buf = strconv.AppendUint(buf, s, 10)
+	buf = append(buf, `,"rev":`...)
+	buf = strconv.AppendUint(buf, rev, 10)
+	buf = append(buf, `,"events":`...)
+	if len(list) == 0 {
+		list = []byte("[]")
+	}
+	buf = append(buf, list...)
+	return append(buf, '}')
+}
+
+// JSON text, for Values.
+
+// canonical rewrites valid JSON text (checked by the caller, or by
+// encoding/json before UnmarshalJSON) in the canonical form.
+func canonical(b []byte) (Value, error) {
+	if !utf8.Valid(b) {
+		return nil, invalid("not valid UTF-8")
+	}
+	out := make([]byte, 0, len(b))
+	l := lexer{b: b}
+	depth := 0
+	for {
+		k, tok := l.next()
+		switch k {
+		case 0:
+			return out, nil
+		case 'x':
+			return nil, fmt.Errorf("%w: malformed JSON", ErrDecode)
+		case '[', '{':
+			if depth++; depth > MaxValueDepth {
+				return nil, invalid("nested deeper than %d", MaxValueDepth)
+			}
+		case ']', '}':
+			depth--
+		case '"':
+			if bytes.IndexByte(tok, '\\') >= 0 {
+				out = appendJSONString(out, unquote(tok))
+				continue
+			}
+			// Valid JSON has no raw control characters, so a string
+			// without escapes is canonical already.
+		case '0':
+			if err := checkNumber(tok); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, tok...)
+	}
+}
+
+// lexer splits JSON text into tokens: kind is the punctuation itself,
+// '"' (tok is the quoted string), '0' (number), 't', 'f', 'n' (literals),
+// 0 at the end, or 'x' for text that is not JSON. It does not check the
+// grammar: its callers validate first, and it only guards against
+// running off the end.
+type lexer struct {
+	b   []byte
+	pos int
+}
+
+func (l *lexer) next() (kind byte, tok []byte) {
+	for l.pos < len(l.b) && (l.b[l.pos] == ' ' || l.b[l.pos] == '\t' || l.b[l.pos] == '\n' || l.b[l.pos] == '\r') {
+		l.pos++
+	}
+	if l.pos >= len(l.b) {
+		return 0, nil
+	}
+	start, c := l.pos, l.b[l.pos]
+	end := start + 1
+	switch c {
+	case '{', '}', '[', ']', ':', ',':
+	case '"':
+		for end < len(l.b) && l.b[end] != '"' {
+			if l.b[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		if end >= len(l.b) {
+			return 'x', nil
+		}
+		end++
+	case 't', 'f', 'n':
+		word := "null"
+		if c == 't' {
+			word = "true"
+		} else if c == 'f' {
+			word = "false"
+		}
+		if !bytes.HasPrefix(l.b[start:], []byte(word)) {
+			return 'x', nil
+		}
+		end = start + len(word)
+	default:
+		if c != '-' && (c < '0' || c > '9') {
+			return 'x', nil
+		}
+		for end < len(l.b) && strings.IndexByte("0123456789+-.eE", l.b[end]) >= 0 {
+			end++
+		}
+		c = '0'
+	}
+	l.pos = end
+	return c, l.b[start:end]
+}
+
+// unquote decodes a quoted JSON string as encoding/json does: a lone
+// surrogate escape becomes U+FFFD.
+func unquote(q []byte) []byte {
+	s := q[1 : len(q)-1]
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c != '\\' {
+			out = append(out, c)
+			i++
+			continue
+		}
+		if i+1 >= len(s) {
+			break
+		}
+		switch e := s[i+1]; e {
+		case 'u':
+			r := hex4(s[i+2:])
+			i += 6
+			if utf16.IsSurrogate(r) {
+				r2 := rune(-1)
+				if i+1 < len(s) && s[i] == '\\' && s[i+1] == 'u' {
+					r2 = hex4(s[i+2:])
+				}
+				if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+					r, i = d, i+6
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			if r < 0 {
+				r = utf8.RuneError
+			}
+			out = utf8.AppendRune(out, r)
+			continue
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		default: // '"', '\\', '/'
+			out = append(out, e)
+		}
+		i += 2
+	}
+	return out
+}
+
+// hex4 reads four hex digits, or returns -1.
+func hex4(b []byte) rune {
+	if len(b) < 4 {
+		return -1
+	}
+	var r rune
+	for _, c := range b[:4] {
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return -1
+		}
+		r = r<<4 | rune(d)
+	}
+	return r
+}
+
+// checkNumber rejects numbers beyond float64's range. Only an exponent,
+// or more digits than float64 can hold, can get there.
+func checkNumber(tok []byte) error {
+	if len(tok) < 300 && bytes.IndexAny(tok, "eE") < 0 {
+		return nil
+	}
+	_, err := parseNumber(string(tok))
+	return err
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s, valid UTF-8, in the canonical escaping.
+func appendJSONString[S ~string | ~[]byte](dst []byte, s S) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// appendJSONFloat appends f so that it reads back as the same float64,
+// and as a float: 1 is written 1.0.
+func appendJSONFloat(dst []byte, f float64) ([]byte, error) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return dst, invalid("%v has no JSON equivalent", f)
+	}
+	start := len(dst)
+	dst = strconv.AppendFloat(dst, f, 'g', -1, 64)
+	if bytes.IndexAny(dst[start:], ".e") < 0 {
+		dst = append(dst, '.', '0')
+	}
+	return dst, nil
+}

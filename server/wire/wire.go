@@ -1,0 +1,227 @@
+// Package wire defines statecast protocol v1 (PROTOCOL.md): its messages,
+// error codes, close codes and the two codecs. The server and the Go
+// client both speak it through this package.
+package wire
+
+import "github.com/coder/websocket"
+
+// Protocol v1 messages (PROTOCOL.md). Field tags are shared by both codecs:
+// the msgpack codec reads the json tags.
+
+// Value is a key's value as canonical (compact) JSON text. Codecs convert
+// it to and from their own representation.
+type Value []byte
+
+// Request is any client → server message; T says which fields apply.
+type Request struct {
+	T        string    `json:"t"`
+	ID       uint64    `json:"id,omitempty"`
+	Token    string    `json:"token,omitempty"`
+	Session  string    `json:"session,omitempty"`
+	Resume   string    `json:"resume,omitempty"`
+	Room     string    `json:"room,omitempty"`
+	Key      string    `json:"key,omitempty"`
+	Value    Value     `json:"value,omitempty"`
+	IfRev    *uint64   `json:"if_rev,omitempty"`
+	Lease    string    `json:"lease,omitempty"`
+	Prefixes []string  `json:"prefixes,omitempty"`
+	From     *Position `json:"from,omitempty"`
+	Prev     bool      `json:"prev,omitempty"`
+	Sub      uint64    `json:"sub,omitempty"`
+	If       []Cond    `json:"if,omitempty"`
+	Ops      []TxnOp   `json:"ops,omitempty"`
+}
+
+// Position is a subscription's resume point.
+type Position struct {
+	Epoch string `json:"epoch"`
+	Rev   uint64 `json:"rev"`
+}
+
+// Cond is a transaction condition.
+type Cond struct {
+	Key    string `json:"key"`
+	ModRev uint64 `json:"mod_rev"`
+}
+
+// TxnOp is one operation of a transaction.
+type TxnOp struct {
+	Op    string `json:"op"` // "put" or "del"
+	Key   string `json:"key"`
+	Value Value  `json:"value,omitempty"`
+	Lease string `json:"lease,omitempty"`
+}
+
+// Client message types.
+const (
+	TConnect = "connect"
+	TAuth    = "auth"
+	TPing    = "ping"
+	TSub     = "sub"
+	TUnsub   = "unsub"
+	TPut     = "put"
+	TDel     = "del"
+	TTxn     = "txn"
+)
+
+// Server message types.
+const (
+	TConnected    = "connected"
+	TOK           = "ok"
+	TErr          = "err"
+	TSnapshot     = "snapshot"
+	TEvents       = "events"
+	TCoalesced    = "coalesced"
+	TSynced       = "synced"
+	TProgress     = "progress"
+	TUnsubscribed = "unsubscribed"
+	TRefresh      = "refresh"
+	TPong         = "pong"
+)
+
+// Event is one key's change in an events or coalesced message.
+type Event struct {
+	Type      string `json:"type"` // "put" or "delete"
+	Key       string `json:"key"`
+	Value     Value  `json:"value,omitempty"`
+	CreateRev uint64 `json:"create_rev,omitempty"`
+	ModRev    uint64 `json:"mod_rev"`
+	Version   uint64 `json:"version,omitempty"`
+	Lease     bool   `json:"lease,omitempty"`
+	Prev      *Item  `json:"prev,omitempty"` // Key left empty
+}
+
+// Message is any server → client message, for clients to decode into;
+// T says which fields apply. Servers encode the specific types below.
+type Message struct {
+	T            string  `json:"t"`
+	ID           uint64  `json:"id,omitempty"`
+	S            uint64  `json:"s,omitempty"`
+	Rev          uint64  `json:"rev,omitempty"`
+	Code         string  `json:"code,omitempty"`
+	Message      string  `json:"message,omitempty"`
+	Key          string  `json:"key,omitempty"`
+	ModRev       uint64  `json:"mod_rev,omitempty"`
+	Epoch        string  `json:"epoch,omitempty"`
+	Reason       string  `json:"reason,omitempty"`
+	Items        []Item  `json:"items,omitempty"`
+	Events       []Event `json:"events,omitempty"`
+	V            int     `json:"v,omitempty"`
+	Session      string  `json:"session,omitempty"`
+	Resume       string  `json:"resume,omitempty"`
+	Resumed      bool    `json:"resumed,omitempty"`
+	PingMS       int64   `json:"ping_ms,omitempty"`
+	LeaseGraceMS int64   `json:"lease_grace_ms,omitempty"`
+	ExpiresMS    int64   `json:"expires_ms,omitempty"`
+}
+
+// The server → client messages, one type each.
+
+// Connected answers connect.
+type Connected struct {
+	T            string `json:"t"` // "connected"
+	V            int    `json:"v"`
+	Session      string `json:"session"`
+	Resume       string `json:"resume"`
+	Resumed      bool   `json:"resumed"`
+	PingMS       int64  `json:"ping_ms"`
+	LeaseGraceMS int64  `json:"lease_grace_ms"`
+	ExpiresMS    int64  `json:"expires_ms,omitempty"`
+}
+
+// OK answers a request that succeeded.
+type OK struct {
+	T   string `json:"t"` // "ok"
+	ID  uint64 `json:"id"`
+	Rev uint64 `json:"rev,omitempty"`
+}
+
+// Err answers a request that failed.
+type Err struct {
+	T       string `json:"t"` // "err"
+	ID      uint64 `json:"id,omitempty"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Key     string `json:"key,omitempty"`
+	ModRev  uint64 `json:"mod_rev,omitempty"`
+	Rev     uint64 `json:"rev,omitempty"`
+}
+
+// Mark is a synced or progress marker of a subscription.
+type Mark struct {
+	T   string `json:"t"` // "synced" or "progress"
+	S   uint64 `json:"s"`
+	Rev uint64 `json:"rev"`
+}
+
+// Snapshot replaces a subscription's view.
+type Snapshot struct {
+	T      string `json:"t"` // "snapshot"
+	S      uint64 `json:"s"`
+	Epoch  string `json:"epoch"`
+	Rev    uint64 `json:"rev"`
+	Reason string `json:"reason"`
+	Items  []Item `json:"items"`
+}
+
+// Item is a key with its value and revisions, as in snapshots and the
+// HTTP API.
+type Item struct {
+	Key       string `json:"key"`
+	Value     Value  `json:"value"`
+	CreateRev uint64 `json:"create_rev"`
+	ModRev    uint64 `json:"mod_rev"`
+	Version   uint64 `json:"version"`
+	Lease     bool   `json:"lease,omitempty"`
+}
+
+// Unsubscribed says the server ended a subscription.
+type Unsubscribed struct {
+	T       string `json:"t"` // "unsubscribed"
+	S       uint64 `json:"s"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Refresh asks for a new token before the current one expires.
+type Refresh struct {
+	T         string `json:"t"` // "refresh"
+	ExpiresMS int64  `json:"expires_ms"`
+}
+
+// Pong answers ping.
+type Pong struct {
+	T string `json:"t"` // "pong"
+}
+
+// Error codes of err messages (PROTOCOL.md §4).
+const (
+	CodeBadRequest     = "bad_request"
+	CodeInvalidRoom    = "invalid_room"
+	CodeInvalidKey     = "invalid_key"
+	CodeInvalidValue   = "invalid_value"
+	CodeTooLarge       = "too_large"
+	CodeConflict       = "conflict"
+	CodeUnauthorized   = "unauthorized"
+	CodeForbidden      = "forbidden"
+	CodeRateLimited    = "rate_limited"
+	CodeTooManySubs    = "too_many_subscriptions"
+	CodeNotFound       = "not_found"
+	CodeOutcomeUnknown = "outcome_unknown"
+	CodeUnavailable    = "unavailable"
+	CodeInternal       = "internal"
+)
+
+// Close codes (PROTOCOL.md §8): 4000-4499 reconnect and resume,
+// 4500-4999 do not reconnect automatically.
+const (
+	CloseSlowConsumer     websocket.StatusCode = 4000
+	CloseHeartbeatTimeout websocket.StatusCode = 4001
+	CloseTokenExpired     websocket.StatusCode = 4002
+	CloseRateLimited      websocket.StatusCode = 4003
+	CloseServerFull       websocket.StatusCode = 4004
+	CloseConnectTimeout   websocket.StatusCode = 4005
+	CloseProtocolError    websocket.StatusCode = 4500
+	CloseUnauthorized     websocket.StatusCode = 4501
+	CloseSessionReplaced  websocket.StatusCode = 4503
+)
