@@ -114,6 +114,11 @@ func (e *ValueError) Unwrap() []error {
 	return errs
 }
 
+// MaxFrameMessages bounds the requests in one client frame: a 1 MiB frame
+// of empty maps would otherwise decode into a gigabyte of Requests. Rate
+// and subscription limits keep honest clients far below it.
+const MaxFrameMessages = 1024
+
 // frameCodec is what the shared decoding below needs of a codec.
 type frameCodec interface {
 	// each calls fn with every message of frame, in order.
@@ -132,6 +137,9 @@ func decodeRequests(c frameCodec, frame []byte) ([]Request, error) {
 	var reqs []Request
 	var verr *ValueError
 	err := c.each(frame, func(msg []byte) error {
+		if len(reqs) == MaxFrameMessages {
+			return fmt.Errorf("%w: more than %d messages in a frame", ErrDecode, MaxFrameMessages)
+		}
 		var r Request
 		err := c.unmarshal(msg, &r)
 		if errors.Is(err, ErrInvalidValue) {

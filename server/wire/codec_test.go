@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/coder/websocket"
@@ -386,6 +387,9 @@ func TestRejections(t *testing.T) {
 		{"json/value-utf8", JSON, []byte("{\"t\":\"put\",\"id\":5,\"value\":\"\xff\"}"), ErrInvalidValue},
 		{"json/txn-op-value", JSON, []byte(`{"t":"txn","id":5,"ops":[{"op":"put","key":"k","value":-1e999}]}`), ErrInvalidValue},
 
+		{"json/too-many", JSON, bytes.Repeat([]byte("{}\n"), MaxFrameMessages+1), ErrDecode},
+		{"msgpack/too-many", Msgpack, bytes.Repeat([]byte{0x80}, MaxFrameMessages+1), ErrDecode},
+		{"msgpack/too-many-1MiB", Msgpack, bytes.Repeat([]byte{0x80}, 1<<20), ErrDecode},
 		{"msgpack/empty", Msgpack, nil, ErrDecode},
 		{"msgpack/garbage", Msgpack, []byte{0xc1}, ErrDecode},
 		{"msgpack/array", Msgpack, []byte{0x91, 0x80}, ErrDecode},
@@ -507,5 +511,56 @@ func TestValueErrorWithBadID(t *testing.T) {
 	_, err = Msgpack.DecodeRequests(mpFrame(t, "t", "put", "value", []byte{0xc4, 0}, "id", "x"))
 	if !errors.Is(err, ErrDecode) {
 		t.Errorf("msgpack: %v", err)
+	}
+}
+
+// The codecs are shared by every socket: pooled encoders and decoders
+// must not leak state between goroutines (run with -race).
+func TestConcurrentUse(t *testing.T) {
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			cd := codecs[g%2]
+			for i := range 200 {
+				req := clientRequests()[i%len(clientRequests())]
+				frame, err := cd.c.Append(nil, &req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got, err := cd.c.DecodeRequests(frame)
+				if err != nil || !cmp.Equal([]Request{req}, got) {
+					t.Errorf("%s: %v, %v", cd.name, got, err)
+					return
+				}
+				list := cd.c.AppendEventList(nil, testEvents())
+				if msgs, err := cd.c.DecodeMessages(cd.c.AppendEvents(nil, TEvents, 1, uint64(i+1), list)); err != nil ||
+					!cmp.Equal(testEvents(), msgs[0].Events) {
+					t.Errorf("%s: events %v", cd.name, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestMaxFrameMessages(t *testing.T) {
+	for _, cd := range codecs {
+		var frame []byte
+		for range MaxFrameMessages {
+			frame, _ = cd.c.Append(frame, &Request{T: TPing})
+		}
+		if reqs, err := cd.c.DecodeRequests(frame); err != nil || len(reqs) != MaxFrameMessages {
+			t.Errorf("%s: %d, %v", cd.name, len(reqs), err)
+		}
+		// Clients read server frames of any count.
+		frame = frame[:0]
+		for range 2 * MaxFrameMessages {
+			frame, _ = cd.c.Append(frame, &Pong{T: TPong})
+		}
+		if msgs, err := cd.c.DecodeMessages(frame); err != nil || len(msgs) != 2*MaxFrameMessages {
+			t.Errorf("%s: %d, %v", cd.name, len(msgs), err)
+		}
 	}
 }

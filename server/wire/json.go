@@ -45,8 +45,7 @@ func (jsonCodec) each(frame []byte, fn func(msg []byte) error) error {
 		if len(line) == 0 {
 			continue
 		}
-		// json.Unmarshal would accept null (and fail later on other
-		// non-objects); say it plainly.
+		// json.Unmarshal into a struct takes null as "nothing".
 		if line[0] != '{' {
 			return fmt.Errorf("%w: message %d is not an object", ErrDecode, n)
 		}
@@ -89,6 +88,8 @@ func appendJSON(buf []byte, v any) ([]byte, error) {
 	return out[:len(out)-1], nil // Encode ends with '\n'
 }
 
+// encodeErr names a bad Value as such: Value is the only json.Marshaler
+// in the messages, and the msgpack side already wraps ErrInvalidValue.
 func encodeErr(v any, err error) error {
 	var me *json.MarshalerError
 	if errors.Is(err, ErrInvalidValue) {
