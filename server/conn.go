@@ -206,6 +206,7 @@ func (c *conn) flushAndStop() {
 	select {
 	case <-done:
 	case <-time.After(c.s.cfg.WriteTimeout):
+		c.ws.CloseNow() // unblocks a write stuck on a peer that reads nothing
 	}
 	c.cancel()
 	<-done
@@ -260,8 +261,14 @@ func (c *conn) replyErr(id uint64, e *Error) {
 }
 
 // writeLoop sends frames until the connection ends.
+//
+// Writes use a background context and one watchdog timer per connection:
+// a context with a deadline would cost a timer allocation per frame.
 func (c *conn) writeLoop() {
 	defer c.writing.Done()
+	watchdog := time.AfterFunc(time.Hour, c.writeTimedOut)
+	watchdog.Stop()
+	defer watchdog.Stop()
 	var frame []byte
 	for {
 		select {
@@ -278,15 +285,10 @@ func (c *conn) writeLoop() {
 				}
 				break
 			}
-			ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.WriteTimeout)
-			err := c.ws.Write(ctx, c.codec.MessageType(), frame)
-			slow := ctx.Err() == context.DeadlineExceeded
-			cancel()
+			watchdog.Reset(c.s.cfg.WriteTimeout)
+			err := c.ws.Write(context.Background(), c.codec.MessageType(), frame)
+			watchdog.Stop()
 			if err != nil {
-				if slow {
-					c.s.metrics.slowCloses.Inc()
-					c.ws.Close(wire.CloseSlowConsumer, "socket did not drain within the write timeout")
-				}
 				c.cancel()
 				return
 			}
@@ -297,6 +299,17 @@ func (c *conn) writeLoop() {
 			}
 		}
 	}
+}
+
+// writeTimedOut runs when a frame was not taken within the write timeout:
+// the client is too slow even for coalescing. Closing unblocks the write;
+// the client resumes from its last revision.
+func (c *conn) writeTimedOut() {
+	c.s.metrics.slowCloses.Inc()
+	go func() {
+		c.ws.Close(wire.CloseSlowConsumer, "socket did not drain within the write timeout")
+		c.ws.CloseNow()
+	}()
 }
 
 // collect appends the pending replies and the ready subscriptions'
