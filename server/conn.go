@@ -34,8 +34,14 @@ type conn struct {
 	ws     *websocket.Conn
 	codec  wire.Codec
 	slot   int // encoding slot base of codec (see encoders)
-	ctx    context.Context
+	ctx    context.Context // the reader's; cancelling it drops the socket
 	cancel context.CancelFunc
+	// The writer's context, a child of ctx: end stops the writer with it
+	// and still sends the close frame. Cancelling ctx instead would make
+	// the websocket library drop the socket under a reader blocked in
+	// Read, racing the close frame (the peer then saw no close code).
+	wctx    context.Context
+	wcancel context.CancelFunc
 
 	sess     *session
 	claims   atomic.Pointer[Claims]
@@ -48,23 +54,25 @@ type conn struct {
 	endOnce  sync.Once
 
 	mu      sync.Mutex
-	pending []byte // encoded replies for the writer
-	ready   []*sub // subscriptions that may have messages
+	pending []byte          // encoded replies for the writer
+	ready   []*sub          // subscriptions that may have messages
+	spare   []*sub          // writer-owned: the previous ready list, for reuse
+	msgs    []rooms.Message // writer-owned: drain buffer
 	subs    map[uint64]*sub
 	timers  []*time.Timer // stopped by end
 	closing bool
 	writing sync.WaitGroup
 }
 
-// sub is one subscription of a conn. Its fields are guarded by conn.mu.
+// sub is one subscription of a conn.
 type sub struct {
 	id     uint64
 	room   string
 	w      *rooms.Watcher
 	prev   bool
-	active bool // ok sent: its messages may follow
-	queued bool // in conn.ready
-	gone   bool // unsubscribed by the client
+	queued bool        // in conn.ready; guarded by conn.mu
+	active atomic.Bool // ok sent: its messages may follow
+	gone   atomic.Bool // unsubscribed by the client, or the connection ended
 }
 
 // errClose ends a connection with a close code.
@@ -99,8 +107,10 @@ func (s *Server) handleWS(ec echo.Context) error {
 	}
 	ws.SetReadLimit(s.cfg.MaxFrameBytes)
 	ctx, cancel := context.WithCancel(context.Background())
+	wctx, wcancel := context.WithCancel(ctx)
 	c := &conn{
 		s: s, ws: ws, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
+		wctx: wctx, wcancel: wcancel,
 		limiter: rate.NewLimiter(rate.Limit(s.cfg.WriteRate), s.cfg.WriteBurst),
 		wake:    make(chan struct{}, 1), subs: make(map[uint64]*sub),
 	}
@@ -171,7 +181,7 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 		subs := c.subs
 		c.subs = nil
 		for _, s := range subs {
-			s.gone = true
+			s.gone.Store(true)
 		}
 		c.mu.Unlock()
 		for _, s := range subs {
@@ -179,7 +189,7 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 		}
 		c.flushAndStop()
 		c.mu.Lock()
-		timers := c.timers
+		timers, sess := c.timers, c.sess
 		c.timers = nil
 		c.mu.Unlock()
 		for _, t := range timers {
@@ -190,8 +200,9 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 		} else {
 			c.ws.CloseNow()
 		}
-		if c.sess != nil {
-			c.s.sessions.detach(c.sess, c)
+		c.cancel()
+		if sess != nil {
+			c.s.sessions.detach(sess, c)
 		}
 		c.s.metrics.subscriptions.Sub(float64(len(subs)))
 	})
@@ -272,7 +283,7 @@ func (c *conn) writeLoop() {
 	var frame []byte
 	for {
 		select {
-		case <-c.ctx.Done():
+		case <-c.wctx.Done():
 			return
 		case <-c.wake:
 		}
@@ -322,25 +333,25 @@ func (c *conn) collect(frame []byte) ([]byte, bool) {
 	if cap(c.pending) > 64<<10 {
 		c.pending = nil
 	}
+	// Swap the ready list with the writer's spare one: no allocation per
+	// wake-up once both have grown to the connection's needs.
 	ready := c.ready
-	c.ready = nil
-	var later []*sub
+	c.ready = c.spare[:0]
 	for _, s := range ready {
 		s.queued = false
 	}
 	closing := c.closing
 	c.mu.Unlock()
 
-	var msgs []rooms.Message
+	var later []*sub
+	msgs := c.msgs[:0]
 	for i, s := range ready {
 		if len(frame) >= maxFrame {
 			later = append(later, ready[i:]...)
 			break
 		}
-		c.mu.Lock()
-		active, gone := s.active, s.gone
-		c.mu.Unlock()
-		if !active && !gone {
+		gone := s.gone.Load()
+		if !s.active.Load() && !gone {
 			later = append(later, s) // its ok is not queued yet
 			continue
 		}
@@ -355,10 +366,11 @@ func (c *conn) collect(frame []byte) ([]byte, bool) {
 		}
 	}
 	clear(msgs)
-	if len(later) > 0 {
-		for _, s := range later {
-			c.markReady(s)
-		}
+	c.msgs = msgs[:0]
+	clear(ready)
+	c.spare = ready[:0]
+	for _, s := range later {
+		c.markReady(s)
 	}
 	return frame, closing && len(frame) == 0 && len(later) == 0
 }

@@ -203,7 +203,7 @@ func (c *conn) subscribe(r *wire.Request) {
 	}
 	c.subs[r.ID] = s
 	c.pending, _ = c.codec.Append(c.pending, &wire.OK{T: wire.TOK, ID: r.ID})
-	s.active = true
+	s.active.Store(true)
 	c.mu.Unlock()
 	c.s.metrics.subscriptions.Inc()
 	c.signal()
@@ -214,7 +214,7 @@ func (c *conn) unsubscribe(r *wire.Request) {
 	s := c.subs[r.Sub]
 	if s != nil {
 		delete(c.subs, r.Sub)
-		s.gone = true
+		s.gone.Store(true)
 	}
 	c.mu.Unlock()
 	if s == nil {
