@@ -89,6 +89,9 @@ func serve(args []string) error {
 	fs.DurationVar(&f.leaseGrace, "lease-grace", 5*time.Second, "how long a session's leases outlive its socket")
 	fs.DurationVar(&f.pingEvery, "ping-interval", 25*time.Second, "client ping interval announced to clients")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
 	if err := envDefaults(fs); err != nil {
