@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/btree"
+
 	"github.com/statecast/statecast/store"
 )
 
@@ -85,13 +87,36 @@ func (e *Engine) Watch(ctx context.Context, room string, opts WatchOptions) (*Wa
 // List returns the keys of room under prefix at the room's head, from
 // this node's view.
 func (e *Engine) List(ctx context.Context, room, prefix string) (store.Snapshot, error) {
+	s, view, err := e.read(ctx, room)
+	if err == nil {
+		s.Items = collect(view, []string{prefix})
+	}
+	return s, err
+}
+
+// Get returns key at the room's head (Items holds it, or nothing when the
+// key does not exist), from this node's view.
+func (e *Engine) Get(ctx context.Context, room, key string) (store.Snapshot, error) {
+	s, view, err := e.read(ctx, room)
+	if err != nil {
+		return s, err
+	}
+	if kv, ok := view.Get(store.KV{Key: key}); ok {
+		s.Items = []store.KV{kv}
+	}
+	return s, nil
+}
+
+// read returns the head position of room and a copy-on-write clone of its
+// view, loading the room if needed.
+func (e *Engine) read(ctx context.Context, room string) (store.Snapshot, *btree.BTreeG[store.KV], error) {
 	if err := store.ValidRoom(room); err != nil {
-		return store.Snapshot{}, err
+		return store.Snapshot{}, nil, err
 	}
 	for {
 		r, err := e.acquire(ctx, room)
 		if err != nil {
-			return store.Snapshot{}, err
+			return store.Snapshot{}, nil, err
 		}
 		r.mu.Lock()
 		if r.closed {
@@ -105,8 +130,7 @@ func (e *Engine) List(ctx context.Context, room, prefix string) (store.Snapshot,
 			r.idleSince = time.Now()
 		}
 		r.mu.Unlock()
-		s.Items = collect(view, []string{prefix})
-		return s, nil
+		return s, view, nil
 	}
 }
 

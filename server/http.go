@@ -221,14 +221,12 @@ func (s *Server) handleGet(c echo.Context) error {
 	if !claims.CanRead(room, key) {
 		return forbiddenRead(room, key)
 	}
-	// The key sorts first among the keys it prefixes, so it is the first
-	// item when present.
-	snap, err := s.engine.List(c.Request().Context(), room, key)
+	snap, err := s.engine.Get(c.Request().Context(), room, key)
 	if err != nil {
 		return readError(err)
 	}
 	c.Response().Header().Set("X-Statecast-Rev", strconv.FormatUint(snap.Rev, 10))
-	if len(snap.Items) == 0 || snap.Items[0].Key != key {
+	if len(snap.Items) == 0 {
 		return newError(wire.CodeNotFound, fmt.Sprintf("key %q does not exist in room %q", key, room))
 	}
 	return replyJSON(c, wireItem(snap.Items[0]))
