@@ -6,10 +6,12 @@ GO ?= go
 run:
 	$(GO) run ./cmd/statecast serve
 
-# Every test, under the race detector, then each benchmark once as a smoke test.
+# Every test: Go under the race detector, each Go benchmark once as a smoke
+# test, then the TypeScript SDK (unit tests, the real server, bundle size).
 test: vet
 	$(GO) test -race -count=1 ./...
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+	cd sdk-js && npm ci --no-audit --no-fund --loglevel=error && npm test
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }

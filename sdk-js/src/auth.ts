@@ -1,0 +1,94 @@
+/**
+ * The client's token: a fixed string, or a callback asked for a new one when
+ * a connection needs it, before it expires, and after the server refused it.
+ * @internal
+ * @packageDocumentation
+ */
+import { UnauthorizedError } from './errors.js';
+import type { Clock, TokenProvider } from './types.js';
+
+/** A cached token is used for a new connection only with more than this left. */
+const MIN_LEFT_MS = 30_000;
+
+/** @internal Token cache with local-clock expiry. */
+export class Tokens {
+  private token: string | undefined;
+  private deadline: number | undefined; // local clock; undefined: unknown
+  private refused: string | undefined;
+  private hasRefused = false;
+
+  constructor(
+    private readonly source: string | TokenProvider | undefined,
+    private readonly clock: Clock,
+  ) {}
+
+  /** Whether new tokens can be had (the source is a callback). */
+  get renewable(): boolean {
+    return typeof this.source === 'function';
+  }
+
+  /**
+   * The token for a new connection: the cached one while it has time left,
+   * else a new one from the callback. Rejects with UnauthorizedError when the
+   * server refused the token and no other one is to be had.
+   */
+  async forConnect(): Promise<string | undefined> {
+    const src = this.source;
+    if (typeof src !== 'function') {
+      if (this.hasRefused) throw new UnauthorizedError('the server refused the token and no new one can be had');
+      return src;
+    }
+    const fresh = this.deadline === undefined || this.deadline - this.clock.now() > MIN_LEFT_MS;
+    if (this.token !== undefined && !this.hasRefused && fresh) return this.token;
+    const token = await src({ reason: this.hasRefused ? 'rejected' : 'connect' });
+    if (this.hasRefused && token === this.refused) throw new UnauthorizedError('the server refused the token and the callback gave it again');
+    this.use(token);
+    return token;
+  }
+
+  /** A new token from the callback, to refresh the open connection's. */
+  async renew(): Promise<string> {
+    return (this.source as TokenProvider)({ reason: 'refresh' });
+  }
+
+  /** Records the token in use; returns ms until it expires (from its JWT claims) if known. */
+  use(token: string): number | undefined {
+    this.token = token;
+    const left = jwtLifetime(token);
+    this.deadline = left === undefined ? undefined : this.clock.now() + left;
+    return left;
+  }
+
+  /** The server accepted the token (`connected`); `expiresMs` is its time left, if any. */
+  accepted(expiresMs: number | undefined): void {
+    this.hasRefused = false;
+    this.refused = undefined;
+    if (expiresMs) this.deadline = this.clock.now() + expiresMs;
+  }
+
+  /** The server refused the token (close 4501 or 4002). */
+  refuse(): void {
+    this.hasRefused = true;
+    this.refused = this.token;
+  }
+}
+
+/** When to refresh a token with `expiresMs` left: 45 s before expiry, or at 3/4 of its life if shorter. */
+export function refreshDelay(expiresMs: number): number {
+  return Math.max(expiresMs - 45_000, expiresMs * 0.75);
+}
+
+/**
+ * A JWT's remaining lifetime in ms from its claims: `exp − iat` (measured
+ * from now, in case this clock and the issuer's disagree), else `exp − now`.
+ */
+function jwtLifetime(token: string): number | undefined {
+  try {
+    const part = token.split('.')[1]!.replace(/-/g, '+').replace(/_/g, '/');
+    const { exp, iat } = JSON.parse(atob(part)) as { exp?: unknown; iat?: unknown };
+    if (typeof exp !== 'number') return undefined;
+    return (typeof iat === 'number' ? exp - iat : exp - Date.now() / 1000) * 1000;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,554 @@
+import { Tokens, refreshDelay } from './auth.js';
+import { backoffDelay } from './backoff.js';
+import { frameTooLarge, jsonCodec, type Codec } from './codec.js';
+import { CloseCode, closeAction, type CloseAction } from './codes.js';
+import { Emitter } from './emitter.js';
+import {
+  ClosedError,
+  NotConnectedError,
+  OutcomeUnknownError,
+  StatecastError,
+  TimeoutError,
+  TooLargeError,
+  UnauthorizedError,
+  errorFromReply,
+} from './errors.js';
+import type { ServerMessage, SubMessage } from './protocol.js';
+import { Room, type WriteOptions, type WriteResult } from './room.js';
+import type {
+  ClientEvents,
+  ClientOptions,
+  Clock,
+  ConnectedEvent,
+  ConnectionStatus,
+  WebSocketConstructor,
+  WebSocketLike,
+} from './types.js';
+import { Watch } from './watch.js';
+
+interface Pending {
+  id: number;
+  frame: string | Uint8Array;
+  write: boolean;
+  /** A subscription: on a lost socket it is simply sent again on the next one. */
+  sub?: boolean;
+  sent: boolean;
+  timer?: unknown;
+  resolve(m: ServerMessage): void;
+  reject(e: StatecastError): void;
+}
+
+const realClock: Clock = {
+  now: () => Date.now(),
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (h) => clearTimeout(h as ReturnType<typeof setTimeout>),
+};
+const noop = () => {};
+/** RFC 6455 1006: closed without a close frame (a network failure, or our own timeouts). */
+const ABNORMAL = 1006;
+const transient = ['unavailable', 'internal', 'outcome_unknown', 'rate_limited'];
+
+/** Creates a client; it connects at once unless `autoConnect` is false. */
+export function createClient(options: ClientOptions): Client {
+  return new Client(options);
+}
+
+/**
+ * A statecast client: one WebSocket, many rooms and watches.
+ *
+ * Writes in flight when the socket drops reject with
+ * {@link OutcomeUnknownError} and are never resent. Writes issued while not
+ * connected wait up to `requestTimeoutMs` for a connection, then reject with
+ * {@link NotConnectedError} (never sent). See README.md.
+ */
+export class Client extends Emitter<ClientEvents> {
+  /** The WebSocket URL connected to. */
+  readonly url: string;
+  /** This client's presence id. */
+  readonly clientId: string;
+  private readonly WS: WebSocketConstructor;
+  private readonly codec: Codec;
+  private readonly clock: Clock;
+  private readonly random: () => number;
+  private readonly minDelay: number;
+  private readonly maxDelay: number;
+  private readonly timeout: number;
+  private st: ConnectionStatus = 'disconnected';
+  private ws: WebSocketLike | undefined;
+  private stopped = true;
+  private everConnected = false;
+  private attempt = 0;
+  private seq = 0;
+  private nextId = 1;
+  private readonly pending = new Map<number, Pending>();
+  private queue: Pending[] = [];
+  private readonly subs = new Map<number, Watch<any>>();
+  private readonly watches = new Set<Watch<any>>();
+  private readonly rooms = new Map<string, Room>();
+  private sess: ConnectedEvent | undefined;
+  private resumeSecret: string | undefined;
+  private readonly tokens: Tokens;
+  private refreshing = false;
+  private pingMs = 25_000;
+  private lastRecv = 0;
+  private lastSent = 0;
+  private readonly timers: { retry?: unknown; connect?: unknown; beat?: unknown; refresh?: unknown; probe?: unknown } = {};
+
+  /** @internal Use {@link createClient}. */
+  constructor(private readonly o: ClientOptions) {
+    super();
+    const WS = o.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+    if (!WS) throw new TypeError('statecast: no WebSocket available; pass the WebSocket option (e.g. from the "ws" package)');
+    this.WS = WS;
+    this.url = wsURL(o.url);
+    this.codec = o.codec ?? jsonCodec;
+    this.clock = o.clock ?? realClock;
+    this.random = o.random ?? Math.random;
+    this.minDelay = o.reconnect?.minDelayMs ?? 250;
+    this.maxDelay = o.reconnect?.maxDelayMs ?? 15_000;
+    this.timeout = o.requestTimeoutMs ?? 10_000;
+    this.clientId = o.clientId ?? randomId();
+    this.tokens = new Tokens(o.token, this.clock);
+    if (o.autoConnect !== false) this.connect();
+  }
+
+  /** The connection's status. */
+  get status(): ConnectionStatus {
+    return this.st;
+  }
+
+  /** The current (or last) session, from the server's `connected`. */
+  get session(): ConnectedEvent | undefined {
+    return this.sess;
+  }
+
+  /** Writes not yet acknowledged (queued or in flight). */
+  get pendingWrites(): number {
+    let n = this.queue.length;
+    for (const p of this.pending.values()) if (p.write) n++;
+    return n;
+  }
+
+  /** The room `name` (cached per name). */
+  room(name: string): Room {
+    let r = this.rooms.get(name);
+    if (!r) this.rooms.set(name, (r = new Room(this, name)));
+    return r;
+  }
+
+  /** Starts connecting (after `close()`, or with `autoConnect: false`). */
+  connect(): void {
+    if (!this.stopped) return;
+    this.stopped = false;
+    this.attempt = 0;
+    this.listen(true);
+    this.setStatus('connecting');
+    void this.open();
+  }
+
+  /**
+   * Closes the socket and stops reconnecting. Writes in flight reject with
+   * OutcomeUnknownError, queued ones with NotConnectedError. Watches keep
+   * their views and resume on the next `connect()`.
+   */
+  close(): void {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.seq++;
+    this.listen(false);
+    this.clock.clearTimeout(this.timers.retry);
+    if (this.ws) this.drop(CloseCode.Normal, 'closed by the client', true);
+    else this.halt();
+  }
+
+  /**
+   * Skips the backoff wait: reconnects now if waiting. If connected, probes
+   * the socket instead: a ping that must be answered within `probeTimeoutMs`.
+   * Called by itself on the browser's `online` event.
+   */
+  reconnect(): void {
+    if (this.stopped) return;
+    if (this.timers.retry !== undefined) {
+      this.clock.clearTimeout(this.timers.retry);
+      this.timers.retry = undefined;
+      void this.open();
+    } else this.probe();
+  }
+
+  /** Resolves when connected; rejects when the client becomes `disconnected` or after `timeoutMs`. */
+  ready(timeoutMs?: number): Promise<void> {
+    if (this.st === 'connected') return Promise.resolve();
+    if (this.stopped) return Promise.reject(new NotConnectedError('the client is disconnected'));
+    return new Promise((resolve, reject) => {
+      const timer = timeoutMs === undefined ? undefined : this.clock.setTimeout(() => done(new TimeoutError('not connected in time')), timeoutMs);
+      const off = this.on('status', ({ status }) => {
+        if (status === 'connected') done();
+        else if (status === 'disconnected') done(new NotConnectedError('the client is disconnected'));
+      });
+      const done = (err?: Error) => {
+        off();
+        this.clock.clearTimeout(timer);
+        err ? reject(err) : resolve();
+      };
+    });
+  }
+
+  /** @internal Creates a watch (Room.watch). */
+  _watch<V>(room: string, prefixes: string[]): Watch<V> {
+    const w = new Watch<V>(this, room, prefixes);
+    this.watches.add(w);
+    this.subscribe(w);
+    return w;
+  }
+
+  /** @internal Stops a watch (Watch.close). */
+  _unwatch(w: Watch<any>): void {
+    this.watches.delete(w);
+    if (w._sub && this.st === 'connected') {
+      this.subs.delete(w._sub);
+      this.sendMsg({ t: 'unsub', id: this.nextId++, sub: w._sub });
+    }
+    w._sub = 0;
+  }
+
+  /** @internal Sends a write (Room.put/delete/txn). */
+  _write(room: string, msg: Record<string, unknown>, opts: WriteOptions): Promise<WriteResult> {
+    const w = opts.waitFor;
+    if (w && w.room !== room) return Promise.reject(new TypeError('waitFor: the watch is of another room'));
+    return this.request({ ...msg, room }, true, opts.timeoutMs ?? this.timeout).then(async (m) => {
+      const rev = m.rev ?? 0;
+      if (w) await w._reach(rev);
+      return { rev };
+    });
+  }
+
+  private request(msg: Record<string, unknown>, write: boolean, timeoutMs: number): Promise<ServerMessage> {
+    if (this.stopped) return Promise.reject(new NotConnectedError('the client is disconnected'));
+    const id = this.nextId++;
+    const frame = this.codec.encode({ ...msg, id });
+    const limit = this.o.maxFrameBytes ?? 1 << 20;
+    if (frameTooLarge(frame, limit)) return Promise.reject(new TooLargeError(`the message is larger than ${limit} bytes; not sent`));
+    return new Promise((resolve, reject) => {
+      const p: Pending = { id, frame, write, sent: false, resolve, reject };
+      p.timer = this.clock.setTimeout(() => {
+        this.queue = this.queue.filter((q) => q !== p);
+        this.pending.delete(id);
+        reject(
+          p.sent
+            ? new TimeoutError(`no reply within ${timeoutMs} ms; the write may or may not have been applied`)
+            : new NotConnectedError(`not connected within ${timeoutMs} ms; the write was not sent`),
+        );
+      }, timeoutMs);
+      if (this.alive()) this.transmit(p);
+      else this.queue.push(p);
+    });
+  }
+
+  private transmit(p: Pending): void {
+    p.sent = true;
+    this.pending.set(p.id, p);
+    this.sendFrame(p.frame);
+  }
+
+  private sendMsg(msg: object): void {
+    this.sendFrame(this.codec.encode(msg));
+  }
+
+  private sendFrame(frame: string | Uint8Array): void {
+    try {
+      this.ws!.send(frame);
+      this.lastSent = this.clock.now();
+    } catch {
+      // The socket is closing; its close event follows.
+    }
+  }
+
+  private subscribe(w: Watch<any>): void {
+    if (this.st !== 'connected') return;
+    const id = this.nextId++;
+    const frame = this.codec.encode({ t: 'sub', id, room: w.room, prefixes: w.prefixes.length ? w.prefixes : undefined, from: w._position() });
+    this.subs.set(id, w);
+    w._subscribed(id);
+    const fail = (e: StatecastError) => {
+      if (this.subs.get(id) === w) this.subs.delete(id);
+      if (w._sub !== id) return;
+      w._sub = 0;
+      if (transient.includes(e.code)) this.resubscribeLater(w);
+      else w._fail(e);
+    };
+    this.transmit({ id, frame, write: false, sub: true, sent: true, resolve: noop, reject: fail });
+  }
+
+  private resubscribeLater(w: Watch<any>): void {
+    this.clock.setTimeout(() => {
+      if (this.st === 'connected' && this.watches.has(w) && !w._sub) this.subscribe(w);
+    }, backoffDelay(w._retries++, this.minDelay, this.maxDelay, this.random));
+  }
+
+  private async open(): Promise<void> {
+    const seq = ++this.seq;
+    let token: string | undefined;
+    try {
+      token = await this.tokens.forConnect();
+    } catch (e) {
+      if (seq !== this.seq) return;
+      if (e instanceof UnauthorizedError) return this.stop(e);
+      this.emit('error', asError(e));
+      return this.retry(ABNORMAL, 'the token callback failed', 'backoff');
+    }
+    if (seq !== this.seq) return;
+    let ws: WebSocketLike;
+    try {
+      ws = new this.WS(this.url, [this.codec.subprotocol]);
+    } catch (e) {
+      return this.stop(asError(e));
+    }
+    ws.binaryType = 'arraybuffer';
+    this.ws = ws;
+    this.timers.connect = this.clock.setTimeout(() => this.drop(ABNORMAL, 'connect timeout', true), this.o.connectTimeoutMs ?? 10_000);
+    ws.onerror = noop;
+    ws.onopen = () => {
+      if (this.ws !== ws) return;
+      this.sendMsg({ t: 'connect', token, session: this.sess?.session, resume: this.resumeSecret });
+    };
+    ws.onclose = (ev: { code?: number; reason?: string }) => {
+      if (this.ws === ws) this.drop(ev.code ?? ABNORMAL, ev.reason ?? '', false);
+    };
+    ws.onmessage = (ev: { data: string | ArrayBuffer | Uint8Array }) => {
+      if (this.ws !== ws) return;
+      this.lastRecv = this.clock.now();
+      let msgs: unknown[];
+      try {
+        msgs = this.codec.decode(ev.data);
+      } catch {
+        return this.drop(CloseCode.InvalidPayload, 'cannot decode a message from the server', true);
+      }
+      for (const m of msgs) {
+        if (this.ws !== ws) break;
+        if (m && typeof m === 'object') this.handle(m as ServerMessage);
+      }
+    };
+  }
+
+  private handle(m: ServerMessage): void {
+    switch (m.t) {
+      case 'connected':
+        return this.onConnected(m);
+      case 'ok':
+      case 'err': {
+        const p = this.pending.get(m.id!);
+        if (!p) return; // a reply to a request given up on, or to an unsub
+        this.pending.delete(p.id);
+        this.clock.clearTimeout(p.timer);
+        return m.t === 'ok' ? p.resolve(m) : p.reject(errorFromReply(m));
+      }
+      case 'refresh':
+        return void this.refresh();
+      case 'unsubscribed': {
+        const w = this.subs.get(m.s!);
+        if (!w) return;
+        this.subs.delete(m.s!);
+        w._sub = 0;
+        return this.resubscribeLater(w);
+      }
+      case 'snapshot':
+      case 'events':
+      case 'coalesced':
+      case 'synced':
+      case 'progress':
+        return this.subs.get(m.s!)?._apply(m as SubMessage);
+    }
+  }
+
+  private onConnected(m: ServerMessage): void {
+    if (this.st === 'connected') return;
+    const ws = this.ws;
+    this.clock.clearTimeout(this.timers.connect);
+    this.sess = { session: m.session!, resumed: !!m.resumed, pingMs: m.ping_ms!, leaseGraceMs: m.lease_grace_ms!, expiresMs: m.expires_ms };
+    this.resumeSecret = m.resume;
+    this.tokens.accepted(m.expires_ms);
+    this.attempt = 0;
+    this.everConnected = true;
+    this.pingMs = this.o.pingIntervalMs ?? (m.ping_ms || 25_000);
+    this.lastSent = this.clock.now();
+    if (m.expires_ms) this.scheduleRefresh(m.expires_ms);
+    this.beat();
+    this.setStatus('connected');
+    this.emit('connected', this.sess);
+    if (this.ws !== ws) return; // a listener closed it
+    for (const w of this.watches) this.subscribe(w);
+    const q = this.queue;
+    this.queue = [];
+    for (const p of q) this.transmit(p);
+  }
+
+  /** Heartbeat: ping when idle; a socket silent for 2 × ping_ms is dead (checked on wall-clock time). */
+  private beat(): void {
+    this.timers.beat = this.clock.setTimeout(() => {
+      if (!this.alive()) return;
+      if (this.clock.now() - this.lastSent >= this.pingMs / 2) this.sendMsg({ t: 'ping' });
+      this.beat();
+    }, Math.max(10, Math.floor(this.pingMs / 4)));
+  }
+
+  /** Whether the socket is connected and has heard from the server within 2 × ping_ms; drops it otherwise. */
+  private alive(): boolean {
+    if (this.st !== 'connected') return false;
+    if (this.clock.now() - this.lastRecv <= 2 * this.pingMs) return true;
+    this.drop(CloseCode.HeartbeatTimeout, 'heartbeat timeout: nothing received for two ping intervals', true);
+    return false;
+  }
+
+  /** Sends a ping; drops the socket if nothing at all comes back in time (a network that died silently). */
+  private probe(): void {
+    if (!this.alive() || this.timers.probe !== undefined) return;
+    const ws = this.ws;
+    const sentAt = this.clock.now();
+    this.sendMsg({ t: 'ping' });
+    this.timers.probe = this.clock.setTimeout(() => {
+      this.timers.probe = undefined;
+      if (this.ws === ws && this.lastRecv < sentAt) this.drop(CloseCode.HeartbeatTimeout, 'no answer to a liveness probe', true);
+    }, Math.min(this.o.probeTimeoutMs ?? 5000, 2 * this.pingMs));
+  }
+
+  private scheduleRefresh(expiresMs: number): void {
+    this.clock.clearTimeout(this.timers.refresh);
+    this.timers.refresh = this.clock.setTimeout(() => void this.refresh(), refreshDelay(expiresMs));
+  }
+
+  /** Gets a new token and sends it over the open socket (`auth`), without reconnecting. */
+  private async refresh(): Promise<void> {
+    if (!this.tokens.renewable || this.refreshing || this.st !== 'connected') return;
+    this.refreshing = true;
+    const ws = this.ws;
+    try {
+      const token = await this.tokens.renew();
+      if (this.ws !== ws) return;
+      await this.request({ t: 'auth', token }, false, this.timeout);
+      const left = this.tokens.use(token);
+      if (left !== undefined) this.scheduleRefresh(left);
+    } catch (e) {
+      if (this.ws === ws) this.emit('error', asError(e));
+    } finally {
+      this.refreshing = false;
+    }
+  }
+
+  /** Forgets the socket, fails what was in flight on it, and decides what comes next. */
+  private drop(code: number, reason: string, closeSocket: boolean): void {
+    const ws = this.ws;
+    if (!ws) return;
+    this.ws = undefined;
+    ws.onopen = ws.onmessage = ws.onclose = null;
+    if (closeSocket) {
+      try {
+        ws.close(code === 1000 || (code >= 3000 && code < 5000) ? code : 1000, reason);
+      } catch {
+        // already closed
+      }
+    }
+    for (const k of ['connect', 'beat', 'refresh', 'probe'] as const) {
+      this.clock.clearTimeout(this.timers[k]);
+      this.timers[k] = undefined;
+    }
+    const lost = [...this.pending.values()];
+    this.pending.clear();
+    this.subs.clear();
+    for (const p of lost) {
+      this.clock.clearTimeout(p.timer);
+      if (p.write) p.reject(new OutcomeUnknownError(`the connection closed (${code}) before the write was acknowledged; it may or may not have been applied`));
+      else if (!p.sub) p.reject(new NotConnectedError('connection lost'));
+    }
+    for (const w of this.watches) w._offline();
+    const action = this.stopped ? 'closed' : closeAction(code);
+    if (action === 'closed') {
+      this.emit('disconnected', { code, reason, action });
+      return this.halt();
+    }
+    if (action === 'stop' || (action === 'reauth' && !this.tokens.renewable)) {
+      this.emit('disconnected', { code, reason, action: 'stop' });
+      const err = code === CloseCode.TokenExpired || code === CloseCode.Unauthorized ? new UnauthorizedError(`${reason || 'unauthorized'} (${code})`) : new ClosedError(code, reason);
+      return this.stop(err);
+    }
+    if (action === 'reauth') this.tokens.refuse();
+    this.retry(code, reason, action);
+  }
+
+  private retry(code: number, reason: string, action: CloseAction): void {
+    const delay = action === 'now' ? Math.floor(this.random() * this.minDelay) : backoffDelay(this.attempt++, this.minDelay, this.maxDelay, this.random);
+    this.setStatus(this.everConnected ? 'reconnecting' : 'connecting');
+    this.emit('disconnected', { code, reason, action, retryInMs: delay });
+    this.clock.clearTimeout(this.timers.retry);
+    this.timers.retry = this.clock.setTimeout(() => {
+      this.timers.retry = undefined;
+      if (!this.stopped) void this.open();
+    }, delay);
+  }
+
+  private stop(err: StatecastError): void {
+    this.stopped = true;
+    this.seq++;
+    this.listen(false);
+    this.halt();
+    this.emit('error', err);
+  }
+
+  /** Becomes `disconnected` and fails the queued writes (they were never sent). */
+  private halt(): void {
+    this.clock.clearTimeout(this.timers.retry);
+    this.timers.retry = undefined;
+    for (const w of this.watches) w._offline();
+    this.setStatus('disconnected');
+    const q = this.queue;
+    this.queue = [];
+    for (const p of q) {
+      this.clock.clearTimeout(p.timer);
+      p.reject(new NotConnectedError('the client is disconnected; the write was not sent'));
+    }
+  }
+
+  private setStatus(status: ConnectionStatus): void {
+    const prev = this.st;
+    if (prev === status) return;
+    this.st = status;
+    this.emit('status', { status, prev });
+  }
+
+  private readonly onOnline = () => this.reconnect();
+  private readonly onWake = () => {
+    if ((globalThis as { document?: { visibilityState?: string } }).document?.visibilityState !== 'hidden') this.probe();
+  };
+
+  /** Adds or removes the browser's network and visibility listeners. */
+  private listen(on: boolean): void {
+    const g = globalThis as unknown as { addEventListener?: Function; removeEventListener?: Function; document?: EventTarget };
+    if (this.o.networkEvents === false || typeof g.addEventListener !== 'function') return;
+    const f = on ? 'addEventListener' : 'removeEventListener';
+    g[f]!('online', this.onOnline);
+    g[f]!('offline', this.onWake);
+    g.document?.[f]('visibilitychange', this.onWake);
+  }
+}
+
+function asError(e: unknown): StatecastError {
+  return e instanceof StatecastError ? e : new StatecastError('internal', e instanceof Error ? e.message : String(e));
+}
+
+/** The WebSocket URL for a user-given URL. */
+function wsURL(url: string): string {
+  const u = new URL(url, (globalThis as { location?: { href: string } }).location?.href);
+  if (u.protocol === 'http:') u.protocol = 'ws:';
+  else if (u.protocol === 'https:') u.protocol = 'wss:';
+  if (u.pathname === '/' || u.pathname === '') u.pathname = '/v1/ws';
+  return u.href;
+}
+
+/** A random id for presence. */
+function randomId(): string {
+  const c = (globalThis as { crypto?: { getRandomValues?(a: Uint8Array): Uint8Array } }).crypto;
+  const b = new Uint8Array(9);
+  if (c?.getRandomValues) c.getRandomValues(b);
+  else for (let i = 0; i < b.length; i++) b[i] = (Math.random() * 256) | 0;
+  return 'c' + Array.from(b, (x) => x.toString(36).padStart(2, '0')).join('');
+}
+

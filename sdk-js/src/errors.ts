@@ -1,0 +1,136 @@
+import type { ServerMessage } from './protocol.js';
+
+/**
+ * Base class of every error the SDK rejects with. `code` is the server's
+ * error code (PROTOCOL.md §4, e.g. `forbidden`, `invalid_key`) or one of the
+ * SDK's own: `not_connected`, `timeout`, `closed`.
+ */
+export class StatecastError extends Error {
+  /** Machine-readable error code. */
+  readonly code: string;
+  constructor(code: string, message: string) {
+    super(message);
+    this.code = code;
+    this.name = 'StatecastError';
+  }
+}
+
+/**
+ * A condition failed (`ifModRev` of a put or delete, `if` of a transaction):
+ * nothing was written. Re-read and decide again.
+ */
+export class ConflictError extends StatecastError {
+  /** The key whose condition failed. */
+  readonly key: string;
+  /** That key's current `mod_rev` (0: it does not exist). */
+  readonly modRev: number;
+  /** The room's current revision. */
+  readonly rev: number;
+  constructor(message: string, key: string, modRev: number, rev: number) {
+    super('conflict', message);
+    this.name = 'ConflictError';
+    this.key = key;
+    this.modRev = modRev;
+    this.rev = rev;
+  }
+}
+
+/**
+ * The token is missing, invalid or expired. A token callback may also throw
+ * it to make the client stop reconnecting.
+ */
+export class UnauthorizedError extends StatecastError {
+  constructor(message = 'unauthorized') {
+    super('unauthorized', message);
+    this.name = 'UnauthorizedError';
+  }
+}
+
+/** The token does not grant this room or key. */
+export class ForbiddenError extends StatecastError {
+  constructor(message: string) {
+    super('forbidden', message);
+    this.name = 'ForbiddenError';
+  }
+}
+
+/** A key, value, transaction or frame is over the server's limits. Not sent or not applied. */
+export class TooLargeError extends StatecastError {
+  constructor(message: string) {
+    super('too_large', message);
+    this.name = 'TooLargeError';
+  }
+}
+
+/** Too many writes per second on this connection; nothing was written. Retry after a delay. */
+export class RateLimitedError extends StatecastError {
+  constructor(message: string) {
+    super('rate_limited', message);
+    this.name = 'RateLimitedError';
+  }
+}
+
+/**
+ * The write was never sent: the client is disconnected, or was not
+ * connected again within `requestTimeoutMs`. It certainly was not applied.
+ */
+export class NotConnectedError extends StatecastError {
+  constructor(message = 'not connected') {
+    super('not_connected', message);
+    this.name = 'NotConnectedError';
+  }
+}
+
+/**
+ * The write may or may not have been applied: it was sent, but its reply was
+ * lost with the connection (or the server could not tell). The SDK never
+ * repeats it. Re-read the key, or repeat it as a conditional write.
+ */
+export class OutcomeUnknownError extends StatecastError {
+  constructor(message = 'the outcome of the write is unknown', code = 'outcome_unknown') {
+    super(code, message);
+    this.name = 'OutcomeUnknownError';
+  }
+}
+
+/**
+ * A sent request got no reply within its timeout. For a write this is an
+ * {@link OutcomeUnknownError}: it may still have been applied.
+ */
+export class TimeoutError extends OutcomeUnknownError {
+  constructor(message = 'no reply in time') {
+    super(message, 'timeout');
+    this.name = 'TimeoutError';
+  }
+}
+
+/** The connection was closed for good (a close code that says "do not reconnect"). */
+export class ClosedError extends StatecastError {
+  /** The WebSocket close code. */
+  readonly closeCode: number;
+  constructor(closeCode: number, reason: string) {
+    super('closed', `connection closed (${closeCode})${reason ? ': ' + reason : ''}`);
+    this.name = 'ClosedError';
+    this.closeCode = closeCode;
+  }
+}
+
+/** @internal The typed error for a server `err` reply. */
+export function errorFromReply(m: ServerMessage): StatecastError {
+  const msg = m.message || m.code || 'error';
+  switch (m.code) {
+    case 'conflict':
+      return new ConflictError(msg, m.key ?? '', m.mod_rev ?? 0, m.rev ?? 0);
+    case 'unauthorized':
+      return new UnauthorizedError(msg);
+    case 'forbidden':
+      return new ForbiddenError(msg);
+    case 'too_large':
+      return new TooLargeError(msg);
+    case 'rate_limited':
+      return new RateLimitedError(msg);
+    case 'outcome_unknown':
+      return new OutcomeUnknownError(msg);
+  }
+  return new StatecastError(m.code || 'internal', msg);
+}

@@ -1,0 +1,111 @@
+import { Emitter } from './emitter.js';
+import type { Room, WriteResult } from './room.js';
+import type { Watch } from './watch.js';
+
+/** Events of {@link Presence}. `id` is the other client's presence id. */
+export interface PresenceEvents<V> {
+  /** Someone appeared in the room. */
+  join: { id: string; value: V };
+  /** Someone changed their presence value. */
+  update: { id: string; value: V; prev: V };
+  /** Someone left (closed, or their session ended after the server's lease grace). */
+  leave: { id: string; prev: V };
+  /** The others, after any join, update or leave. */
+  change: ReadonlyMap<string, V>;
+}
+
+/** The key prefix of presence entries. */
+export const PRESENCE_PREFIX = 'presence/';
+
+/**
+ * Presence in one room: this client's value, kept under
+ * `presence/<clientId>` as a session-leased key (the server deletes it
+ * shortly after this client's session ends), and everyone else's.
+ *
+ * `set` and `clear` are latest-wins: calls made while an earlier presence
+ * write is in flight are merged into one write of the latest state, and
+ * their promises settle together. When a reconnect could not resume the
+ * session (the lease ended), the current value is written again by itself.
+ */
+export class Presence<V = unknown> extends Emitter<PresenceEvents<V>> {
+  /** This client's presence id (`client.clientId`). */
+  readonly id: string;
+  /** The key this client's presence is written at. */
+  readonly key: string;
+  /** The watch of `presence/` behind this object. */
+  readonly watch: Watch<V>;
+  private readonly room: Room;
+  private value: V | undefined;
+  private active = false;
+  private chain: Promise<unknown> = Promise.resolve();
+  private queued: Promise<WriteResult> | undefined;
+  private session: string | undefined;
+
+  /** @internal Use `room.presence()`. */
+  constructor(room: Room) {
+    super();
+    this.room = room;
+    this.id = room.client.clientId;
+    this.key = PRESENCE_PREFIX + this.id;
+    this.watch = room.watch<V>(PRESENCE_PREFIX);
+    this.watch.on('changes', ({ changes }) => {
+      let any = false;
+      for (const c of changes) {
+        const id = c.key.slice(PRESENCE_PREFIX.length);
+        if (id === this.id) continue;
+        any = true;
+        if (c.type === 'delete') this.emit('leave', { id, prev: c.prev as V });
+        else if (c.prevEntry) this.emit('update', { id, value: c.value as V, prev: c.prev as V });
+        else this.emit('join', { id, value: c.value as V });
+      }
+      if (any) this.emit('change', this.others);
+    });
+    room.client.on('connected', (e) => {
+      if (!e.resumed && this.active && this.session !== undefined && this.session !== e.session) void this.sync().catch(() => {});
+    });
+  }
+
+  /** This client's presence value (undefined when not set). */
+  get self(): V | undefined {
+    return this.value;
+  }
+
+  /** Everyone else present, by presence id. */
+  get others(): ReadonlyMap<string, V> {
+    const m = new Map<string, V>();
+    for (const e of this.watch.entries()) {
+      const id = e.key.slice(PRESENCE_PREFIX.length);
+      if (id !== this.id) m.set(id, e.value);
+    }
+    return m;
+  }
+
+  /** Sets this client's presence value (any JSON value). */
+  set(value: V): Promise<WriteResult> {
+    this.value = value;
+    this.active = true;
+    return this.sync();
+  }
+
+  /** Removes this client's presence (others see it leave at once). */
+  clear(): Promise<WriteResult> {
+    this.value = undefined;
+    this.active = false;
+    return this.sync();
+  }
+
+  private sync(): Promise<WriteResult> {
+    if (this.queued) return this.queued;
+    const p = this.chain.then(async () => {
+      this.queued = undefined;
+      const res = this.active
+        ? await this.room.put(this.key, this.value, { lease: 'session' })
+        : await this.room.delete(this.key);
+      this.session = this.room.client.session?.session;
+      return res;
+    });
+    this.queued = p;
+    this.chain = p.catch(() => {});
+    return p;
+  }
+}

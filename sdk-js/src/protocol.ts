@@ -1,0 +1,52 @@
+/**
+ * Wire messages of statecast protocol v1 (server/PROTOCOL.md), as the SDK
+ * reads and writes them. Types only: nothing here exists at run time.
+ * @internal
+ * @packageDocumentation
+ */
+
+/** A key with its value and revisions, as in snapshots (§5). */
+export interface WireItem {
+  key: string;
+  value: unknown;
+  create_rev: number;
+  mod_rev: number;
+  version: number;
+  lease?: boolean;
+}
+
+/** One key's change in an `events` or `coalesced` message (§5). */
+export interface WireEvent {
+  type: 'put' | 'delete';
+  key: string;
+  value?: unknown;
+  create_rev?: number;
+  mod_rev: number;
+  version?: number;
+  lease?: boolean;
+}
+
+/** Any server → client message; `t` says which fields apply. */
+export interface ServerMessage {
+  t: string;
+  id?: number;
+  s?: number;
+  rev?: number;
+  code?: string;
+  message?: string;
+  key?: string;
+  mod_rev?: number;
+  epoch?: string;
+  reason?: string;
+  items?: WireItem[];
+  events?: WireEvent[];
+  session?: string;
+  resume?: string;
+  resumed?: boolean;
+  ping_ms?: number;
+  lease_grace_ms?: number;
+  expires_ms?: number;
+}
+
+/** A subscription message: snapshot, events, coalesced, synced or progress. */
+export type SubMessage = ServerMessage & { s: number; rev: number };

@@ -1,0 +1,107 @@
+import type { Client } from './client.js';
+import { Presence } from './presence.js';
+import type { Watch } from './watch.js';
+
+/** The revision a write committed at. */
+export interface WriteResult {
+  rev: number;
+}
+
+/** Options of every write. */
+export interface WriteOptions {
+  /**
+   * Read-your-writes: resolve only once this watch (of the same room) has
+   * applied the write's revision, so its view shows the write. Use a watch
+   * whose prefixes cover the written keys; otherwise it may take until the
+   * server's next progress mark (about 10 s).
+   */
+  waitFor?: Watch<any>;
+  /** Overrides the client's `requestTimeoutMs` for this write. */
+  timeoutMs?: number;
+}
+
+/** Options of a put. */
+export interface PutOptions extends WriteOptions {
+  /** Apply only if the key's current `mod_rev` is this (0: the key must not exist); else ConflictError. */
+  ifModRev?: number;
+  /**
+   * Bind the key to a lease: `'session'` deletes it shortly after this
+   * client's session ends (its socket closed and not resumed within the
+   * server's lease grace); another string is a TTL lease id from the HTTP API.
+   */
+  lease?: 'session' | (string & {});
+}
+
+/** Options of a delete. */
+export interface DeleteOptions extends WriteOptions {
+  /** Apply only if the key's current `mod_rev` is this; else ConflictError. */
+  ifModRev?: number;
+}
+
+/** One operation of a transaction. */
+export type TxnOp =
+  | { type: 'put'; key: string; value: unknown; lease?: 'session' | (string & {}) }
+  | { type: 'delete'; key: string };
+
+/** A transaction: all of `ops` at one revision, if every condition holds. */
+export interface Txn {
+  /** Each key's current `mod_rev` must equal `modRev` (0: must not exist). */
+  if?: { key: string; modRev: number }[];
+  ops: TxnOp[];
+}
+
+/**
+ * A room, addressed on the client's one socket. Get it with
+ * `client.room(name)`; it is cheap and cached per name.
+ */
+export class Room {
+  /** The client this room belongs to. */
+  readonly client: Client;
+  /** The room's name. */
+  readonly name: string;
+  private pres: Presence<any> | undefined;
+
+  /** @internal Use `client.room(name)`. */
+  constructor(client: Client, name: string) {
+    this.client = client;
+    this.name = name;
+  }
+
+  /**
+   * Watches the keys under `prefixes` (none: the whole room). The watch
+   * starts with a snapshot, then follows every change; it survives
+   * reconnects. Close it when done.
+   */
+  watch<V = unknown>(prefixes?: string | readonly string[]): Watch<V> {
+    const list = prefixes === undefined ? [] : typeof prefixes === 'string' ? [prefixes] : [...prefixes];
+    return this.client._watch<V>(this.name, list);
+  }
+
+  /** Writes `value` (any JSON value) at `key`. Resolves with the committed revision. */
+  put(key: string, value: unknown, opts: PutOptions = {}): Promise<WriteResult> {
+    if (value === undefined) return Promise.reject(new TypeError('put: value must not be undefined (use delete)'));
+    return this.client._write(this.name, { t: 'put', key, value, if_rev: opts.ifModRev, lease: opts.lease }, opts);
+  }
+
+  /** Deletes `key`. Deleting a missing key writes nothing and resolves with the current revision. */
+  delete(key: string, opts: DeleteOptions = {}): Promise<WriteResult> {
+    return this.client._write(this.name, { t: 'del', key, if_rev: opts.ifModRev }, opts);
+  }
+
+  /** Applies a transaction at one revision, or rejects with ConflictError when a condition fails. */
+  txn(txn: Txn, opts: WriteOptions = {}): Promise<WriteResult> {
+    const ops = txn.ops.map((o) =>
+      o.type === 'put' ? { op: 'put', key: o.key, value: o.value, lease: o.lease } : { op: 'del', key: o.key },
+    );
+    const conds = txn.if?.map((c) => ({ key: c.key, mod_rev: c.modRev }));
+    return this.client._write(this.name, { t: 'txn', if: conds, ops }, opts);
+  }
+
+  /**
+   * This room's presence: this client's value under `presence/<clientId>`
+   * (a session-leased key) and everyone else's. Cached per room.
+   */
+  presence<V = unknown>(): Presence<V> {
+    return (this.pres ??= new Presence<any>(this));
+  }
+}

@@ -1,0 +1,117 @@
+/** Public types of the client: options, status and events. */
+import type { BackoffOptions } from './backoff.js';
+import type { Codec } from './codec.js';
+import type { CloseAction } from './codes.js';
+import type { StatecastError } from './errors.js';
+
+/** The part of the WebSocket API the client uses; browsers' WebSocket and the `ws` package fit it. */
+export interface WebSocketLike {
+  binaryType: string;
+  send(data: string | Uint8Array): void;
+  close(code?: number, reason?: string): void;
+  onopen: ((ev: any) => void) | null;
+  onmessage: ((ev: any) => void) | null;
+  onclose: ((ev: any) => void) | null;
+  onerror: ((ev: any) => void) | null;
+}
+
+/** A WebSocket constructor (`globalThis.WebSocket`, or `WebSocket` from the `ws` package). */
+export type WebSocketConstructor = new (url: string, protocols: string[]) => WebSocketLike;
+
+/** Time source and timers; inject one to make tests deterministic. */
+export interface Clock {
+  now(): number;
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+/**
+ * Returns an access token (a JWT). Called when a connection needs a token
+ * and none is cached with more than 30 s left, before the token expires
+ * (`refresh`), and after the server refused one (`rejected`). Throw an
+ * {@link UnauthorizedError} to make the client stop; any other error is
+ * retried with backoff.
+ */
+export type TokenProvider = (ctx: { reason: 'connect' | 'refresh' | 'rejected' }) => string | Promise<string>;
+
+/** Options of {@link createClient}. */
+export interface ClientOptions {
+  /**
+   * The server's WebSocket endpoint, e.g. `wss://example.com/v1/ws`. An
+   * `http(s)` URL is turned into `ws(s)`, a bare origin gets `/v1/ws`, and in
+   * browsers a relative URL resolves against the page.
+   */
+  url: string;
+  /** A token, or a function returning one (see {@link TokenProvider}). */
+  token?: string | TokenProvider;
+  /** The WebSocket constructor; defaults to `globalThis.WebSocket` (Node 20 has none: pass `ws`). */
+  WebSocket?: WebSocketConstructor;
+  /** The wire codec: {@link jsonCodec} (default) or `msgpackCodec` from `@statecast/sdk/msgpack`. */
+  codec?: Codec;
+  /** Reconnect delays (exponential backoff with full jitter). */
+  reconnect?: BackoffOptions;
+  /** How long a write may wait for a connection and then for its reply, in ms (default 10 000). */
+  requestTimeoutMs?: number;
+  /** How long opening a socket and getting `connected` may take, in ms (default 10 000). */
+  connectTimeoutMs?: number;
+  /**
+   * How long a liveness probe (on the browser's `offline`, `online` and
+   * `visibilitychange` events, or `reconnect()` while connected) waits for
+   * any message before dropping the socket, in ms (default 5000).
+   */
+  probeTimeoutMs?: number;
+  /** Overrides the server's announced `ping_ms` (for tests). */
+  pingIntervalMs?: number;
+  /** The server's frame limit (`--max-frame`, default 1 MiB); larger writes reject with TooLargeError unsent. */
+  maxFrameBytes?: number;
+  /** This client's presence id (default: random). Match your token's subject if grants use `{sub}`. */
+  clientId?: string;
+  /** Connect at once (default true); otherwise call `connect()`. */
+  autoConnect?: boolean;
+  /** Listen to the browser's online/offline/visibilitychange events (default true when available). */
+  networkEvents?: boolean;
+  /** Random numbers in [0, 1) for jitter (default `Math.random`; inject for tests). */
+  random?: () => number;
+  /** Clock and timers (default the global ones; inject for tests). */
+  clock?: Clock;
+}
+
+/**
+ * The connection's status:
+ * - `connecting`: opening the first connection (or after `connect()`);
+ * - `connected`: the server answered `connected`; requests flow;
+ * - `reconnecting`: the connection was lost; retrying with backoff;
+ * - `disconnected`: closed by `close()`, or by a close code that says "do not reconnect".
+ */
+export type ConnectionStatus = 'connecting' | 'connected' | 'reconnecting' | 'disconnected';
+
+/** The server's `connected`. */
+export interface ConnectedEvent {
+  /** The session id. */
+  session: string;
+  /** The previous session was taken over, so its session leases (presence, lobby entries) were kept. */
+  resumed: boolean;
+  pingMs: number;
+  leaseGraceMs: number;
+  /** Milliseconds until the token expires (absent without auth). */
+  expiresMs?: number;
+}
+
+/** A socket closed (or failed to open). */
+export interface DisconnectedEvent {
+  code: number;
+  reason: string;
+  /** What the client does next (`closed`: it was closed by `close()`). */
+  action: CloseAction | 'closed';
+  /** The delay before the next attempt, when it will reconnect. */
+  retryInMs?: number;
+}
+
+/** Events of {@link Client}. */
+export interface ClientEvents {
+  status: { status: ConnectionStatus; prev: ConnectionStatus };
+  connected: ConnectedEvent;
+  disconnected: DisconnectedEvent;
+  /** Errors that no promise reports: a fatal close, a failed token refresh. */
+  error: StatecastError;
+}

@@ -1,0 +1,346 @@
+import { Emitter } from './emitter.js';
+import { StatecastError } from './errors.js';
+import type { SubMessage, WireEvent, WireItem } from './protocol.js';
+
+/** A key with its value and revisions (etcd's KeyValue). */
+export interface Entry<V = unknown> {
+  key: string;
+  value: V;
+  /** Revision at which the key was created. */
+  createRev: number;
+  /** Revision of the key's last write: pass it as `ifModRev` for a conditional write. */
+  modRev: number;
+  /** Writes since creation (1 for a new key). */
+  version: number;
+  /** The key is bound to a lease (it vanishes when the lease ends). */
+  lease: boolean;
+}
+
+/**
+ * Why a change was delivered:
+ * - `initial`: part of the first snapshot of the watch;
+ * - `live`: a write as it happened;
+ * - `replay`: a write missed while disconnected, replayed on resume;
+ * - `coalesced`: the latest state of a key after the socket fell behind;
+ * - `resync`: part of the difference between the view and a fresh snapshot
+ *   the server sent instead of a replay (history compacted, epoch changed,
+ *   socket too slow).
+ */
+export type ChangeCause = 'initial' | 'live' | 'replay' | 'coalesced' | 'resync';
+
+/** One key's change, as seen by one watch. */
+export interface ChangeEvent<V = unknown> {
+  type: 'put' | 'delete';
+  key: string;
+  /** The new value (undefined for a delete). */
+  value: V | undefined;
+  /** The value this watch held before (undefined: the key was absent). */
+  prev: V | undefined;
+  /** The new entry (undefined for a delete). */
+  entry: Entry<V> | undefined;
+  /** The entry this watch held before. */
+  prevEntry: Entry<V> | undefined;
+  /** Revision of the message that carried the change (for resync and coalesced: the revision covered). */
+  rev: number;
+  cause: ChangeCause;
+}
+
+/** All changes of one message (one revision), delivered after their `change` events. */
+export interface ChangeBatch<V = unknown> {
+  rev: number;
+  cause: ChangeCause;
+  changes: ChangeEvent<V>[];
+}
+
+/** Emitted when a watch is in sync with the room. */
+export interface SyncEvent {
+  /**
+   * `initial`: the first snapshot was applied; `resumed`: the replay of
+   * missed writes ended (or nothing was missed); `resync`: a fresh snapshot
+   * replaced the view and its difference was emitted as changes.
+   */
+  kind: 'initial' | 'resumed' | 'resync';
+  /** The server's reason for a snapshot: `initial`, `compacted`, `epoch` or `slow`. */
+  reason?: string;
+  rev: number;
+  epoch: string;
+  /** How many change events the initial snapshot, the replay or the resync produced. */
+  changes: number;
+}
+
+/**
+ * A watch's status:
+ * - `pending`: no view yet (waiting for the connection or the first snapshot);
+ * - `syncing`: resuming after a reconnect, missed writes being replayed;
+ * - `live`: in sync, receiving changes as they happen;
+ * - `stale`: the connection is down; the view is the last one known;
+ * - `closed`: closed by the application, or by an error (see `error`).
+ */
+export type WatchStatus = 'pending' | 'syncing' | 'live' | 'stale' | 'closed';
+
+/** Events of a {@link Watch}. */
+export interface WatchEvents<V> {
+  change: ChangeEvent<V>;
+  changes: ChangeBatch<V>;
+  sync: SyncEvent;
+  status: { status: WatchStatus; prev: WatchStatus };
+  error: StatecastError;
+}
+
+/** @internal What a watch needs from its client. */
+export interface WatchOwner {
+  _unwatch(w: Watch<any>): void;
+}
+
+/**
+ * The live view of a room's keys under some prefixes: a local copy kept
+ * equal to the room, plus a change event per key.
+ *
+ * Messages are applied in revision order; any message at or below the
+ * watch's revision is a duplicate and is dropped. Whatever the server sends
+ * (replay, coalesced state, or a fresh snapshot after compaction), the view
+ * ends up equal to the room and every difference is emitted as an ordinary
+ * `change`, so application code that reacts to changes needs no reset path.
+ * While `change` listeners run, the view already reflects the whole message.
+ */
+export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
+  /** The room watched. */
+  readonly room: string;
+  /** Key prefixes watched (empty: the whole room). */
+  readonly prefixes: readonly string[];
+  private st: WatchStatus = 'pending';
+  private view = new Map<string, Entry<V>>();
+  private r = 0;
+  private ep: string | undefined;
+  private started = false;
+  private replaying = false;
+  private replayed = 0;
+  private err: StatecastError | undefined;
+  private waiters: { rev: number; epoch: string | undefined; done: () => void }[] = [];
+  /** @internal Current subscription id on the socket (0: none). */
+  _sub = 0;
+  /** @internal Retries of a subscription the server ended. */
+  _retries = 0;
+
+  /** @internal Use `room.watch()`. */
+  constructor(
+    private readonly owner: WatchOwner,
+    room: string,
+    prefixes: readonly string[],
+  ) {
+    super();
+    this.room = room;
+    this.prefixes = prefixes;
+  }
+
+  /** The watch's status. */
+  get status(): WatchStatus {
+    return this.st;
+  }
+  /** Revision of the view: the last message applied (0 before any). */
+  get rev(): number {
+    return this.r;
+  }
+  /** The room's epoch the view belongs to (undefined before any snapshot). */
+  get epoch(): string | undefined {
+    return this.ep;
+  }
+  /** Why the watch was closed by the SDK, if it was. */
+  get error(): StatecastError | undefined {
+    return this.err;
+  }
+  /** Number of keys in the view. */
+  get size(): number {
+    return this.view.size;
+  }
+  /** A key's value, or undefined. */
+  get(key: string): V | undefined {
+    return this.view.get(key)?.value;
+  }
+  /** A key's entry (value and revisions), or undefined. */
+  entry(key: string): Entry<V> | undefined {
+    return this.view.get(key);
+  }
+  /** Whether the view holds the key. */
+  has(key: string): boolean {
+    return this.view.has(key);
+  }
+  /** Every entry of the view, sorted by key. */
+  entries(): Entry<V>[] {
+    return [...this.view.values()].sort((a, b) => cmp(a.key, b.key));
+  }
+
+  /** Resolves once the watch has a view (its first `sync`); rejects if it is closed first. */
+  ready(): Promise<void> {
+    if (this.started) return Promise.resolve();
+    if (this.st === 'closed') return Promise.reject(this.err ?? new StatecastError('closed', 'watch closed'));
+    return new Promise((resolve, reject) => {
+      const offs = [
+        this.on('sync', () => (offs.forEach((f) => f()), resolve())),
+        this.on('status', ({ status }) => {
+          if (status === 'closed') offs.forEach((f) => f()), reject(this.err ?? new StatecastError('closed', 'watch closed'));
+        }),
+      ];
+    });
+  }
+
+  /** Stops watching; the view stays readable but is no longer updated. */
+  close(): void {
+    if (this.st === 'closed') return;
+    this.owner._unwatch(this);
+    this.setStatus('closed');
+    this.wake();
+  }
+
+  /** @internal Where a new subscription resumes (undefined: ask for a snapshot). */
+  _position(): { epoch: string; rev: number } | undefined {
+    return this.started ? { epoch: this.ep!, rev: this.r + 1 } : undefined;
+  }
+
+  /** @internal A subscription was sent with id `sub`. */
+  _subscribed(sub: number): void {
+    this._sub = sub;
+    this.replaying = this.started;
+    this.replayed = 0;
+    if (this.started) this.setStatus('syncing');
+  }
+
+  /** @internal The socket is gone. */
+  _offline(): void {
+    this._sub = 0;
+    this.replaying = false;
+    if (this.st !== 'closed') this.setStatus(this.started ? 'stale' : 'pending');
+  }
+
+  /** @internal The server refused the subscription for good. */
+  _fail(err: StatecastError): void {
+    if (this.st === 'closed') return;
+    this.err = err;
+    this.close();
+    this.emit('error', err);
+  }
+
+  /** @internal Resolves once the view reached `rev`, moved to another epoch, or closed. */
+  _reach(rev: number): Promise<void> {
+    return new Promise((done) => {
+      this.waiters.push({ rev, epoch: this.ep, done });
+      this.wake();
+    });
+  }
+
+  /** @internal Applies one subscription message. */
+  _apply(m: SubMessage): void {
+    if (m.t === 'snapshot') this.snapshot(m);
+    else if (m.t === 'events' || m.t === 'coalesced') this.events(m);
+    else if (m.t === 'synced' || m.t === 'progress') {
+      if (this.started && m.rev > this.r) this.r = m.rev;
+      if (this.replaying && (m.t === 'synced' || this.st === 'syncing')) {
+        this.replaying = false;
+        this.setStatus('live');
+        this.emit('sync', { kind: 'resumed', rev: this.r, epoch: this.ep!, changes: this.replayed });
+      }
+    }
+    this._retries = 0;
+    this.wake();
+  }
+
+  private snapshot(m: SubMessage): void {
+    const same = this.started && m.epoch === this.ep;
+    if (same && m.rev < this.r) return; // older than the view: dropped
+    const cause: ChangeCause = this.started ? 'resync' : 'initial';
+    const next = new Map<string, Entry<V>>();
+    const changes: ChangeEvent<V>[] = [];
+    for (const it of m.items ?? []) {
+      const e = toEntry<V>(it);
+      next.set(e.key, e);
+      const o = this.view.get(e.key);
+      if (!o || o.modRev !== e.modRev || (!same && !sameEntry(o, e))) changes.push(change('put', e.key, e, o, m.rev, cause));
+    }
+    for (const [key, o] of this.view) if (!next.has(key)) changes.push(change('delete', key, undefined, o, m.rev, cause));
+    changes.sort((a, b) => cmp(a.key, b.key));
+    this.view = next;
+    this.ep = m.epoch;
+    this.r = m.rev;
+    this.started = true;
+    this.replaying = false;
+    this.setStatus('live');
+    this.deliver(changes, m.rev, cause);
+    this.emit('sync', { kind: cause === 'initial' ? 'initial' : 'resync', reason: m.reason, rev: m.rev, epoch: m.epoch!, changes: changes.length });
+  }
+
+  private events(m: SubMessage): void {
+    if (m.rev <= this.r) return; // duplicate or out of order: dropped
+    const coalesced = m.t === 'coalesced';
+    const cause: ChangeCause = coalesced ? 'coalesced' : this.replaying ? 'replay' : 'live';
+    const changes: ChangeEvent<V>[] = [];
+    for (const ev of m.events ?? []) {
+      if (coalesced && ev.mod_rev <= this.r) continue;
+      const o = this.view.get(ev.key);
+      if (ev.type === 'delete') {
+        if (!o) continue;
+        this.view.delete(ev.key);
+        changes.push(change('delete', ev.key, undefined, o, m.rev, cause));
+      } else {
+        const e = toEntry<V>(ev as WireItem);
+        this.view.set(ev.key, e);
+        changes.push(change('put', ev.key, e, o, m.rev, cause));
+      }
+    }
+    this.r = m.rev;
+    if (this.replaying) this.replayed += changes.length;
+    this.deliver(changes, m.rev, cause);
+  }
+
+  private deliver(changes: ChangeEvent<V>[], rev: number, cause: ChangeCause): void {
+    for (const c of changes) this.emit('change', c);
+    if (changes.length) this.emit('changes', { rev, cause, changes });
+  }
+
+  private setStatus(status: WatchStatus): void {
+    const prev = this.st;
+    if (prev === status || prev === 'closed') return;
+    this.st = status;
+    this.emit('status', { status, prev });
+  }
+
+  private wake(): void {
+    if (!this.waiters.length) return;
+    this.waiters = this.waiters.filter((w) => {
+      const done = this.st === 'closed' || (this.started && (this.r >= w.rev || (w.epoch !== undefined && w.epoch !== this.ep)));
+      if (done) w.done();
+      return !done;
+    });
+  }
+}
+
+function cmp(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function toEntry<V>(it: WireItem | WireEvent): Entry<V> {
+  return {
+    key: it.key,
+    value: it.value as V,
+    createRev: it.create_rev ?? 0,
+    modRev: it.mod_rev,
+    version: it.version ?? 0,
+    lease: !!it.lease,
+  };
+}
+
+function change<V>(type: 'put' | 'delete', key: string, e: Entry<V> | undefined, o: Entry<V> | undefined, rev: number, cause: ChangeCause): ChangeEvent<V> {
+  return { type, key, value: e?.value, prev: o?.value, entry: e, prevEntry: o, rev, cause };
+}
+
+function sameEntry(a: Entry<unknown>, b: Entry<unknown>): boolean {
+  return a.createRev === b.createRev && a.version === b.version && a.lease === b.lease && equal(a.value, b.value);
+}
+
+/** Deep equality of JSON values. */
+function equal(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null || Array.isArray(a) !== Array.isArray(b)) return false;
+  const ka = Object.keys(a);
+  if (ka.length !== Object.keys(b).length) return false;
+  return ka.every((k) => equal((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
+}

@@ -1,0 +1,275 @@
+// Integration tests against the real Go server (STATECAST_BIN, or built
+// with `go build`), started on a free loopback port with the memory store.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import WebSocket from 'ws';
+import { createClient, jsonCodec, ConflictError, type ChangeEvent, type Client, type ClientOptions, type Codec } from '../dist/index.js';
+import { msgpackCodec } from '../dist/msgpack.js';
+import { controlledWebSocket, startServer, type Server } from './support/server.js';
+import { nextEvent, record, sleep, until } from './support/util.js';
+
+const GRACE_MS = 600;
+let srv: Server;
+const clients: Client[] = [];
+
+before(async () => {
+  // Rooms named tiny:* keep 3 events of history, so a short absence already falls to a snapshot.
+  srv = await startServer(['--lease-grace', `${GRACE_MS}ms`, '--history-class', 'tiny:=3']);
+});
+after(async () => {
+  clients.forEach((c) => c.close());
+  await srv.stop();
+});
+
+let seq = 0;
+const roomName = (prefix: string) => `${prefix}${process.pid}-${seq++}`;
+function client(opts: Partial<ClientOptions> = {}): Client {
+  const c = createClient({ url: srv.http, WebSocket, reconnect: { minDelayMs: 20, maxDelayMs: 100 }, ...opts });
+  clients.push(c);
+  return c;
+}
+const brief = (cs: ChangeEvent[]) => cs.map((c) => `${c.type} ${c.key}=${JSON.stringify(c.value)} ${c.cause}`);
+const codecs: [string, Codec][] = [
+  ['json', jsonCodec],
+  ['msgpack', msgpackCodec],
+];
+
+for (const [name, codec] of codecs) {
+  test(`integration (${name}): resume after a dropped socket replays exactly what was missed — no gap, no duplicate`, async () => {
+    const ctl = controlledWebSocket();
+    const a = client({ WebSocket: ctl.WebSocket, codec });
+    const b = client();
+    const room = roomName('resume:');
+    const wa = a.room(room).watch();
+    const seen = record(wa, 'change');
+    const syncs = record(wa, 'sync');
+    await wa.ready();
+    const rb = b.room(room);
+    for (let i = 0; i < 3; i++) await rb.put(`k${i}`, i);
+    await until(() => wa.rev === 3, 'live events');
+
+    ctl.block(true);
+    ctl.drop();
+    await until(() => a.status === 'reconnecting', 'reconnecting');
+    await rb.put('k0', 'changed');
+    await rb.delete('k1');
+    await rb.txn({ ops: [{ type: 'put', key: 'k5', value: 5 }, { type: 'put', key: 'k6', value: [6] }] });
+    const { rev } = await rb.put('k2', { deep: [1, 2.5] });
+    ctl.block(false);
+
+    await until(() => syncs.some((s) => s.kind === 'resumed'), 'resumed');
+    assert.equal(wa.rev, rev);
+    assert.deepEqual(syncs.map((s) => s.kind), ['initial', 'resumed']);
+    assert.deepEqual(brief(seen), [
+      'put k0=0 live',
+      'put k1=1 live',
+      'put k2=2 live',
+      'put k0="changed" replay',
+      'delete k1=undefined replay',
+      'put k5=5 replay',
+      'put k6=[6] replay',
+      'put k2={"deep":[1,2.5]} replay',
+    ]);
+    // Revisions never go back; each (key, rev) is delivered once.
+    const ids = seen.map((c) => `${c.key}@${c.rev}`);
+    assert.equal(new Set(ids).size, ids.length);
+    assert.deepEqual(seen.map((c) => c.rev), [...seen.map((c) => c.rev)].sort((x, y) => x - y));
+    // The view equals a fresh snapshot of the room.
+    const fresh = b.room(room).watch();
+    await fresh.ready();
+    assert.deepEqual(wa.entries(), fresh.entries());
+    // Live again.
+    await rb.put('k9', 9);
+    await until(() => wa.has('k9'));
+    assert.equal(seen.at(-1)!.cause, 'live');
+  });
+}
+
+test('integration: after compaction the server sends a snapshot; the watch emits exactly the difference', async () => {
+  const ctl = controlledWebSocket();
+  const a = client({ WebSocket: ctl.WebSocket });
+  const b = client({ codec: msgpackCodec });
+  const room = roomName('tiny:');
+  const rb = b.room(room);
+  for (const [k, v] of [['a', 1], ['b', 2], ['c', 3], ['d', 4]] as const) await rb.put(k, v);
+  const wa = a.room(room).watch();
+  const syncs = record(wa, 'sync');
+  await wa.ready();
+  const seen = record(wa, 'change');
+
+  ctl.block(true);
+  ctl.drop();
+  await until(() => a.status === 'reconnecting');
+  await rb.put('a', 10);
+  await rb.delete('b');
+  await rb.put('e', 5);
+  await rb.put('c', 3); // same value, new mod_rev
+  await rb.put('f', 1);
+  await rb.delete('f'); // came and went: no net change
+  await rb.put('a', 11);
+  ctl.block(false);
+
+  await until(() => syncs.length === 2, 'resync');
+  assert.equal(syncs[1]!.kind, 'resync');
+  assert.equal(syncs[1]!.reason, 'compacted');
+  assert.deepEqual(brief(seen), ['put a=11 resync', 'delete b=undefined resync', 'put c=3 resync', 'put e=5 resync']);
+  assert.deepEqual(seen.map((c) => c.prev), [1, 2, 3, undefined]);
+  const fresh = b.room(room).watch();
+  await fresh.ready();
+  assert.deepEqual(wa.entries(), fresh.entries());
+  assert.equal(wa.rev, fresh.rev);
+});
+
+test('integration: conditional writes conflict with the current mod_rev', async () => {
+  const r = client().room(roomName('cas:'));
+  const { rev: r1 } = await r.put('k', 1, { ifModRev: 0 });
+  const e1 = await r.put('k', 2, { ifModRev: 0 }).then(() => assert.fail('resolved'), (e: unknown) => e);
+  assert.ok(e1 instanceof ConflictError);
+  assert.deepEqual([e1.key, e1.modRev, e1.rev], ['k', r1, r1]);
+  const { rev: r2 } = await r.put('k', 2, { ifModRev: r1 });
+  await assert.rejects(r.delete('k', { ifModRev: r1 }), (e: unknown) => e instanceof ConflictError && e.modRev === r2);
+  await assert.rejects(
+    r.txn({ if: [{ key: 'k', modRev: r1 }], ops: [{ type: 'put', key: 'x', value: 1 }] }),
+    (e: unknown) => e instanceof ConflictError && e.key === 'k' && e.modRev === r2,
+  );
+  const w = r.watch();
+  await w.ready();
+  assert.equal(w.entry('k')!.modRev, r2);
+  const { rev: r3 } = await r.txn({ if: [{ key: 'k', modRev: r2 }, { key: 'new', modRev: 0 }], ops: [{ type: 'put', key: 'new', value: 1 }, { type: 'delete', key: 'k' }] });
+  assert.equal(r3, r2 + 1, 'a transaction is one revision');
+  assert.deepEqual(await r.delete('missing'), { rev: r3 }, 'deleting a missing key writes nothing');
+});
+
+test('integration: read-your-writes resolves once the watch shows the write', async () => {
+  const r = client().room(roomName('ryw:'));
+  const w = r.watch();
+  await w.ready();
+  for (let i = 0; i < 10; i++) {
+    const { rev } = await r.put('k', i, { waitFor: w });
+    assert.equal(w.get('k'), i);
+    assert.ok(w.rev >= rev);
+  }
+});
+
+test('integration: presence join, update and leave across two clients (JSON and msgpack)', async () => {
+  const a = client({ clientId: 'alice' });
+  const b = client({ clientId: 'bob', codec: msgpackCodec });
+  const room = roomName('lobby:');
+  const pa = a.room(room).presence<{ name: string; away?: boolean }>();
+  const pb = b.room(room).presence<{ name: string; away?: boolean }>();
+  const joins = record(pa, 'join');
+  const updates = record(pa, 'update');
+  const leaves = record(pa, 'leave');
+  await pa.set({ name: 'Alice' });
+  await pb.set({ name: 'Bob' });
+  await until(() => pa.others.has('bob') && pb.others.has('alice'), 'both present');
+  assert.deepEqual([...pa.others], [['bob', { name: 'Bob' }]]);
+  assert.deepEqual([...pb.others], [['alice', { name: 'Alice' }]]);
+  assert.equal(pa.watch.entry('presence/bob')!.lease, true, 'presence is session-leased');
+  assert.deepEqual(joins, [{ id: 'bob', value: { name: 'Bob' } }]);
+
+  await pb.set({ name: 'Bob', away: true });
+  await until(() => updates.length === 1);
+  assert.deepEqual(updates[0], { id: 'bob', value: { name: 'Bob', away: true }, prev: { name: 'Bob' } });
+
+  await pb.clear();
+  await until(() => leaves.length === 1);
+  assert.deepEqual(leaves[0], { id: 'bob', prev: { name: 'Bob', away: true } });
+  await pb.set({ name: 'Bob again' });
+  await until(() => joins.length === 2);
+
+  // Bob's client goes away: the server ends his session lease after the grace.
+  const t0 = Date.now();
+  b.close();
+  await until(() => leaves.length === 2, 'leave after the grace', 5000);
+  const elapsed = Date.now() - t0;
+  assert.ok(elapsed >= GRACE_MS - 100, `left after ${elapsed} ms, before the ${GRACE_MS} ms grace`);
+  assert.equal(pa.others.size, 0);
+});
+
+test('integration: a session-leased entry survives a quick reconnect and ends after the grace', async () => {
+  const ctl = controlledWebSocket();
+  const a = client({ WebSocket: ctl.WebSocket });
+  const b = client();
+  const room = roomName('lobby:');
+  await a.room(room).put('games/a', { host: 'a' }, { lease: 'session' });
+  const wb = b.room(room).watch('games/');
+  await wb.ready();
+  assert.equal(wb.entry('games/a')?.lease, true);
+  const seen = record(wb, 'change');
+
+  // Quick reconnect: the session is resumed and the lease kept.
+  const again = nextEvent(a, 'connected');
+  ctl.drop();
+  assert.equal((await again).resumed, true);
+  await sleep(GRACE_MS + 300);
+  assert.ok(wb.has('games/a'), 'kept across the quick reconnect');
+  assert.equal(seen.length, 0);
+
+  // Away for longer than the grace: the entry is deleted, and the next connection is a new session.
+  ctl.block(true);
+  const t0 = Date.now();
+  ctl.drop();
+  await until(() => !wb.has('games/a'), 'lease end', 5000);
+  const elapsed = Date.now() - t0;
+  assert.ok(elapsed >= GRACE_MS - 100, `deleted after ${elapsed} ms`);
+  assert.deepEqual(brief(seen), ['delete games/a=undefined live']);
+  const back = nextEvent(a, 'connected');
+  ctl.block(false);
+  assert.equal((await back).resumed, false);
+});
+
+test('integration: values read back the same through both codecs', async () => {
+  const j = client();
+  const m = client({ codec: msgpackCodec });
+  const room = roomName('codec:');
+  const values: unknown[] = [{ a: 1.5, b: [1, 'x', null, true], n: 42, big: 2 ** 40, neg: -7, s: 'é😀"\n' }, 'str', 0, -1.25, null, [[]], {}];
+  const wj = j.room(room).watch();
+  const wm = m.room(room).watch();
+  await Promise.all([wj.ready(), wm.ready()]);
+  for (let i = 0; i < values.length; i++) await m.room(room).put(`m${i}`, values[i]);
+  for (let i = 0; i < values.length; i++) await j.room(room).put(`j${i}`, values[i]);
+  await until(() => wj.size === 2 * values.length && wm.size === 2 * values.length);
+  for (let i = 0; i < values.length; i++) {
+    for (const w of [wj, wm]) {
+      assert.deepEqual(w.get(`m${i}`), values[i]);
+      assert.deepEqual(w.get(`j${i}`), values[i]);
+    }
+  }
+});
+
+test('integration: a server restart (memory store: new epoch) — writes wait for the reconnect, watches resync as a diff', async () => {
+  const first = await startServer(['--lease-grace', `${GRACE_MS}ms`]);
+  const ctl = controlledWebSocket();
+  const opts = { url: first.http, reconnect: { minDelayMs: 20, maxDelayMs: 100 } };
+  const a = client({ ...opts, WebSocket: ctl.WebSocket });
+  const b = client(opts);
+  const closes = record(a, 'disconnected');
+  const wa = a.room('restart').watch();
+  const syncs = record(wa, 'sync');
+  const seen = record(wa, 'change');
+  await b.room('restart').put('k1', 1);
+  await b.room('restart').put('k2', 2);
+  await until(() => wa.size === 2);
+  ctl.block(true);
+  await first.stop('SIGTERM'); // graceful: closes every socket with 1012
+  await until(() => closes.length > 0);
+  assert.equal(closes[0]!.code, 1012);
+  assert.equal(closes[0]!.action, 'now');
+
+  const second = await startServer(['--addr', first.http.replace('http://', '')]);
+  try {
+    // B's writes, issued while B may still be reconnecting, wait for the connection.
+    await b.room('restart').put('k2', 20);
+    await b.room('restart').put('k3', 3);
+    assert.equal(b.session?.resumed, false, 'a new server: the session is new');
+    ctl.block(false);
+    await until(() => syncs.length === 2, 'resync');
+    assert.equal(syncs[1]!.reason, 'epoch');
+    assert.deepEqual(brief(seen.slice(2)), ['delete k1=undefined resync', 'put k2=20 resync', 'put k3=3 resync']);
+  } finally {
+    a.close();
+    b.close();
+    await second.stop();
+  }
+});

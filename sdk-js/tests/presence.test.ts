@@ -1,0 +1,104 @@
+// Presence against a scripted fake server: the leased key, latest-wins
+// writes, re-announcing after a session was lost, join/update/leave.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import WebSocket from 'ws';
+import { createClient } from '../dist/index.js';
+import { FakeServer } from './support/fake-server.js';
+import { record, sleep, until } from './support/util.js';
+
+async function setup() {
+  const srv = await FakeServer.start();
+  const c = createClient({ url: srv.url, WebSocket, clientId: 'me', reconnect: { minDelayMs: 5, maxDelayMs: 20 } });
+  const conn = await srv.nextConn();
+  await conn.accept({ session: 's_1' });
+  await until(() => c.status === 'connected');
+  return { srv, c, conn, done: async () => (c.close(), await srv.close()) };
+}
+
+test('presence: set writes presence/<clientId> with a session lease; sets during a write in flight merge (latest wins)', async () => {
+  const { c, conn, done } = await setup();
+  try {
+    const p = c.room('r').presence<{ n: number }>();
+    const sub = await conn.sub({ t: 'snapshot', epoch: 'e', rev: 1, reason: 'initial', items: [] });
+    assert.deepEqual(sub.prefixes, ['presence/']);
+    const r1 = p.set({ n: 1 });
+    const m1 = await conn.next('put');
+    assert.deepEqual([m1.key, m1.value, m1.lease], ['presence/me', { n: 1 }, 'session']);
+    const r2 = p.set({ n: 2 });
+    const r3 = p.set({ n: 3 });
+    assert.equal(r2, r3, 'merged into one write');
+    conn.send({ t: 'ok', id: m1.id, rev: 2 });
+    const m2 = await conn.next('put');
+    assert.deepEqual(m2.value, { n: 3 });
+    conn.send({ t: 'ok', id: m2.id, rev: 3 });
+    assert.deepEqual([await r1, await r3], [{ rev: 2 }, { rev: 3 }]);
+    assert.deepEqual(p.self, { n: 3 });
+    const cl = p.clear();
+    const d = await conn.next('del');
+    assert.equal(d.key, 'presence/me');
+    conn.send({ t: 'ok', id: d.id, rev: 4 });
+    await cl;
+    assert.equal(conn.all('put').length, 2);
+  } finally {
+    await done();
+  }
+});
+
+test('presence: after a reconnect that lost the session, the value is written again; after a resumed one, not', async () => {
+  const { srv, c, conn, done } = await setup();
+  try {
+    const p = c.room('r').presence();
+    await conn.sub({ t: 'snapshot', epoch: 'e', rev: 1, reason: 'initial', items: [] });
+    const r = p.set('here');
+    const m = await conn.next('put');
+    conn.send({ t: 'ok', id: m.id, rev: 2 });
+    await r;
+
+    conn.terminate();
+    const conn2 = await srv.nextConn();
+    await conn2.accept({ session: 's_1', resumed: true });
+    await sleep(40);
+    assert.equal(conn2.all('put').length, 0, 'resumed: the lease was kept');
+
+    conn2.terminate();
+    const conn3 = await srv.nextConn();
+    await conn3.accept({ session: 's_2', resumed: false });
+    const again = await conn3.next('put');
+    assert.deepEqual([again.key, again.value, again.lease], ['presence/me', 'here', 'session']);
+  } finally {
+    await done();
+  }
+});
+
+test('presence: others, join, update and leave (own key excluded), also across a resync', async () => {
+  const { srv, c, conn, done } = await setup();
+  try {
+    const p = c.room('r').presence<string>();
+    const ev: string[] = [];
+    p.on('join', (e) => ev.push(`join ${e.id}=${e.value}`));
+    p.on('update', (e) => ev.push(`update ${e.id}=${e.value} (was ${e.prev})`));
+    p.on('leave', (e) => ev.push(`leave ${e.id} (was ${e.prev})`));
+    const changes = record(p, 'change');
+    const it = (id: string, v: string, rev: number) => ({ key: `presence/${id}`, value: v, create_rev: rev, mod_rev: rev, version: 1, lease: true });
+    const s = await conn.sub({ t: 'snapshot', epoch: 'e', rev: 2, reason: 'initial', items: [it('ann', 'a', 1), it('me', 'm', 2)] });
+    await until(() => ev.length === 1);
+    conn.send(
+      { t: 'events', s: s.id, rev: 3, events: [{ type: 'put', ...it('bob', 'b', 3) }] },
+      { t: 'events', s: s.id, rev: 4, events: [{ type: 'put', ...it('ann', 'a2', 4) }] },
+      { t: 'events', s: s.id, rev: 5, events: [{ type: 'put', ...it('me', 'm2', 5) }] },
+    );
+    await until(() => ev.length === 3);
+    assert.deepEqual([...p.others], [['ann', 'a2'], ['bob', 'b']]);
+    // Reconnect: history compacted; bob left and cy came meanwhile.
+    conn.terminate();
+    const conn2 = await srv.nextConn();
+    await conn2.accept({ resumed: true });
+    await conn2.sub({ t: 'snapshot', epoch: 'e', rev: 9, reason: 'compacted', items: [it('ann', 'a2', 4), it('cy', 'c', 8), it('me', 'm2', 5)] });
+    await until(() => ev.length === 5);
+    assert.deepEqual(ev, ['join ann=a', 'join bob=b', 'update ann=a2 (was a)', 'leave bob (was b)', 'join cy=c']);
+    assert.deepEqual([...changes.at(-1)!], [['ann', 'a2'], ['cy', 'c']]);
+  } finally {
+    await done();
+  }
+});

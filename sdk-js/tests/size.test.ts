@@ -1,0 +1,42 @@
+// Bundle-size budget: the public entry, bundled and minified as a browser
+// app would (esbuild), must stay within 10 KB gzip, and must not contain
+// @msgpack/msgpack (it lives in the separate `./msgpack` entry).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { gzipSync } from 'node:zlib';
+import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
+
+const BUDGET_GZIP = 10 * 1024;
+const MSGPACK_BUDGET_GZIP = 8 * 1024;
+const dist = (f: string) => fileURLToPath(new URL(`../dist/${f}`, import.meta.url));
+
+async function measure(entry: string) {
+  const out = await build({
+    entryPoints: [dist(entry)],
+    bundle: true,
+    minify: true,
+    format: 'esm',
+    platform: 'browser',
+    target: 'es2020',
+    write: false,
+    metafile: true,
+    logLevel: 'silent',
+  });
+  const code = out.outputFiles[0]!.contents;
+  return { min: code.byteLength, gzip: gzipSync(code, { level: 9 }).byteLength, inputs: Object.keys(out.metafile.inputs) };
+}
+
+test('size: the default bundle (JSON) is within 10 KB gzip and excludes @msgpack/msgpack', async (t) => {
+  const m = await measure('index.js');
+  t.diagnostic(`@statecast/sdk (index.js): ${m.min} B min, ${m.gzip} B gzip (budget ${BUDGET_GZIP} B)`);
+  assert.ok(m.gzip <= BUDGET_GZIP, `${m.gzip} B gzip is over the budget of ${BUDGET_GZIP} B`);
+  assert.deepEqual(m.inputs.filter((i) => i.includes('node_modules')), [], 'the default entry bundles no dependency');
+});
+
+test('size: the msgpack codec entry (with @msgpack/msgpack) is within 8 KB gzip', async (t) => {
+  const m = await measure('msgpack.js');
+  t.diagnostic(`@statecast/sdk/msgpack: ${m.min} B min, ${m.gzip} B gzip (budget ${MSGPACK_BUDGET_GZIP} B)`);
+  assert.ok(m.gzip <= MSGPACK_BUDGET_GZIP, `${m.gzip} B gzip is over the budget`);
+  assert.ok(m.inputs.some((i) => i.includes('@msgpack/msgpack')));
+});

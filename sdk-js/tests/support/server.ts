@@ -1,0 +1,94 @@
+// The real statecast server for integration tests: STATECAST_BIN, or built
+// once per process with `go build`, started on a free loopback port.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import WebSocket from 'ws';
+
+const repo = resolve(fileURLToPath(new URL('../..', import.meta.url)), '..');
+let built: string | undefined;
+
+function binary(): string {
+  if (process.env.STATECAST_BIN) return process.env.STATECAST_BIN;
+  if (!built) {
+    const dir = mkdtempSync(join(tmpdir(), 'statecast-sdk-'));
+    process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+    const bin = join(dir, 'statecast');
+    const r = spawnSync('go', ['build', '-o', bin, './cmd/statecast'], { cwd: repo, stdio: 'inherit' });
+    if (r.error || r.status !== 0) throw new Error(`go build failed: ${r.error?.message ?? r.status}`);
+    built = bin;
+  }
+  return built;
+}
+
+export interface Server {
+  /** http://127.0.0.1:PORT */
+  http: string;
+  /** ws://127.0.0.1:PORT/v1/ws */
+  ws: string;
+  proc: ChildProcess;
+  /** Kills the server (SIGKILL, or e.g. SIGTERM for a graceful shutdown) and waits for it to exit. */
+  stop(signal?: NodeJS.Signals): Promise<void>;
+}
+
+/** Starts `statecast serve --store memory --addr 127.0.0.1:0 ...args` (a later --addr wins). */
+export function startServer(args: string[] = []): Promise<Server> {
+  const proc = spawn(binary(), ['serve', '--store', 'memory', '--addr', '127.0.0.1:0', '--log-level', 'warn', ...args], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('the server did not print its address within 10 s')), 10_000);
+    proc.on('error', reject);
+    proc.on('exit', (code) => reject(new Error(`the server exited early (${code})`)));
+    let out = '';
+    proc.stdout!.on('data', (d) => {
+      out += String(d);
+      const m = /statecast listening on (http:\/\/\S+)/.exec(out);
+      if (!m) return;
+      clearTimeout(timer);
+      proc.removeAllListeners('exit');
+      const http = m[1]!;
+      resolve({
+        http,
+        ws: http.replace('http://', 'ws://') + '/v1/ws',
+        proc,
+        stop: (signal = 'SIGKILL') =>
+          new Promise<void>((r) => {
+            if (proc.exitCode !== null || proc.signalCode !== null) return r();
+            proc.on('exit', () => r());
+            proc.kill(signal);
+          }),
+      });
+    });
+  });
+}
+
+/**
+ * A WebSocket constructor to inject into a client, which lets a test drop
+ * the client's socket (`drop()`, as a network failure: no close frame) and
+ * refuse its reconnects for a while (`block(true)`).
+ */
+export function controlledWebSocket() {
+  const sockets: WebSocket[] = [];
+  let blocked = false;
+  class ControlledWS extends WebSocket {
+    constructor(url: string, protocols: string[]) {
+      // Port 1 on loopback: connection refused, like a network that is down.
+      super(blocked ? url.replace(/127\.0\.0\.1:\d+/, '127.0.0.1:1') : url, protocols);
+      sockets.push(this);
+    }
+  }
+  return {
+    WebSocket: ControlledWS,
+    sockets,
+    block(b: boolean) {
+      blocked = b;
+    },
+    /** Kills the current socket without a close handshake. */
+    drop() {
+      sockets.at(-1)!.terminate();
+    },
+  };
+}

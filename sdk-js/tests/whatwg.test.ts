@@ -1,0 +1,50 @@
+// The SDK on the WHATWG WebSocket API that browsers have (Node's global
+// WebSocket, from undici: scripts/test.mjs enables it on Node 20 with
+// --experimental-websocket), against the real server, both codecs.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createClient, jsonCodec, type Client, type Codec, type WebSocketConstructor } from '../dist/index.js';
+import { msgpackCodec } from '../dist/msgpack.js';
+import { startServer, type Server } from './support/server.js';
+import { record, until } from './support/util.js';
+
+const Global = (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+const skip = Global ? false : 'no global WebSocket (run with --experimental-websocket on Node 20)';
+let srv: Server | undefined;
+const clients: Client[] = [];
+
+before(async () => {
+  if (!skip) srv = await startServer();
+});
+after(async () => {
+  clients.forEach((c) => c.close());
+  await srv?.stop();
+});
+
+for (const [name, codec] of [['json', jsonCodec], ['msgpack', msgpackCodec]] as [string, Codec][]) {
+  test(`whatwg (${name}): the default global WebSocket connects, watches, writes, and resumes after a close`, { skip }, async () => {
+    const sockets: { close(code?: number, reason?: string): void }[] = [];
+    const Tracked = class extends (Global as any) {
+      constructor(url: string, protocols: string[]) {
+        super(url, protocols);
+        sockets.push(this as any);
+      }
+    } as unknown as WebSocketConstructor;
+    const plain = createClient({ url: srv!.http, codec }); // no WebSocket option: the global one
+    const a = createClient({ url: srv!.http, codec, WebSocket: Tracked, reconnect: { minDelayMs: 10, maxDelayMs: 50 } });
+    clients.push(plain, a);
+    const room = `whatwg:${name}`;
+    const w = a.room(room).watch();
+    const syncs = record(w, 'sync');
+    await w.ready();
+    await plain.room(room).put('k', { v: [1, 2.5, 'é'] }, { waitFor: plain.room(room).watch() });
+    await until(() => w.has('k'));
+    sockets[0]!.close(4000, 'test');
+    await until(() => a.status === 'reconnecting');
+    await plain.room(room).put('k2', 2);
+    await until(() => syncs.some((s) => s.kind === 'resumed'), 'resumed');
+    assert.deepEqual(w.get('k'), { v: [1, 2.5, 'é'] });
+    assert.equal(w.get('k2'), 2);
+    assert.equal(sockets.length, 2);
+  });
+}

@@ -1,0 +1,194 @@
+// Writes against a scripted fake server: wire format, typed errors, what
+// happens to writes in flight and queued across a dropped socket, timeouts,
+// read-your-writes.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import WebSocket from 'ws';
+import {
+  createClient,
+  ConflictError,
+  ForbiddenError,
+  NotConnectedError,
+  OutcomeUnknownError,
+  RateLimitedError,
+  StatecastError,
+  TimeoutError,
+  TooLargeError,
+  UnauthorizedError,
+  type ClientOptions,
+} from '../dist/index.js';
+import { FakeServer } from './support/fake-server.js';
+import { sleep, until } from './support/util.js';
+
+async function setup(opts: Partial<ClientOptions> = {}, accept = true) {
+  const srv = await FakeServer.start();
+  const c = createClient({ url: srv.url, WebSocket, reconnect: { minDelayMs: 5, maxDelayMs: 20 }, ...opts });
+  const conn = await srv.nextConn();
+  if (accept) {
+    await conn.accept();
+    await until(() => c.status === 'connected');
+  }
+  return { srv, c, conn, room: c.room('r'), done: async () => (c.close(), await srv.close()) };
+}
+
+test('writes: put, delete, conditional put and txn on the wire; resolve with the committed rev', async () => {
+  const { conn, room, done } = await setup();
+  try {
+    const p1 = room.put('k', { a: 1 });
+    const m1 = await conn.next('put');
+    assert.deepEqual({ ...m1, id: 0 }, { t: 'put', id: 0, room: 'r', key: 'k', value: { a: 1 } });
+    conn.send({ t: 'ok', id: m1.id, rev: 4 });
+    assert.deepEqual(await p1, { rev: 4 });
+
+    const p2 = room.put('k', 2, { ifModRev: 4, lease: 'session' });
+    const m2 = await conn.next('put');
+    assert.equal(m2.if_rev, 4);
+    assert.equal(m2.lease, 'session');
+    conn.send({ t: 'ok', id: m2.id, rev: 5 });
+    await p2;
+
+    const p3 = room.delete('k', { ifModRev: 0 });
+    const m3 = await conn.next('del');
+    assert.equal(m3.if_rev, 0, 'ifModRev 0 (must not exist) is sent, not dropped');
+    conn.send({ t: 'ok', id: m3.id, rev: 5 });
+    await p3;
+
+    const p4 = room.txn({ if: [{ key: 'a', modRev: 3 }], ops: [{ type: 'put', key: 'a', value: 1, lease: 'session' }, { type: 'delete', key: 'b' }] });
+    const m4 = await conn.next('txn');
+    assert.deepEqual(m4.if, [{ key: 'a', mod_rev: 3 }]);
+    assert.deepEqual(m4.ops, [{ op: 'put', key: 'a', value: 1, lease: 'session' }, { op: 'del', key: 'b' }]);
+    conn.send({ t: 'ok', id: m4.id, rev: 6 });
+    assert.deepEqual(await p4, { rev: 6 });
+
+    await assert.rejects(room.put('k', undefined), TypeError);
+  } finally {
+    await done();
+  }
+});
+
+test('writes: server errors reject with typed errors', async () => {
+  const { conn, room, done } = await setup();
+  try {
+    const cases: [string, Function, Record<string, unknown>?][] = [
+      ['conflict', ConflictError, { key: 'k', mod_rev: 8, rev: 9 }],
+      ['unauthorized', UnauthorizedError],
+      ['forbidden', ForbiddenError],
+      ['too_large', TooLargeError],
+      ['rate_limited', RateLimitedError],
+      ['outcome_unknown', OutcomeUnknownError],
+      ['invalid_key', StatecastError],
+    ];
+    for (const [code, cls, extra] of cases) {
+      const p = room.put('k', 1);
+      const m = await conn.next('put');
+      conn.send({ t: 'err', id: m.id, code, message: `msg ${code}`, ...extra });
+      const err = await p.then(() => assert.fail('resolved'), (e: unknown) => e);
+      assert.ok(err instanceof cls, `${code}: ${err}`);
+      assert.equal((err as StatecastError).code, code);
+      if (code === 'conflict') {
+        const c = err as ConflictError;
+        assert.deepEqual([c.key, c.modRev, c.rev], ['k', 8, 9]);
+      }
+    }
+  } finally {
+    await done();
+  }
+});
+
+test('writes: a write in flight when the socket drops rejects OutcomeUnknown and is never resent', async () => {
+  const { srv, c, conn, room, done } = await setup();
+  try {
+    const p = room.put('k', 1);
+    await conn.next('put');
+    assert.equal(c.pendingWrites, 1);
+    conn.terminate();
+    const err = await p.then(() => assert.fail('resolved'), (e: unknown) => e);
+    assert.ok(err instanceof OutcomeUnknownError);
+    assert.ok(!(err instanceof TimeoutError));
+    const conn2 = await srv.nextConn();
+    await conn2.accept();
+    await until(() => c.status === 'connected');
+    await sleep(30);
+    assert.equal(conn2.all('put').length, 0, 'not resent');
+    assert.equal(c.pendingWrites, 0);
+  } finally {
+    await done();
+  }
+});
+
+test('writes: issued while disconnected, a write waits for the connection and is sent once', async () => {
+  const { srv, c, conn, room, done } = await setup();
+  try {
+    conn.terminate();
+    await until(() => c.status === 'reconnecting');
+    const p = room.put('k', 1);
+    assert.equal(c.pendingWrites, 1);
+    const conn2 = await srv.nextConn();
+    await conn2.accept();
+    const m = await conn2.next('put');
+    conn2.send({ t: 'ok', id: m.id, rev: 2 });
+    assert.deepEqual(await p, { rev: 2 });
+  } finally {
+    await done();
+  }
+});
+
+test('writes: not connected within requestTimeoutMs → NotConnectedError, never sent', async () => {
+  const { conn, room, done } = await setup({ requestTimeoutMs: 80 }, false);
+  try {
+    await conn.next('connect'); // never answered
+    await assert.rejects(room.put('k', 1), NotConnectedError);
+    assert.equal(conn.all('put').length, 0);
+  } finally {
+    await done();
+  }
+});
+
+test('writes: sent without a reply within the timeout → TimeoutError, an OutcomeUnknownError; a late reply is ignored', async () => {
+  const { conn, room, done } = await setup();
+  try {
+    const p = room.put('k', 1, { timeoutMs: 60 });
+    const m = await conn.next('put');
+    const err = await p.then(() => assert.fail('resolved'), (e: unknown) => e);
+    assert.ok(err instanceof TimeoutError);
+    assert.ok(err instanceof OutcomeUnknownError);
+    conn.send({ t: 'ok', id: m.id, rev: 3 });
+    await sleep(20);
+  } finally {
+    await done();
+  }
+});
+
+test('writes: after close() a write rejects NotConnected at once; an oversized one TooLarge, unsent', async () => {
+  const { c, conn, room, done } = await setup({ maxFrameBytes: 200 });
+  try {
+    await assert.rejects(room.put('k', 'x'.repeat(300)), TooLargeError);
+    await assert.rejects(room.put('k', 'é'.repeat(90)), TooLargeError, 'measured in UTF-8 bytes');
+    assert.equal(conn.all('put').length, 0);
+    c.close();
+    await assert.rejects(room.put('k', 1), NotConnectedError);
+  } finally {
+    await done();
+  }
+});
+
+test('writes: read-your-writes resolves only once the watch applied the write\'s revision', async () => {
+  const { conn, room, done } = await setup();
+  try {
+    const w = room.watch('k');
+    const s = await conn.sub({ t: 'snapshot', epoch: 'e1', rev: 3, reason: 'initial', items: [] });
+    await w.ready();
+    let resolved = false;
+    const p = room.put('k', 'v', { waitFor: w }).then((r) => ((resolved = true), r));
+    const m = await conn.next('put');
+    conn.send({ t: 'ok', id: m.id, rev: 4 });
+    await sleep(30);
+    assert.equal(resolved, false, 'acknowledged, but the watch is still at rev 3');
+    conn.send({ t: 'events', s: s.id, rev: 4, events: [{ type: 'put', key: 'k', value: 'v', create_rev: 4, mod_rev: 4, version: 1 }] });
+    assert.deepEqual(await p, { rev: 4 });
+    assert.equal(w.get('k'), 'v');
+    await assert.rejects(room.put('k', 1, { waitFor: room.client.room('other').watch() }), TypeError);
+  } finally {
+    await done();
+  }
+});
