@@ -46,6 +46,11 @@ type Store interface {
 	// returns, in revision order, once each batch is durable. fn runs on
 	// the committing goroutine and must not block nor call back into the
 	// store. stop unregisters fn; after stop returns fn is not called again.
+	//
+	// When the room's state is lost or replaced (a Redis flushed, restarted
+	// without persistence, or failed over with lost writes), fn receives an
+	// epoch notice, Batch{Epoch: new, Rev: 0, Events: nil}, then the new
+	// epoch's batches; a follower holding the old epoch must list again.
 	Follow(room string, fn func(Batch)) (stop func(), err error)
 
 	// Leased calls fn for every key bound to a lease, in any order. A

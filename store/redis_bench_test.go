@@ -1,0 +1,120 @@
+package store
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/statecast/statecast/store/redistest"
+)
+
+// Benchmarks against a redis-server each benchmark starts (no
+// persistence). They measure the client side too: on a 2-core machine the
+// Go process and redis-server share the cores.
+
+func benchRedis(b *testing.B) *Redis {
+	b.Helper()
+	srv := redistest.Start(b, redistest.Options{})
+	return openTestRedis(b, srv.URL(), nil)
+}
+
+// BenchmarkRedisApply: one writer, one put of 100 bytes per write.
+func BenchmarkRedisApply(b *testing.B) {
+	s := benchRedis(b)
+	v := make([]byte, 100)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.Apply(bg, "bench", Put(fmt.Sprint("k", i%100), v)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRedisApplyParallel: 8 writers per core over 100 rooms.
+func BenchmarkRedisApplyParallel(b *testing.B) {
+	s := benchRedis(b)
+	v := make([]byte, 100)
+	var n atomic.Int64
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := n.Add(1)
+			if _, err := s.Apply(bg, fmt.Sprint("room", i%100), Put(fmt.Sprint("k", i%10), v)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkRedisFollowLatency: time from Apply's call to the follower's
+// callback (script, SPUBLISH, the push connection, decode, sequencer), one
+// write at a time, over 1 and 100 followed rooms.
+func BenchmarkRedisFollowLatency(b *testing.B) {
+	for _, rooms := range []int{1, 100} {
+		b.Run(fmt.Sprint("rooms=", rooms), func(b *testing.B) {
+			s := benchRedis(b)
+			got := make(chan time.Time, 1)
+			for r := range rooms {
+				stop, err := s.Follow(fmt.Sprint("room", r), func(Batch) { got <- time.Now() })
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(stop)
+			}
+			time.Sleep(100 * time.Millisecond) // subscriptions confirmed
+			v := make([]byte, 100)
+			var lat []time.Duration
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				start := time.Now()
+				if _, err := s.Apply(bg, fmt.Sprint("room", i%rooms), Put("k", v)); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, (<-got).Sub(start))
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		})
+	}
+}
+
+// BenchmarkRedisHistory: replay of 1000 revisions.
+func BenchmarkRedisHistory(b *testing.B) {
+	s := benchRedis(b)
+	v := make([]byte, 100)
+	for i := range 1000 {
+		if _, err := s.Apply(bg, "hist", Put(fmt.Sprint("k", i%100), v)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		bs, err := s.History(bg, "hist", 1, 0)
+		if err != nil || len(bs) != 1000 {
+			b.Fatal(len(bs), err)
+		}
+	}
+}
+
+// BenchmarkRedisSnapshot: a room of 1000 keys.
+func BenchmarkRedisSnapshot(b *testing.B) {
+	s := benchRedis(b)
+	v := make([]byte, 100)
+	for i := range 1000 {
+		if _, err := s.Apply(bg, "snap", Put(fmt.Sprint("k", i), v)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		snap, err := s.Snapshot(bg, "snap", "")
+		if err != nil || len(snap.Items) != 1000 {
+			b.Fatal(len(snap.Items), err)
+		}
+	}
+}

@@ -1,0 +1,194 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Redis encodings. Both are built by apply.lua with plain concatenation and
+// are length-prefixed, so keys, values and leases are binary-safe.
+//
+// A key's record (the value of its field in the room's kv hash, and the
+// body of an event):
+//
+//	<mod_rev>,<create_rev>,<version>,<len>:<lease><len>:<value>
+//
+// A batch (the stream entry's d field and the pub/sub payload, the same
+// bytes):
+//
+//	B1<len>:<epoch><rev>;<unix ms>;<len>:<tag><len>:<prev tag><n>;<event>*n
+//
+// where an event is P<len>:<key><record> (a put) or D<len>:<key><rev>; (a
+// delete), followed by p<record> (the key before the change) or x (none).
+// tag is unique per write; prev tag is the tag of the revision before it,
+// so a node can tell that a revision it applied was replaced (a failover
+// that lost writes) when the chain breaks.
+
+var errRedisCodec = errors.New("store: malformed redis record")
+
+// redisBatch is a decoded batch with its chain tags.
+type redisBatch struct {
+	Batch
+	tag, prevTag string
+}
+
+type redisDecoder struct {
+	s   string
+	i   int
+	err error
+}
+
+func (d *redisDecoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: bad %s at byte %d", errRedisCodec, what, d.i)
+	}
+}
+
+// uint reads a decimal number ended by term.
+func (d *redisDecoder) uint(term byte, what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	j := d.i
+	for j < len(d.s) && d.s[j] != term {
+		j++
+	}
+	if j == len(d.s) {
+		d.fail(what)
+		return 0
+	}
+	n, err := strconv.ParseUint(d.s[d.i:j], 10, 64)
+	if err != nil {
+		d.fail(what)
+		return 0
+	}
+	d.i = j + 1
+	return n
+}
+
+// int reads a signed decimal number ended by term.
+func (d *redisDecoder) int(term byte, what string) int64 {
+	if d.err != nil {
+		return 0
+	}
+	j := d.i
+	for j < len(d.s) && d.s[j] != term {
+		j++
+	}
+	if j == len(d.s) {
+		d.fail(what)
+		return 0
+	}
+	n, err := strconv.ParseInt(d.s[d.i:j], 10, 64)
+	if err != nil {
+		d.fail(what)
+		return 0
+	}
+	d.i = j + 1
+	return n
+}
+
+// str reads <len>:<bytes>.
+func (d *redisDecoder) str(what string) string {
+	n := d.uint(':', what)
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.s)-d.i) {
+		d.fail(what)
+		return ""
+	}
+	s := d.s[d.i : d.i+int(n)]
+	d.i += int(n)
+	return s
+}
+
+func (d *redisDecoder) byte(what string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if d.i >= len(d.s) {
+		d.fail(what)
+		return 0
+	}
+	b := d.s[d.i]
+	d.i++
+	return b
+}
+
+// record reads a key's record into a KV named key.
+func (d *redisDecoder) record(key string) KV {
+	kv := KV{Key: key}
+	kv.ModRev = d.uint(',', "mod_rev")
+	kv.CreateRev = d.uint(',', "create_rev")
+	kv.Version = d.uint(',', "version")
+	kv.Lease = d.str("lease")
+	kv.Value = []byte(d.str("value"))
+	return kv
+}
+
+// decodeRedisKV decodes the record of key as stored in the kv hash.
+func decodeRedisKV(key, rec string) (KV, error) {
+	d := redisDecoder{s: rec}
+	kv := d.record(key)
+	if d.err == nil && d.i != len(d.s) {
+		d.fail("trailing bytes")
+	}
+	return kv, d.err
+}
+
+// decodeRedisBatch decodes a batch as written by apply.lua.
+func decodeRedisBatch(s string) (redisBatch, error) {
+	d := redisDecoder{s: s}
+	if len(s) < 2 || s[:2] != "B1" {
+		return redisBatch{}, fmt.Errorf("%w: unknown batch format", errRedisCodec)
+	}
+	d.i = 2
+	var b redisBatch
+	b.Epoch = d.str("epoch")
+	b.Rev = d.uint(';', "rev")
+	b.Time = time.UnixMilli(d.int(';', "time"))
+	b.tag = d.str("tag")
+	b.prevTag = d.str("prev tag")
+	n := d.uint(';', "event count")
+	if d.err == nil && n > uint64(len(s)) {
+		d.fail("event count")
+	}
+	if d.err != nil {
+		return b, d.err
+	}
+	b.Events = make([]Event, 0, n)
+	for range n {
+		var ev Event
+		switch d.byte("event type") {
+		case 'P':
+			ev.Type = OpPut
+			key := d.str("key")
+			ev.KV = d.record(key)
+		case 'D':
+			ev.Type = OpDelete
+			ev.KV = KV{Key: d.str("key")}
+			ev.KV.ModRev = d.uint(';', "delete rev")
+		default:
+			d.fail("event type")
+		}
+		switch d.byte("prev marker") {
+		case 'p':
+			p := d.record(ev.KV.Key)
+			ev.Prev = &p
+		case 'x':
+		default:
+			d.fail("prev marker")
+		}
+		if d.err != nil {
+			return b, d.err
+		}
+		b.Events = append(b.Events, ev)
+	}
+	if d.i != len(s) {
+		d.fail("trailing bytes")
+	}
+	return b, d.err
+}

@@ -1,0 +1,50 @@
+package store_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/statecast/statecast/store"
+	"github.com/statecast/statecast/store/redistest"
+	"github.com/statecast/statecast/store/storetest"
+)
+
+// redisFactory opens Redis stores on srvURL; each dir maps to its own key
+// prefix, so subtests are isolated and reopening a dir sees its data.
+func redisFactory(url string, cluster bool) storetest.Factory {
+	return storetest.Factory{
+		Open: func(t testing.TB, dir string, cfg storetest.Config) store.Store {
+			sum := sha1.Sum([]byte(dir))
+			r, err := store.OpenRedis(context.Background(), store.RedisConfig{
+				URL:           url,
+				Cluster:       cluster,
+				Prefix:        "t" + hex.EncodeToString(sum[:8]),
+				Limits:        cfg.Limits,
+				Retention:     cfg.Retention,
+				Clock:         cfg.Clock,
+				CheckInterval: 200 * time.Millisecond,
+			})
+			if err != nil {
+				t.Fatalf("OpenRedis: %v", err)
+			}
+			return r
+		},
+		Durable: true,
+	}
+}
+
+func TestRedisConformance(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	storetest.Run(t, redisFactory(srv.URL(), false))
+}
+
+// TestRedisClusterConformance runs the whole suite against a local Redis
+// Cluster of 3 masters: every room's keys share one hash tag.
+func TestRedisClusterConformance(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	storetest.Run(t, redisFactory(strings.Join(c.Addrs(), ","), true))
+}

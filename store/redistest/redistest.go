@@ -1,0 +1,335 @@
+// Package redistest starts throwaway redis-server processes for tests: a
+// standalone server on a free loopback port (without persistence, or with
+// AOF), and a local Redis Cluster of several masters.
+//
+// Every server is started by the test that needs it and stopped by its pid
+// in t.Cleanup, so tests never touch a Redis they did not start. When
+// redis-server is not installed the test is skipped, except in CI
+// (CI=true), where it fails: CI must exercise the Redis backend.
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Require skips t (or fails it in CI) unless redis-server and redis-cli
+// are installed.
+func Require(t testing.TB) {
+	t.Helper()
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("redistest: %s not found (CI must install it: apt-get install redis-server redis-tools): %v", bin, err)
+			}
+			t.Skipf("redistest: %s not installed: %v", bin, err)
+		}
+	}
+}
+
+// Options configure a server.
+type Options struct {
+	// AOF turns on the append-only file with appendfsync always, so every
+	// acknowledged write survives a kill.
+	AOF bool
+	// Cluster starts the server with cluster mode enabled.
+	Cluster bool
+	// Args are extra redis-server arguments.
+	Args []string
+}
+
+// Server is one redis-server process.
+type Server struct {
+	t    testing.TB
+	Port int
+	Dir  string
+	opts Options
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// Addr is the server's host:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)) }
+
+// URL is the server's redis:// URL.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Start starts a redis-server on a free loopback port with its own data
+// directory and waits until it answers PING. It is killed when t ends.
+func Start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	Require(t)
+	s := &Server{t: t, Dir: t.TempDir(), opts: opts}
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		s.Port = freePort(opts.Cluster)
+		if err = s.start(); err == nil {
+			t.Cleanup(s.Kill)
+			return s
+		}
+	}
+	t.Fatalf("redistest: cannot start redis-server: %v", err)
+	return nil
+}
+
+func (s *Server) args() []string {
+	a := []string{
+		"--port", strconv.Itoa(s.Port),
+		"--bind", "127.0.0.1",
+		"--dir", s.Dir,
+		"--save", "",
+		"--logfile", "redis.log",
+		"--daemonize", "no",
+		"--maxmemory-policy", "noeviction",
+	}
+	if s.opts.AOF {
+		a = append(a, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		a = append(a, "--appendonly", "no")
+	}
+	if s.opts.Cluster {
+		a = append(a, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+	}
+	return append(a, s.opts.Args...)
+}
+
+func (s *Server) start() error {
+	cmd := exec.Command("redis-server", s.args()...)
+	// If the test binary dies, so does the server.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		reply, err := Do(s.Addr(), "PING")
+		if err == nil && reply == "PONG" {
+			break
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("redis-server on port %d exited: %v; log:\n%s", s.Port, err, s.logTail())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("redis-server on port %d did not answer PING (last: %q, %v); log:\n%s", s.Port, reply, err, s.logTail())
+		}
+	}
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	// Reap the process when it exits; Kill waits for that.
+	go func() {
+		<-exited
+		s.mu.Lock()
+		if s.cmd == cmd {
+			s.cmd = nil
+		}
+		s.mu.Unlock()
+	}()
+	return nil
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// Kill stops the server with SIGKILL (a crash: nothing is saved on the
+// way out) and waits until it has exited. Killing a stopped server does
+// nothing.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	for i := 0; i < 500; i++ { // the reaper clears s.cmd
+		s.mu.Lock()
+		done := s.cmd != cmd
+		s.mu.Unlock()
+		if done {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The port is free once nothing accepts on it.
+	for i := 0; i < 200; i++ {
+		c, err := net.DialTimeout("tcp", s.Addr(), 50*time.Millisecond)
+		if err != nil {
+			return
+		}
+		c.Close()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Restart kills the server and starts it again on the same port with the
+// same data directory and options: without persistence it comes back
+// empty; with AOF it reloads every acknowledged write.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Kill()
+	var err error
+	for attempt := 0; attempt < 50; attempt++ {
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // the port may linger briefly
+	}
+	t.Fatalf("redistest: cannot restart redis-server on port %d: %v", s.Port, err)
+}
+
+// Cluster is a local Redis Cluster of masters without replicas.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// Addrs lists the masters' host:port.
+func (c *Cluster) Addrs() []string {
+	var out []string
+	for _, n := range c.Nodes {
+		out = append(out, n.Addr())
+	}
+	return out
+}
+
+// StartCluster starts n cluster-enabled servers, joins them into one
+// cluster with redis-cli --cluster create (no replicas) and waits until
+// every node reports cluster_state:ok.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	Require(t)
+	c := &Cluster{}
+	for range n {
+		c.Nodes = append(c.Nodes, Start(t, Options{Cluster: true}))
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, node := range c.Nodes {
+		for {
+			info, err := Do(node.Addr(), "CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: cluster node %s not ok: %q %v", node.Addr(), info, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+// freePort picks a loopback port that is free now (and, for a cluster
+// node, whose bus port +10000 is free too).
+func freePort(cluster bool) int {
+	for {
+		p := 20000 + rand.IntN(30000)
+		if !portFree(p) || (cluster && !portFree(p+10000)) {
+			continue
+		}
+		return p
+	}
+}
+
+func portFree(p int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// Do sends one command to addr over a fresh connection and returns the
+// reply as a string: a simple or bulk string as is, an integer in
+// decimal, an array's elements joined by newlines. An error reply is
+// returned as an error.
+func Do(addr string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	return readReply(bufio.NewReader(c))
+}
+
+func readReply(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", errors.New("redistest: empty reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", errors.New(line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", err
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return "", err
+		}
+		var parts []string
+		for range max(n, 0) {
+			p, err := readReply(r)
+			if err != nil {
+				return "", err
+			}
+			parts = append(parts, p)
+		}
+		return strings.Join(parts, "\n"), nil
+	}
+	return "", fmt.Errorf("redistest: unexpected reply %q", line)
+}
