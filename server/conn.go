@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
@@ -33,7 +34,7 @@ type conn struct {
 	s      *Server
 	ws     *websocket.Conn
 	codec  wire.Codec
-	slot   int // encoding slot base of codec (see encoders)
+	slot   int             // encoding slot base of codec (see encoders)
 	ctx    context.Context // the reader's; cancelling it drops the socket
 	cancel context.CancelFunc
 	// The writer's context, a child of ctx: end stops the writer with it
@@ -85,6 +86,24 @@ func (e *errClose) Error() string { return fmt.Sprintf("close %d: %s", e.code, e
 
 func closeWith(code websocket.StatusCode, format string, args ...any) error {
 	return &errClose{code: code, reason: fmt.Sprintf(format, args...)}
+}
+
+// maxCloseReason is the most bytes a close frame's reason can carry
+// (RFC 6455 §5.5: a 125-byte control payload, 2 of them the code).
+const maxCloseReason = 123
+
+// closeReason cuts reason to fit a close frame, on a rune boundary: the
+// websocket library refuses a longer reason and then sends no close frame
+// at all, so the peer would never learn the close code.
+func closeReason(reason string) string {
+	if len(reason) <= maxCloseReason {
+		return reason
+	}
+	reason = reason[:maxCloseReason]
+	for len(reason) > 0 && !utf8.ValidString(reason) {
+		reason = reason[:len(reason)-1]
+	}
+	return reason
 }
 
 // handleWS upgrades the request and serves the session until it ends.
@@ -196,7 +215,7 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 			t.Stop()
 		}
 		if code >= 0 {
-			c.ws.Close(code, reason)
+			c.ws.Close(code, closeReason(reason))
 		} else {
 			c.ws.CloseNow()
 		}
@@ -219,7 +238,7 @@ func (c *conn) flushAndStop() {
 	case <-time.After(c.s.cfg.WriteTimeout):
 		c.ws.CloseNow() // unblocks a write stuck on a peer that reads nothing
 	}
-	c.cancel()
+	c.wcancel() // not c.cancel: that drops the socket before the close frame
 	<-done
 }
 
@@ -231,6 +250,15 @@ func (c *conn) shutdown() {
 	c.stopping = true
 	c.inflight.Unlock()
 	c.end(websocket.StatusServiceRestart, "server shutting down; reconnect")
+}
+
+// drop closes the socket at once, even during a close handshake that
+// waits for an unresponsive peer: cancelling the reader's context makes
+// the websocket library close the connection under it (CloseNow would
+// wait for the handshake in progress).
+func (c *conn) drop() {
+	c.cancel()
+	c.ws.CloseNow()
 }
 
 func (c *conn) signal() {
@@ -268,7 +296,11 @@ func (c *conn) reply(msg any) {
 }
 
 func (c *conn) replyErr(id uint64, e *Error) {
-	c.reply(&wire.Err{T: wire.TErr, ID: id, Code: e.Code, Message: e.Message, Key: e.Key, ModRev: e.ModRev, Rev: e.Rev})
+	m := &wire.Err{T: wire.TErr, ID: id, Code: e.Code, Message: e.Message, Key: e.Key}
+	if e.Code == wire.CodeConflict { // mod_rev 0 means "absent": say it
+		m.ModRev, m.Rev = &e.ModRev, &e.Rev
+	}
+	c.reply(m)
 }
 
 // writeLoop sends frames until the connection ends.
@@ -280,6 +312,16 @@ func (c *conn) writeLoop() {
 	watchdog := time.AfterFunc(time.Hour, c.writeTimedOut)
 	watchdog.Stop()
 	defer watchdog.Stop()
+	write := func(frame []byte) error {
+		watchdog.Reset(c.s.cfg.WriteTimeout)
+		err := c.ws.Write(context.Background(), c.codec.MessageType(), frame)
+		watchdog.Stop()
+		if err == nil {
+			c.s.metrics.bytesOut.Add(float64(len(frame)))
+			c.s.metrics.framesOut.Inc()
+		}
+		return err
+	}
 	var frame []byte
 	for {
 		select {
@@ -289,22 +331,21 @@ func (c *conn) writeLoop() {
 		}
 		for {
 			var closing bool
-			frame, closing = c.collect(frame[:0])
+			var err error
+			frame, closing, err = c.collect(frame[:0], write)
+			if err == nil && len(frame) > 0 {
+				err = write(frame)
+			}
+			if err != nil {
+				c.cancel()
+				return
+			}
 			if len(frame) == 0 {
 				if closing {
 					return
 				}
 				break
 			}
-			watchdog.Reset(c.s.cfg.WriteTimeout)
-			err := c.ws.Write(context.Background(), c.codec.MessageType(), frame)
-			watchdog.Stop()
-			if err != nil {
-				c.cancel()
-				return
-			}
-			c.s.metrics.bytesOut.Add(float64(len(frame)))
-			c.s.metrics.framesOut.Inc()
 			if cap(frame) > 64<<10 {
 				frame = nil // do not keep a burst's buffer on an idle connection
 			}
@@ -324,9 +365,11 @@ func (c *conn) writeTimedOut() {
 }
 
 // collect appends the pending replies and the ready subscriptions'
-// messages to frame, up to maxFrame. closing reports that the connection
+// messages to frame; each time the frame reaches maxFrame it is handed to
+// write and a new one begins, so a long replay goes out in bounded frames.
+// It returns the last, partial frame. closing reports that the connection
 // is ending and nothing more will be queued.
-func (c *conn) collect(frame []byte) ([]byte, bool) {
+func (c *conn) collect(frame []byte, write func([]byte) error) ([]byte, bool, error) {
 	c.mu.Lock()
 	frame = append(frame, c.pending...)
 	c.pending = c.pending[:0]
@@ -337,42 +380,51 @@ func (c *conn) collect(frame []byte) ([]byte, bool) {
 	// wake-up once both have grown to the connection's needs.
 	ready := c.ready
 	c.ready = c.spare[:0]
+	all := ready
+	var later []*sub
+	n := 0
 	for _, s := range ready {
 		s.queued = false
+		// A sub becomes active under mu together with queueing its ok, so
+		// one active here has its ok in the pending taken above (or sent
+		// before). Looking later could send its messages before its ok.
+		if s.active.Load() || s.gone.Load() {
+			ready[n] = s
+			n++
+		} else {
+			later = append(later, s) // its ok is not queued yet
+		}
 	}
+	ready = ready[:n]
 	closing := c.closing
 	c.mu.Unlock()
 
-	var later []*sub
+	var err error
 	msgs := c.msgs[:0]
-	for i, s := range ready {
-		if len(frame) >= maxFrame {
-			later = append(later, ready[i:]...)
-			break
-		}
+	for _, s := range ready {
 		gone := s.gone.Load()
-		if !s.active.Load() && !gone {
-			later = append(later, s) // its ok is not queued yet
-			continue
-		}
-		var err error
-		msgs, err = s.w.Drain(msgs[:0])
+		var derr error
+		msgs, derr = s.w.Drain(msgs[:0])
 		for _, m := range msgs {
 			frame = c.appendMessage(frame, s, m)
+			if len(frame) >= maxFrame && err == nil {
+				err = write(frame)
+				frame = frame[:0]
+			}
 		}
 		c.s.metrics.countDelivered(msgs)
-		if err != nil && !gone {
-			frame = c.appendEnded(frame, s, err)
+		if derr != nil && !gone && !errors.Is(derr, rooms.ErrWatcherClosed) {
+			frame = c.appendEnded(frame, s, derr) // the server ended it
 		}
 	}
 	clear(msgs)
 	c.msgs = msgs[:0]
-	clear(ready)
-	c.spare = ready[:0]
+	clear(all)
+	c.spare = all[:0]
 	for _, s := range later {
 		c.markReady(s)
 	}
-	return frame, closing && len(frame) == 0 && len(later) == 0
+	return frame, closing && len(frame) == 0 && len(later) == 0, err
 }
 
 // appendMessage encodes one watcher message of s.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )
@@ -43,7 +44,7 @@ func errorOf(err error, write bool) *Error {
 		return newError(wire.CodeTooLarge, err.Error())
 	case errors.Is(err, store.ErrInvalidOp), errors.Is(err, store.ErrEmptyWrite), errors.Is(err, store.ErrCrossRoom):
 		return newError(wire.CodeBadRequest, err.Error())
-	case errors.Is(err, store.ErrClosed):
+	case errors.Is(err, store.ErrClosed), errors.Is(err, rooms.ErrClosed):
 		return newError(wire.CodeUnavailable, "server is shutting down")
 	case write && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
 		return newError(wire.CodeOutcomeUnknown, "the store did not confirm the write in time; it may or may not have been applied")

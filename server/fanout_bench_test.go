@@ -52,7 +52,7 @@ func benchCollect(b *testing.B, codec wire.Codec, nsubs, batch int) {
 		defer w.Close()
 		s.w = w
 		c.subs[1] = s
-		c.collect(nil) // the synced marker
+		c.collect(nil, discard) // the synced marker
 		conns[i] = c
 	}
 	value := []byte(`"` + string(make([]byte, 0, 100)) + fmt.Sprintf("%0100d", 7) + `"`)
@@ -67,13 +67,15 @@ func benchCollect(b *testing.B, codec wire.Codec, nsubs, batch int) {
 			}
 		}
 		for k, c := range conns {
-			frames[k], _ = c.collect(frames[k][:0])
+			frames[k], _, _ = c.collect(frames[k][:0], discard)
 		}
 		msgs += batch * nsubs
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(msgs), "ns/msg")
 }
+
+func discard([]byte) error { return nil }
 
 // nopRegisterer accepts every collector and keeps none.
 type nopRegisterer struct{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -29,6 +30,9 @@ func (c *conn) readLoop() error {
 		}
 		for i := range reqs {
 			if e := bad.At(i); e != nil { // a value with no JSON equivalent
+				if c.sess == nil { // as in handleOne: connect comes first
+					return closeWith(wire.CloseProtocolError, "the first message must be connect, got %q", reqs[i].T)
+				}
 				c.replyErr(reqs[i].ID, newError(wire.CodeInvalidValue, e.Error()))
 				continue
 			}
@@ -255,9 +259,15 @@ func (c *conn) write(r *wire.Request) {
 // toWrite turns a put, del or txn request into a store write, resolving
 // "session" leases to this session's lease.
 func (c *conn) toWrite(r *wire.Request) (store.Write, error) {
+	// A client names its own session's lease as "session"; any other id
+	// must be a TTL lease, so it cannot bind a key to another session's.
+	var badLease error
 	lease := func(l string) string {
 		if l == "session" {
 			return c.sess.lease
+		}
+		if l != "" && !strings.HasPrefix(l, ttlLeasePrefix) && badLease == nil {
+			badLease = newError(wire.CodeNotFound, fmt.Sprintf(`no lease %q: use "session" or a TTL lease id from POST /v1/leases`, l))
 		}
 		return l
 	}
@@ -267,6 +277,9 @@ func (c *conn) toWrite(r *wire.Request) (store.Write, error) {
 			return store.Write{}, newError(wire.CodeBadRequest, "put needs a value")
 		}
 		w := store.Write{Ops: []store.Op{{Type: store.OpPut, Key: r.Key, Value: r.Value, Lease: lease(r.Lease)}}}
+		if badLease != nil {
+			return store.Write{}, badLease
+		}
 		if r.IfRev != nil {
 			w.Conds = []store.Cond{{Key: r.Key, ModRev: *r.IfRev}}
 		}
@@ -294,6 +307,9 @@ func (c *conn) toWrite(r *wire.Request) (store.Write, error) {
 		default:
 			return store.Write{}, newError(wire.CodeBadRequest, fmt.Sprintf("unknown txn op %q (want put or del)", op.Op))
 		}
+	}
+	if badLease != nil {
+		return store.Write{}, badLease
 	}
 	return w, nil
 }

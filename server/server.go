@@ -159,8 +159,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	// All connections flush and close at once: one peer that does not
+	// answer the close handshake must not hold up the others.
 	for _, c := range conns {
-		c.shutdown()
+		go c.shutdown()
 	}
 	done := make(chan struct{})
 	go func() { s.connWG.Wait(); close(done) }()
@@ -169,6 +171,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = ctx.Err()
+		for _, c := range conns {
+			c.drop() // out of time: drop whoever is left
+		}
+		<-done
 	}
 	s.sessions.close()
 	s.leases.close()

@@ -53,7 +53,7 @@ func serverMessages() []struct {
 			Message{T: TConnected, V: 1, Session: "s_1", Resume: "r_2", PingMS: 25000, LeaseGraceMS: 5000}},
 		{"ok", &OK{T: TOK, ID: 2, Rev: 51}, Message{T: TOK, ID: 2, Rev: 51}},
 		{"ok-max", &OK{T: TOK, ID: 1<<64 - 1, Rev: 1<<64 - 1}, Message{T: TOK, ID: 1<<64 - 1, Rev: 1<<64 - 1}},
-		{"err", &Err{T: TErr, ID: 2, Code: CodeConflict, Message: `condition failed on key "games/7"`, Key: "games/7", ModRev: 48, Rev: 50},
+		{"err", &Err{T: TErr, ID: 2, Code: CodeConflict, Message: `condition failed on key "games/7"`, Key: "games/7", ModRev: ptr(uint64(48)), Rev: ptr(uint64(50))},
 			Message{T: TErr, ID: 2, Code: CodeConflict, Message: `condition failed on key "games/7"`, Key: "games/7", ModRev: 48, Rev: 50}},
 		{"synced", &Mark{T: TSynced, S: 1, Rev: 64}, Message{T: TSynced, S: 1, Rev: 64}},
 		{"progress", &Mark{T: TProgress, S: 1, Rev: 80}, Message{T: TProgress, S: 1, Rev: 80}},
@@ -564,3 +564,5 @@ func TestMaxFrameMessages(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

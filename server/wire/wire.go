@@ -138,13 +138,13 @@ type OK struct {
 
 // Err answers a request that failed.
 type Err struct {
-	T       string `json:"t"` // "err"
-	ID      uint64 `json:"id,omitempty"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Key     string `json:"key,omitempty"`
-	ModRev  uint64 `json:"mod_rev,omitempty"`
-	Rev     uint64 `json:"rev,omitempty"`
+	T       string  `json:"t"` // "err"
+	ID      uint64  `json:"id,omitempty"`
+	Code    string  `json:"code"`
+	Message string  `json:"message"`
+	Key     string  `json:"key,omitempty"`
+	ModRev  *uint64 `json:"mod_rev,omitempty"` // conflict only: always present there, 0 = absent key
+	Rev     *uint64 `json:"rev,omitempty"`     // conflict only
 }
 
 // Mark is a synced or progress marker of a subscription.

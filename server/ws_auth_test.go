@@ -1,0 +1,351 @@
+package server_test
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/wire"
+)
+
+var hmacSecret = []byte("statecast-test-secret-of-at-least-32-bytes")
+
+// authEnv starts a server that verifies HS256 tokens with no clock leeway,
+// so expiry is exact.
+func authEnv(t *testing.T) *env {
+	t.Helper()
+	auth, err := server.NewAuthenticator(server.AuthConfig{HMACSecret: hmacSecret, Leeway: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newEnv(t, envOpts{Cfg: server.Config{Auth: auth}})
+}
+
+func sign(t *testing.T, method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(method, claims).SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// allRooms grants read and write on every key of every room.
+var allRooms = map[string]any{"grants": []any{map[string]any{"room": "*", "access": "rw"}}}
+
+// tokenFor returns an HS256 token for sub expiring at exp with grants.
+func tokenFor(t *testing.T, sub string, exp time.Time, grants map[string]any) string {
+	t.Helper()
+	return sign(t, jwt.SigningMethodHS256, hmacSecret, jwt.MapClaims{"sub": sub, "exp": exp.Unix(), "statecast": grants})
+}
+
+// soon returns an expiry 1 to 2 seconds ahead, on a whole second (JWT
+// times are seconds).
+func soon() time.Time { return time.Unix(time.Now().Unix()+2, 0) }
+
+var (
+	rsaOnce sync.Once
+	rsaKey  *rsa.PrivateKey
+)
+
+// TestWSAuthConnect: the token in connect decides whether the session
+// starts: 4501 for a missing, malformed, forged or not-yet-valid token,
+// 4002 for an expired one.
+func TestWSAuthConnect(t *testing.T) {
+	e := authEnv(t)
+	hour := time.Now().Add(time.Hour).Unix()
+	good := jwt.MapClaims{"sub": "alice", "exp": hour, "statecast": allRooms}
+	with := func(extra jwt.MapClaims) jwt.MapClaims {
+		c := jwt.MapClaims{}
+		for k, v := range good {
+			c[k] = v
+		}
+		for k, v := range extra {
+			if v == nil {
+				delete(c, k)
+			} else {
+				c[k] = v
+			}
+		}
+		return c
+	}
+	rsaOnce.Do(func() {
+		var err error
+		if rsaKey, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
+			t.Fatal(err)
+		}
+	})
+	cases := []struct {
+		name  string
+		token func(t *testing.T) string
+		code  int
+	}{
+		{"no token", func(t *testing.T) string { return "" }, int(wire.CloseUnauthorized)},
+		{"not a JWT", func(t *testing.T) string { return "not.a.jwt" }, int(wire.CloseUnauthorized)},
+		{"bad signature", func(t *testing.T) string {
+			return sign(t, jwt.SigningMethodHS256, []byte(strings.Repeat("x", 40)), good)
+		}, int(wire.CloseUnauthorized)},
+		{"tampered payload", func(t *testing.T) string {
+			parts := strings.Split(sign(t, jwt.SigningMethodHS256, hmacSecret, with(jwt.MapClaims{"sub": "bob"})), ".")
+			alice := strings.Split(sign(t, jwt.SigningMethodHS256, hmacSecret, good), ".")
+			return parts[0] + "." + alice[1] + "." + parts[2]
+		}, int(wire.CloseUnauthorized)},
+		{"alg none", func(t *testing.T) string {
+			return sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, good)
+		}, int(wire.CloseUnauthorized)},
+		{"RS256 when HS256 is pinned", func(t *testing.T) string {
+			return sign(t, jwt.SigningMethodRS256, rsaKey, good)
+		}, int(wire.CloseUnauthorized)},
+		{"HS512 when HS256 is pinned", func(t *testing.T) string {
+			return sign(t, jwt.SigningMethodHS512, hmacSecret, good)
+		}, int(wire.CloseUnauthorized)},
+		{"no exp", func(t *testing.T) string {
+			return sign(t, jwt.SigningMethodHS256, hmacSecret, with(jwt.MapClaims{"exp": nil}))
+		}, int(wire.CloseUnauthorized)},
+		{"not yet valid", func(t *testing.T) string {
+			return sign(t, jwt.SigningMethodHS256, hmacSecret, with(jwt.MapClaims{"nbf": time.Now().Add(time.Minute).Unix()}))
+		}, int(wire.CloseUnauthorized)},
+		{"issued in the future", func(t *testing.T) string {
+			return sign(t, jwt.SigningMethodHS256, hmacSecret, with(jwt.MapClaims{"iat": time.Now().Add(time.Minute).Unix()}))
+		}, int(wire.CloseUnauthorized)},
+		{"bad grants", func(t *testing.T) string {
+			return sign(t, jwt.SigningMethodHS256, hmacSecret, with(jwt.MapClaims{"statecast": map[string]any{
+				"grants": []any{map[string]any{"room": "*", "prefx": "a", "access": "rw"}}}}))
+		}, int(wire.CloseUnauthorized)},
+		{"expired", func(t *testing.T) string {
+			return sign(t, jwt.SigningMethodHS256, hmacSecret, with(jwt.MapClaims{"exp": time.Now().Add(-time.Minute).Unix()}))
+		}, int(wire.CloseTokenExpired)},
+	}
+	for _, codec := range codecs {
+		t.Run(codec, func(t *testing.T) {
+			for _, tc := range cases {
+				_, err := client.Dial(testCtx(t), e.WS, &client.Options{Codec: codec, Token: tc.token(t)})
+				if code := client.CloseCode(err); code != tc.code {
+					t.Errorf("%s: Dial = %v (close %d), want close %d", tc.name, err, code, tc.code)
+				}
+			}
+			c := dial(t, e, &client.Options{Codec: codec, Token: sign(t, jwt.SigningMethodHS256, hmacSecret, good)})
+			if ms := c.Connected().ExpiresMS; ms < 3590_000 || ms > 3600_000 {
+				t.Fatalf("connected expires_ms = %d, want about an hour", ms)
+			}
+			if _, err := c.Put(testCtx(t), "r", "k", 1); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if n := e.counter("statecast_auth_failures_total"); n < float64(2*len(cases)) {
+		t.Fatalf("auth failures counted: %v, want at least %d", n, 2*len(cases))
+	}
+}
+
+// TestWSAuthPermissions: subscriptions and writes outside the token's
+// grants are answered forbidden; those inside work.
+func TestWSAuthPermissions(t *testing.T) {
+	e := authEnv(t)
+	grants := map[string]any{"grants": []any{
+		map[string]any{"room": "lobby:*", "access": "r"},
+		map[string]any{"room": "lobby:*", "prefix": "presence/{sub}", "access": "rw"},
+		map[string]any{"room": "doc:{sub}", "access": "rw"},
+	}}
+	admin := dial(t, e, &client.Options{Token: tokenFor(t, "admin", time.Now().Add(time.Hour), allRooms)})
+	for _, codec := range codecs {
+		t.Run(codec, func(t *testing.T) {
+			ctx := testCtx(t)
+			c := dial(t, e, &client.Options{Codec: codec, Token: tokenFor(t, "alice", time.Now().Add(time.Hour), grants)})
+			h := *e.HTTP
+			h.Token = tokenFor(t, "admin", time.Now().Add(time.Hour), allRooms)
+
+			for _, s := range []struct {
+				room     string
+				prefixes []string
+				ok       bool
+			}{
+				{"lobby:eu", nil, true},
+				{"lobby:eu", []string{"presence/", "games/"}, true},
+				{"doc:alice", nil, true},
+				{"doc:bob", nil, false},
+				{"other", nil, false},
+			} {
+				_, err := c.Subscribe(ctx, s.room, client.SubscribeOptions{Prefixes: s.prefixes})
+				if s.ok != (err == nil) || (!s.ok && !errors.Is(err, client.ErrForbidden)) {
+					t.Errorf("subscribe %s %v: %v (want allowed: %v)", s.room, s.prefixes, err, s.ok)
+				}
+			}
+
+			for _, w := range []struct {
+				room, key string
+				ok        bool
+			}{
+				{"lobby:eu", "presence/alice", true},
+				{"lobby:eu", "presence/alice/status", true},
+				{"lobby:eu", "presence/bob", false},
+				{"lobby:eu", "games/1", false},
+				{"doc:alice", "title", true},
+				{"doc:bob", "title", false},
+			} {
+				_, err := c.Put(ctx, w.room, w.key, codec)
+				if w.ok != (err == nil) || (!w.ok && !errors.Is(err, client.ErrForbidden)) {
+					t.Errorf("put %s %s: %v (want allowed: %v)", w.room, w.key, err, w.ok)
+				}
+			}
+			if _, err := admin.Put(ctx, "lobby:eu", "presence/bob", "bob"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Delete(ctx, "lobby:eu", "presence/bob"); !errors.Is(err, client.ErrForbidden) {
+				t.Errorf("delete of another's key: %v", err)
+			}
+			// One forbidden op fails the whole transaction.
+			before, err := h.List(ctx, "lobby:eu", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Txn(ctx, "lobby:eu", nil, []wire.TxnOp{
+				{Op: "put", Key: "presence/alice", Value: wire.Value(`"txn"`)},
+				{Op: "put", Key: "games/2", Value: wire.Value(`1`)}})
+			if !errors.Is(err, client.ErrForbidden) {
+				t.Errorf("txn with a forbidden op: %v", err)
+			}
+			if after, err := h.List(ctx, "lobby:eu", ""); err != nil || after.Rev != before.Rev {
+				t.Errorf("room at %+v after a refused txn, was at %d (%v)", after, before.Rev, err)
+			}
+			// The HTTP API wants a token too.
+			if _, err := e.HTTP.List(ctx, "lobby:eu", ""); !errors.Is(err, client.ErrUnauthorized) {
+				t.Fatalf("HTTP without a token: %v", err)
+			}
+			it, _, err := h.Get(ctx, "lobby:eu", "presence/alice")
+			if err != nil || string(it.Value) != `"`+codec+`"` {
+				t.Errorf("presence/alice = %s, %v: the forbidden txn must not apply", it.Value, err)
+			}
+		})
+	}
+}
+
+// TestWSAuthRefreshMessage: with 30 s or less left on its token, the
+// session is asked for a new one at once.
+func TestWSAuthRefreshMessage(t *testing.T) {
+	e := authEnv(t)
+	for _, codec := range codecs {
+		t.Run(codec, func(t *testing.T) {
+			refresh := make(chan wire.Message, 4)
+			exp := time.Now().Add(20 * time.Second)
+			c := dial(t, e, &client.Options{Codec: codec, Token: tokenFor(t, "alice", exp, allRooms),
+				OnMessage: func(m wire.Message) { refresh <- m }})
+			if ms := c.Connected().ExpiresMS; ms <= 18_000 || ms > 20_000 {
+				t.Fatalf("connected expires_ms = %d, want about 20 s", ms)
+			}
+			select {
+			case m := <-refresh:
+				if m.T != wire.TRefresh || m.ExpiresMS <= 0 || m.ExpiresMS > 20_000 {
+					t.Fatalf("got %+v, want refresh with expires_ms of at most 20 s", m)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no refresh message for a token with 20 s left")
+			}
+			// Refreshed with a long token: no further refresh.
+			if err := c.Auth(testCtx(t), tokenFor(t, "alice", time.Now().Add(time.Hour), allRooms)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Ping(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case m := <-refresh:
+				t.Fatalf("unexpected %+v after a refresh", m)
+			default:
+			}
+		})
+	}
+}
+
+// TestWSAuthExpiry: a session whose token expires is closed with 4002 at
+// the expiry, unless a refresh with the same subject came first; refused
+// refreshes do not extend it.
+func TestWSAuthExpiry(t *testing.T) {
+	e := authEnv(t)
+	ctx := testCtx(t)
+
+	exp := soon()
+	expiring := dial(t, e, &client.Options{Token: tokenFor(t, "alice", exp, allRooms)})
+	refreshed := dial(t, e, &client.Options{Codec: "msgpack", Token: tokenFor(t, "alice", exp, allRooms)})
+	for _, bad := range []struct {
+		name, token string
+	}{
+		{"another subject", tokenFor(t, "mallory", time.Now().Add(time.Hour), allRooms)},
+		{"expired", tokenFor(t, "alice", time.Now().Add(-time.Minute), allRooms)},
+		{"forged", sign(t, jwt.SigningMethodHS256, []byte(strings.Repeat("y", 32)), jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()})},
+		{"empty", ""},
+	} {
+		if err := expiring.Auth(ctx, bad.token); !errors.Is(err, client.ErrUnauthorized) {
+			t.Errorf("refresh with a token of %s: %v, want unauthorized", bad.name, err)
+		}
+	}
+	if _, err := expiring.Put(ctx, "r", "still", 1); err != nil {
+		t.Fatalf("the session after refused refreshes: %v", err)
+	}
+	if err := refreshed.Auth(ctx, tokenFor(t, "alice", time.Now().Add(time.Hour), allRooms)); err != nil {
+		t.Fatal(err)
+	}
+
+	code := waitDone(t, expiring, 10*time.Second)
+	if now := time.Now(); now.Before(exp) {
+		t.Fatalf("closed at %v, before the expiry %v", now, exp)
+	}
+	if code != int(wire.CloseTokenExpired) {
+		t.Fatalf("expired session closed with %d (%v), want 4002", code, expiring.Err())
+	}
+	time.Sleep(200 * time.Millisecond) // on purpose: past the old expiry
+	if err := refreshed.Ping(ctx); err != nil {
+		t.Fatalf("refreshed session: %v", err)
+	}
+	if _, err := refreshed.Put(ctx, "r", "k", 1); err != nil {
+		t.Fatalf("refreshed session: %v", err)
+	}
+}
+
+// TestWSAuthRefreshPermissions: a refreshed token's grants apply to new
+// requests; existing subscriptions stay.
+func TestWSAuthRefreshPermissions(t *testing.T) {
+	e := authEnv(t)
+	ctx := testCtx(t)
+	only := func(room string) map[string]any {
+		return map[string]any{"grants": []any{map[string]any{"room": room, "access": "rw"}}}
+	}
+	hour := time.Now().Add(time.Hour)
+	c := dial(t, e, &client.Options{Token: tokenFor(t, "alice", hour, only("a"))})
+	admin := dial(t, e, &client.Options{Codec: "msgpack", Token: tokenFor(t, "root", hour, allRooms)})
+	sub, err := c.Subscribe(ctx, "a", client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := client.NewView()
+	applyUntil(t, sub, v, func(m wire.Message) bool { return m.T == wire.TSnapshot })
+
+	if err := c.Auth(ctx, tokenFor(t, "alice", hour, only("b"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "a", "k", 1); !errors.Is(err, client.ErrForbidden) {
+		t.Fatalf("write under the old grant after the refresh: %v", err)
+	}
+	if _, err := c.Subscribe(ctx, "a", client.SubscribeOptions{}); !errors.Is(err, client.ErrForbidden) {
+		t.Fatalf("subscribe under the old grant after the refresh: %v", err)
+	}
+	if _, err := c.Put(ctx, "b", "k", 1); err != nil {
+		t.Fatalf("write under the new grant: %v", err)
+	}
+	rev, err := admin.Put(ctx, "a", "k", "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyUntil(t, sub, v, func(m wire.Message) bool { return m.Rev == rev })
+	if string(v.Items["k"].Value) != `"admin"` {
+		t.Fatalf("existing subscription after the refresh: %+v", v.Items)
+	}
+}

@@ -1,0 +1,311 @@
+package server_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/wire"
+)
+
+// bystander is a connection on the same server as a misbehaving one; it
+// must not notice anything.
+type bystander struct {
+	c   *client.Conn
+	sub *client.Subscription
+	v   *client.View
+	n   int
+}
+
+func newBystander(t *testing.T, e *env) *bystander {
+	t.Helper()
+	b := &bystander{c: dialCodec(t, e, "msgpack"), v: client.NewView()}
+	var err error
+	if b.sub, err = b.c.Subscribe(testCtx(t), "bystander", client.SubscribeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	applyUntil(t, b.sub, b.v, func(m wire.Message) bool { return m.T == wire.TSnapshot })
+	return b
+}
+
+// check writes, sees its own write's event and pings.
+func (b *bystander) check(t *testing.T) {
+	t.Helper()
+	ctx := testCtx(t)
+	b.n++
+	rev, err := b.c.Put(ctx, "bystander", "k", b.n)
+	if err != nil {
+		t.Fatalf("bystander: Put: %v", err)
+	}
+	applyUntil(t, b.sub, b.v, func(m wire.Message) bool { return m.Rev >= rev })
+	if got := string(b.v.Items["k"].Value); got != fmt.Sprint(b.n) {
+		t.Fatalf("bystander: k = %s, want %d", got, b.n)
+	}
+	if err := b.c.Ping(ctx); err != nil {
+		t.Fatalf("bystander: Ping: %v", err)
+	}
+	if err := b.c.Err(); err != nil {
+		t.Fatalf("bystander: connection ended: %v", err)
+	}
+}
+
+func msgpackFrame(t *testing.T, msgs ...map[string]any) []byte {
+	t.Helper()
+	var b []byte
+	for _, m := range msgs {
+		p, err := msgpack.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = append(b, p...)
+	}
+	return b
+}
+
+// TestWSViolations: each limit and protocol violation of PROTOCOL.md §8
+// and §9 gets its documented answer, and another connection on the same
+// server keeps working through it.
+func TestWSViolations(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  server.Config
+		run  func(t *testing.T, e *env)
+	}{
+		{"frame over MaxFrameBytes closes 1009", server.Config{MaxFrameBytes: 4 << 10}, func(t *testing.T, e *env) {
+			r, _ := connectRaw(t, e, "json")
+			r.send(&wire.Request{T: wire.TPut, ID: 1, Room: "r", Key: "k", Value: wire.Value(`"` + strings.Repeat("x", 3<<10) + `"`)})
+			if m := r.reply(1); m.T != wire.TOK {
+				t.Fatalf("a frame under the limit: %v", m.Raw)
+			}
+			r.send(&wire.Request{T: wire.TPut, ID: 2, Room: "r", Key: "k", Value: wire.Value(`"` + strings.Repeat("x", 5<<10) + `"`)})
+			if code, msgs := r.closeStatus(10 * time.Second); code != websocket.StatusMessageTooBig || len(msgs) != 0 {
+				t.Fatalf("oversized frame: close %d after %v, want 1009 and no reply", code, msgs)
+			}
+			if it, _, err := e.HTTP.Get(testCtx(t), "r", "k"); err != nil || len(it.Value) != 3<<10+2 {
+				t.Fatalf("k = %d bytes, %v: the oversized put must not apply", len(it.Value), err)
+			}
+		}},
+		{"garbage JSON closes 1007", server.Config{}, func(t *testing.T, e *env) {
+			r, _ := connectRaw(t, e, "json")
+			r.sendBytes([]byte("this is not json"))
+			if code, _ := r.closeStatus(10 * time.Second); code != websocket.StatusInvalidFramePayloadData {
+				t.Fatalf("close %d, want 1007", code)
+			}
+		}},
+		{"JSON that is not an object closes 1007", server.Config{}, func(t *testing.T, e *env) {
+			r, _ := connectRaw(t, e, "json")
+			r.sendBytes([]byte(`{"t":"ping"}` + "\n" + `[1,2]`))
+			if code, _ := r.closeStatus(10 * time.Second); code != websocket.StatusInvalidFramePayloadData {
+				t.Fatalf("close %d, want 1007", code)
+			}
+		}},
+		{"garbage msgpack closes 1007", server.Config{}, func(t *testing.T, e *env) {
+			r, _ := connectRaw(t, e, "msgpack")
+			r.sendBytes([]byte{0xc1, 0xc1, 0x00})
+			if code, _ := r.closeStatus(10 * time.Second); code != websocket.StatusInvalidFramePayloadData {
+				t.Fatalf("close %d, want 1007", code)
+			}
+		}},
+		{"truncated msgpack closes 1007", server.Config{}, func(t *testing.T, e *env) {
+			r, _ := connectRaw(t, e, "msgpack")
+			f := msgpackFrame(t, map[string]any{"t": "put", "id": 1, "room": "r", "key": "k", "value": "abcdef"})
+			r.sendBytes(f[:len(f)-3])
+			if code, _ := r.closeStatus(10 * time.Second); code != websocket.StatusInvalidFramePayloadData {
+				t.Fatalf("close %d, want 1007", code)
+			}
+		}},
+		{"ping before connect closes 4500", server.Config{}, func(t *testing.T, e *env) {
+			r := dialRaw(t, e, "json")
+			r.send(&wire.Request{T: wire.TPing})
+			if code, msgs := r.closeStatus(10 * time.Second); code != wire.CloseProtocolError || len(msgs) != 0 {
+				t.Fatalf("close %d after %v, want 4500", code, msgs)
+			}
+		}},
+		{"long message type before connect closes 4500", server.Config{}, func(t *testing.T, e *env) {
+			// The close reason quotes the type: it must be cut to fit a
+			// close frame (123 bytes), or no close frame goes out at all.
+			r := dialRaw(t, e, "json")
+			r.sendBytes([]byte(`{"t":"` + strings.Repeat("é", 200) + `"}`))
+			if code, msgs := r.closeStatus(10 * time.Second); code != wire.CloseProtocolError || len(msgs) != 0 {
+				t.Fatalf("close %d after %v, want 4500", code, msgs)
+			}
+		}},
+		{"put before connect closes 4500", server.Config{}, func(t *testing.T, e *env) {
+			r := dialRaw(t, e, "msgpack")
+			r.send(&wire.Request{T: wire.TPut, ID: 1, Room: "r", Key: "early", Value: wire.Value(`1`)})
+			if code, msgs := r.closeStatus(10 * time.Second); code != wire.CloseProtocolError || len(msgs) != 0 {
+				t.Fatalf("close %d after %v, want 4500", code, msgs)
+			}
+			if _, _, err := e.HTTP.Get(testCtx(t), "r", "early"); !errors.Is(err, client.ErrNotFound) {
+				t.Fatalf("a put before connect was applied: %v", err)
+			}
+		}},
+		{"invalid value before connect closes 4500", server.Config{}, func(t *testing.T, e *env) {
+			r := dialRaw(t, e, "msgpack")
+			r.sendBytes(msgpackFrame(t, map[string]any{"t": "put", "id": 1, "room": "r", "key": "k", "value": []byte{1}}))
+			if code, msgs := r.closeStatus(10 * time.Second); code != wire.CloseProtocolError || len(msgs) != 0 {
+				t.Fatalf("close %d after %v, want 4500: any message before connect is a protocol error", code, msgs)
+			}
+		}},
+		{"unknown message type closes 4500", server.Config{}, func(t *testing.T, e *env) {
+			r, _ := connectRaw(t, e, "json")
+			r.sendBytes([]byte(`{"t":"ping"}` + "\n" + `{"t":"hello","id":3}`))
+			code, msgs := r.closeStatus(10 * time.Second)
+			if code != wire.CloseProtocolError || len(msgs) != 1 || msgs[0].T != wire.TPong {
+				t.Fatalf("close %d after %v, want the pong, then 4500", code, msgs)
+			}
+		}},
+		{"no connect within ConnectTimeout closes 4005", server.Config{ConnectTimeout: 150 * time.Millisecond}, func(t *testing.T, e *env) {
+			start := time.Now()
+			r := dialRaw(t, e, "json")
+			if code, _ := r.closeStatus(10 * time.Second); code != wire.CloseConnectTimeout {
+				t.Fatalf("close %d, want 4005", code)
+			}
+			if since := time.Since(start); since < 150*time.Millisecond {
+				t.Fatalf("closed after %v, before the connect timeout", since)
+			}
+		}},
+		{"silence for two ping intervals closes 4001", server.Config{PingInterval: 100 * time.Millisecond}, func(t *testing.T, e *env) {
+			c := dial(t, e, &client.Options{NoKeepAlive: true})
+			if code := waitDone(t, c, 10*time.Second); code != int(wire.CloseHeartbeatTimeout) {
+				t.Fatalf("close %d (%v), want 4001", code, c.Err())
+			}
+		}},
+		{"foreign Origin gets 403 at upgrade", server.Config{AllowOrigins: []string{"*.allowed.example"}}, func(t *testing.T, e *env) {
+			for origin, want := range map[string]int{
+				"http://evil.example":              http.StatusForbidden,
+				"https://allowed.example.evil.com": http.StatusForbidden,
+				"https://app.allowed.example":      http.StatusSwitchingProtocols,
+				e.TS.URL:                           http.StatusSwitchingProtocols, // same host
+			} {
+				r, resp, err := dialRawResp(t, e, "json", rawOpts{Header: http.Header{"Origin": {origin}}})
+				if resp == nil || resp.StatusCode != want {
+					t.Fatalf("Origin %s: %v, %v; want HTTP %d", origin, resp, err, want)
+				}
+				if want == http.StatusSwitchingProtocols {
+					r.send(&wire.Request{T: wire.TConnect})
+					if m := r.next(); m.T != wire.TConnected {
+						t.Fatalf("Origin %s: %v", origin, m.Raw)
+					}
+				}
+			}
+		}},
+		{"unknown subprotocol only gets 400 at upgrade", server.Config{}, func(t *testing.T, e *env) {
+			_, resp, err := dialRawResp(t, e, "json", rawOpts{Subprotocols: []string{"graphql-ws", "statecast.v2.json"}})
+			if err == nil || resp == nil || resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("unknown subprotocols: %v, %v; want HTTP 400", resp, err)
+			}
+			// The first known one among others is chosen; none means JSON.
+			r, _, err := dialRawResp(t, e, "msgpack", rawOpts{Subprotocols: []string{"graphql-ws", wire.SubprotocolMsgpack, wire.SubprotocolJSON}})
+			if err != nil || r.ws.Subprotocol() != wire.SubprotocolMsgpack {
+				t.Fatalf("mixed offer: %v", err)
+			}
+			r.send(&wire.Request{T: wire.TConnect})
+			if m := r.next(); m.T != wire.TConnected {
+				t.Fatalf("%v", m.Raw)
+			}
+			r, _, err = dialRawResp(t, e, "json", rawOpts{Subprotocols: []string{}})
+			if err != nil || r.ws.Subprotocol() != "" {
+				t.Fatalf("no offer: %v", err)
+			}
+			r.send(&wire.Request{T: wire.TConnect})
+			if m := r.next(); m.T != wire.TConnected {
+				t.Fatalf("%v", m.Raw)
+			}
+		}},
+		{"connection limit closes 4004", server.Config{MaxConnections: 2}, func(t *testing.T, e *env) {
+			second := dialCodec(t, e, "json") // the bystander is the first
+			_, err := client.Dial(testCtx(t), e.WS, nil)
+			if code := client.CloseCode(err); code != int(wire.CloseServerFull) {
+				t.Fatalf("third connection: %v (close %d), want 4004", err, code)
+			}
+			second.CloseNow()
+			waitFor(t, 10*time.Second, "a free connection slot", func() bool {
+				c, err := client.Dial(testCtx(t), e.WS, nil)
+				if err == nil {
+					c.CloseNow()
+				}
+				return err == nil
+			})
+		}},
+		{"write rate limit answers rate_limited", server.Config{WriteRate: 5, WriteBurst: 5}, func(t *testing.T, e *env) {
+			c, ctx := dialCodec(t, e, "json"), testCtx(t)
+			for i := range 5 {
+				if _, err := c.Put(ctx, "r", fmt.Sprint("k", i), i); err != nil {
+					t.Fatalf("write %d within the burst: %v", i, err)
+				}
+			}
+			_, err := c.Put(ctx, "r", "over", 1)
+			var ce *client.Error
+			if !errors.Is(err, client.ErrRateLimited) || !errors.As(err, &ce) || ce.Message == "" {
+				t.Fatalf("write over the burst: %v, want rate_limited", err)
+			}
+			if _, _, err := e.HTTP.Get(ctx, "r", "over"); !errors.Is(err, client.ErrNotFound) {
+				t.Fatalf("a rate-limited write was applied: %v", err)
+			}
+			// Reads and pings are not writes.
+			if _, err := c.Subscribe(ctx, "r", client.SubscribeOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 5*time.Second, "the rate limit to let a write through", func() bool {
+				_, err := c.Put(ctx, "r", "later", 1)
+				if err != nil && !errors.Is(err, client.ErrRateLimited) {
+					t.Fatal(err)
+				}
+				return err == nil
+			})
+		}},
+		{"subscription limit answers too_many_subscriptions", server.Config{MaxSubscriptions: 2}, func(t *testing.T, e *env) {
+			r, _ := connectRaw(t, e, "msgpack")
+			r.send(&wire.Request{T: wire.TSub, ID: 1, Room: "a"}, &wire.Request{T: wire.TSub, ID: 2, Room: "b"},
+				&wire.Request{T: wire.TSub, ID: 3, Room: "c"})
+			for id := uint64(1); id <= 2; id++ {
+				if m := r.reply(id); m.T != wire.TOK {
+					t.Fatalf("sub %d: %v", id, m.Raw)
+				}
+			}
+			if m := r.reply(3); m.T != wire.TErr || m.Code != wire.CodeTooManySubs {
+				t.Fatalf("third sub: %v, want too_many_subscriptions", m.Raw)
+			}
+			r.send(&wire.Request{T: wire.TUnsub, ID: 4, Sub: 1}, &wire.Request{T: wire.TSub, ID: 3, Room: "c"})
+			r.reply(4)
+			if m := r.reply(3); m.T != wire.TOK {
+				t.Fatalf("sub after an unsub: %v", m.Raw)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOpts{Cfg: tc.cfg})
+			b := newBystander(t, e)
+			b.check(t)
+			tc.run(t, e)
+			b.check(t)
+		})
+	}
+}
+
+// TestWSMaxFrameDefault: without configuration the server reads frames
+// up to 1 MiB (a 256 KiB value fits with room to spare) and closes on
+// larger ones with 1009.
+func TestWSMaxFrameDefault(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	r, _ := connectRaw(t, e, "json")
+	r.send(&wire.Request{T: wire.TPut, ID: 1, Room: "r", Key: "k", Value: wire.Value(`"` + strings.Repeat("x", 250<<10) + `"`)},
+		&wire.Request{T: wire.TPut, ID: 2, Room: "r", Key: "k2", Value: wire.Value(`"` + strings.Repeat("x", 250<<10) + `"`)})
+	if m := r.reply(2); m.T != wire.TOK {
+		t.Fatalf("a 500 KiB frame: %v", m.Raw)
+	}
+	r.sendBytes([]byte(`{"t":"ping","pad":"` + strings.Repeat("x", 1<<20) + `"}`))
+	if code, _ := r.closeStatus(10 * time.Second); code != websocket.StatusMessageTooBig {
+		t.Fatalf("a frame over 1 MiB: close %d, want 1009", code)
+	}
+}
