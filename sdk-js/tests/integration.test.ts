@@ -1,11 +1,12 @@
 // Integration tests against the real Go server (STATECAST_BIN, or built
-// with `go build`), started on a free loopback port with the memory store.
+// with `go build`), started on a free loopback port with the memory store
+// (the file store for the restart that keeps the epoch).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
 import { createClient, jsonCodec, ConflictError, type ChangeEvent, type Client, type ClientOptions, type Codec } from '../dist/index.js';
 import { msgpackCodec } from '../dist/msgpack.js';
-import { controlledWebSocket, startServer, type Server } from './support/server.js';
+import { controlledWebSocket, freePort, startServer, tempDataDir, type Server } from './support/server.js';
 import { nextEvent, record, sleep, until } from './support/util.js';
 
 const GRACE_MS = 600;
@@ -271,5 +272,82 @@ test('integration: a server restart (memory store: new epoch) — writes wait fo
     a.close();
     b.close();
     await second.stop();
+  }
+});
+
+test('integration: a server restart on the file store (same epoch) — the watch resumes by replay, exactly the missed revisions', async () => {
+  // Same data directory and same port: the restarted server is the same room history, and the
+  // client reconnects to the URL it already has.
+  const args = ['--store', 'file', '--data', tempDataDir(), '--addr', `127.0.0.1:${await freePort()}`, '--lease-grace', `${GRACE_MS}ms`];
+  let server = await startServer(args);
+  const ctl = controlledWebSocket();
+  const opts = { url: server.http, reconnect: { minDelayMs: 20, maxDelayMs: 100 } };
+  const a = client({ ...opts, WebSocket: ctl.WebSocket });
+  const b = client(opts);
+  const closes = record(a, 'disconnected');
+  const wa = a.room('restart').watch();
+  const syncs = record(wa, 'sync');
+  const seen = record(wa, 'change');
+  try {
+    await wa.ready();
+    const rb = b.room('restart');
+    for (let i = 1; i <= 4; i++) assert.deepEqual(await rb.put(`k${i}`, i), { rev: i });
+    await until(() => wa.rev === 4, 'revisions 1..4 seen');
+    const epoch = wa.epoch!;
+    assert.ok(epoch);
+
+    ctl.block(true); // A stays away until B has written on the restarted server
+    await server.stop('SIGTERM'); // graceful: closes every socket with 1012, closes the store
+    await until(() => closes.length > 0);
+    assert.equal(closes[0]!.code, 1012);
+    server = await startServer(args);
+    assert.equal(server.http, opts.url, 'the same address');
+
+    // B's first write waits for B's reconnect; the history continues at revision 5.
+    assert.deepEqual(await rb.put('k1', 'changed'), { rev: 5 });
+    await rb.delete('k2');
+    await rb.txn({ ops: [{ type: 'put', key: 'k5', value: 5 }, { type: 'delete', key: 'k3' }] });
+    const { rev } = await rb.put('k4', { deep: [4] });
+    assert.equal(rev, 8);
+    assert.equal(a.status, 'reconnecting');
+    ctl.block(false);
+
+    await until(() => syncs.length === 2, 'the second sync');
+    assert.deepEqual(
+      syncs.map((s) => [s.kind, s.epoch]),
+      [['initial', epoch], ['resumed', epoch]],
+      'resumed by replay, not resync; the epoch is unchanged',
+    );
+    assert.equal(syncs[1]!.changes, 5);
+    assert.equal(wa.epoch, epoch);
+    assert.equal(wa.rev, rev);
+    assert.deepEqual(brief(seen), [
+      'put k1=1 live',
+      'put k2=2 live',
+      'put k3=3 live',
+      'put k4=4 live',
+      'put k1="changed" replay',
+      'delete k2=undefined replay',
+      'put k5=5 replay',
+      'delete k3=undefined replay',
+      'put k4={"deep":[4]} replay',
+    ]);
+    assert.deepEqual(seen.map((c) => c.rev), [1, 2, 3, 4, 5, 6, 7, 7, 8], 'exactly the missed revisions, each once, in order');
+    const ids = seen.map((c) => `${c.key}@${c.rev}`);
+    assert.equal(new Set(ids).size, ids.length, 'no duplicate');
+
+    // The view equals the server's state (a fresh snapshot) — same epoch, same revision.
+    const fresh = b.room('restart').watch();
+    await fresh.ready();
+    assert.deepEqual(wa.entries(), fresh.entries());
+    assert.deepEqual([fresh.epoch, fresh.rev], [epoch, rev]);
+    // Live again.
+    await rb.put('k9', 9);
+    await until(() => wa.has('k9'));
+    assert.equal(seen.at(-1)!.cause, 'live');
+  } finally {
+    a.close();
+    b.close();
+    await server.stop();
   }
 });

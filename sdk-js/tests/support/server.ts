@@ -2,6 +2,7 @@
 // once per process with `go build`, started on a free loopback port.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -33,7 +34,33 @@ export interface Server {
   stop(signal?: NodeJS.Signals): Promise<void>;
 }
 
-/** Starts `statecast serve --store memory --addr 127.0.0.1:0 ...args` (a later --addr wins). */
+/**
+ * A loopback port that was free a moment ago: for a server that must come back
+ * on the same address after a restart (`--addr 127.0.0.1:PORT`).
+ */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const l = createServer();
+    l.on('error', reject);
+    l.listen(0, '127.0.0.1', () => {
+      const { port } = l.address() as { port: number };
+      l.close(() => resolve(port));
+    });
+  });
+}
+
+/** A temporary directory for `--store file --data DIR`, removed when the process exits. */
+export function tempDataDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'statecast-data-'));
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/**
+ * Starts `statecast serve --store memory --addr 127.0.0.1:0 ...args` (a later
+ * flag wins: e.g. `--store file --data DIR --addr 127.0.0.1:PORT`). To restart
+ * a server, stop it and start again with the same args.
+ */
 export function startServer(args: string[] = []): Promise<Server> {
   const proc = spawn(binary(), ['serve', '--store', 'memory', '--addr', '127.0.0.1:0', '--log-level', 'warn', ...args], {
     stdio: ['ignore', 'pipe', 'inherit'],
