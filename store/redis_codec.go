@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -46,47 +47,44 @@ func (d *redisDecoder) fail(what string) {
 	}
 }
 
+// field returns the text up to term and moves past term.
+func (d *redisDecoder) field(term byte, what string) (string, bool) {
+	if d.err != nil {
+		return "", false
+	}
+	j := strings.IndexByte(d.s[d.i:], term)
+	if j < 0 {
+		d.fail(what)
+		return "", false
+	}
+	f := d.s[d.i : d.i+j]
+	d.i += j + 1
+	return f, true
+}
+
 // uint reads a decimal number ended by term.
 func (d *redisDecoder) uint(term byte, what string) uint64 {
-	if d.err != nil {
+	f, ok := d.field(term, what)
+	if !ok {
 		return 0
 	}
-	j := d.i
-	for j < len(d.s) && d.s[j] != term {
-		j++
-	}
-	if j == len(d.s) {
-		d.fail(what)
-		return 0
-	}
-	n, err := strconv.ParseUint(d.s[d.i:j], 10, 64)
+	n, err := strconv.ParseUint(f, 10, 64)
 	if err != nil {
 		d.fail(what)
-		return 0
 	}
-	d.i = j + 1
 	return n
 }
 
 // int reads a signed decimal number ended by term.
 func (d *redisDecoder) int(term byte, what string) int64 {
-	if d.err != nil {
+	f, ok := d.field(term, what)
+	if !ok {
 		return 0
 	}
-	j := d.i
-	for j < len(d.s) && d.s[j] != term {
-		j++
-	}
-	if j == len(d.s) {
-		d.fail(what)
-		return 0
-	}
-	n, err := strconv.ParseInt(d.s[d.i:j], 10, 64)
+	n, err := strconv.ParseInt(f, 10, 64)
 	if err != nil {
 		d.fail(what)
-		return 0
 	}
-	d.i = j + 1
 	return n
 }
 
