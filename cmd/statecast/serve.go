@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/statecast/statecast/demo"
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/store"
@@ -125,7 +126,7 @@ func run(f serveFlags) error {
 		Store: st, Engine: engine, Auth: auth, AllowOrigins: f.origins,
 		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxConnections: f.maxConns,
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
-		Logger: log,
+		Logger: log, Static: http.FileServerFS(demo.Files),
 	})
 	if err != nil {
 		return err
