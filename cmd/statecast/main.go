@@ -15,6 +15,7 @@ usage:
   statecast put ROOM KEY VALUE [--if-rev N] [--lease-ttl D]
   statecast del ROOM KEY [--if-rev N]
   statecast watch ROOM [--prefix P] [--from N] print every change, from revision N on
+  statecast bench SCENARIO [flags]             load a running server: fanout, rooms, idle, resume, storm
 
 Every flag can also be set by environment (STATECAST_ plus the flag name in
 upper case with - as _, e.g. STATECAST_ADDR). The client commands talk to
@@ -34,6 +35,8 @@ func main() {
 		err = serve(args)
 	case "get", "put", "del", "watch":
 		err = runClient(cmd, args, os.Stdout)
+	case "bench":
+		err = bench(args)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

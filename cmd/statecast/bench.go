@@ -1,0 +1,680 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// statecast bench drives a running server over real sockets and reports
+// delivered messages per second, end-to-end latency, loss, and the
+// server's CPU and memory; it drives the reference broadcast server
+// (../shared/ceiling) the same way, so figures can be set against it.
+
+const benchUsage = `usage:
+  statecast bench SCENARIO [flags]
+  statecast bench compare SCENARIO --ceiling-bin PATH --statecast-bin PATH [flags]
+
+scenarios:
+  fanout   --subs N subscribers of one room; --rate writes/s of --payload bytes
+  rooms    --rooms R rooms of --subs-per-room subscribers each; --rate writes/s in all
+  idle     --conns N idle subscribed connections: server RSS per connection
+  resume   a subscriber misses --events K writes, then resumes (median of --repeat)
+  storm    --conns N subscribers drop at once, --storm-writes happen, all resume at once
+
+Writes go over --writers connections (default 4) with up to --window requests in
+flight; each value carries its write's sequence number, from which subscribers
+measure latency (send to receipt, writes sent during the window after --warmup).
+
+The server is --url (statecast: http://127.0.0.1:8080, ceiling: http://127.0.0.1:8001),
+or started with --spawn "COMMAND LINE" (stopped with SIGTERM at the end). Its CPU and
+memory are read from /proc when --server-pid is given or it was spawned. compare spawns
+the ceiling, then statecast, on free loopback ports and prints both figures and their ratio.
+`
+
+// benchConfig holds the flags of one bench command.
+type benchConfig struct {
+	scenario              string
+	target, url, spawn    string
+	pid                   int
+	json                  bool
+	room                  string
+	subs, keys, payload   int
+	rate                  float64
+	duration, warmup      time.Duration
+	drain, timeout, hold  time.Duration
+	rooms, perRoom, conns int
+	events, repeat        int
+	stormWrites           int
+	dialConc, window      int
+	writers               int
+	waitIdle              time.Duration
+	cpuProfile            string
+
+	// compare
+	ceilingBin, statecastBin   string
+	ceilingArgs, statecastArgs string
+
+	args []string // as given, for echoing
+}
+
+var benchScenarios = []string{"fanout", "rooms", "idle", "resume", "storm"}
+
+// parseBenchFlags parses SCENARIO and the flags, in any order.
+func parseBenchFlags(args []string, compare bool, errOut io.Writer) (*benchConfig, error) {
+	c := &benchConfig{args: args}
+	name := "bench"
+	if compare {
+		name = "bench compare"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	fs.Usage = func() {
+		fmt.Fprint(errOut, benchUsage)
+		fmt.Fprintln(errOut, "\nflags:")
+		fs.PrintDefaults()
+	}
+	if !compare {
+		fs.StringVar(&c.target, "target", "statecast", "server kind: statecast or ceiling")
+		fs.StringVar(&c.url, "url", "", "server URL (default by --target: http://127.0.0.1:8080 or http://127.0.0.1:8001)")
+		fs.IntVar(&c.pid, "server-pid", 0, "server process id, for its CPU and RSS from /proc")
+		fs.StringVar(&c.spawn, "spawn", "", "start the server with this command line, wait until --url answers, SIGTERM it at the end")
+	} else {
+		fs.StringVar(&c.ceilingBin, "ceiling-bin", "", "the ceiling binary (cd ../shared/ceiling && go build -o /tmp/ceiling .)")
+		fs.StringVar(&c.statecastBin, "statecast-bin", "", "the statecast binary")
+		fs.StringVar(&c.ceilingArgs, "ceiling-args", "", "extra flags for the ceiling")
+		fs.StringVar(&c.statecastArgs, "statecast-args", "", "extra flags for statecast serve")
+	}
+	fs.BoolVar(&c.json, "json", false, "print one JSON line instead of a table")
+	fs.StringVar(&c.room, "room", "bench", "room written (rooms: ROOM-0, ROOM-1, …)")
+	fs.IntVar(&c.subs, "subs", 1000, "fanout: subscribers")
+	fs.Float64Var(&c.rate, "rate", 1000, "fanout, rooms: writes per second (rooms: in total)")
+	fs.IntVar(&c.payload, "payload", 100, "bytes of each value (a JSON string)")
+	fs.IntVar(&c.keys, "keys", 10, "keys written in turn: k0…k<N-1>")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "fanout, rooms: measured window")
+	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "fanout, rooms: writing before the window, not measured")
+	fs.DurationVar(&c.drain, "drain", 15*time.Second, "fanout, rooms: longest wait for subscribers to catch up after the writer stops")
+	fs.DurationVar(&c.timeout, "timeout", 120*time.Second, "bound of each phase (connecting, replies, resyncs)")
+	fs.IntVar(&c.rooms, "rooms", 100, "rooms: rooms")
+	fs.IntVar(&c.perRoom, "subs-per-room", 10, "rooms: subscribers per room")
+	fs.IntVar(&c.conns, "conns", 10000, "idle, storm: connections")
+	fs.DurationVar(&c.hold, "hold", 5*time.Second, "idle: how long the connections are held before RSS is read")
+	fs.IntVar(&c.events, "events", 10000, "resume: writes missed")
+	fs.IntVar(&c.repeat, "repeat", 5, "resume: runs (the median is reported)")
+	fs.IntVar(&c.stormWrites, "storm-writes", 10, "storm: writes while the clients are away")
+	fs.IntVar(&c.dialConc, "dial-concurrency", 200, "connections being opened at a time")
+	fs.IntVar(&c.window, "window", 1000, "writes in flight at most")
+	fs.IntVar(&c.writers, "writers", 4, "writer connections, used in turn (with 1, each reply is checked to commit at the next revision)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the load tool's own CPU profile to this file")
+	fs.DurationVar(&c.waitIdle, "wait-idle", 0, "before each run, wait up to this long for the other processes of the machine to use under 10% of a CPU (a shared machine)")
+
+	var pos []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if err := envDefaults(fs); err != nil {
+		return nil, err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return nil, errors.New("bench: want one SCENARIO: " + strings.Join(benchScenarios, ", "))
+	}
+	c.scenario = pos[0]
+	known := false
+	for _, s := range benchScenarios {
+		known = known || s == c.scenario
+	}
+	switch {
+	case !known:
+		return nil, fmt.Errorf("bench: unknown scenario %q (want %s)", c.scenario, strings.Join(benchScenarios, ", "))
+	case !compare && c.target != "statecast" && c.target != "ceiling":
+		return nil, fmt.Errorf("bench: --target must be statecast or ceiling, not %q", c.target)
+	case !compare && c.pid != 0 && c.spawn != "":
+		return nil, errors.New("bench: give --server-pid or --spawn, not both")
+	case c.subs < 1 || c.rooms < 1 || c.perRoom < 1 || c.conns < 1 || c.events < 1 || c.repeat < 1 || c.stormWrites < 1:
+		return nil, errors.New("bench: counts must be at least 1")
+	case c.rate <= 0 || c.duration <= 0 || c.warmup < 0 || c.timeout <= 0:
+		return nil, errors.New("bench: --rate and --duration must be positive")
+	case c.keys < 1 || c.keys > 1000 || c.payload < 1 || c.payload > 64<<10:
+		return nil, errors.New("bench: --keys must be 1…1000 and --payload 1…65536")
+	case c.dialConc < 1 || c.window < 1 || c.writers < 1:
+		return nil, errors.New("bench: --dial-concurrency, --window and --writers must be at least 1")
+	case !validBenchRoom(c.room):
+		return nil, fmt.Errorf("bench: bad --room %q", c.room)
+	}
+	if !compare && c.url == "" {
+		c.url = "http://127.0.0.1:8080"
+		if c.target == "ceiling" {
+			c.url = "http://127.0.0.1:8001"
+		}
+	}
+	return c, nil
+}
+
+// validBenchRoom accepts room names (PROTOCOL.md §1) short enough for a
+// -N suffix.
+func validBenchRoom(r string) bool {
+	if r == "" || len(r) > 120 {
+		return false
+	}
+	for _, c := range r {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._:-@", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// startProfile writes this process's CPU profile to path until stop.
+func startProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// benchLoopback reports whether host names this machine's loopback.
+func benchLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// bench runs the bench command until done or interrupted.
+func bench(args []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runBench(ctx, args, os.Stdout, os.Stderr)
+}
+
+// runBench is bench with its context and streams (tests call it).
+func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprint(out, benchUsage)
+		return nil
+	}
+	// The load tool allocates little per message; collect less often.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	if len(args) > 0 && args[0] == "compare" {
+		err := runCompare(ctx, args[1:], out, errOut)
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	cfg, err := parseBenchFlags(args, false, errOut)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h: the usage was printed
+	}
+	if err != nil {
+		return err
+	}
+	logf := func(format string, a ...any) { fmt.Fprintf(errOut, "bench: "+format+"\n", a...) }
+	if cfg.cpuProfile != "" {
+		stop, err := startProfile(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	var spawnArgs []string
+	if cfg.spawn != "" {
+		if spawnArgs, err = splitCommand(cfg.spawn); err != nil {
+			return err
+		}
+	}
+	res, err := benchTarget(ctx, cfg, cfg.target, cfg.url, cfg.pid, spawnArgs, logf)
+	if err != nil {
+		return err
+	}
+	res.Command = "statecast bench " + quoteCommand(cfg.args)
+	if cfg.json {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "%s\n", b)
+		return err
+	}
+	printResult(out, res)
+	return nil
+}
+
+// benchTarget runs cfg.scenario against one server, spawning it first
+// when spawnArgs is set.
+func benchTarget(ctx context.Context, cfg *benchConfig, target, base string, pid int, spawnArgs []string, logf func(string, ...any)) (*benchResult, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("bench: bad --url %q", base)
+	}
+	if !benchLoopback(u.Hostname()) {
+		return nil, fmt.Errorf("bench: refusing non-loopback target %s: the load tool only drives servers on this machine", u.Host)
+	}
+	ceiling := target == "ceiling"
+	if ceiling && cfg.scenario == "rooms" {
+		return nil, errors.New("bench: the ceiling has no rooms: run fanout against it")
+	}
+	res := &benchResult{Scenario: cfg.scenario, Target: target, URL: base}
+	if pid != 0 || len(spawnArgs) > 0 {
+		// The server's CPU is measured: say if something else loads the
+		// machine.
+		if busy, err := waitIdle(ctx, cfg.waitIdle); err != nil {
+			return nil, err
+		} else if busy > 20 {
+			res.addNote("before the run other processes used %.0f%% of a CPU", busy)
+		}
+	}
+	if len(spawnArgs) > 0 {
+		probe := strings.TrimRight(base, "/") + "/readyz"
+		if ceiling {
+			probe = strings.TrimRight(base, "/") + "/stats"
+		}
+		logf("starting %s", quoteCommand(spawnArgs))
+		sp, err := spawnServer(ctx, spawnArgs, probe, 30*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		defer sp.stop()
+		pid = sp.pid()
+		res.ServerCmd = quoteCommand(spawnArgs)
+	}
+	res.ServerPID = pid
+	e := newBenchEnv(cfg, ceiling, strings.TrimRight(base, "/"), pid, logf)
+	defer e.close()
+	switch cfg.scenario {
+	case "fanout":
+		err = e.runFanout(ctx, res, 1, cfg.subs)
+	case "rooms":
+		err = e.runFanout(ctx, res, cfg.rooms, cfg.perRoom)
+	case "idle":
+		err = e.runIdle(ctx, res)
+	case "resume":
+		err = e.runResume(ctx, res)
+	case "storm":
+		err = e.runStorm(ctx, res)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bench %s against %s: %w", cfg.scenario, target, err)
+	}
+	return res, nil
+}
+
+// waitIdle waits up to d for a second in which the other processes of the
+// machine use under 10% of a CPU; it returns the last percentage seen
+// (over 0.5 s when d is 0).
+func waitIdle(ctx context.Context, d time.Duration) (float64, error) {
+	deadline := time.Now().Add(d)
+	for {
+		window := time.Second
+		if d == 0 {
+			window = 500 * time.Millisecond
+		}
+		a, self0 := machineBusy(), selfCPU()
+		if err := sleepCtx(ctx, window); err != nil {
+			return 0, err
+		}
+		b, self1 := machineBusy(), selfCPU()
+		if a < 0 || b < 0 {
+			return 0, nil
+		}
+		busy := 100 * ((b - a) - (self1 - self0)).Seconds() / window.Seconds()
+		if busy < 10 || time.Now().After(deadline) {
+			return busy, nil
+		}
+	}
+}
+
+// benchEnv is one server under load.
+type benchEnv struct {
+	cfg     *benchConfig
+	ceiling bool
+	base    string // http://host:port
+	ws      string
+	pid     int
+	rest    *http.Client
+	dialer  *http.Client
+	pinger  *pinger
+	logf    func(string, ...any)
+	pingMS  atomic.Int64
+}
+
+func newBenchEnv(cfg *benchConfig, ceiling bool, base string, pid int, logf func(string, ...any)) *benchEnv {
+	ws := "ws" + strings.TrimPrefix(base, "http")
+	if ceiling {
+		ws += "/ws"
+	} else {
+		ws += "/v1/ws"
+	}
+	e := &benchEnv{
+		cfg: cfg, ceiling: ceiling, base: base, ws: ws, pid: pid, logf: logf,
+		rest: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 8}},
+		dialer: &http.Client{Transport: &http.Transport{
+			Proxy:       nil,
+			DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		}},
+	}
+	e.pingMS.Store(25000)
+	e.pinger = startPinger(func() time.Duration { return time.Duration(e.pingMS.Load()) * time.Millisecond })
+	return e
+}
+
+func (e *benchEnv) close() {
+	e.pinger.close()
+	e.rest.CloseIdleConnections()
+	e.dialer.CloseIdleConnections()
+}
+
+func (e *benchEnv) hostport() string {
+	u, _ := url.Parse(e.base)
+	if u.Port() == "" {
+		return u.Host + ":80"
+	}
+	return u.Host
+}
+
+// notePing adopts the ping interval a run's connections were given.
+func (e *benchEnv) notePing(st *runState) {
+	if ms := st.pingMS.Load(); ms > 0 {
+		e.pingMS.Store(ms)
+	}
+}
+
+// getJSON GETs path and decodes the reply.
+func (e *benchEnv) getJSON(ctx context.Context, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.base+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := e.rest.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, clip(b))
+	}
+	return json.Unmarshal(b, v)
+}
+
+// roomState is a room's revision and items (GET /v1/rooms/{room}/kv).
+func (e *benchEnv) roomState(ctx context.Context, room string) (uint64, []roomItem, error) {
+	var l struct {
+		Rev   uint64     `json:"rev"`
+		Items []roomItem `json:"items"`
+	}
+	err := e.getJSON(ctx, "/v1/rooms/"+url.PathEscape(room)+"/kv", &l)
+	return l.Rev, l.Items, err
+}
+
+// ceilingOffset is the ceiling's last published offset (GET /stats).
+func (e *benchEnv) ceilingOffset(ctx context.Context) (uint64, error) {
+	var s struct {
+		Last uint64 `json:"last_offset"`
+	}
+	err := e.getJSON(ctx, "/stats", &s)
+	return s.Last, err
+}
+
+func (e *benchEnv) dialWS(ctx context.Context, u string, subprotocols []string) (*websocket.Conn, error) {
+	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{
+		HTTPClient:      e.dialer,
+		Subprotocols:    subprotocols,
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.SetReadLimit(64 << 20)
+	return c, nil
+}
+
+func (e *benchEnv) dialStatecast(ctx context.Context) (*websocket.Conn, error) {
+	return e.dialWS(ctx, e.ws, []string{"statecast.v1.json"})
+}
+
+// connectSub opens a connection for s and starts its reader. With from,
+// it resumes at s's position: statecast sub from {epoch, lastRev+1}, the
+// ceiling ?since=lastRev.
+func (e *benchEnv) connectSub(ctx context.Context, st *runState, s *subscriber, room string, from bool) error {
+	s.replayed = 0
+	var c *websocket.Conn
+	var err error
+	if e.ceiling {
+		u := e.ws
+		if from {
+			u += "?since=" + strconv.FormatUint(s.lastRev.Load(), 10)
+		}
+		s.subAt = st.now()
+		if c, err = e.dialWS(ctx, u, nil); err != nil {
+			return err
+		}
+	} else {
+		if c, err = e.dialStatecast(ctx); err != nil {
+			return err
+		}
+		frame := []byte(`{"t":"connect"}` + "\n" + `{"t":"sub","id":1,"room":"` + room + `"`)
+		if from {
+			epoch, _ := json.Marshal(s.epoch)
+			frame = append(frame, `,"from":{"epoch":`...)
+			frame = append(frame, epoch...)
+			frame = append(frame, `,"rev":`...)
+			frame = strconv.AppendUint(frame, s.lastRev.Load()+1, 10)
+			frame = append(frame, '}')
+		}
+		frame = append(frame, '}')
+		s.subAt = st.now()
+		if err := c.Write(ctx, websocket.MessageText, frame); err != nil {
+			c.CloseNow()
+			return err
+		}
+		e.pinger.add(c)
+	}
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.conn, s.done = c, done
+	s.mu.Unlock()
+	s.closing.Store(false)
+	if e.ceiling && s.wantRev <= s.lastRev.Load() {
+		s.markReady(st, st.now())
+	}
+	go s.read(c, st, done)
+	return nil
+}
+
+// connectAll connects subs with at most --dial-concurrency dials at a
+// time, retrying failed dials until --timeout. It returns the retries and
+// the subscribers it could not connect, with the first error.
+func (e *benchEnv) connectAll(ctx context.Context, st *runState, subs []*subscriber, room func(*subscriber) string, from bool) (retries int64, failed int, firstErr error) {
+	deadline := time.Now().Add(e.cfg.timeout)
+	sem := make(chan struct{}, e.cfg.dialConc)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var nRetries atomic.Int64
+	for _, s := range subs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return nRetries.Load(), len(subs), ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			backoff := 50 * time.Millisecond
+			for {
+				dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+				err := e.connectSub(dctx, st, s, room(s), from)
+				cancel()
+				if err == nil {
+					return
+				}
+				if ctx.Err() != nil || time.Now().Add(backoff).After(deadline) {
+					mu.Lock()
+					failed++
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+				nRetries.Add(1)
+				time.Sleep(backoff)
+				backoff = min(2*backoff, time.Second)
+			}
+		}()
+	}
+	wg.Wait()
+	return nRetries.Load(), failed, firstErr
+}
+
+// waitReady waits until want subscribers are ready (st.ready).
+func (e *benchEnv) waitReady(ctx context.Context, st *runState, want int64) error {
+	deadline := time.Now().Add(e.cfg.timeout)
+	for st.ready.Load() < want {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d subscribers ready after %v", st.ready.Load(), want, e.cfg.timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	e.notePing(st)
+	return nil
+}
+
+// closeSubs drops the subscribers' connections at once (no close
+// handshake) and waits for their readers.
+func (e *benchEnv) closeSubs(subs []*subscriber) {
+	for _, s := range subs {
+		s.closing.Store(true)
+		s.mu.Lock()
+		c := s.conn
+		s.conn = nil
+		s.mu.Unlock()
+		if c != nil {
+			e.pinger.remove(c)
+			c.CloseNow()
+		}
+	}
+	for _, s := range subs {
+		s.mu.Lock()
+		done := s.done
+		s.mu.Unlock()
+		if done != nil {
+			<-done
+		}
+	}
+}
+
+// sumMsgs is the number of messages the subscribers have received.
+func sumMsgs(subs []*subscriber) int64 {
+	var n int64
+	for _, s := range subs {
+		n += s.msgs.Load()
+	}
+	return n
+}
+
+// sleepCtx sleeps d unless ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// cpuSample is the CPU time used so far by the server (-1: unknown), the
+// load tool and all processes of the machine (-1: unknown).
+type cpuSample struct{ server, tool, machine time.Duration }
+
+func (e *benchEnv) sampleCPU() cpuSample {
+	return cpuSample{e.serverCPU(), selfCPU(), machineBusy()}
+}
+
+// cpuShares fills the CPU figures of r for the window between a and b.
+func (r *benchResult) cpuShares(a, b cpuSample, win time.Duration) {
+	pct := func(d time.Duration) float64 { return 100 * d.Seconds() / win.Seconds() }
+	r.ToolCPUPct = pct(b.tool - a.tool)
+	if a.server >= 0 && b.server >= 0 {
+		r.ServerCPUPct = pct(b.server - a.server)
+	}
+	if a.machine >= 0 && b.machine >= 0 && a.server >= 0 && b.server >= 0 {
+		// The other processes of the machine: figures are to be trusted
+		// only when they are near 0.
+		r.OtherCPUPct = max(0, pct(b.machine-a.machine)-r.ServerCPUPct-r.ToolCPUPct)
+		if r.OtherCPUPct > 20 {
+			r.addNote("other processes used %.0f%% of a CPU during the measurement: figures are disturbed", r.OtherCPUPct)
+		}
+	}
+}
+
+// serverCPU is the server's CPU time so far, or -1 when its pid is unknown.
+func (e *benchEnv) serverCPU() time.Duration {
+	if e.pid == 0 {
+		return -1
+	}
+	d, err := procCPU(e.pid)
+	if err != nil {
+		return -1
+	}
+	return d
+}
+
+// serverRSS is the server's resident memory, or -1 when its pid is unknown.
+func (e *benchEnv) serverRSS() int64 {
+	if e.pid == 0 {
+		return -1
+	}
+	n, err := procRSS(e.pid)
+	if err != nil {
+		return -1
+	}
+	return n
+}

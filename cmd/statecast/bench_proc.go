@@ -1,0 +1,321 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The load tool reads the server's CPU time and memory from /proc, raises
+// its own file limit, and can start the server itself.
+
+// clockTicks is sysconf(_SC_CLK_TCK) on Linux: the unit of utime and stime
+// in /proc/PID/stat.
+const clockTicks = 100
+
+// procCPU is the CPU time (user + system) process pid has used so far.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// fields are counted from the last ')'. utime and stime are fields 14
+	// and 15, i.e. the 12th and 13th after it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return time.Duration(ut+st) * (time.Second / clockTicks), nil
+}
+
+// procRSS is the resident set size of process pid in bytes (VmRSS).
+func procRSS(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				if err == nil {
+					return kb << 10, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}
+
+// selfCPU is the CPU time this process has used so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// machineBusy is the CPU time all processes of the machine have used so
+// far (user, nice and system in /proc/stat; interrupt time and guests
+// excluded), or -1 when unknown.
+func machineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return -1
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 4 || f[0] != "cpu" {
+		return -1
+	}
+	var busy uint64
+	for _, v := range f[1:4] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return -1
+		}
+		busy += n
+	}
+	return time.Duration(busy) * (time.Second / clockTicks)
+}
+
+// raiseNofile raises the soft RLIMIT_NOFILE to the hard limit and returns
+// the limit in force.
+func raiseNofile() (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, err
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return 0, err
+		}
+	}
+	return lim.Cur, nil
+}
+
+// localPorts is the number of ephemeral ports (ip_local_port_range), or 0
+// when unknown.
+func localPorts() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	lo, err1 := strconv.Atoi(f[0])
+	hi, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil || hi < lo {
+		return 0
+	}
+	return hi - lo + 1
+}
+
+// checkCapacity makes sure this process can hold conns sockets to one
+// server port (fresh ones: reconnects double that while the old ones sit
+// in TIME_WAIT) and says what limits them.
+func checkCapacity(conns, fresh int) error {
+	limit, err := raiseNofile()
+	if err != nil {
+		return fmt.Errorf("cannot raise RLIMIT_NOFILE: %v", err)
+	}
+	if need := uint64(conns) + 64; limit < need {
+		return fmt.Errorf("RLIMIT_NOFILE is %d (hard limit), too low for %d connections (need about %d): raise the hard limit (ulimit -Hn, or LimitNOFILE= in systemd)", limit, conns, need)
+	}
+	if p := localPorts(); p > 0 && fresh > p {
+		return fmt.Errorf("%d connections to one server port need %d local ports but ip_local_port_range has %d: widen net.ipv4.ip_local_port_range", conns, fresh, p)
+	}
+	return nil
+}
+
+// splitCommand splits a command line on blanks, honouring '…' and "…"
+// quoting and backslash escapes outside single quotes.
+func splitCommand(s string) ([]string, error) {
+	var out []string
+	var cur strings.Builder
+	inWord := false
+	var quote rune
+	esc := false
+	for _, r := range s {
+		switch {
+		case esc:
+			cur.WriteRune(r)
+			esc = false
+		case quote == '\'':
+			if r == '\'' {
+				quote = 0
+			} else {
+				cur.WriteRune(r)
+			}
+		case r == '\\':
+			esc, inWord = true, true
+		case quote == '"':
+			if r == '"' {
+				quote = 0
+			} else {
+				cur.WriteRune(r)
+			}
+		case r == '\'' || r == '"':
+			quote, inWord = r, true
+		case r == ' ' || r == '\t' || r == '\n':
+			if inWord {
+				out = append(out, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quote != 0 || esc {
+		return nil, fmt.Errorf("unterminated quote or escape in %q", s)
+	}
+	if inWord {
+		out = append(out, cur.String())
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty command")
+	}
+	return out, nil
+}
+
+// quoteCommand is the inverse of splitCommand, for echoing command lines.
+func quoteCommand(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && !strings.ContainsAny(a, " \t\n'\"\\$`*?;&|<>()[]{}#~") {
+			q[i] = a
+			continue
+		}
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
+
+// tailBuffer keeps the last bytes written to it (a server's output).
+type tailBuffer struct {
+	mu  sync.Mutex
+	b   []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+// spawned is a server process started by the load tool.
+type spawned struct {
+	args   []string
+	cmd    *exec.Cmd
+	out    *tailBuffer
+	exited chan struct{}
+	err    error // of Wait, set before exited is closed
+}
+
+// spawnServer starts args and waits until probe (a URL) answers 2xx. The
+// process is killed if this process dies first (Pdeathsig).
+func spawnServer(ctx context.Context, args []string, probe string, timeout time.Duration) (*spawned, error) {
+	cmd := exec.Command(args[0], args[1:]...)
+	out := &tailBuffer{max: 16 << 10}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("spawn %s: %w", quoteCommand(args), err)
+	}
+	s := &spawned{args: args, cmd: cmd, out: out, exited: make(chan struct{})}
+	go func() {
+		s.err = cmd.Wait()
+		close(s.exited)
+	}()
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := hc.Get(probe)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				return s, nil
+			}
+		}
+		select {
+		case <-s.exited:
+			return nil, fmt.Errorf("%s exited before answering (%v); its output:\n%s", quoteCommand(args), s.err, out)
+		case <-ctx.Done():
+			s.stop()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("%s did not answer %s within %v; its output:\n%s", quoteCommand(args), probe, timeout, out)
+		}
+	}
+}
+
+// pid is the process id.
+func (s *spawned) pid() int { return s.cmd.Process.Pid }
+
+// stop sends SIGTERM and waits up to 20 s for the process to exit, then
+// kills it.
+func (s *spawned) stop() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(20 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
