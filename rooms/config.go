@@ -37,6 +37,13 @@ type Config struct {
 	// Default 1 minute.
 	IdleTimeout time.Duration
 
+	// Prepare, when set, is called with each committed revision's Change
+	// before any watcher sees it, under the room's lock: a server uses it
+	// to cache the encoding most clients need, so a later replay writes
+	// ready bytes instead of encoding thousands of revisions on demand.
+	// It must be quick and must not block.
+	Prepare func(*Change)
+
 	// Logger receives room lifecycle messages (never one per event).
 	// Defaults to discarding.
 	Logger *slog.Logger

@@ -84,6 +84,9 @@ func (r *room) applyLocked(b store.Batch) {
 		}
 	}
 	r.head = b.Rev
+	if prep := r.e.cfg.Prepare; prep != nil {
+		prep(ch)
+	}
 	r.hist.push(ch)
 	r.notifyLocked(ch)
 }

@@ -117,7 +117,7 @@ func run(f serveFlags) error {
 		return err
 	}
 	defer st.Close()
-	engine := rooms.New(st, rooms.Config{Retention: retention, Logger: log})
+	engine := rooms.New(st, rooms.Config{Retention: retention, Logger: log, Prepare: server.PrepareChange})
 	defer engine.Close()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
