@@ -290,19 +290,38 @@ func (s *Server) httpCommit(c echo.Context, claims *Claims, room string, w store
 	return replyJSON(c, revReply{Rev: res.Rev})
 }
 
-func (s *Server) handlePut(c echo.Context) error {
+// keyWrite is what a PUT or DELETE of one key shares: its caller's
+// claims, the room and key, and the If-Match condition on that key.
+type keyWrite struct {
+	claims    *Claims
+	room, key string
+	conds     []store.Cond
+}
+
+func (s *Server) keyWrite(c echo.Context) (keyWrite, error) {
 	claims, err := s.httpClaims(c, false)
 	if err != nil {
-		return err
+		return keyWrite{}, err
 	}
 	if err := s.httpWritable(); err != nil {
-		return err
+		return keyWrite{}, err
 	}
 	room, key, err := s.httpTarget(c, true)
 	if err != nil {
-		return err
+		return keyWrite{}, err
 	}
 	conds, err := ifMatch(c)
+	if err != nil {
+		return keyWrite{}, err
+	}
+	for i := range conds {
+		conds[i].Key = key
+	}
+	return keyWrite{claims, room, key, conds}, nil
+}
+
+func (s *Server) handlePut(c echo.Context) error {
+	kw, err := s.keyWrite(c)
 	if err != nil {
 		return err
 	}
@@ -318,34 +337,18 @@ func (s *Server) handlePut(c echo.Context) error {
 	if err != nil {
 		return newError(wire.CodeInvalidValue, "the body must be one JSON value: "+err.Error())
 	}
-	for i := range conds {
-		conds[i].Key = key
-	}
-	return s.httpCommit(c, claims, room, store.Write{Conds: conds,
-		Ops: []store.Op{{Type: store.OpPut, Key: key, Value: v, Lease: lease}}})
+	return s.httpCommit(c, kw.claims, kw.room, store.Write{Conds: kw.conds,
+		Ops: []store.Op{{Type: store.OpPut, Key: kw.key, Value: v, Lease: lease}}})
 }
 
 func (s *Server) handleDelete(c echo.Context) error {
-	claims, err := s.httpClaims(c, false)
+	kw, err := s.keyWrite(c)
 	if err != nil {
 		return err
-	}
-	if err := s.httpWritable(); err != nil {
-		return err
-	}
-	room, key, err := s.httpTarget(c, true)
-	if err != nil {
-		return err
-	}
-	conds, err := ifMatch(c)
-	if err != nil {
-		return err
-	}
-	for i := range conds {
-		conds[i].Key = key
 	}
 	// A missing key writes nothing; the store answers with the head.
-	return s.httpCommit(c, claims, room, store.Write{Conds: conds, Ops: []store.Op{{Type: store.OpDelete, Key: key}}})
+	return s.httpCommit(c, kw.claims, kw.room, store.Write{Conds: kw.conds,
+		Ops: []store.Op{{Type: store.OpDelete, Key: kw.key}}})
 }
 
 // txnBody is the WebSocket txn request's shape.
