@@ -113,18 +113,21 @@ func (l *lessor) keepAlive(id string) (time.Duration, bool) {
 	return ls.ttl, true
 }
 
-// revoke ends a lease now; it returns how many keys it held.
+// revoke ends a lease now and deletes its keys before returning (as etcd's
+// LeaseRevoke does), so a caller that revoked sees them gone. It returns
+// how many keys the lease held.
 func (l *lessor) revoke(id string) (int, bool) {
 	l.mu.Lock()
 	ls := l.leases[id]
-	n := 0
-	if ls != nil {
-		ls.deadline = time.Now()
-		n = len(ls.keys)
-	}
+	delete(l.leases, id) // from here on attach cannot reach ls.keys
 	l.mu.Unlock()
-	l.signal()
-	return n, ls != nil
+	if ls == nil {
+		return 0, false
+	}
+	l.metrics.leasesEnded.Inc()
+	n := len(ls.keys)
+	l.deleteKeys(ls.keys)
+	return n, true
 }
 
 func (l *lessor) alive(id string) bool {
