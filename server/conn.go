@@ -62,6 +62,10 @@ type conn struct {
 	subs    map[uint64]*sub
 	timers  []*time.Timer // stopped by end
 	closing bool
+	// writerOn: a writer goroutine runs. It starts when something is
+	// queued and exits after writerLinger idle, so an idle socket holds
+	// one goroutine (the reader), not two. stopped: none may start again.
+	writerOn, stopped bool
 	writing sync.WaitGroup
 }
 
@@ -172,8 +176,6 @@ func negotiate(r *http.Request) (wire.Codec, bool) {
 // here. When either ends, the socket is closed and both are waited for.
 func (c *conn) serve() {
 	c.lastRead.Store(time.Now().UnixNano())
-	c.writing.Add(1)
-	go c.writeLoop()
 	c.startHeartbeat()
 
 	err := c.readLoop()
@@ -230,7 +232,10 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 // flushAndStop lets the writer send what is queued (within the write
 // timeout), then stops it.
 func (c *conn) flushAndStop() {
-	c.signal()
+	c.mu.Lock()
+	c.wakeWriterLocked() // a writer flushes what is queued, then sees closing
+	c.stopped = true     // no writer starts after this: Wait below is safe
+	c.mu.Unlock()
 	done := make(chan struct{})
 	go func() { c.writing.Wait(); close(done) }()
 	select {
@@ -261,7 +266,18 @@ func (c *conn) drop() {
 	c.ws.CloseNow()
 }
 
-func (c *conn) signal() {
+// writerLinger is how long an idle writer goroutine waits for more work
+// before exiting.
+const writerLinger = 2 * time.Second
+
+// wakeWriterLocked makes sure a writer runs and will look at the queues.
+// Called with c.mu held.
+func (c *conn) wakeWriterLocked() {
+	if !c.writerOn && !c.stopped {
+		c.writerOn = true
+		c.writing.Add(1)
+		go c.writeLoop()
+	}
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -275,9 +291,9 @@ func (c *conn) markReady(s *sub) {
 	if !s.queued && c.subs != nil {
 		s.queued = true
 		c.ready = append(c.ready, s)
+		c.wakeWriterLocked()
 	}
 	c.mu.Unlock()
-	c.signal()
 }
 
 // reply queues one encoded message for the writer.
@@ -286,13 +302,12 @@ func (c *conn) reply(msg any) {
 	b, err := c.codec.Append(c.pending, msg)
 	if err == nil {
 		c.pending = b
+		c.wakeWriterLocked()
 	}
 	c.mu.Unlock()
 	if err != nil {
 		c.s.log.Error("server: cannot encode reply", "err", err)
-		return
 	}
-	c.signal()
 }
 
 func (c *conn) replyErr(id uint64, e *Error) {
@@ -303,7 +318,9 @@ func (c *conn) replyErr(id uint64, e *Error) {
 	c.reply(m)
 }
 
-// writeLoop sends frames until the connection ends.
+// writeLoop sends frames until the connection ends or it has been idle for
+// writerLinger. Only one runs at a time (writerOn), so Drain and the
+// writer-owned buffers are never used concurrently.
 //
 // Writes use a background context and one watchdog timer per connection:
 // a context with a deadline would cost a timer allocation per frame.
@@ -322,12 +339,24 @@ func (c *conn) writeLoop() {
 		}
 		return err
 	}
+	idle := time.NewTimer(writerLinger)
+	defer idle.Stop()
 	var frame []byte
 	for {
 		select {
 		case <-c.wctx.Done():
 			return
 		case <-c.wake:
+		case <-idle.C:
+			// Exit only if nothing was queued meanwhile: whoever queues
+			// next finds writerOn false and starts a new writer.
+			c.mu.Lock()
+			if len(c.pending) == 0 && len(c.ready) == 0 {
+				c.writerOn = false
+				c.mu.Unlock()
+				return
+			}
+			c.mu.Unlock()
 		}
 		for {
 			var closing bool
@@ -337,6 +366,9 @@ func (c *conn) writeLoop() {
 				err = write(frame)
 			}
 			if err != nil {
+				c.mu.Lock()
+				c.stopped = true
+				c.mu.Unlock()
 				c.cancel()
 				return
 			}
@@ -350,6 +382,7 @@ func (c *conn) writeLoop() {
 				frame = nil // do not keep a burst's buffer on an idle connection
 			}
 		}
+		idle.Reset(writerLinger)
 	}
 }
 

@@ -208,9 +208,9 @@ func (c *conn) subscribe(r *wire.Request) {
 	c.subs[r.ID] = s
 	c.pending, _ = c.codec.Append(c.pending, &wire.OK{T: wire.TOK, ID: r.ID})
 	s.active.Store(true)
+	c.wakeWriterLocked()
 	c.mu.Unlock()
 	c.s.metrics.subscriptions.Inc()
-	c.signal()
 }
 
 func (c *conn) unsubscribe(r *wire.Request) {
