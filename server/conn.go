@@ -66,7 +66,7 @@ type conn struct {
 	// queued and exits after writerLinger idle, so an idle socket holds
 	// one goroutine (the reader), not two. stopped: none may start again.
 	writerOn, stopped bool
-	writing sync.WaitGroup
+	writing           sync.WaitGroup
 }
 
 // sub is one subscription of a conn.
