@@ -42,7 +42,7 @@ func benchCollect(b *testing.B, codec wire.Codec, nsubs, batch int) {
 	srv := &Server{metrics: m}
 	conns := make([]*conn, nsubs)
 	for i := range conns {
-		c := &conn{s: srv, codec: codec, slot: codecSlot(codec), wake: make(chan struct{}, 1), subs: map[uint64]*sub{}}
+		c := &conn{s: srv, codec: codec, slot: codecSlot(codec), wake: make(chan struct{}, 1), subs: map[uint64]*sub{}, stopped: true} // the benchmark is the writer
 		s := &sub{id: 1, room: "bench"}
 		s.active.Store(true)
 		w, err := e.Watch(ctx, "bench", rooms.WatchOptions{From: &rooms.Position{Rev: 1}, Notify: func() { c.markReady(s) }})

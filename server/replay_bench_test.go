@@ -35,7 +35,7 @@ func BenchmarkReplayCollect(b *testing.B) {
 			}
 		}
 		b.StartTimer()
-		c := &conn{s: srv, codec: wire.JSON, wake: make(chan struct{}, 1), subs: map[uint64]*sub{}}
+		c := &conn{s: srv, codec: wire.JSON, wake: make(chan struct{}, 1), subs: map[uint64]*sub{}, stopped: true} // the benchmark is the writer
 		s := &sub{id: 1, room: "r"}
 		s.active.Store(true)
 		w, err := e.Watch(ctx, "r", rooms.WatchOptions{From: &rooms.Position{Rev: 1}, Notify: func() { c.markReady(s) }})
