@@ -325,7 +325,7 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow writing %q in room %q", op.Key, room))
 		}
 		if op.Lease != "" && !s.leases.alive(op.Lease) {
-			return store.Result{}, newError(wire.CodeNotFound, fmt.Sprintf("lease %q does not exist or has ended", op.Lease))
+			return store.Result{}, noLease(op.Lease)
 		}
 	}
 	for _, cond := range w.Conds {

@@ -433,16 +433,26 @@ func noLease(id string) *Error {
 	return newError(wire.CodeNotFound, fmt.Sprintf("lease %q does not exist or has ended", id))
 }
 
-func (s *Server) handleLeaseKeepAlive(c echo.Context) error {
+// leaseID reads the TTL lease named in the path, for an authenticated
+// caller; an id that cannot be a TTL lease is simply not found.
+func (s *Server) leaseID(c echo.Context) (string, error) {
 	if _, err := s.httpClaims(c, false); err != nil {
-		return err
+		return "", err
 	}
 	id, err := pathParam(c, "id")
 	if err != nil {
-		return err
+		return "", err
 	}
 	if leaseParam(id) != nil {
-		return noLease(id)
+		return "", noLease(id)
+	}
+	return id, nil
+}
+
+func (s *Server) handleLeaseKeepAlive(c echo.Context) error {
+	id, err := s.leaseID(c)
+	if err != nil {
+		return err
 	}
 	ttl, ok := s.leases.keepAlive(id)
 	if !ok {
@@ -452,15 +462,9 @@ func (s *Server) handleLeaseKeepAlive(c echo.Context) error {
 }
 
 func (s *Server) handleLeaseRevoke(c echo.Context) error {
-	if _, err := s.httpClaims(c, false); err != nil {
-		return err
-	}
-	id, err := pathParam(c, "id")
+	id, err := s.leaseID(c)
 	if err != nil {
 		return err
-	}
-	if leaseParam(id) != nil {
-		return noLease(id)
 	}
 	n, ok := s.leases.revoke(id)
 	if !ok {
