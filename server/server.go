@@ -51,6 +51,10 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Static, when set, serves the demo and other files at /.
 	Static http.Handler
+	// AdminToken, when set, lets clients off loopback read the inspector
+	// (GET /v1/admin/inspect) with Authorization: Bearer <AdminToken>;
+	// loopback clients need none.
+	AdminToken string
 }
 
 func (c Config) withDefaults() Config {
@@ -153,12 +157,7 @@ func (s *Server) Handler() http.Handler { return s.echo }
 // It does not close the engine or the store.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
-	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
+	conns := s.connList()
 	// All connections flush and close at once: one peer that does not
 	// answer the close handshake must not hold up the others.
 	for _, c := range conns {
@@ -190,6 +189,17 @@ func (s *Server) addConn(c *conn) bool {
 	s.conns[c] = struct{}{}
 	s.connWG.Add(1)
 	return true
+}
+
+// connList returns the open connections.
+func (s *Server) connList() []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	return conns
 }
 
 func (s *Server) removeConn(c *conn) {

@@ -61,6 +61,7 @@ type serveFlags struct {
 	maxSubs, maxConns                   int
 	writeRate                           float64
 	writeTimeout, leaseGrace, pingEvery time.Duration
+	adminToken, adminTokenFile          string
 }
 
 func serve(args []string) error {
@@ -89,6 +90,8 @@ func serve(args []string) error {
 	fs.DurationVar(&f.writeTimeout, "write-timeout", 10*time.Second, "a socket that does not take a frame within this is closed (4000)")
 	fs.DurationVar(&f.leaseGrace, "lease-grace", 5*time.Second, "how long a session's leases outlive its socket")
 	fs.DurationVar(&f.pingEvery, "ping-interval", 25*time.Second, "client ping interval announced to clients")
+	fs.StringVar(&f.adminToken, "admin-token", "", "bearer token for the inspector (/v1/admin/inspect) off loopback (prefer --admin-token-file)")
+	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "file holding the inspector's admin token")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -110,6 +113,10 @@ func run(f serveFlags) error {
 	if auth == nil && !f.insecure && !isLoopback(f.addr) {
 		return fmt.Errorf("refusing to listen on %s without auth: configure --jwt-hmac-secret-file or --jwt-public-key-file, or pass --insecure-no-auth", f.addr)
 	}
+	adminToken, err := secret(f.adminToken, f.adminTokenFile)
+	if err != nil {
+		return err
+	}
 	retention := store.RetentionPolicy{Default: store.Retention{MaxEvents: f.history, MaxAge: f.historyAge}, Classes: f.classes}
 	limits := store.Limits{MaxValueBytes: f.maxValue}
 	st, where, err := openStore(f, retention, limits, log)
@@ -126,7 +133,7 @@ func run(f serveFlags) error {
 		Store: st, Engine: engine, Auth: auth, AllowOrigins: f.origins,
 		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxConnections: f.maxConns,
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
-		Logger: log, Static: http.FileServerFS(demo.Files),
+		Logger: log, Static: http.FileServerFS(demo.Files), AdminToken: adminToken,
 	})
 	if err != nil {
 		return err
@@ -194,6 +201,15 @@ func authenticator(f serveFlags) (*server.Authenticator, error) {
 		return nil, nil
 	}
 	return server.NewAuthenticator(cfg)
+}
+
+// secret returns the contents of file (trimmed) when given, else value.
+func secret(value, file string) (string, error) {
+	if file == "" {
+		return value, nil
+	}
+	b, err := os.ReadFile(file)
+	return strings.TrimSpace(string(b)), err
 }
 
 // isLoopback reports whether addr only listens on a loopback interface.

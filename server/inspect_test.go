@@ -1,0 +1,95 @@
+package server_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/server"
+)
+
+// getInspect asks the inspector as if from remoteAddr, with token as bearer when set.
+func getInspect(t *testing.T, e *env, remoteAddr, token string) (int, map[string]any, server.InspectReply) {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/v1/admin/inspect", nil)
+	req.RemoteAddr = remoteAddr
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	rec := httptest.NewRecorder()
+	e.Srv.Handler().ServeHTTP(rec, req)
+	var raw map[string]any
+	var rep server.InspectReply
+	if err := json.Unmarshal(rec.Body.Bytes(), &raw); err != nil {
+		t.Fatalf("%d %q: %v", rec.Code, rec.Body, err)
+	}
+	_ = json.Unmarshal(rec.Body.Bytes(), &rep)
+	return rec.Code, raw, rep
+}
+
+func TestInspectRoomsClientsAndWatches(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ctx := testCtx(t)
+	c := dial(t, e, nil)
+	for _, v := range []string{`1`, `2`, `3`} {
+		if _, err := c.Put(ctx, "doc:1", "items/"+v, json.RawMessage(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := c.Subscribe(ctx, "doc:1", client.SubscribeOptions{Prefixes: []string{"items/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextMsg(t, s) // the snapshot
+
+	var rep server.InspectReply
+	waitFor(t, 5*time.Second, "the watch to be live", func() bool {
+		code, _, r := getInspect(t, e, "127.0.0.1:5000", "")
+		if code != http.StatusOK {
+			t.Fatalf("loopback: status %d, want 200", code)
+		}
+		rep = r
+		return len(r.Clients) == 1 && len(r.Clients[0].Watches) == 1 && r.Clients[0].Watches[0].State == "live"
+	})
+	if len(rep.Rooms) != 1 {
+		t.Fatalf("rooms %+v, want doc:1 only", rep.Rooms)
+	}
+	want := server.InspectRoom{Name: "doc:1", Epoch: rep.Rooms[0].Epoch, Rev: 3, Oldest: 1, HistoryEvents: 3, Keys: 3, Watchers: 1}
+	if rep.Rooms[0] != want || want.Epoch == "" {
+		t.Errorf("room %+v, want %+v with an epoch", rep.Rooms[0], want)
+	}
+	cl := rep.Clients[0]
+	if cl.Session != c.Connected().Session || cl.Codec != "statecast.v1.json" {
+		t.Errorf("client %+v, want session %s on JSON", cl, c.Connected().Session)
+	}
+	w := cl.Watches[0]
+	if w.Room != "doc:1" || len(w.Prefixes) != 1 || w.Prefixes[0] != "items/" || w.Head != 3 || w.Lag != 0 {
+		t.Errorf("watch %+v, want doc:1 items/ at head 3, lag 0", w)
+	}
+}
+
+func TestInspectNeedsAdminTokenOffLoopback(t *testing.T) {
+	const remote = "192.0.2.7:40000"
+	open := newEnv(t, envOpts{})
+	code, raw, _ := getInspect(t, open, remote, "anything")
+	if code != http.StatusForbidden || raw["error"].(map[string]any)["code"] != "forbidden" {
+		t.Errorf("no token configured, off loopback: %d %v, want 403 forbidden", code, raw)
+	}
+
+	e := newEnv(t, envOpts{Cfg: server.Config{AdminToken: "s3cret"}})
+	for _, tok := range []string{"", "s3cre", "s3cret2"} {
+		code, raw, _ := getInspect(t, e, remote, tok)
+		if code != http.StatusUnauthorized || raw["error"].(map[string]any)["code"] != "unauthorized" {
+			t.Errorf("token %q: %d %v, want 401 unauthorized", tok, code, raw)
+		}
+	}
+	if code, raw, _ := getInspect(t, e, remote, "s3cret"); code != http.StatusOK || raw["rooms"] == nil {
+		t.Errorf("right token: %d %v, want 200 with rooms", code, raw)
+	}
+	if code, _, _ := getInspect(t, e, "[::1]:40000", ""); code != http.StatusOK {
+		t.Errorf("IPv6 loopback without token: %d, want 200", code)
+	}
+}
