@@ -378,9 +378,11 @@ func (c *conn) writeLoop() {
 				}
 				break
 			}
-			if cap(frame) > 64<<10 {
-				frame = nil // do not keep a burst's buffer on an idle connection
-			}
+		}
+		if cap(frame) > 64<<10 {
+			// Keep a burst's buffer for the whole burst (a replay grows
+			// it once, not once per chunk), but not on an idle connection.
+			frame = nil
 		}
 		idle.Reset(writerLinger)
 	}
