@@ -7,11 +7,13 @@ run:
 	$(GO) run ./cmd/statecast serve
 
 # Every test: Go under the race detector, each Go benchmark once as a smoke
-# test, then the TypeScript SDK (unit tests, the real server, bundle size).
+# test, the TypeScript SDK (unit tests, the real server, bundle size), then
+# the demo in real Chromium (demo/e2e).
 test: vet
 	$(GO) test -race -count=1 ./...
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 	cd sdk-js && npm ci --no-audit --no-fund --loglevel=error && npm test
+	cd demo && npm ci --no-audit --no-fund --loglevel=error && npm test
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }

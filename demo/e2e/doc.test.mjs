@@ -1,0 +1,122 @@
+// The document view in real Chromium: live edits, a conflict shown and
+// resolved, and a reader cut off while 50 edits happen (resumed by replay)
+// or while more edits than the room's history holds happen (resynced from a
+// snapshot). Rooms named doc:tiny* keep 10 events of history.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { launch, openAs, screenshot, startServer, status, TIMEOUT } from './support.mjs';
+
+let srv, browser;
+
+before(async () => {
+  srv = await startServer(['--lease-grace', '1s', '--history-class', 'doc:tiny=10']);
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  await srv?.stop();
+});
+
+/** What the page shows: the title and each card's checkbox and text, in order. Runs in the page. */
+function readView() {
+  return {
+    title: document.querySelector('[data-testid=title]').value,
+    cards: [...document.querySelectorAll('[data-testid=card]')].map((li) =>
+      `${li.querySelector('[data-testid=done]').checked ? '[x]' : '[ ]'} ${li.querySelector('[data-testid=card-text]').value}`),
+  };
+}
+const view = (page) => page.evaluate(readView);
+
+/** Waits until pred(view, arg) holds in the page. */
+const until = (page, pred, arg) => page.waitForFunction(
+  ([read, src, a]) => new Function('a', `return (${src})((${read})(), a)`)(a),
+  [readView.toString(), pred.toString(), arg], { timeout: TIMEOUT });
+
+async function addCards(page, texts) {
+  const input = page.getByTestId('new-card');
+  for (const t of texts) {
+    await input.fill(t);
+    await input.press('Enter');
+  }
+}
+
+async function setTitle(page, text) {
+  const title = page.getByTestId('title');
+  await title.fill(text);
+  await title.press('Enter');
+}
+
+test('edits by A appear for B; a title both changed shows both versions and B picks', async () => {
+  const room = '/doc.html?room=doc:e2e-live';
+  const a = await openAs(browser, srv.url, room, 'Ann');
+  const b = await openAs(browser, srv.url, room, 'Ben');
+  try {
+    await b.page.getByTestId('editors').getByText('Ann').waitFor();
+    await setTitle(a.page, 'Trip to Lisbon');
+    await addCards(a.page, ['Book flights', 'Find a place to stay', 'Pack sunscreen']);
+    await until(b.page, (v) => v.title === 'Trip to Lisbon' && v.cards.length === 3);
+    await b.page.getByTestId('done').first().check();
+    await until(a.page, (v) => v.cards[0] === '[x] Book flights');
+    // Moving a card is one transaction over two keys; B sees the new order.
+    await a.page.getByRole('button', { name: 'Move up' }).last().click();
+    await until(b.page, (v) => v.cards.join('|') === '[x] Book flights|[ ] Pack sunscreen|[ ] Find a place to stay');
+
+    // Both start editing the title; Ann saves first, then Ben.
+    await b.page.getByTestId('title').click();
+    await a.page.getByTestId('title').click();
+    await b.page.getByTestId('editor').filter({ hasText: 'Ann' }).getByText('editing the title').waitFor();
+    await setTitle(a.page, 'Lisbon in May');
+    await b.page.getByText('Title edited by Ann').waitFor();
+    await setTitle(b.page, 'Lisbon, long weekend');
+    const conflict = b.page.getByTestId('conflict');
+    await conflict.getByText('Ann changed the title meanwhile').waitFor();
+    assert.equal(await conflict.getByTestId('theirs').textContent(), 'Lisbon in May');
+    assert.equal(await conflict.getByTestId('mine').textContent(), 'Lisbon, long weekend');
+    await a.page.getByTestId('card-text').nth(1).click(); // for the screenshot: Ann is editing a card
+    await b.page.locator('.editing-by').waitFor();
+    await b.page.locator('.flash').first().waitFor({ state: 'detached' });
+    await screenshot(b.page, 'document');
+    await conflict.getByRole('button', { name: 'Use mine' }).click();
+    await conflict.waitFor({ state: 'detached' });
+    await until(a.page, (v) => v.title === 'Lisbon, long weekend');
+    assert.deepEqual(await view(b.page), await view(a.page));
+    assert.deepEqual([...a.errors, ...b.errors], []);
+  } finally {
+    await a.context.close();
+    await b.context.close();
+  }
+});
+
+/** Cuts B's socket, lets A add n cards, reconnects B; returns B's last-sync text once B shows all of A's cards. */
+async function awayWhileAEdits(room, n) {
+  const a = await openAs(browser, srv.url, room, 'Ann');
+  const b = await openAs(browser, srv.url, room, 'Ben', { route: true });
+  try {
+    await addCards(a.page, ['before the cut']);
+    await until(b.page, (v) => v.cards.length === 1);
+    await b.sw.cut();
+    await status(b.page, 'reconnecting');
+    await addCards(a.page, Array.from({ length: n }, (_, i) => `edit ${i + 1}`));
+    await until(a.page, (v, want) => v.cards.length === want, n + 1);
+    assert.equal((await view(b.page)).cards.length, 1, 'B saw edits while cut off');
+
+    b.sw.restore();
+    await b.page.getByRole('button', { name: 'Retry now' }).click({ timeout: 2000 }).catch(() => {}); // else the backoff (≤ 5 s) does it
+    await status(b.page, 'connected');
+    await until(b.page, (v, want) => v.cards.length === want, n + 1);
+    assert.deepEqual(await view(b.page), await view(a.page));
+    assert.deepEqual([...a.errors, ...b.errors], []);
+    return await b.page.getByTestId('last-sync').textContent();
+  } finally {
+    await a.context.close();
+    await b.context.close();
+  }
+}
+
+test('B is cut off while A makes 50 edits: B resumes by replay and ends equal', async () => {
+  assert.equal(await awayWhileAEdits('/doc.html?room=doc:e2e-replay', 50), 'resumed by replay of 50 events');
+});
+
+test('history compacted while B was away: B resyncs from a snapshot and ends equal', async () => {
+  assert.equal(await awayWhileAEdits('/doc.html?room=doc:tiny-e2e', 20), 'resynced from snapshot (history compacted, 20 changes)');
+});

@@ -1,0 +1,106 @@
+// Shared by the demo's browser tests: a statecast server on a free loopback
+// port, one headless Chromium (Debian's, driven by playwright-core), pages
+// as named users, and a switch to cut or hold one page's WebSocket.
+import { spawn } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+export const SHOTS = process.env.SCREENSHOTS_DIR ?? fileURLToPath(new URL('../screenshots/', import.meta.url));
+export const TIMEOUT = 10_000;
+
+/** Starts `statecast serve` on 127.0.0.1:0 with extra flags; resolves with { url, stop }. */
+export function startServer(flags = []) {
+  const bin = process.env.STATECAST_BIN;
+  if (!bin) throw new Error('STATECAST_BIN is not set: run the tests with `npm test`');
+  const p = spawn(bin, ['serve', '--store', 'memory', '--addr', '127.0.0.1:0', '--log-level', 'warn', ...flags], { stdio: ['ignore', 'pipe', 'inherit'] });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => (p.kill(), reject(new Error('the server printed no address within 20 s'))), 20_000);
+    const early = (code) => reject(new Error(`the server exited early (${code})`));
+    p.on('error', reject);
+    p.on('exit', early);
+    let out = '';
+    p.stdout.on('data', (d) => {
+      out += d;
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (!m) return;
+      clearTimeout(timer);
+      p.stdout.removeAllListeners('data');
+      p.stdout.resume();
+      resolve({
+        url: m[1],
+        stop: () => new Promise((done) => {
+          p.off('exit', early);
+          if (p.exitCode !== null) return done();
+          p.once('exit', done);
+          p.kill('SIGTERM');
+        }),
+      });
+    });
+  });
+}
+
+export function launch() {
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+}
+
+/**
+ * Opens path as the user `name` in a new browser context (its own storage:
+ * another user) and waits until the page is connected. With `route`, the
+ * page's socket goes through a socketSwitch, returned as `sw`. `errors`
+ * collects the page's uncaught errors.
+ */
+export async function openAs(browser, base, path, name, { viewport = { width: 1200, height: 760 }, route = false } = {}) {
+  const context = await browser.newContext({ viewport });
+  const page = await context.newPage();
+  page.setDefaultTimeout(TIMEOUT);
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  const sw = route ? await socketSwitch(page) : undefined;
+  await page.goto(`${base}${path}${path.includes('?') ? '&' : '?'}name=${encodeURIComponent(name)}`);
+  if (!path.startsWith('/inspector')) await status(page, 'connected');
+  return { context, page, errors, sw };
+}
+
+/** Waits until the page's connection badge shows `s`. */
+export const status = (page, s) => page.getByTestId('status').filter({ hasText: new RegExp(`^${s}$`) }).waitFor();
+
+/**
+ * Routes the page's statecast socket through the test: `cut()` closes it
+ * (the page sees close code 4000) and refuses new ones until `restore()`;
+ * `hold()` buffers what the server sends until `release()`; `sent` lists
+ * the frames the page sent.
+ */
+export async function socketSwitch(page) {
+  const sw = { open: true, held: null, route: null, sent: [] };
+  await page.routeWebSocket(/\/v1\/ws/, (ws) => {
+    if (!sw.open) return void ws.close({ code: 4000, reason: 'test: network down' });
+    sw.route = ws;
+    const server = ws.connectToServer();
+    server.onMessage((m) => (sw.held ? sw.held.push(m) : ws.send(m)));
+    ws.onMessage((m) => (sw.sent.push(String(m)), server.send(m)));
+  });
+  sw.cut = async () => {
+    sw.open = false;
+    await sw.route?.close({ code: 4000, reason: 'test: network down' });
+  };
+  sw.restore = () => (sw.open = true);
+  sw.hold = () => (sw.held = []);
+  sw.release = () => {
+    const q = sw.held ?? [];
+    sw.held = null;
+    for (const m of q) sw.route.send(m);
+  };
+  return sw;
+}
+
+export function screenshot(page, name, opts = {}) {
+  mkdirSync(SHOTS, { recursive: true });
+  return page.screenshot({ path: `${SHOTS}/${name}.png`, ...opts });
+}
