@@ -16,6 +16,7 @@ usage:
   statecast del ROOM KEY [--if-rev N]
   statecast watch ROOM [--prefix P] [--from N] print every change, from revision N on
   statecast bench SCENARIO [flags]             load a running server: fanout, rooms, idle, resume, storm
+  statecast healthcheck [--addr HOST:PORT]     exit 0 if the local server answers /healthz (container health check)
 
 Every flag can also be set by environment (STATECAST_ plus the flag name in
 upper case with - as _, e.g. STATECAST_ADDR). The client commands talk to
@@ -37,6 +38,8 @@ func main() {
 		err = runClient(cmd, args, os.Stdout)
 	case "bench":
 		err = bench(args)
+	case "healthcheck":
+		err = healthcheck(args)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

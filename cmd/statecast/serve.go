@@ -92,16 +92,22 @@ func serve(args []string) error {
 	fs.DurationVar(&f.pingEvery, "ping-interval", 25*time.Second, "client ping interval announced to clients")
 	fs.StringVar(&f.adminToken, "admin-token", "", "bearer token for the inspector (/v1/admin/inspect) off loopback (prefer --admin-token-file)")
 	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "file holding the inspector's admin token")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	if err := envDefaults(fs); err != nil {
+	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
 	}
 	return run(f)
+}
+
+// parseFlags parses args, then sets what they left out from the
+// environment (envDefaults). help reports -h: the usage was printed.
+func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, err
+	}
+	return false, envDefaults(fs)
 }
 
 func run(f serveFlags) error {
