@@ -23,15 +23,18 @@ test('the inspector shows the rooms with their revision and the clients with the
   const ins = await openAs(browser, srv.url, '/inspector.html', 'ops');
   try {
     const doc = users[0].page;
-    for (const t of ['Agenda', 'Notes', 'Actions']) {
+    // More writes than the room's 10 events of history: the inspector shows the retained range.
+    const texts = ['Agenda', 'Notes', 'Actions', 'Budget', 'Risks', 'Owners', 'Dates', 'Venue', 'Catering', 'Badges', 'Wi-Fi', 'Slides'];
+    for (const t of texts) {
       await doc.getByTestId('new-card').fill(t);
       await doc.getByTestId('new-card').press('Enter');
     }
-    await doc.getByTestId('card').nth(2).waitFor();
+    await doc.getByTestId('card').nth(texts.length - 1).waitFor();
     const rev = Number((await doc.getByTestId('rev').textContent()).replace('rev ', ''));
 
     const row = ins.page.locator('[data-testid=room][data-room="doc:tiny-notes"]');
     await row.getByTestId('room-rev').filter({ hasText: new RegExp(`^${rev}$`) }).waitFor();
+    await row.getByText(`${rev - 9}..${rev}`).waitFor();
     await ins.page.locator('[data-testid=room][data-room="lobby:eu"]').waitFor();
     // Each page watches its data and presence/: two live watches per room, none behind.
     const watches = ins.page.getByTestId('watch').filter({ hasText: 'doc:tiny-notes' });
