@@ -1,9 +1,13 @@
 package server
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -23,7 +27,7 @@ import (
 // frame; one message larger than that goes out alone.
 const maxFrame = 256 << 10
 
-// conn is one WebSocket session. Its handler goroutine reads and handles
+// conn is one WebSocket session. Its reader goroutine reads and handles
 // requests in order; a writer goroutine sends replies and subscription
 // messages, joining whatever is queued into one frame (one write syscall)
 // when the socket is behind.
@@ -33,6 +37,8 @@ const maxFrame = 256 << 10
 type conn struct {
 	s      *Server
 	ws     *websocket.Conn
+	nc     net.Conn      // ws's socket
+	br     *bufio.Reader // ws's read buffer
 	codec  wire.Codec
 	slot   int             // encoding slot base of codec (see encoders)
 	ctx    context.Context // the reader's; cancelling it drops the socket
@@ -120,7 +126,8 @@ func (s *Server) handleWS(ec echo.Context) error {
 	if !ok {
 		return echo.NewHTTPError(http.StatusBadRequest, "unsupported subprotocol: offer "+wire.JSON.Subprotocol()+" or "+wire.Msgpack.Subprotocol())
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	lean := &leanBuffers{ResponseWriter: w}
+	ws, err := websocket.Accept(lean, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{codec.Subprotocol()},
 		OriginPatterns: s.cfg.AllowOrigins,
 	})
@@ -132,7 +139,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	wctx, wcancel := context.WithCancel(ctx)
 	c := &conn{
-		s: s, ws: ws, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
+		s: s, ws: ws, nc: lean.nc, br: lean.br, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
 		wctx: wctx, wcancel: wcancel,
 		limiter: rate.NewLimiter(rate.Limit(s.cfg.WriteRate), s.cfg.WriteBurst),
 		wake:    make(chan struct{}, 1), subs: make(map[uint64]*sub),
@@ -143,11 +150,56 @@ func (s *Server) handleWS(ec echo.Context) error {
 		ws.Close(wire.CloseServerFull, "server full")
 		return nil
 	}
-	defer s.removeConn(c)
 	s.metrics.connections.Inc()
-	defer s.metrics.connections.Dec()
-	c.serve()
+	// The session runs on a fresh goroutine and the handler returns: the
+	// handler's deep stack (net/http, echo) and its request would
+	// otherwise stay pinned for the socket's lifetime, about 8 KB per
+	// idle connection. Server.Shutdown waits for it through connWG.
+	go func() {
+		defer s.removeConn(c)
+		defer s.metrics.connections.Dec()
+		c.serve()
+	}()
 	return nil
+}
+
+// The buffers of a socket, which an idle one holds for its lifetime
+// (net/http hands a hijacked connection 4 KiB of each). Requests are
+// small, and a larger payload is read past the buffer straight into the
+// message. A frame that fits the write buffer goes out with its header in
+// one write syscall; a larger one takes two, but then carries at least a
+// dozen batched messages.
+const (
+	readBufferSize  = 512
+	writeBufferSize = 2 << 10
+)
+
+// leanBuffers makes the hijacked connection use buffers of the sizes above.
+type leanBuffers struct {
+	http.ResponseWriter
+	nc net.Conn      // the hijacked socket
+	br *bufio.Reader // its read buffer
+}
+
+func (w *leanBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	nc, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	br := bufio.NewReaderSize(nc, readBufferSize)
+	if n := brw.Reader.Buffered(); n > 0 {
+		// Bytes the client sent right after our 101 are already read:
+		// they must be in the new buffer itself, since the websocket
+		// library keeps what is buffered and re-points the reader at nc.
+		b, _ := brw.Reader.Peek(n)
+		br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(b)), nc), max(n, readBufferSize))
+		if _, err := br.Peek(n); err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+	}
+	w.nc, w.br = nc, br
+	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, writeBufferSize)), nil
 }
 
 // negotiate picks the codec from the offered subprotocols: the first one
@@ -353,6 +405,7 @@ func (c *conn) writeLoop() {
 			c.mu.Lock()
 			if len(c.pending) == 0 && len(c.ready) == 0 {
 				c.writerOn = false
+				c.pending = nil // an idle connection keeps no reply buffer
 				c.mu.Unlock()
 				return
 			}
@@ -505,32 +558,37 @@ func (c *conn) appendEnded(frame []byte, s *sub, err error) []byte {
 }
 
 // startHeartbeat closes the socket with 4001 when nothing was read for two
-// ping intervals, and with 4005 when connect does not come in time.
+// ping intervals, and with 4005 when connect does not come in time. One
+// timer does both: an idle connection holds as little as it can.
 func (c *conn) startHeartbeat() {
-	iv := c.s.cfg.PingInterval
+	iv, connectBy := c.s.cfg.PingInterval, time.Now().Add(c.s.cfg.ConnectTimeout)
 	var check func()
 	var t *time.Timer
 	check = func() {
 		if c.ctx.Err() != nil {
 			return
 		}
+		c.mu.Lock()
+		connected := c.sess != nil
+		c.mu.Unlock()
+		next := iv
+		if !connected {
+			left := time.Until(connectBy)
+			if left <= 0 {
+				c.ws.Close(wire.CloseConnectTimeout, "no connect message in time")
+				return
+			}
+			next = min(next, left)
+		}
 		idle := time.Since(time.Unix(0, c.lastRead.Load()))
 		if idle > 2*iv {
 			c.ws.Close(wire.CloseHeartbeatTimeout, "nothing received for two ping intervals")
 			return
 		}
-		t.Reset(iv)
+		t.Reset(next)
 	}
-	t = time.AfterFunc(iv, check)
+	t = time.AfterFunc(min(iv, c.s.cfg.ConnectTimeout), check)
 	c.addTimer(t)
-	c.addTimer(time.AfterFunc(c.s.cfg.ConnectTimeout, func() {
-		c.mu.Lock()
-		connected := c.sess != nil
-		c.mu.Unlock()
-		if !connected {
-			c.ws.Close(wire.CloseConnectTimeout, "no connect message in time")
-		}
-	}))
 }
 
 // addTimer registers t to be stopped when the connection ends.

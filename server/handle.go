@@ -17,7 +17,21 @@ import (
 // readLoop reads frames and handles their requests in order until the
 // connection ends. Its error says how: an *errClose, or the read error.
 func (c *conn) readLoop() error {
+	if c.nc != nil {
+		// The reader waits in waitReadable, which no context interrupts:
+		// cancelling c.ctx closes the socket, as it does under ws.Read
+		// (and also under a close handshake in progress, like drop needs).
+		stop := context.AfterFunc(c.ctx, func() { _ = c.nc.Close() })
+		defer stop()
+	}
+	// Bytes read with the upgrade request are not in c.br's buffer until
+	// the first read: do not wait for the socket before it.
+	first := true
 	for {
+		if c.nc != nil && !first && c.br.Buffered() == 0 {
+			waitReadable(c.nc)
+		}
+		first = false
 		_, data, err := c.ws.Read(c.ctx)
 		if err != nil {
 			return err

@@ -1,10 +1,13 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -58,6 +61,83 @@ func TestWSConnected(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWSFramesWithUpgrade: a client may send its first frames in the
+// same packet as the upgrade request, before it reads the 101. Those
+// bytes are read with the request; they must reach the session intact
+// (the server swaps the hijacked read buffer for a smaller one).
+func TestWSFramesWithUpgrade(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for _, size := range []int{1, 3000} { // within and past the read buffer
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			nc, err := net.Dial("tcp", e.TS.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+			req := "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+				"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+			pad := strings.Repeat("x", size)
+			frames := maskedFrame(`{"t":"connect"}`) // then a ping, padded by an unknown field
+			frames = append(frames, maskedFrame(`{"t":"ping","pad":"`+pad+`"}`)...)
+			if _, err := nc.Write(append([]byte(req), frames...)); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(nc)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+				t.Fatalf("upgrade: %v %v", resp, err)
+			}
+			var got []string
+			for len(got) < 2 {
+				h := make([]byte, 2)
+				if _, err := io.ReadFull(br, h); err != nil {
+					t.Fatalf("after %q: %v", got, err)
+				}
+				if h[0]&0x0f != 1 {
+					t.Fatalf("frame opcode %d, want text", h[0]&0x0f)
+				}
+				n := int(h[1] & 0x7f)
+				if n == 126 {
+					if _, err := io.ReadFull(br, h); err != nil {
+						t.Fatal(err)
+					}
+					n = int(h[0])<<8 | int(h[1])
+				}
+				body := make([]byte, n)
+				if _, err := io.ReadFull(br, body); err != nil {
+					t.Fatal(err)
+				}
+				for _, line := range strings.Split(string(body), "\n") {
+					var m struct{ T string }
+					_ = json.Unmarshal([]byte(line), &m)
+					got = append(got, m.T)
+				}
+			}
+			if got[0] != "connected" || got[1] != "pong" {
+				t.Fatalf("got %q, want connected then pong", got)
+			}
+		})
+	}
+}
+
+// maskedFrame is one client text frame (clients must mask).
+func maskedFrame(payload string) []byte {
+	key := [4]byte{1, 2, 3, 4}
+	f := []byte{0x81}
+	switch n := len(payload); {
+	case n < 126:
+		f = append(f, 0x80|byte(n))
+	default:
+		f = append(f, 0x80|126, byte(n>>8), byte(n))
+	}
+	f = append(f, key[:]...)
+	for i := range len(payload) {
+		f = append(f, payload[i]^key[i%4])
+	}
+	return f
 }
 
 // TestWSMessages walks one subscription through every message of §5 on
