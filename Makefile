@@ -1,7 +1,7 @@
 # statecast: `make run` starts the server, `make test` runs every test.
 GO ?= go
 
-.PHONY: run test bench vet
+.PHONY: run test bench vet screenshots
 
 run:
 	$(GO) run ./cmd/statecast serve
@@ -18,6 +18,10 @@ test: vet
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
 	$(GO) vet ./...
+
+# The README's screenshots, taken by the demo's browser tests.
+screenshots:
+	cd demo && npm ci --no-audit --no-fund --loglevel=error && SCREENSHOTS_DIR=$(CURDIR)/demo/screenshots npm test
 
 # The figures in the README.
 bench:

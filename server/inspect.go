@@ -66,8 +66,9 @@ func (s *Server) handleInspect(c echo.Context) error {
 }
 
 // checkAdmin lets loopback clients through, and others with the admin token.
-// It looks at the socket's peer only: a proxy's forwarding headers are not
-// proof of anything.
+// A request that a proxy forwarded is not a loopback client even when the
+// proxy runs on this host: its forwarding headers (which prove nothing
+// else) take the loopback pass away.
 func (s *Server) checkAdmin(r *http.Request) error {
 	if tok := s.cfg.AdminToken; tok != "" {
 		scheme, got, _ := strings.Cut(r.Header.Get(echo.HeaderAuthorization), " ")
@@ -75,7 +76,7 @@ func (s *Server) checkAdmin(r *http.Request) error {
 			return nil
 		}
 	}
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil && !forwarded(r) {
 		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 			return nil
 		}
@@ -84,6 +85,16 @@ func (s *Server) checkAdmin(r *http.Request) error {
 		return newError(wire.CodeForbidden, "the inspector is served to loopback clients only; start the server with --admin-token to allow others")
 	}
 	return newError(wire.CodeUnauthorized, "admin token required: send Authorization: Bearer <token>")
+}
+
+// forwarded reports whether a proxy says it forwarded r.
+func forwarded(r *http.Request) bool {
+	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Real-Ip"} {
+		if r.Header.Get(h) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Inspect describes this node's loaded rooms and connected clients.

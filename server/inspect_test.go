@@ -12,10 +12,13 @@ import (
 )
 
 // getInspect asks the inspector as if from remoteAddr, with token as bearer when set.
-func getInspect(t *testing.T, e *env, remoteAddr, token string) (int, map[string]any, server.InspectReply) {
+func getInspect(t *testing.T, e *env, remoteAddr, token string, header ...string) (int, map[string]any, server.InspectReply) {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, "/v1/admin/inspect", nil)
 	req.RemoteAddr = remoteAddr
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -91,5 +94,15 @@ func TestInspectNeedsAdminTokenOffLoopback(t *testing.T) {
 	}
 	if code, _, _ := getInspect(t, e, "[::1]:40000", ""); code != http.StatusOK {
 		t.Errorf("IPv6 loopback without token: %d, want 200", code)
+	}
+	// A reverse proxy on this host connects from loopback: what it
+	// forwards is not a loopback client.
+	for _, h := range []string{"X-Forwarded-For", "Forwarded", "X-Real-Ip"} {
+		if code, _, _ := getInspect(t, e, "127.0.0.1:40000", "", h, "203.0.113.9"); code != http.StatusUnauthorized {
+			t.Errorf("forwarded by a local proxy (%s), no token: %d, want 401", h, code)
+		}
+		if code, _, _ := getInspect(t, e, "127.0.0.1:40000", "s3cret", h, "203.0.113.9"); code != http.StatusOK {
+			t.Errorf("forwarded by a local proxy (%s), right token: %d, want 200", h, code)
+		}
 	}
 }

@@ -3,11 +3,14 @@
 // as named users, and a switch to cut or hold one page's WebSocket.
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
-export const SHOTS = process.env.SCREENSHOTS_DIR ?? fileURLToPath(new URL('../screenshots/', import.meta.url));
+// Screenshots go to a scratch directory unless SCREENSHOTS_DIR names one:
+// `make screenshots` refreshes the committed demo/screenshots/.
+export const SHOTS = process.env.SCREENSHOTS_DIR ?? join(tmpdir(), 'statecast-screenshots');
 export const TIMEOUT = 10_000;
 
 /** Starts `statecast serve` on 127.0.0.1:0 with extra flags; resolves with { url, stop }. */
