@@ -342,6 +342,11 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 			return store.Result{}, noLease(op.Lease)
 		}
 	}
+	for i := range w.Ops {
+		if w.Ops[i].Lease != "" {
+			w.Ops[i].Lease = s.leases.stored(w.Ops[i].Lease)
+		}
+	}
 	for _, cond := range w.Conds {
 		if !claims.CanRead(room, cond.Key) {
 			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", cond.Key, room))
@@ -359,7 +364,7 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 	}
 	for _, ev := range res.Events {
 		if ev.Type == store.OpPut && ev.KV.Lease != "" {
-			s.leases.attach(ev.KV.Lease, room, ev.KV.Key, ev.KV.ModRev)
+			s.leases.attach(s.leases.local(ev.KV.Lease), room, ev.KV.Key, ev.KV.ModRev)
 		}
 	}
 	return res, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,12 +20,22 @@ import (
 // is left alone.
 //
 // The lease a key belongs to is also stored on the key (store.KV.Lease),
-// so a restarted node finds the leases its previous process left behind
-// (recover) and ends them after the grace.
+// as "<node>/<lease>", so a restarted node finds the leases its previous
+// process left behind (recover) and ends them after the grace.
+//
+// On a store that several nodes share (store.Nodes), each node beats in
+// the store's registry; a node silent for nodeTimeout is dead, and the
+// one survivor that claims it deletes the keys of its leases: a dead
+// node's leased keys end within nodeTimeout + sweepEvery + one scan. A
+// starting node adopts only the leased keys of nodes that are not alive.
 type lessor struct {
-	engine  *rooms.Engine
-	log     *slog.Logger
-	metrics *metrics
+	engine      *rooms.Engine
+	st          store.Store
+	nodes       store.Nodes // nil: the store has one node at a time
+	node        string
+	nodeTimeout time.Duration
+	log         *slog.Logger
+	metrics     *metrics
 
 	mu     sync.Mutex
 	leases map[string]*lease
@@ -46,12 +57,35 @@ type roomKey struct{ room, key string }
 // store fails; each retry waits a second.
 const deleteAttempts = 10
 
-func newLessor(e *rooms.Engine, log *slog.Logger, m *metrics) *lessor {
-	l := &lessor{engine: e, log: log, metrics: m, leases: make(map[string]*lease),
-		wake: make(chan struct{}, 1), stop: make(chan struct{})}
+func newLessor(e *rooms.Engine, st store.Store, node string, nodeTimeout time.Duration, log *slog.Logger, m *metrics) *lessor {
+	l := &lessor{engine: e, st: st, node: node, nodeTimeout: nodeTimeout, log: log, metrics: m,
+		leases: make(map[string]*lease), wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	l.nodes, _ = st.(store.Nodes)
 	l.wg.Add(1)
 	go l.run()
 	return l
+}
+
+// stored is the name under which the store keeps local lease id.
+func (l *lessor) stored(id string) string { return l.node + "/" + id }
+
+// local is the lease id of a stored lease name: the local id for this
+// node's leases, the stored name itself for a lease adopted from another.
+func (l *lessor) local(stored string) string {
+	if id, ok := strings.CutPrefix(stored, l.node+"/"); ok {
+		return id
+	}
+	return stored
+}
+
+// owner is the node a stored lease name belongs to ("" for a name without
+// one, written before leases carried their node).
+func owner(stored string) string {
+	n, _, ok := strings.Cut(stored, "/")
+	if !ok {
+		return ""
+	}
+	return n
 }
 
 func (l *lessor) signal() {
@@ -155,26 +189,101 @@ func (l *lessor) attach(id, room, key string, modRev uint64) {
 	}
 }
 
-// recover adopts the leased keys a previous process left in st: each of
-// their leases ends after grace unless a TTL writer keeps it alive.
-func (l *lessor) recover(ctx context.Context, st store.Store, grace time.Duration) error {
+// recover adopts the leased keys a previous process left in the store:
+// each of their leases ends after grace unless a TTL writer keeps it
+// alive. On a shared store it first beats, then adopts only the keys of
+// nodes that are not alive (dead, or never registered): the leases of
+// live nodes stay theirs.
+func (l *lessor) recover(ctx context.Context, grace time.Duration) error {
+	alive := func(string) bool { return false }
+	if l.nodes != nil {
+		now := time.Now()
+		if err := l.nodes.Beat(ctx, l.node, now); err != nil {
+			return err
+		}
+		beats, err := l.nodes.Beats(ctx)
+		if err != nil {
+			return err
+		}
+		alive = func(n string) bool { t, ok := beats[n]; return ok && now.Sub(t) < l.nodeTimeout }
+		l.wg.Add(1)
+		go l.beat()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	deadline := time.Now().Add(grace)
-	err := st.Leased(ctx, func(room string, kv store.KV) error {
-		ls := l.leases[kv.Lease]
+	err := l.st.Leased(ctx, func(room string, kv store.KV) error {
+		if n := owner(kv.Lease); n != "" && n != l.node && alive(n) {
+			return nil
+		}
+		id := l.local(kv.Lease)
+		ls := l.leases[id]
 		if ls == nil {
 			ls = &lease{ttl: grace, deadline: deadline, keys: make(map[roomKey]uint64)}
-			l.leases[kv.Lease] = ls
+			l.leases[id] = ls
 		}
 		ls.keys[roomKey{room, kv.Key}] = kv.ModRev
 		return nil
 	})
 	if n := len(l.leases); n > 0 {
-		l.log.Info("server: recovered leases of a previous process; they end after the grace", "leases", n, "grace", grace)
+		l.log.Info("server: adopted leases of a process that is gone; they end after the grace", "leases", n, "grace", grace)
 	}
 	l.signal()
 	return err
+}
+
+// beat keeps this node registered and ends the leases of dead nodes.
+func (l *lessor) beat() {
+	defer l.wg.Done()
+	every := max(l.nodeTimeout/5, 100*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		now := time.Now()
+		if err := l.nodes.Beat(ctx, l.node, now); err != nil {
+			l.log.Warn("server: cannot beat in the node registry", "err", err)
+		}
+		if beats, err := l.nodes.Beats(ctx); err == nil {
+			for n, t := range beats {
+				if n != l.node && now.Sub(t) >= l.nodeTimeout {
+					// Off the beat loop: a long scan must not make
+					// this node look dead in turn.
+					l.wg.Add(1)
+					go func() {
+						defer l.wg.Done()
+						l.claim(n, now.Add(-l.nodeTimeout))
+					}()
+				}
+			}
+		}
+		cancel()
+	}
+}
+
+// claim ends the leases of dead node n if this node wins the claim.
+func (l *lessor) claim(n string, before time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	won, err := l.nodes.Claim(ctx, n, before)
+	if err != nil || !won {
+		return
+	}
+	keys := make(map[roomKey]uint64)
+	err = l.st.Leased(ctx, func(room string, kv store.KV) error {
+		if owner(kv.Lease) == n {
+			keys[roomKey{room, kv.Key}] = kv.ModRev
+		}
+		return nil
+	})
+	l.log.Info("server: a node stopped beating; deleting its leased keys", "node", n, "keys", len(keys), "err", err)
+	l.metrics.leasesEnded.Inc()
+	l.deleteKeys(keys)
 }
 
 // run ends leases at their deadline.

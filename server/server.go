@@ -42,6 +42,14 @@ type Config struct {
 	ConnectTimeout   time.Duration // for the connect message; default 10s
 	LeaseGrace       time.Duration // session lease grace; default 5s
 
+	// NodeID names this node among the nodes sharing the store (default:
+	// random per process). Its leases are stored under it.
+	NodeID string
+	// NodeTimeout: on a store that several nodes share (store.Nodes), a
+	// node that has not beaten for this long is dead, and one surviving
+	// node deletes its leased keys; default 10s.
+	NodeTimeout time.Duration
+
 	// Logger receives lifecycle messages; defaults to discarding.
 	Logger *slog.Logger
 	// Registerer receives the Prometheus collectors; default: a private
@@ -87,6 +95,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaseGrace <= 0 {
 		c.LeaseGrace = 5 * time.Second
+	}
+	if c.NodeID == "" {
+		c.NodeID = randomID("n_")
+	}
+	if c.NodeTimeout <= 0 {
+		c.NodeTimeout = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -136,9 +150,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
-	s.leases = newLessor(cfg.Engine, cfg.Logger, m)
+	s.leases = newLessor(cfg.Engine, cfg.Store, cfg.NodeID, cfg.NodeTimeout, cfg.Logger, m)
 	s.sessions = newSessions(s.leases, cfg.LeaseGrace)
-	if err := s.leases.recover(ctx, cfg.Store, cfg.LeaseGrace); err != nil {
+	if err := s.leases.recover(ctx, cfg.LeaseGrace); err != nil {
 		s.leases.close()
 		return nil, err
 	}

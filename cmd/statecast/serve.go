@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -49,6 +50,8 @@ func (c *classFlag) Set(v string) error {
 
 type serveFlags struct {
 	addr, data, storeURL, logLevel      string
+	redisPrefix, nodeID                 string
+	redisCluster                        bool
 	hmacSecret, hmacSecretFile, pubKey  string
 	algs                                listFlag
 	issuer, audience                    string
@@ -61,6 +64,7 @@ type serveFlags struct {
 	maxSubs, maxConns                   int
 	writeRate                           float64
 	writeTimeout, leaseGrace, pingEvery time.Duration
+	nodeTimeout                         time.Duration
 	adminToken, adminTokenFile          string
 }
 
@@ -69,7 +73,11 @@ func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT")
 	fs.StringVar(&f.data, "data", "./data", "directory of the embedded file store")
-	fs.StringVar(&f.storeURL, "store", "file", "store: file, memory (ephemeral), or a redis:// URL")
+	fs.StringVar(&f.storeURL, "store", "file", "store: file, memory (ephemeral), or a redis:// URL (several nodes share it)")
+	fs.BoolVar(&f.redisCluster, "redis-cluster", false, "the --store URL lists Redis Cluster seed nodes, comma-separated")
+	fs.StringVar(&f.redisPrefix, "redis-prefix", "sc", "prefix of every Redis key of this deployment")
+	fs.StringVar(&f.nodeID, "node-id", "", "this node's name among the nodes sharing a store (default: random per start)")
+	fs.DurationVar(&f.nodeTimeout, "node-timeout", 10*time.Second, "on a shared store, a node silent this long is dead and a survivor deletes its leased keys")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.hmacSecret, "jwt-hmac-secret", "", "HMAC secret for JWTs (prefer --jwt-hmac-secret-file)")
 	fs.StringVar(&f.hmacSecretFile, "jwt-hmac-secret-file", "", "file holding the HMAC secret for JWTs")
@@ -139,6 +147,7 @@ func run(f serveFlags) error {
 		Store: st, Engine: engine, Auth: auth, AllowOrigins: f.origins,
 		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxConnections: f.maxConns,
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
+		NodeID: f.nodeID, NodeTimeout: f.nodeTimeout,
 		Logger: log, Static: http.FileServerFS(demo.Files), AdminToken: adminToken,
 	})
 	if err != nil {
@@ -179,7 +188,15 @@ func openStore(f serveFlags, ret store.RetentionPolicy, limits store.Limits, log
 	case f.storeURL == "memory":
 		return store.NewMemory(store.MemoryConfig{Retention: ret, Limits: limits}), "memory (ephemeral)", nil
 	case strings.HasPrefix(f.storeURL, "redis://"), strings.HasPrefix(f.storeURL, "rediss://"):
-		return nil, "", errors.New("the Redis store is not part of this build yet")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: f.storeURL, Cluster: f.redisCluster,
+			Prefix: f.redisPrefix, Retention: ret, Limits: limits, Logger: log})
+		what := "redis " + redactURL(f.storeURL)
+		if f.redisCluster {
+			what = "redis cluster " + redactURL(f.storeURL)
+		}
+		return st, what, err
 	}
 	return nil, "", fmt.Errorf("unknown --store %q: want file, memory or a redis:// URL", f.storeURL)
 }
@@ -237,4 +254,14 @@ func parseLevel(s string) slog.Level {
 		return slog.LevelInfo
 	}
 	return l
+}
+
+// redactURL hides a password in a store URL before it is logged.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			return u.Redacted()
+		}
+	}
+	return s
 }
