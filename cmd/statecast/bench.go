@@ -39,6 +39,7 @@ scenarios:
   idle     --conns N idle subscribed connections: server RSS per connection
   resume   a subscriber misses --events K writes, then resumes (median of --repeat)
   storm    --conns N subscribers drop at once, --storm-writes happen, all resume at once
+  writes   --events K writes as fast as --writers connections with --window in flight allow
 
 Writes go over --writers connections (default 4) with up to --window requests in
 flight; each value carries its write's sequence number, from which subscribers
@@ -48,6 +49,10 @@ The server is --url (statecast: http://127.0.0.1:8080, ceiling: http://127.0.0.1
 or started with --spawn "COMMAND LINE" (stopped with SIGTERM at the end). Its CPU and
 memory are read from /proc when --server-pid is given or it was spawned. compare spawns
 the ceiling, then statecast, on free loopback ports and prints both figures and their ratio.
+
+Several nodes on one store: --sub-url (repeatable) spreads the subscribers over other
+nodes while the writer stays on --url, so latency is publish on one node to delivery on
+another; --redis-pid reports the Redis server's CPU per write.
 `
 
 // benchConfig holds the flags of one bench command.
@@ -68,6 +73,8 @@ type benchConfig struct {
 	writers               int
 	waitIdle              time.Duration
 	cpuProfile            string
+	subURLs               listFlag
+	redisPID              int
 
 	// compare
 	ceilingBin, statecastBin   string
@@ -76,7 +83,7 @@ type benchConfig struct {
 	args []string // as given, for echoing
 }
 
-var benchScenarios = []string{"fanout", "rooms", "idle", "resume", "storm"}
+var benchScenarios = []string{"fanout", "rooms", "idle", "resume", "storm", "writes"}
 
 // parseBenchFlags parses SCENARIO and the flags, in any order.
 func parseBenchFlags(args []string, compare bool, errOut io.Writer) (*benchConfig, error) {
@@ -97,6 +104,8 @@ func parseBenchFlags(args []string, compare bool, errOut io.Writer) (*benchConfi
 		fs.StringVar(&c.url, "url", "", "server URL (default by --target: http://127.0.0.1:8080 or http://127.0.0.1:8001)")
 		fs.IntVar(&c.pid, "server-pid", 0, "server process id, for its CPU and RSS from /proc")
 		fs.StringVar(&c.spawn, "spawn", "", "start the server with this command line, wait until --url answers, SIGTERM it at the end")
+		fs.Var(&c.subURLs, "sub-url", "statecast: subscribers connect to these nodes in turn (repeatable); the writer stays on --url")
+		fs.IntVar(&c.redisPID, "redis-pid", 0, "redis-server process id: report its CPU per write")
 	} else {
 		fs.StringVar(&c.ceilingBin, "ceiling-bin", "", "the ceiling binary (cd ../shared/ceiling && go build -o /tmp/ceiling .)")
 		fs.StringVar(&c.statecastBin, "statecast-bin", "", "the statecast binary")
@@ -167,6 +176,11 @@ func parseBenchFlags(args []string, compare bool, errOut io.Writer) (*benchConfi
 		return nil, errors.New("bench: --dial-concurrency, --window and --writers must be at least 1")
 	case !validBenchRoom(c.room):
 		return nil, fmt.Errorf("bench: bad --room %q", c.room)
+	}
+	for _, u := range c.subURLs {
+		if pu, err := url.Parse(u); err != nil || pu.Scheme != "http" || !benchLoopback(pu.Hostname()) {
+			return nil, fmt.Errorf("bench: bad --sub-url %q: want http:// on this machine", u)
+		}
 	}
 	if !compare && c.url == "" {
 		c.url = "http://127.0.0.1:8080"
@@ -328,6 +342,8 @@ func benchTarget(ctx context.Context, cfg *benchConfig, target, base string, pid
 		err = e.runResume(ctx, res)
 	case "storm":
 		err = e.runStorm(ctx, res)
+	case "writes":
+		err = e.runWrites(ctx, res)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bench %s against %s: %w", cfg.scenario, target, err)
@@ -366,6 +382,7 @@ type benchEnv struct {
 	ceiling bool
 	base    string // http://host:port
 	ws      string
+	subWS   []string // the subscribers' nodes, when not base
 	pid     int
 	rest    *http.Client
 	dialer  *http.Client
@@ -388,6 +405,9 @@ func newBenchEnv(cfg *benchConfig, ceiling bool, base string, pid int, logf func
 			Proxy:       nil,
 			DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 		}},
+	}
+	for _, u := range cfg.subURLs {
+		e.subWS = append(e.subWS, "ws"+strings.TrimPrefix(strings.TrimRight(u, "/"), "http")+"/v1/ws")
 	}
 	e.pingMS.Store(25000)
 	e.pinger = startPinger(func() time.Duration { return time.Duration(e.pingMS.Load()) * time.Millisecond })
@@ -489,7 +509,11 @@ func (e *benchEnv) connectSub(ctx context.Context, st *runState, s *subscriber, 
 			return err
 		}
 	} else {
-		if c, err = e.dialStatecast(ctx); err != nil {
+		u := e.ws
+		if len(e.subWS) > 0 {
+			u = e.subWS[s.idx%len(e.subWS)]
+		}
+		if c, err = e.dialWS(ctx, u, []string{"statecast.v1.json"}); err != nil {
 			return err
 		}
 		frame := []byte(`{"t":"connect"}` + "\n" + `{"t":"sub","id":1,"room":"` + room + `"`)
@@ -632,10 +656,22 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // cpuSample is the CPU time used so far by the server (-1: unknown), the
 // load tool and all processes of the machine (-1: unknown).
-type cpuSample struct{ server, tool, machine time.Duration }
+type cpuSample struct{ server, tool, machine, redis time.Duration }
 
 func (e *benchEnv) sampleCPU() cpuSample {
-	return cpuSample{e.serverCPU(), selfCPU(), machineBusy()}
+	return cpuSample{e.serverCPU(), selfCPU(), machineBusy(), e.redisCPU()}
+}
+
+// redisCPU is the Redis server's CPU time so far, or -1 without --redis-pid.
+func (e *benchEnv) redisCPU() time.Duration {
+	if e.cfg.redisPID == 0 {
+		return -1
+	}
+	d, err := procCPU(e.cfg.redisPID)
+	if err != nil {
+		return -1
+	}
+	return d
 }
 
 // cpuShares fills the CPU figures of r for the window between a and b.
@@ -649,6 +685,10 @@ func (r *benchResult) cpuShares(a, b cpuSample, win time.Duration) {
 		// The other processes of the machine: figures are to be trusted
 		// only when they are near 0.
 		r.OtherCPUPct = max(0, pct(b.machine-a.machine)-r.ServerCPUPct-r.ToolCPUPct)
+		if a.redis >= 0 && b.redis >= 0 {
+			r.RedisCPUPct = pct(b.redis - a.redis)
+			r.OtherCPUPct = max(0, r.OtherCPUPct-r.RedisCPUPct)
+		}
 		if r.OtherCPUPct > 20 {
 			r.addNote("other processes used %.0f%% of a CPU during the measurement: figures are disturbed", r.OtherCPUPct)
 		}

@@ -34,6 +34,10 @@ type benchResult struct {
 
 	// fanout, rooms
 	WritesPerS     float64 `json:"writes_per_s,omitempty"`
+	RedisCPUPct    float64 `json:"redis_cpu_pct,omitempty"`
+	RedisUsPerW    float64 `json:"redis_cpu_us_per_write,omitempty"`
+	AckP50Ms       float64 `json:"ack_p50_ms,omitempty"`
+	AckP99Ms       float64 `json:"ack_p99_ms,omitempty"`
 	WritesSkipped  int64   `json:"writes_skipped,omitempty"`
 	WriterStallS   float64 `json:"writer_stall_s,omitempty"` // waiting for replies, --window writes in flight
 	OfferedPerS    float64 `json:"offered_per_s,omitempty"`
@@ -154,6 +158,14 @@ func (r *benchResult) rows() []benchRow {
 		add(true, "drain after writer stopped", r.DrainS, "s", false, true)
 		add(true, "writes skipped (writer late)", float64(r.WritesSkipped), "", false, true)
 		add(true, "writer waiting for the window", r.WriterStallS, "s", false, true)
+		add(r.RedisUsPerW > 0, "redis CPU per write", r.RedisUsPerW, "µs", false, true)
+	case "writes":
+		add(true, "writes", float64(r.Events), "", true, true)
+		add(true, "writer connections", float64(r.Subs), "", true, true)
+		add(true, "writes/s", r.WritesPerS, "/s", true, true)
+		add(pid, "server CPU per write", r.ServerCPUUsPerMsg, "µs", false, true)
+		add(r.RedisUsPerW > 0, "redis CPU per write", r.RedisUsPerW, "µs", false, true)
+		add(pid, "other processes CPU", r.OtherCPUPct, "%", false, true)
 	case "idle":
 		add(true, "connections", float64(r.Conns), "", true, true)
 		add(true, "connect + subscribe all", r.ConnectS, "s", false, true)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -110,6 +111,9 @@ func (e *benchEnv) runFanout(ctx context.Context, r *benchResult, nRooms, perRoo
 	r.cpuShares(c0, c1, win)
 	if c0.server >= 0 && c1.server >= 0 && r.Delivered > 0 {
 		r.ServerCPUUsPerMsg = float64((c1.server - c0.server).Microseconds()) / float64(r.Delivered)
+	}
+	if c0.redis >= 0 && c1.redis >= 0 && w1 > w0 {
+		r.RedisUsPerW = float64((c1.redis - c0.redis).Microseconds()) / float64(w1-w0)
 	}
 	if rss > 0 {
 		r.ServerRSSMB = float64(rss) / (1 << 20)
@@ -453,5 +457,39 @@ func (e *benchEnv) runStorm(ctx context.Context, r *benchResult) error {
 	r.StormAllS = float64(lastReady-t0) / 1e9
 	r.StormP50Ms = float64(h.Quantile(0.50)) / 1e6
 	r.StormP99Ms = float64(h.Quantile(0.99)) / 1e6
+	return nil
+}
+
+// runWrites: --events writes as fast as --writers connections with up to
+// --window in flight allow — the node's write throughput, and with
+// --redis-pid the Redis server's CPU per write.
+func (e *benchEnv) runWrites(ctx context.Context, r *benchResult) error {
+	if e.ceiling {
+		return errors.New("bench: the ceiling takes no writes of its own: run writes against statecast")
+	}
+	cfg := e.cfg
+	st := newRunState(false, cfg.keys)
+	w, err := e.newWriter(ctx, st, []string{cfg.room})
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	e.logf("%s: %d writes over %d connections, %d in flight at most", r.Target, cfg.events, cfg.writers, cfg.window)
+	c0, t := e.sampleCPU(), time.Now()
+	if err := w.burst(ctx, cfg.events); err != nil {
+		return err
+	}
+	win := time.Since(t)
+	c1 := e.sampleCPU()
+	r.Events, r.Subs = cfg.events, cfg.writers
+	r.WindowS = win.Seconds()
+	r.WritesPerS = float64(cfg.events) / win.Seconds()
+	r.cpuShares(c0, c1, win)
+	if c0.server >= 0 && c1.server >= 0 {
+		r.ServerCPUUsPerMsg = float64((c1.server - c0.server).Microseconds()) / float64(cfg.events)
+	}
+	if c0.redis >= 0 && c1.redis >= 0 {
+		r.RedisUsPerW = float64((c1.redis - c0.redis).Microseconds()) / float64(cfg.events)
+	}
 	return nil
 }

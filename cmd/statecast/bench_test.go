@@ -31,13 +31,16 @@ import (
 // that takes writes as fast as the load tool sends them.
 func benchServer(t *testing.T) string { return benchServerWith(t, server.Config{}) }
 
-// benchServerWith is benchServer with cfg (Store, Engine and WriteRate are
-// set).
+// benchServerWith is benchServer with cfg (Store and Engine are set
+// unless given, WriteRate unless given).
 func benchServerWith(t *testing.T, cfg server.Config) string {
 	t.Helper()
-	st := store.NewMemory(store.MemoryConfig{Retention: store.RetentionPolicy{Default: store.Retention{MaxEvents: 20000}}})
-	eng := rooms.New(st, rooms.Config{})
-	cfg.Store, cfg.Engine = st, eng
+	if cfg.Store == nil {
+		st := store.NewMemory(store.MemoryConfig{Retention: store.RetentionPolicy{Default: store.Retention{MaxEvents: 20000}}})
+		eng := rooms.New(st, rooms.Config{})
+		cfg.Store, cfg.Engine = st, eng
+		t.Cleanup(func() { _ = eng.Close(); _ = st.Close() })
+	}
 	if cfg.WriteRate == 0 {
 		cfg.WriteRate = 1e6
 	}
@@ -51,8 +54,6 @@ func benchServerWith(t *testing.T, cfg server.Config) string {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		ts.Close()
-		_ = eng.Close()
-		_ = st.Close()
 	})
 	return ts.URL
 }
@@ -114,6 +115,32 @@ func TestBenchFanoutStatecast(t *testing.T) {
 	}
 	if r.Target != "statecast" || r.Scenario != "fanout" || !strings.HasPrefix(r.Command, "statecast bench fanout --url") {
 		t.Errorf("result header: %q %q %q", r.Target, r.Scenario, r.Command)
+	}
+}
+
+// TestBenchFanoutAcrossNodes: with --sub-url the subscribers are on other
+// nodes than the writer. Here two servers share one memory store's
+// engine, so a write on one is delivered by the other.
+func TestBenchFanoutAcrossNodes(t *testing.T) {
+	st := store.NewMemory(store.MemoryConfig{})
+	eng := rooms.New(st, rooms.Config{})
+	t.Cleanup(func() { _ = eng.Close(); _ = st.Close() })
+	writerURL := benchServerWith(t, server.Config{Store: st, Engine: eng})
+	subURL := benchServerWith(t, server.Config{Store: st, Engine: eng})
+	r := runBenchJSON(t, "fanout", "--url", writerURL, "--sub-url", subURL, "--subs", "4", "--rate", "50", "--duration", "1s", "--warmup", "200ms")
+	checkFanout(t, r, 4, 50)
+}
+
+// TestBenchWrites: the writes scenario commits exactly --events writes.
+func TestBenchWrites(t *testing.T) {
+	url := benchServer(t)
+	r := runBenchJSON(t, "writes", "--url", url, "--events", "300", "--writers", "1", "--window", "1", "--room", "w")
+	if r.Events != 300 || r.WritesPerS <= 0 || r.Subs != 1 {
+		t.Errorf("writes result %+v", r)
+	}
+	rev, _, err := (&benchEnv{cfg: &benchConfig{}, base: url, rest: http.DefaultClient}).roomState(context.Background(), "w")
+	if err != nil || rev != 300 {
+		t.Errorf("room w at revision %d (%v), want 300: one per write", rev, err)
 	}
 }
 
@@ -367,6 +394,7 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"fanout", "--server-pid", "1", "--spawn", "x"}, "not both"},
 		{[]string{"fanout", "--room", "a b"}, "--room"},
 		{[]string{"fanout", "--rate", "0"}, "--rate"},
+		{[]string{"fanout", "--sub-url", "http://192.0.2.1:8080"}, "--sub-url"},
 	} {
 		err := runBench(context.Background(), tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
