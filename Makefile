@@ -1,7 +1,7 @@
 # statecast: `make run` starts the server, `make test` runs every test.
 GO ?= go
 
-.PHONY: run test bench vet screenshots
+.PHONY: run test bench vet screenshots soak
 
 run:
 	$(GO) run ./cmd/statecast serve
@@ -26,3 +26,11 @@ screenshots:
 # The figures in the README.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./rooms ./store
+
+# The multi-node chaos soak (cmd/statecast TestSoak; not part of `make test`):
+# 3 nodes on one redis-server, node kills and restarts, cut Redis connections,
+# dropped pushes, Redis restarts, FLUSHALL, in a loop for $(SOAK). It reports
+# writes, deliveries, resyncs and divergences (which must be 0).
+SOAK ?= 3m
+soak:
+	CI=true $(GO) test -race -count=1 -v -run '^TestSoak$$' -timeout 60m ./cmd/statecast -soak $(SOAK)
