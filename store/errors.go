@@ -17,6 +17,10 @@ var (
 	ErrInvalidOp     = errors.New("store: invalid operation")
 	ErrEmptyWrite    = errors.New("store: write has no operations and no conditions")
 	ErrClosed        = errors.New("store: closed")
+	// ErrUnavailable: the store could not be reached, so the write was
+	// not sent and nothing was written (unlike a write that failed in
+	// flight, whose outcome is unknown).
+	ErrUnavailable = errors.New("store: unreachable; nothing was written")
 	// ErrCompacted matches any *CompactedError.
 	ErrCompacted = errors.New("store: required revision has been compacted")
 	// ErrConflict matches any *ConflictError.

@@ -127,6 +127,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -317,6 +318,15 @@ func (s *Redis) roomOfChannel(ch string) (string, bool) {
 	return strings.CutSuffix(r, "}:ch")
 }
 
+// notSent reports whether a command failed before any of it reached
+// Redis: no connection could be dialled, or none was free in time. Any
+// other failure (a reset, a timeout while waiting for the reply) may have
+// come after Redis ran the script.
+func notSent(err error) bool {
+	var oe *net.OpError
+	return errors.Is(err, redis.ErrPoolTimeout) || errors.As(err, &oe) && oe.Op == "dial"
+}
+
 // begin checks that the store is open; on success the caller holds s.mu
 // for reading and must RUnlock it.
 func (s *Redis) begin() error {
@@ -387,6 +397,9 @@ func (s *Redis) Apply(ctx context.Context, room string, w Write) (Result, error)
 	defer cancel()
 	reply, err := applyScript.Run(wctx, s.wc, []string{k.meta, k.kv, k.log}, args...).Slice()
 	if err != nil {
+		if notSent(err) {
+			return Result{}, fmt.Errorf("%w: redis write to room %q: %v", ErrUnavailable, room, err)
+		}
 		return Result{}, fmt.Errorf("store: redis write to room %q (outcome unknown): %w", room, err)
 	}
 	str := func(i int) string {

@@ -235,7 +235,7 @@ func TestRedisWriteTimeoutIsNotRetried(t *testing.T) {
 	if err == nil {
 		t.Fatal("Apply during CLIENT PAUSE WRITE succeeded")
 	}
-	for _, sentinel := range []error{ErrConflict, ErrInvalidKey, ErrInvalidRoom, ErrClosed, ErrEmptyWrite} {
+	for _, sentinel := range []error{ErrConflict, ErrInvalidKey, ErrInvalidRoom, ErrClosed, ErrEmptyWrite, ErrUnavailable} {
 		if errors.Is(err, sentinel) {
 			t.Fatalf("timed-out write returned %v, which reads as %v", err, sentinel)
 		}
@@ -251,6 +251,35 @@ func TestRedisWriteTimeoutIsNotRetried(t *testing.T) {
 	t.Logf("timed-out write: %v after %v; applied afterwards: %v", err, took, snap.Rev == 2)
 	if res := mustApply(t, s, room, Put("k", []byte("3"))); res.Rev != snap.Rev+1 {
 		t.Fatalf("next write at rev %d, want %d", res.Rev, snap.Rev+1)
+	}
+}
+
+// TestRedisUnreachableIsUnavailable: with redis-server down, a write that
+// could not even connect is ErrUnavailable (nothing was written), not an
+// unknown outcome; once it is back, writes go on.
+func TestRedisUnreachableIsUnavailable(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AOF: true})
+	s := openTestRedis(t, srv.URL(), nil)
+	const room = "down"
+	mustApply(t, s, room, Put("k", []byte("1")))
+	srv.Kill()
+	// A pooled connection may carry the first write before it finds the
+	// socket dead: that one's outcome is unknown. Later ones cannot dial.
+	var err error
+	for range 3 {
+		if _, err = s.Apply(bg, room, Put("k", []byte("2"))); errors.Is(err, ErrUnavailable) {
+			break
+		}
+		if err == nil {
+			t.Fatal("a write succeeded with redis-server down")
+		}
+	}
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("writes with redis-server down: %v, want ErrUnavailable", err)
+	}
+	srv.Restart(t)
+	if res := mustApply(t, s, room, Put("k", []byte("3"))); res.Rev != 2 {
+		t.Fatalf("first write after the restart at rev %d, want 2: nothing of the refused writes was applied", res.Rev)
 	}
 }
 
