@@ -35,14 +35,19 @@ const maxFrame = 256 << 10
 // Lock order: room locks (Notify runs under them), then conn.mu. Nothing
 // calls the engine while holding conn.mu.
 type conn struct {
-	s      *Server
-	ws     *websocket.Conn
-	nc     net.Conn      // ws's socket
-	br     *bufio.Reader // ws's read buffer
-	codec  wire.Codec
-	slot   int             // encoding slot base of codec (see encoders)
-	ctx    context.Context // the reader's; cancelling it drops the socket
-	cancel context.CancelFunc
+	s  *Server
+	ws *websocket.Conn
+	nc net.Conn      // ws's socket
+	br *bufio.Reader // ws's read buffer
+	// brMu orders the reader's look at br (readIdle) before any close
+	// handshake, which reads br from another goroutine; wsClosing is set
+	// under it by closeWS.
+	brMu      sync.Mutex
+	wsClosing bool
+	codec     wire.Codec
+	slot      int             // encoding slot base of codec (see encoders)
+	ctx       context.Context // the reader's; cancelling it drops the socket
+	cancel    context.CancelFunc
 	// The writer's context, a child of ctx: end stops the writer with it
 	// and still sends the close frame. Cancelling ctx instead would make
 	// the websocket library drop the socket under a reader blocked in
@@ -271,7 +276,7 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 			t.Stop()
 		}
 		if code >= 0 {
-			c.ws.Close(code, closeReason(reason))
+			c.closeWS(code, closeReason(reason))
 		} else {
 			c.ws.CloseNow()
 		}
@@ -281,6 +286,26 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 		}
 		c.s.metrics.subscriptions.Sub(float64(len(subs)))
 	})
+}
+
+// closeWS starts the close handshake. The handshake reads the socket
+// through br on this goroutine, so the reader stops looking at br first.
+func (c *conn) closeWS(code websocket.StatusCode, reason string) {
+	c.brMu.Lock()
+	c.wsClosing = true
+	c.brMu.Unlock()
+	c.ws.Close(code, reason)
+}
+
+// readIdle reports whether the reader should wait for the socket before
+// reading: nothing is buffered and no close handshake owns br.
+func (c *conn) readIdle() bool {
+	if c.nc == nil {
+		return false
+	}
+	c.brMu.Lock()
+	defer c.brMu.Unlock()
+	return !c.wsClosing && c.br.Buffered() == 0
 }
 
 // flushAndStop lets the writer send what is queued (within the write
@@ -449,7 +474,7 @@ func (c *conn) writeLoop() {
 func (c *conn) writeTimedOut() {
 	c.s.metrics.slowCloses.Inc()
 	go func() {
-		c.ws.Close(wire.CloseSlowConsumer, "socket did not drain within the write timeout")
+		c.closeWS(wire.CloseSlowConsumer, "socket did not drain within the write timeout")
 		c.ws.CloseNow()
 	}()
 }
@@ -577,14 +602,14 @@ func (c *conn) startHeartbeat() {
 		if !connected {
 			left := time.Until(connectBy)
 			if left <= 0 {
-				c.ws.Close(wire.CloseConnectTimeout, "no connect message in time")
+				c.closeWS(wire.CloseConnectTimeout, "no connect message in time")
 				return
 			}
 			next = min(next, left)
 		}
 		idle := time.Since(time.Unix(0, c.lastRead.Load()))
 		if idle > 2*iv {
-			c.ws.Close(wire.CloseHeartbeatTimeout, "nothing received for two ping intervals")
+			c.closeWS(wire.CloseHeartbeatTimeout, "nothing received for two ping intervals")
 			return
 		}
 		t.Reset(next)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,7 +29,7 @@ func (c *conn) readLoop() error {
 	// the first read: do not wait for the socket before it.
 	first := true
 	for {
-		if c.nc != nil && !first && c.br.Buffered() == 0 {
+		if !first && c.readIdle() {
 			waitReadable(c.nc)
 		}
 		first = false
@@ -342,9 +343,14 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 			return store.Result{}, noLease(op.Lease)
 		}
 	}
-	for i := range w.Ops {
-		if w.Ops[i].Lease != "" {
-			w.Ops[i].Lease = s.leases.stored(w.Ops[i].Lease)
+	// The store keeps a lease under its node's name; the caller's Write is
+	// left as it was.
+	if slices.ContainsFunc(w.Ops, func(op store.Op) bool { return op.Lease != "" }) {
+		w.Ops = slices.Clone(w.Ops)
+		for i := range w.Ops {
+			if w.Ops[i].Lease != "" {
+				w.Ops[i].Lease = s.leases.stored(w.Ops[i].Lease)
+			}
 		}
 	}
 	for _, cond := range w.Conds {

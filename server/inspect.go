@@ -66,9 +66,11 @@ func (s *Server) handleInspect(c echo.Context) error {
 }
 
 // checkAdmin lets loopback clients through, and others with the admin token.
-// A request that a proxy forwarded is not a loopback client even when the
+// A loopback client must also address a loopback name (Host), and a
+// request that a proxy forwarded is not a loopback client even when the
 // proxy runs on this host: its forwarding headers (which prove nothing
-// else) take the loopback pass away.
+// else) take the loopback pass away. A same-host proxy that adds no such
+// header must block /v1/admin/ itself (README).
 func (s *Server) checkAdmin(r *http.Request) error {
 	if tok := s.cfg.AdminToken; tok != "" {
 		scheme, got, _ := strings.Cut(r.Header.Get(echo.HeaderAuthorization), " ")
@@ -76,7 +78,7 @@ func (s *Server) checkAdmin(r *http.Request) error {
 			return nil
 		}
 	}
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil && !forwarded(r) {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil && !forwarded(r) && loopbackHost(r.Host) {
 		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 			return nil
 		}
@@ -85,6 +87,21 @@ func (s *Server) checkAdmin(r *http.Request) error {
 		return newError(wire.CodeForbidden, "the inspector is served to loopback clients only; start the server with --admin-token to allow others")
 	}
 	return newError(wire.CodeUnauthorized, "admin token required: send Authorization: Bearer <token>")
+}
+
+// loopbackHost reports whether the request names this machine by a
+// loopback name: a page on a name that resolves to 127.0.0.1 (DNS
+// rebinding) sends its own name, and gets no loopback pass.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 // forwarded reports whether a proxy says it forwarded r.

@@ -15,8 +15,12 @@ import (
 func getInspect(t *testing.T, e *env, remoteAddr, token string, header ...string) (int, map[string]any, server.InspectReply) {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, "/v1/admin/inspect", nil)
-	req.RemoteAddr = remoteAddr
+	req.RemoteAddr, req.Host = remoteAddr, "127.0.0.1:8080"
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1]
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	if token != "" {
@@ -94,6 +98,14 @@ func TestInspectNeedsAdminTokenOffLoopback(t *testing.T) {
 	}
 	if code, _, _ := getInspect(t, e, "[::1]:40000", ""); code != http.StatusOK {
 		t.Errorf("IPv6 loopback without token: %d, want 200", code)
+	}
+	// A page on a name that resolves to 127.0.0.1 (DNS rebinding) sends
+	// its own Host: no loopback pass.
+	if code, _, _ := getInspect(t, e, "127.0.0.1:40000", "", "Host", "rebind.example:8080"); code != http.StatusUnauthorized {
+		t.Errorf("loopback peer, Host rebind.example: %d, want 401", code)
+	}
+	if code, _, _ := getInspect(t, e, "127.0.0.1:40000", "", "Host", "localhost:8080"); code != http.StatusOK {
+		t.Errorf("loopback peer, Host localhost: %d, want 200", code)
 	}
 	// A reverse proxy on this host connects from loopback: what it
 	// forwards is not a loopback client.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -36,12 +37,15 @@ type lessor struct {
 	nodeTimeout time.Duration
 	log         *slog.Logger
 	metrics     *metrics
+	onFence     func() // set before recover
 
 	mu     sync.Mutex
 	leases map[string]*lease
 
 	wake chan struct{}
 	stop chan struct{}
+	ctx  context.Context // ends with stop: bounds the sweeps
+	halt context.CancelFunc
 	wg   sync.WaitGroup
 }
 
@@ -61,6 +65,7 @@ func newLessor(e *rooms.Engine, st store.Store, node string, nodeTimeout time.Du
 	l := &lessor{engine: e, st: st, node: node, nodeTimeout: nodeTimeout, log: log, metrics: m,
 		leases: make(map[string]*lease), wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	l.nodes, _ = st.(store.Nodes)
+	l.ctx, l.halt = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.run()
 	return l
@@ -190,33 +195,33 @@ func (l *lessor) attach(id, room, key string, modRev uint64) {
 }
 
 // recover adopts the leased keys a previous process left in the store:
-// each of their leases ends after grace unless a TTL writer keeps it
-// alive. On a shared store it first beats, then adopts only the keys of
-// nodes that are not alive (dead, or never registered): the leases of
-// live nodes stay theirs.
+// each of their leases ends after grace (on a store of one node, a TTL
+// writer may still keep its lease alive by id). On a shared store it
+// first registers, then adopts only the keys of nodes that are not
+// alive: the leases of live nodes stay theirs.
 func (l *lessor) recover(ctx context.Context, grace time.Duration) error {
 	alive := func(string) bool { return false }
 	if l.nodes != nil {
-		now := time.Now()
-		if err := l.nodes.Beat(ctx, l.node, now); err != nil {
+		if _, err := l.nodes.Beat(ctx, l.node); err != nil {
 			return err
 		}
-		beats, err := l.nodes.Beats(ctx)
+		live, _, err := l.nodes.Registered(ctx, l.nodeTimeout)
 		if err != nil {
 			return err
 		}
-		alive = func(n string) bool { t, ok := beats[n]; return ok && now.Sub(t) < l.nodeTimeout }
-		l.wg.Add(1)
-		go l.beat()
+		alive = func(n string) bool { return slices.Contains(live, n) }
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	deadline := time.Now().Add(grace)
 	err := l.st.Leased(ctx, func(room string, kv store.KV) error {
-		if n := owner(kv.Lease); n != "" && n != l.node && alive(n) {
+		n := owner(kv.Lease)
+		if n == l.node || n != "" && alive(n) {
 			return nil
 		}
-		id := l.local(kv.Lease)
+		id := kv.Lease
+		if l.nodes == nil { // one node at a time: the lease is ours again
+			id = strings.TrimPrefix(kv.Lease, n+"/")
+		}
 		ls := l.leases[id]
 		if ls == nil {
 			ls = &lease{ttl: grace, deadline: deadline, keys: make(map[roomKey]uint64)}
@@ -228,62 +233,137 @@ func (l *lessor) recover(ctx context.Context, grace time.Duration) error {
 	if n := len(l.leases); n > 0 {
 		l.log.Info("server: adopted leases of a process that is gone; they end after the grace", "leases", n, "grace", grace)
 	}
+	l.mu.Unlock()
 	l.signal()
+	if l.nodes != nil && err == nil {
+		l.wg.Add(1)
+		go l.beat()
+	}
 	return err
 }
 
-// beat keeps this node registered and ends the leases of dead nodes.
+// beat keeps this node registered, claims the nodes that stopped beating
+// and deletes their leased keys. Every sweepEvery beats it also deletes
+// the keys of any node that is neither alive nor registered: a claim
+// whose sweep failed or whose claimer died leaves no key behind for good.
 func (l *lessor) beat() {
 	defer l.wg.Done()
 	every := max(l.nodeTimeout/5, 100*time.Millisecond)
+	const sweepEvery = 25 // beats: 5 node timeouts
 	t := time.NewTicker(every)
 	defer t.Stop()
-	for {
+	claiming := make(map[string]bool) // guarded by l.mu
+	for tick := 1; ; tick++ {
 		select {
 		case <-l.stop:
 			return
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), every)
-		now := time.Now()
-		if err := l.nodes.Beat(ctx, l.node, now); err != nil {
+		added, err := l.nodes.Beat(ctx, l.node)
+		switch {
+		case err != nil:
 			l.log.Warn("server: cannot beat in the node registry", "err", err)
+		case added:
+			l.fence()
 		}
-		if beats, err := l.nodes.Beats(ctx); err == nil {
-			for n, t := range beats {
-				if n != l.node && now.Sub(t) >= l.nodeTimeout {
-					// Off the beat loop: a long scan must not make
-					// this node look dead in turn.
-					l.wg.Add(1)
-					go func() {
-						defer l.wg.Done()
-						l.claim(n, now.Add(-l.nodeTimeout))
-					}()
-				}
-			}
-		}
+		_, stale, err := l.nodes.Registered(ctx, l.nodeTimeout)
 		cancel()
+		if err != nil {
+			continue
+		}
+		for _, n := range stale {
+			l.mu.Lock()
+			busy := claiming[n]
+			claiming[n] = true
+			l.mu.Unlock()
+			if busy {
+				continue
+			}
+			// Off the beat loop: a long scan must not make this node
+			// look dead in turn.
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				l.claim(n)
+				l.mu.Lock()
+				delete(claiming, n)
+				l.mu.Unlock()
+			}()
+		}
+		if tick%sweepEvery == 0 {
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				l.sweepOrphans()
+			}()
+		}
 	}
 }
 
-// claim ends the leases of dead node n if this node wins the claim.
-func (l *lessor) claim(n string, before time.Time) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// claim deletes the leased keys of stale node n if this node wins it.
+func (l *lessor) claim(n string) {
+	ctx, cancel := context.WithTimeout(l.ctx, 30*time.Second)
 	defer cancel()
-	won, err := l.nodes.Claim(ctx, n, before)
-	if err != nil || !won {
+	if won, err := l.nodes.Claim(ctx, n, l.nodeTimeout); err != nil || !won {
 		return
 	}
+	l.sweep(ctx, "a node stopped beating; deleting its leased keys", func(o string) bool { return o == n })
+}
+
+// sweepOrphans deletes the leased keys of nodes that are gone from the
+// registry (claimed, but their sweep did not finish) or stale.
+func (l *lessor) sweepOrphans() {
+	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
+	defer cancel()
+	alive, _, err := l.nodes.Registered(ctx, l.nodeTimeout)
+	if err != nil {
+		return
+	}
+	l.sweep(ctx, "deleting the leased keys of nodes that are gone", func(o string) bool {
+		return o != "" && o != l.node && !slices.Contains(alive, o)
+	})
+}
+
+// sweep deletes the leased keys whose owner matches, each only if it is
+// still the version its lease wrote: when two nodes sweep the same key,
+// one delete happens.
+func (l *lessor) sweep(ctx context.Context, what string, match func(owner string) bool) {
 	keys := make(map[roomKey]uint64)
-	err = l.st.Leased(ctx, func(room string, kv store.KV) error {
-		if owner(kv.Lease) == n {
+	err := l.st.Leased(ctx, func(room string, kv store.KV) error {
+		if match(owner(kv.Lease)) {
 			keys[roomKey{room, kv.Key}] = kv.ModRev
 		}
 		return nil
 	})
-	l.log.Info("server: a node stopped beating; deleting its leased keys", "node", n, "keys", len(keys), "err", err)
+	if len(keys) == 0 && err == nil {
+		return
+	}
+	l.log.Info("server: "+what, "keys", len(keys), "err", err)
 	l.metrics.leasesEnded.Inc()
 	l.deleteKeys(keys)
+}
+
+// fence: this node had registered, yet its beat found it unregistered —
+// the others took it for dead (it could not beat for the node timeout)
+// and deleted its leased keys. Its leases end here too, and onFence
+// makes its clients reconnect: their sessions cannot be resumed, so they
+// write what their leases held again.
+func (l *lessor) fence() {
+	l.log.Error("server: this node was taken for dead by the others (no beat for the node timeout); ending its leases and reconnecting its clients")
+	keys := make(map[roomKey]uint64)
+	l.mu.Lock()
+	for id, ls := range l.leases {
+		for k, rev := range ls.keys {
+			keys[k] = rev
+		}
+		delete(l.leases, id)
+	}
+	l.mu.Unlock()
+	l.deleteKeys(keys)
+	if l.onFence != nil {
+		l.onFence()
+	}
 }
 
 // run ends leases at their deadline.
@@ -365,5 +445,6 @@ func (l *lessor) close() {
 	default:
 		close(l.stop)
 	}
+	l.halt()
 	l.wg.Wait()
 }

@@ -3,9 +3,12 @@ package server_test
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
@@ -49,7 +52,8 @@ func TestLeasesAcrossNodes(t *testing.T) {
 		{Type: store.OpPut, Key: "presence/ghost", Value: []byte(`1`), Lease: "ghost/s_1"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ghost.(store.Nodes).Beat(ctx, "ghost", time.Now().Add(-time.Hour)); err != nil {
+	// Its last beat, an hour ago by the Redis server's clock.
+	if _, err := redistest.Do(rs.Addr(), "ZADD", "lt:nodes", strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10), "ghost"); err != nil {
 		t.Fatal(err)
 	}
 	if got := next(); !slices.Equal(got, []string{"put:presence/ghost"}) {
@@ -62,12 +66,12 @@ func TestLeasesAcrossNodes(t *testing.T) {
 	if took, bound := time.Since(start), timeout+2*time.Second; took > bound {
 		t.Errorf("the dead node's key was deleted after %v, want within %v", took, bound)
 	}
-	beats, err := ghost.(store.Nodes).Beats(ctx)
+	alive, stale, err := ghost.(store.Nodes).Registered(ctx, timeout)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := beats["ghost"]; ok || len(beats) != 3 {
-		t.Errorf("registry after the claim: %v, want a, b and c only", beats)
+	if len(stale) != 0 || len(alive) != 3 {
+		t.Errorf("registry after the claim: alive %v, stale %v; want a, b and c alive only", alive, stale)
 	}
 
 	// A node starting now sees node a alive: it must not adopt a's key,
@@ -82,6 +86,52 @@ func TestLeasesAcrossNodes(t *testing.T) {
 		t.Fatalf("events %v, want only the marker: the dead node's key deleted once, node a's key kept", got)
 	}
 	_ = c
+
+	// A key of a node gone from the registry altogether (its claimer
+	// died mid-sweep) is deleted by the periodic sweep, within five node
+	// timeouts.
+	if _, err := ghost.Apply(ctx, room, store.Write{Ops: []store.Op{
+		{Type: store.OpPut, Key: "presence/orphan", Value: []byte(`1`), Lease: "gone.1/s_2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); !slices.Equal(got, []string{"put:presence/orphan"}) {
+		t.Fatalf("events %v, want the orphan's put", got)
+	}
+	start = time.Now()
+	if got := next(); !slices.Equal(got, []string{"delete:presence/orphan"}) {
+		t.Fatalf("events %v, want the orphan deleted", got)
+	}
+	if took, bound := time.Since(start), 5*timeout+2*time.Second; took > bound {
+		t.Errorf("the orphan was deleted after %v, want within %v", took, bound)
+	}
+
+	// Fencing: node a is taken for dead (its registration removed, as a
+	// claim does, while it could not beat). At its next beat it ends its
+	// leases and its clients reconnect with 1012.
+	alive, _, err = ghost.(store.Nodes).Registered(ctx, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodeA string
+	for _, n := range alive {
+		if strings.HasPrefix(n, "a.") {
+			nodeA = n
+		}
+	}
+	if _, err := redistest.Do(rs.Addr(), "ZREM", "lt:nodes", nodeA); err != nil || nodeA == "" {
+		t.Fatalf("removing node a (%q): %v", nodeA, err)
+	}
+	if got := next(); !slices.Equal(got, []string{"delete:presence/a"}) {
+		t.Fatalf("events %v, want node a's key deleted once it found itself fenced", got)
+	}
+	select {
+	case <-ca.Done():
+		if websocket.CloseStatus(ca.Err()) != websocket.StatusServiceRestart {
+			t.Errorf("node a's client closed with %v, want 1012 (reconnect)", ca.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("node a's client was not asked to reconnect after the fence")
+	}
 }
 
 // The lease names a node stores carry the node, so the survivors know
@@ -97,7 +147,7 @@ func TestLeaseStoredUnderNode(t *testing.T) {
 	if err := e.St.Leased(ctx, func(_ string, kv store.KV) error { leases = append(leases, kv.Lease); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if len(leases) != 1 || !strings.HasPrefix(leases[0], "n1/") {
+	if len(leases) != 1 || !strings.HasPrefix(leases[0], "n1.") || !strings.Contains(leases[0], "/session:") {
 		t.Fatalf("stored leases %q, want one under node n1", leases)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build linux && !386
+
 package server
 
 import (
@@ -10,10 +12,16 @@ import (
 // is closed), with a shallow stack. The reader of an idle connection
 // waits here rather than inside the websocket library's read path, whose
 // depth keeps an 8 KiB goroutine stack; at this depth the runtime shrinks
-// it to 2 KiB. It returns at once when nc is not a plain socket.
+// it to 4 KiB. It returns at once when nc is not a plain socket (a TLS
+// or wrapped connection may hold bytes the kernel does not).
 func waitReadable(nc net.Conn) {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
+	var sc syscall.Conn
+	switch c := nc.(type) {
+	case *net.TCPConn:
+		sc = c
+	case *net.UnixConn:
+		sc = c
+	default:
 		return
 	}
 	rc, err := sc.SyscallConn()

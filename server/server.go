@@ -6,12 +6,15 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/statecast/statecast/rooms"
@@ -43,7 +46,9 @@ type Config struct {
 	LeaseGrace       time.Duration // session lease grace; default 5s
 
 	// NodeID names this node among the nodes sharing the store (default:
-	// random per process). Its leases are stored under it.
+	// random). Each process adds an incarnation to it, so a restarted
+	// node is a new one to the others and two processes given the same
+	// name cannot take each other's leases. No '/'.
 	NodeID string
 	// NodeTimeout: on a store that several nodes share (store.Nodes), a
 	// node that has not beaten for this long is dead, and one surviving
@@ -150,7 +155,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
-	s.leases = newLessor(cfg.Engine, cfg.Store, cfg.NodeID, cfg.NodeTimeout, cfg.Logger, m)
+	if strings.Contains(cfg.NodeID, "/") || len(cfg.NodeID) > 64 {
+		return nil, fmt.Errorf("server: node id %q: at most 64 bytes and no '/'", cfg.NodeID)
+	}
+	node := cfg.NodeID + "." + randomID("")[:8]
+	s.leases = newLessor(cfg.Engine, cfg.Store, node, cfg.NodeTimeout, cfg.Logger, m)
+	s.leases.onFence = s.fenced
 	s.sessions = newSessions(s.leases, cfg.LeaseGrace)
 	if err := s.leases.recover(ctx, cfg.LeaseGrace); err != nil {
 		s.leases.close()
@@ -158,6 +168,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.echo = s.routes()
 	return s, nil
+}
+
+// fenced runs when the other nodes took this one for dead and deleted its
+// leased keys: every client reconnects (1012) and, its session gone,
+// writes again what its leases held.
+func (s *Server) fenced() {
+	for _, c := range s.connList() {
+		go c.end(websocket.StatusServiceRestart, "this node lost its place among the nodes; reconnect")
+	}
 }
 
 // Handler returns the HTTP handler of every route.

@@ -123,6 +123,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -246,6 +247,7 @@ func OpenRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	if cfg.Cluster {
 		var addrs []string
 		var user, pass string
+		var tlsConfig *tls.Config
 		for _, a := range strings.Split(cfg.URL, ",") {
 			a = strings.TrimSpace(a)
 			if a == "" {
@@ -257,23 +259,31 @@ func OpenRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 					return nil, fmt.Errorf("store: redis cluster node %q: %w", a, err)
 				}
 				a, user, pass = o.Addr, o.Username, o.Password
+				if o.TLSConfig != nil { // rediss://
+					tlsConfig = o.TLSConfig
+				}
 			}
 			addrs = append(addrs, a)
 		}
 		if len(addrs) == 0 {
 			return nil, errors.New("store: redis cluster needs at least one node address")
 		}
-		mk := func(retries int) *redis.ClusterClient {
+		// The write client must not run a script twice: a cluster client
+		// retries a failed command up to MaxRedirects times (on a reset or
+		// a read timeout too, after the script may have run), so writes
+		// get none; Apply reports a redirect as unavailable (nothing ran).
+		mk := func(retries, redirects int) *redis.ClusterClient {
 			return redis.NewClusterClient(&redis.ClusterOptions{
-				Addrs: addrs, Username: user, Password: pass,
-				MaxRetries: retries, ContextTimeoutEnabled: true,
+				Addrs: addrs, Username: user, Password: pass, TLSConfig: tlsConfig,
+				MaxRetries: retries, MaxRedirects: redirects, ContextTimeoutEnabled: true,
 				ReadTimeout: cfg.WriteTimeout, WriteTimeout: cfg.WriteTimeout,
+				PoolTimeout: cfg.WriteTimeout / 2,
 				DialTimeout: 2 * time.Second, DisableIdentity: true,
 				MaintNotificationsConfig: noMaint,
 			})
 		}
-		s.wc = mk(-1)
-		s.cluster = mk(0)
+		s.wc = mk(-1, -1)
+		s.cluster = mk(0, 3)
 		s.rc = s.cluster
 	} else {
 		o, err := redis.ParseURL(cfg.URL)
@@ -283,6 +293,9 @@ func OpenRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 		o.ContextTimeoutEnabled = true
 		o.ReadTimeout, o.WriteTimeout = cfg.WriteTimeout, cfg.WriteTimeout
 		o.DialTimeout = 2 * time.Second
+		// Below the write timeout, so that a write that found no free
+		// connection is reported as not sent (ErrPoolTimeout).
+		o.PoolTimeout = cfg.WriteTimeout / 2
 		o.DisableIdentity = true
 		o.MaintNotificationsConfig = noMaint
 		wo, ro := *o, *o
@@ -318,13 +331,27 @@ func (s *Redis) roomOfChannel(ch string) (string, bool) {
 	return strings.CutSuffix(r, "}:ch")
 }
 
-// notSent reports whether a command failed before any of it reached
-// Redis: no connection could be dialled, or none was free in time. Any
-// other failure (a reset, a timeout while waiting for the reply) may have
-// come after Redis ran the script.
+// notSent reports whether a write failed before Redis ran any of it: no
+// connection could be dialled or none was free in time (the write client
+// never retries, so the error is that of its only attempt), or the
+// cluster redirected or refused it. Any other failure (a reset, a timeout
+// while waiting for the reply) may have come after Redis ran the script.
 func notSent(err error) bool {
 	var oe *net.OpError
-	return errors.Is(err, redis.ErrPoolTimeout) || errors.As(err, &oe) && oe.Op == "dial"
+	if errors.Is(err, redis.ErrPoolTimeout) || errors.As(err, &oe) && oe.Op == "dial" {
+		return true
+	}
+	// Cluster replies that refuse the command before running it.
+	var re redis.Error
+	if errors.As(err, &re) {
+		msg := re.Error()
+		for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"} {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // begin checks that the store is open; on success the caller holds s.mu
@@ -705,7 +732,8 @@ func (s *Redis) Leased(ctx context.Context, fn func(room string, kv KV) error) e
 	}
 	defer s.mu.RUnlock()
 	// One SCAN over the meta keys (on every master), then each room's kv:
-	// this runs once, at start-up.
+	// this runs at start-up, and when a node sweeps the keys of dead ones
+	// (rarely: see server/leases.go).
 	var (
 		mu    sync.Mutex
 		rooms = map[string]struct{}{}

@@ -9,55 +9,87 @@ import (
 )
 
 // The node registry is one sorted set, <prefix>:nodes, of node -> last
-// beat (unix ms). Claim is a script so that "still stale" and the removal
-// are one step: a node that beat again meanwhile is not claimed.
+// beat in unix ms of the Redis server's clock (TIME), so a node whose
+// clock runs behind is not taken for dead. Claim is a script so that
+// "still stale" and the removal are one step: a node that beat again
+// meanwhile is not claimed.
 
 var _ Nodes = (*Redis)(nil)
 
-var claimScript = redis.NewScript(`
-local t = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if t and tonumber(t) < tonumber(ARGV[2]) then
+// redisNow is the Redis server's time in unix ms, inside a script.
+const redisNow = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+var (
+	beatScript = redis.NewScript(redisNow + `return redis.call('ZADD', KEYS[1], now, ARGV[1])`)
+	// registered returns {now, node, beat, node, beat, ...}.
+	registeredScript = redis.NewScript(redisNow + `
+local out = {now}
+local z = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #z do out[#out + 1] = z[i] end
+return out`)
+	claimScript = redis.NewScript(redisNow + `
+local b = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if b and tonumber(b) < now - tonumber(ARGV[2]) then
   return redis.call('ZREM', KEYS[1], ARGV[1])
 end
 return 0`)
+)
 
 func (s *Redis) nodesKey() string { return s.cfg.Prefix + ":nodes" }
 
-// Beat records that node is alive at now.
-func (s *Redis) Beat(ctx context.Context, node string, now time.Time) error {
-	if err := s.begin(); err != nil {
-		return err
-	}
-	defer s.mu.RUnlock()
-	return s.rc.ZAdd(ctx, s.nodesKey(), redis.Z{Score: float64(now.UnixMilli()), Member: node}).Err()
-}
-
-// Beats returns every registered node with its last beat.
-func (s *Redis) Beats(ctx context.Context) (map[string]time.Time, error) {
-	if err := s.begin(); err != nil {
-		return nil, err
-	}
-	defer s.mu.RUnlock()
-	zs, err := s.rc.ZRangeWithScores(ctx, s.nodesKey(), 0, -1).Result()
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]time.Time, len(zs))
-	for _, z := range zs {
-		if m, ok := z.Member.(string); ok {
-			out[m] = time.UnixMilli(int64(z.Score))
-		}
-	}
-	return out, nil
-}
-
-// Claim removes node if its last beat is before the given time; true for
-// exactly one of the callers racing for it.
-func (s *Redis) Claim(ctx context.Context, node string, before time.Time) (bool, error) {
+// Beat records that node is alive now.
+func (s *Redis) Beat(ctx context.Context, node string) (bool, error) {
 	if err := s.begin(); err != nil {
 		return false, err
 	}
 	defer s.mu.RUnlock()
-	n, err := claimScript.Run(ctx, s.rc, []string{s.nodesKey()}, node, strconv.FormatInt(before.UnixMilli(), 10)).Int()
+	n, err := beatScript.Run(ctx, s.rc, []string{s.nodesKey()}, node).Int()
 	return n == 1, err
+}
+
+// Registered splits the registered nodes into those that beat within
+// timeout and the others.
+func (s *Redis) Registered(ctx context.Context, timeout time.Duration) (alive, stale []string, err error) {
+	if err := s.begin(); err != nil {
+		return nil, nil, err
+	}
+	defer s.mu.RUnlock()
+	v, err := registeredScript.Run(ctx, s.rc, []string{s.nodesKey()}).Slice()
+	if err != nil || len(v) == 0 {
+		return nil, nil, err
+	}
+	now, _ := v[0].(int64)
+	for i := 1; i+1 < len(v); i += 2 {
+		node, _ := v[i].(string)
+		beat, _ := v[i+1].(string)
+		ms, perr := parseScore(beat)
+		if perr == nil && ms >= now-timeout.Milliseconds() {
+			alive = append(alive, node)
+		} else {
+			stale = append(stale, node)
+		}
+	}
+	return alive, stale, nil
+}
+
+// Claim removes node if it is still stale; true for at most one of the
+// callers racing for it. It runs on the write client, which never
+// retries: a retry after a lost reply would find the node gone and tell
+// every caller no.
+func (s *Redis) Claim(ctx context.Context, node string, timeout time.Duration) (bool, error) {
+	if err := s.begin(); err != nil {
+		return false, err
+	}
+	defer s.mu.RUnlock()
+	n, err := claimScript.Run(ctx, s.wc, []string{s.nodesKey()}, node, timeout.Milliseconds()).Int()
+	return n == 1, err
+}
+
+// parseScore reads a sorted-set score as Redis returns it to a script
+// (a string; integral here, maybe in exponent form).
+func parseScore(s string) (int64, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	return int64(f), err
 }

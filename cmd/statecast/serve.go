@@ -256,12 +256,16 @@ func parseLevel(s string) slog.Level {
 	return l
 }
 
-// redactURL hides a password in a store URL before it is logged.
+// redactURL hides the passwords in a store URL (or a comma-separated
+// list of them: cluster seeds) before it is logged.
 func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			return u.Redacted()
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			if _, ok := u.User.Password(); ok {
+				parts[i] = u.Redacted()
+			}
 		}
 	}
-	return s
+	return strings.Join(parts, ",")
 }

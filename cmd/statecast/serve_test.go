@@ -51,3 +51,15 @@ func TestServeServesSDKBundle(t *testing.T) {
 		t.Fatalf("GET /sdk/statecast.js: %d %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
 }
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://127.0.0.1:6379/0":                     "redis://127.0.0.1:6379/0",
+		"redis://:pw@a:6379/0":                         "redis://:xxxxx@a:6379/0",
+		"redis://:pw@a:7000,redis://:pw@b:7000,c:7000": "redis://:xxxxx@a:7000,redis://:xxxxx@b:7000,c:7000",
+	} {
+		if got := redactURL(in); got != want || strings.Contains(got, "pw") {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
