@@ -52,7 +52,9 @@ type Config struct {
 	NodeID string
 	// NodeTimeout: on a store that several nodes share (store.Nodes), a
 	// node that has not beaten for this long is dead, and one surviving
-	// node deletes its leased keys; default 10s.
+	// node deletes its leased keys; default 10s. A store shared by
+	// several nodes must implement store.Nodes (a wrapper must pass it
+	// through): without it every leased key found at start is adopted.
 	NodeTimeout time.Duration
 
 	// Logger receives lifecycle messages; defaults to discarding.
