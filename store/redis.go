@@ -162,6 +162,10 @@ type RedisConfig struct {
 	// CheckInterval is how often followed rooms are compared with Redis to
 	// recover lost pushes and epoch changes (default 1 s).
 	CheckInterval time.Duration
+	// SnapshotPageAbove: a room with more keys than this is snapshotted in
+	// HSCAN pages rather than by one HGETALL, which would stall Redis for
+	// every room while it runs (default 5,000; tests set 1).
+	SnapshotPageAbove int
 	// PingInterval is how long a push connection may stay silent before it
 	// is pinged; unanswered for another PingInterval, it is rebuilt
 	// (default 5 s).
@@ -241,6 +245,9 @@ func OpenRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	}
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = 5 * time.Second
+	}
+	if cfg.SnapshotPageAbove <= 0 {
+		cfg.SnapshotPageAbove = 5000
 	}
 	s := &Redis{cfg: cfg, log: cfg.Logger, id: NewEpoch()}
 	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
@@ -548,6 +555,9 @@ func (s *Redis) Snapshot(ctx context.Context, room, prefix string) (Snapshot, er
 	k := s.keys(room)
 	now := s.cfg.Clock()
 	ret := s.cfg.Retention.For(room)
+	if snap, ok, err := s.snapshotPaged(ctx, room, prefix, k, now); ok || err != nil {
+		return snap, err
+	}
 	for attempt := 0; ; attempt++ {
 		var (
 			metaCmd  *redis.SliceCmd
@@ -609,6 +619,116 @@ func (s *Redis) Snapshot(ctx context.Context, room, prefix string) (Snapshot, er
 		}
 		return snap, nil
 	}
+}
+
+// snapshotPaged snapshots a room of more than SnapshotPageAbove keys in
+// short steps: HSCAN pages of the kv hash (Redis serves other rooms
+// between them), then the revisions committed meanwhile, read from the
+// stream and applied on top, in order: every key changed during the scan
+// ends at its value at the head read after it, and every other key was
+// returned by HSCAN (which returns each element present throughout at
+// least once; a key returned twice keeps its newest record). ok is false
+// when the room is small, not
+// written, or the stream no longer holds what the scan overlapped (the
+// caller then reads it in one MULTI).
+func (s *Redis) snapshotPaged(ctx context.Context, room, prefix string, k redisKeys, now time.Time) (snap Snapshot, ok bool, err error) {
+	var (
+		metaCmd *redis.SliceCmd
+		lenCmd  *redis.IntCmd
+	)
+	if _, err := s.rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		metaCmd = p.HMGet(ctx, k.meta, metaFields...)
+		lenCmd = p.HLen(ctx, k.kv)
+		return nil
+	}); err != nil {
+		return Snapshot{}, false, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
+	}
+	m0 := parseMeta(metaCmd.Val())
+	if m0.epoch == "" || lenCmd.Val() <= int64(s.cfg.SnapshotPageAbove) {
+		return Snapshot{}, false, nil
+	}
+	items := make(map[string]KV)
+	match := globEscape(prefix) + "*"
+	for cursor := uint64(0); ; {
+		page, next, err := s.rc.HScan(ctx, k.kv, cursor, match, redisPage).Result()
+		if err != nil {
+			return Snapshot{}, false, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
+		}
+		for i := 0; i+1 < len(page); i += 2 {
+			kv, err := decodeRedisKV(page[i], page[i+1])
+			if err != nil {
+				return Snapshot{}, false, fmt.Errorf("store: redis room %q key %q: %w", room, page[i], err)
+			}
+			if old, seen := items[kv.Key]; !seen || kv.ModRev > old.ModRev {
+				items[kv.Key] = kv
+			}
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	batches, retry, err := s.history(ctx, room, k, m0.rev+1, 0, now)
+	if retry || errors.Is(err, ErrCompacted) {
+		return Snapshot{}, false, nil
+	}
+	if err != nil {
+		return Snapshot{}, false, err
+	}
+	head := m0.rev
+	for _, b := range batches {
+		if b.Epoch != m0.epoch {
+			return Snapshot{}, false, nil // the state was lost meanwhile
+		}
+		head = b.Rev
+		for _, ev := range b.Events {
+			if !strings.HasPrefix(ev.KV.Key, prefix) {
+				continue
+			}
+			if cur, seen := items[ev.KV.Key]; seen && cur.ModRev >= b.Rev {
+				continue
+			}
+			if ev.Type == OpDelete {
+				delete(items, ev.KV.Key)
+			} else {
+				items[ev.KV.Key] = ev.KV
+			}
+		}
+	}
+	snap = Snapshot{Epoch: m0.epoch, Rev: head, Items: make([]KV, 0, len(items))}
+	for _, kv := range items {
+		snap.Items = append(snap.Items, kv)
+	}
+	sort.Slice(snap.Items, func(i, j int) bool { return snap.Items[i].Key < snap.Items[j].Key })
+	// The oldest replayable revision, read after the scan (it only grows),
+	// as Snapshot reads it.
+	var m1 *redis.SliceCmd
+	var first *redis.XMessageSliceCmd
+	if _, err := s.rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		m1 = p.HMGet(ctx, k.meta, metaFields...)
+		first = p.XRangeN(ctx, k.log, "-", "+", 1)
+		return nil
+	}); err != nil {
+		return Snapshot{}, false, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
+	}
+	m := parseMeta(m1.Val())
+	if m.epoch != m0.epoch {
+		return Snapshot{}, false, nil
+	}
+	oldest := m.rev + 1
+	if f := first.Val(); len(f) > 0 {
+		switch r := entryRev(f[0].ID); {
+		case r < m.floor: // only the kept newest entry is below the floor
+			oldest = max(m.floor, m.rev+1)
+		case expired(f[0], s.cfg.Retention.For(room), now):
+			if oldest, err = s.trim(ctx, room, k, now); err != nil {
+				return Snapshot{}, false, err
+			}
+		default:
+			oldest = r
+		}
+	}
+	snap.Oldest = min(oldest, head+1)
+	return snap, true, nil
 }
 
 func (s *Redis) History(ctx context.Context, room string, from uint64, limit int) ([]Batch, error) {

@@ -118,3 +118,51 @@ func BenchmarkRedisSnapshot(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRedisBigSnapshot: a room of 50,000 keys, snapshotted by one
+// MULTI with HGETALL and in HSCAN pages. Besides the time per snapshot it
+// reports the longest single command Redis ran (SLOWLOG), which is how
+// long every other room's reads and writes had to wait.
+func BenchmarkRedisBigSnapshot(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		above int
+	}{{"one-multi", 1 << 30}, {"paged", 5000}} {
+		b.Run(tc.name, func(b *testing.B) {
+			srv := redistest.Start(b, redistest.Options{})
+			s := openTestRedis(b, srv.URL(), func(c *RedisConfig) { c.SnapshotPageAbove = tc.above })
+			raw := rawRedis(b, srv.Addr())
+			v := make([]byte, 100)
+			for i := 0; i < 50_000; i += 100 {
+				var w Write
+				for j := i; j < i+100; j++ {
+					w.Ops = append(w.Ops, Op{Type: OpPut, Key: fmt.Sprint("k", j), Value: v})
+				}
+				if _, err := s.Apply(bg, "big", w); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := raw.ConfigSet(bg, "slowlog-log-slower-than", "0").Err(); err != nil {
+				b.Fatal(err)
+			}
+			raw.SlowLogReset(bg)
+			b.ResetTimer()
+			for b.Loop() {
+				snap, err := s.Snapshot(bg, "big", "")
+				if err != nil || len(snap.Items) != 50_000 {
+					b.Fatal(len(snap.Items), err)
+				}
+			}
+			b.StopTimer()
+			logs, err := raw.SlowLogGet(bg, 10_000).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			var longest time.Duration
+			for _, l := range logs {
+				longest = max(longest, l.Duration)
+			}
+			b.ReportMetric(float64(longest.Microseconds()), "longest-cmd-µs")
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"reflect"
@@ -951,5 +952,90 @@ func TestRedisEpochChangeSeenInPush(t *testing.T) {
 		if !reflect.DeepEqual(b.Events, res[i].Events) {
 			t.Errorf("batch %d of the new epoch differs from its Apply result", b.Rev)
 		}
+	}
+}
+
+// TestRedisPagedSnapshotUnderWrites: a room big enough to take several
+// HSCAN pages is snapshotted while a writer changes, deletes and recreates
+// keys; every snapshot must be the state at exactly its revision (the
+// history replayed from revision 1 up to it).
+func TestRedisPagedSnapshotUnderWrites(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := openTestRedis(t, srv.URL(), func(c *RedisConfig) {
+		c.SnapshotPageAbove = 1
+		c.Retention = RetentionPolicy{Default: Retention{MaxEvents: 100_000}}
+	})
+	const room, keys = "big", 3000
+	for i := 0; i < keys; i += 100 {
+		var w Write
+		for j := i; j < i+100; j++ {
+			w.Ops = append(w.Ops, Op{Type: OpPut, Key: fmt.Sprintf("k%04d", j), Value: []byte(`"v0"`)})
+		}
+		mustApply(t, s, room, w)
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { // changes, deletes and recreates the first 200 keys
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			key := fmt.Sprintf("k%04d", rng.IntN(200))
+			w := Put(key, []byte(fmt.Sprintf(`"v%d"`, i)))
+			if rng.IntN(3) == 0 {
+				w = Delete(key)
+			}
+			if _, err := s.Apply(bg, room, w); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	var snaps []Snapshot
+	for range 15 {
+		snaps = append(snaps, mustSnapshot(t, s, room))
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	batches, err := s.History(bg, room, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for _, snap := range snaps {
+		state := map[string]KV{}
+		for _, b := range batches {
+			if b.Rev > snap.Rev {
+				break
+			}
+			for _, ev := range b.Events {
+				if ev.Type == OpDelete {
+					delete(state, ev.KV.Key)
+				} else {
+					state[ev.KV.Key] = ev.KV
+				}
+			}
+		}
+		if len(snap.Items) != len(state) {
+			t.Fatalf("snapshot at %d has %d keys, the state then had %d", snap.Rev, len(snap.Items), len(state))
+		}
+		for _, kv := range snap.Items {
+			want, ok := state[kv.Key]
+			if !ok || want.ModRev != kv.ModRev || string(want.Value) != string(kv.Value) || want.Version != kv.Version || want.CreateRev != kv.CreateRev {
+				t.Fatalf("snapshot at %d: %s = %s (mod %d), the state then: %s (mod %d, present %v)", snap.Rev, kv.Key, kv.Value, kv.ModRev, want.Value, want.ModRev, ok)
+			}
+		}
+		if snap.Rev > uint64(keys/100) {
+			moved++
+		}
+	}
+	if moved < 2 || snaps[len(snaps)-1].Rev == snaps[0].Rev {
+		t.Fatalf("the writer did not move the room between snapshots (%d of %d after the fill): the test proves nothing", moved, len(snaps))
 	}
 }

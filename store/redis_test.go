@@ -15,11 +15,11 @@ import (
 
 // redisFactory opens Redis stores on srvURL; each dir maps to its own key
 // prefix, so subtests are isolated and reopening a dir sees its data.
-func redisFactory(url string, cluster bool) storetest.Factory {
+func redisFactory(url string, cluster bool, mods ...func(*store.RedisConfig)) storetest.Factory {
 	return storetest.Factory{
 		Open: func(t testing.TB, dir string, cfg storetest.Config) store.Store {
 			sum := sha1.Sum([]byte(dir))
-			r, err := store.OpenRedis(context.Background(), store.RedisConfig{
+			rc := store.RedisConfig{
 				URL:           url,
 				Cluster:       cluster,
 				Prefix:        "t" + hex.EncodeToString(sum[:8]),
@@ -27,7 +27,11 @@ func redisFactory(url string, cluster bool) storetest.Factory {
 				Retention:     cfg.Retention,
 				Clock:         cfg.Clock,
 				CheckInterval: 200 * time.Millisecond,
-			})
+			}
+			for _, m := range mods {
+				m(&rc)
+			}
+			r, err := store.OpenRedis(context.Background(), rc)
 			if err != nil {
 				t.Fatalf("OpenRedis: %v", err)
 			}
@@ -40,6 +44,14 @@ func redisFactory(url string, cluster bool) storetest.Factory {
 func TestRedisConformance(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	storetest.Run(t, redisFactory(srv.URL(), false))
+}
+
+// TestRedisPagedSnapshotConformance runs the suite with every snapshot
+// taken in HSCAN pages plus the stream (the path of rooms of more than
+// SnapshotPageAbove keys).
+func TestRedisPagedSnapshotConformance(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	storetest.Run(t, redisFactory(srv.URL(), false, func(c *store.RedisConfig) { c.SnapshotPageAbove = 1 }))
 }
 
 // TestRedisClusterConformance runs the whole suite against a local Redis
