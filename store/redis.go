@@ -852,8 +852,7 @@ func (s *Redis) Leased(ctx context.Context, fn func(room string, kv KV) error) e
 	}
 	defer s.mu.RUnlock()
 	// One SCAN over the meta keys (on every master), then each room's kv:
-	// this runs at start-up, and when a node sweeps the keys of dead ones
-	// (rarely: see server/leases.go).
+	// this runs at start-up and in the lease sweeps of server/leases.go.
 	var (
 		mu    sync.Mutex
 		rooms = map[string]struct{}{}
@@ -886,9 +885,20 @@ func (s *Redis) Leased(ctx context.Context, fn func(room string, kv KV) error) e
 	}
 	sort.Strings(names)
 	for _, room := range names {
-		all, err := s.rc.HGetAll(ctx, s.keys(room).kv).Result()
-		if err != nil {
-			return fmt.Errorf("store: redis: reading room %q: %w", room, err)
+		// In HSCAN pages: this also runs while the nodes serve (sweeps of
+		// dead nodes' keys), and one HGETALL of a big room stalls Redis.
+		all := make(map[string]string)
+		for cursor := uint64(0); ; {
+			page, next, err := s.rc.HScan(ctx, s.keys(room).kv, cursor, "", redisPage).Result()
+			if err != nil {
+				return fmt.Errorf("store: redis: reading room %q: %w", room, err)
+			}
+			for i := 0; i+1 < len(page); i += 2 {
+				all[page[i]] = page[i+1]
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
 		}
 		keys := make([]string, 0, len(all))
 		for key := range all {
