@@ -213,6 +213,7 @@ func (n *mnNode) output() string {
 type mnOptions struct {
 	AOF     bool     // redis-server with appendonly + appendfsync always
 	Proxied bool     // every node reaches Redis through its own redisProxy
+	Cluster bool     // a 3-master Redis Cluster instead of one redis-server (no AOF, no proxy)
 	Args    []string // extra serve flags for every node
 }
 
@@ -220,7 +221,7 @@ type mnOptions struct {
 // test's own for reading the room as Redis holds it.
 type mnCluster struct {
 	t       *testing.T
-	redis   *redistest.Server
+	redis   *redistest.Server // nil on a cluster
 	nodes   []*mnNode
 	proxies []*redisProxy // per node when Proxied
 	st      *store.Redis
@@ -236,14 +237,24 @@ func startCluster(t *testing.T, n int, opts mnOptions) *mnCluster {
 	t.Helper()
 	redistest.Require(t)
 	statecastBin(t)
-	c := &mnCluster{t: t, redis: redistest.Start(t, redistest.Options{AOF: opts.AOF})}
+	c := &mnCluster{t: t}
 	args := append([]string{"--lease-grace", "1s"}, opts.Args...)
+	storeURL := ""
+	if opts.Cluster {
+		// The seeds as one --store value: the first a URL, the others
+		// host:port (store.RedisConfig accepts both).
+		storeURL = "redis://" + strings.Join(redistest.StartCluster(t, 3).Addrs(), ",")
+		args = append(args, "--redis-cluster")
+	} else {
+		c.redis = redistest.Start(t, redistest.Options{AOF: opts.AOF})
+		storeURL = c.redis.URL()
+	}
 	if serveHasFlag("node-timeout") {
 		c.nodeTO = mnNodeTimeout
 		args = append(args, "--node-timeout", mnNodeTimeout.String())
 	}
 	for i := range n {
-		url := c.redis.URL()
+		url := storeURL
 		if opts.Proxied {
 			p := startProxy(t, c.redis.Addr())
 			c.proxies = append(c.proxies, p)
@@ -265,7 +276,7 @@ func startCluster(t *testing.T, n int, opts mnOptions) *mnCluster {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := store.OpenRedis(ctx, store.RedisConfig{URL: c.redis.URL()})
+	st, err := store.OpenRedis(ctx, store.RedisConfig{URL: storeURL, Cluster: opts.Cluster})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,8 +57,14 @@ func firstDiff(a, b []string) string {
 // 1. Writes on any node reach watchers on every node in the same revision
 // order: every watcher's full sequence of (rev, events) equals the room's
 // history in Redis.
-func TestMultiNodeOrder(t *testing.T) {
-	c := startCluster(t, 3, mnOptions{})
+func TestMultiNodeOrder(t *testing.T) { testOrder(t, mnOptions{}) }
+
+// The same on a 3-master Redis Cluster, the nodes started with
+// --redis-cluster.
+func TestMultiNodeOrderRedisCluster(t *testing.T) { testOrder(t, mnOptions{Cluster: true}) }
+
+func testOrder(t *testing.T, opts mnOptions) {
+	c := startCluster(t, 3, opts)
 	room := "mn:order"
 	fs := startFollowers(t, 6, room, c.wsURLs(), true, nil)
 	c.waitFollowers(room, fs, 15*time.Second)
@@ -287,8 +293,13 @@ func (ch *chaos) resyncs(f *follower) int {
 // 4a. A node killed with SIGKILL mid-load: its clients resume on another
 // node by replay; the session-leased keys written through it are deleted,
 // once, by a survivor within the node timeout + 2 s; the others stay.
-func TestMultiNodeKillNode(t *testing.T) {
-	ch := startChaos(t, "mn:kill", mnOptions{})
+func TestMultiNodeKillNode(t *testing.T) { testKillNode(t, mnOptions{}) }
+
+// The same on a 3-master Redis Cluster.
+func TestMultiNodeKillNodeRedisCluster(t *testing.T) { testKillNode(t, mnOptions{Cluster: true}) }
+
+func testKillNode(t *testing.T, opts mnOptions) {
+	ch := startChaos(t, "mn:kill", opts)
 	c := ch.c
 	if c.nodeTO == 0 {
 		t.Fatal("statecast serve has no --node-timeout")
