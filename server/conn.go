@@ -121,7 +121,7 @@ func closeReason(reason string) string {
 	return reason
 }
 
-// handleWS upgrades the request and serves the session until it ends.
+// handleWS upgrades the request and starts the session on its own goroutine.
 func (s *Server) handleWS(ec echo.Context) error {
 	r, w := ec.Request(), ec.Response()
 	if s.draining.Load() {
