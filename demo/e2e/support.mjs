@@ -13,11 +13,18 @@ export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 export const SHOTS = process.env.SCREENSHOTS_DIR ?? join(tmpdir(), 'statecast-screenshots');
 export const TIMEOUT = 10_000;
 
+// STATECAST_STORE runs the tests on another store than memory, e.g.
+// redis://127.0.0.1:6379/0 (each server then gets its own key prefix).
+const STORE = process.env.STATECAST_STORE ?? 'memory';
+let servers = 0;
+
 /** Starts `statecast serve` on 127.0.0.1:0 with extra flags; resolves with { url, stop }. */
 export function startServer(flags = []) {
   const bin = process.env.STATECAST_BIN;
   if (!bin) throw new Error('STATECAST_BIN is not set: run the tests with `npm test`');
-  const p = spawn(bin, ['serve', '--store', 'memory', '--addr', '127.0.0.1:0', '--log-level', 'warn', ...flags], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const store = ['--store', STORE];
+  if (STORE.startsWith('redis')) store.push('--redis-prefix', `e2e${process.pid}-${servers++}`);
+  const p = spawn(bin, ['serve', ...store, '--addr', '127.0.0.1:0', '--log-level', 'warn', ...flags], { stdio: ['ignore', 'pipe', 'inherit'] });
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => (p.kill(), reject(new Error('the server printed no address within 20 s'))), 20_000);
     const early = (code) => reject(new Error(`the server exited early (${code})`));
