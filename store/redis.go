@@ -555,6 +555,8 @@ func (s *Redis) Snapshot(ctx context.Context, room, prefix string) (Snapshot, er
 	k := s.keys(room)
 	now := s.cfg.Clock()
 	ret := s.cfg.Retention.For(room)
+	// One round trip (meta and HLEN) picks the way: a node snapshots a
+	// room once when it loads it, however many clients then watch it.
 	if snap, ok, err := s.snapshotPaged(ctx, room, prefix, k, now); ok || err != nil {
 		return snap, err
 	}
