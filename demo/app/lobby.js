@@ -45,13 +45,17 @@ async function create(form) {
   const data = new FormData(form);
   const name = String(data.get('name')).trim();
   if (!name) return;
+  // Cleared at once, not after the write: what is typed meanwhile is the
+  // next game and must not be wiped when this one is acknowledged.
+  form.reset();
   const id = newId();
   const game = { name, mode: data.get('mode'), max: Number(data.get('max')), host: me.name, hostId: client.clientId, created: Date.now() };
   try {
     await room.put(`games/${id}`, game, { ifModRev: 0, lease: 'session', waitFor: watch });
-    form.reset();
     notice(`“${name}” is open. It stays listed while this tab is connected.`, 'ok');
   } catch (e) {
+    const field = form.elements.namedItem('name');
+    if (field && !field.value) field.value = name; // give it back to retry
     notice(`Could not create the game: ${e.message}`, 'error');
   }
 }

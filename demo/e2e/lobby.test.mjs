@@ -60,10 +60,10 @@ test('two players race for the last seat: exactly one gets it, the other is told
   const b = await openAs(browser, srv.url, room, 'Ben', { route: true });
   const c = await openAs(browser, srv.url, room, 'Cleo', { route: true });
   try {
-    await createGame(a.page, 'Sunday raid', 'coop', 4);
-    await createGame(a.page, 'Open brawl', 'ffa', 6);
-    await createGame(a.page, 'Race', 'duel', 2);
-    await game(a.page, 'Race').waitFor();
+    for (const [name, mode, max] of [['Sunday raid', 'coop', 4], ['Open brawl', 'ffa', 6], ['Race', 'duel', 2]]) {
+      await createGame(a.page, name, mode, max);
+      await game(a.page, name).waitFor();
+    }
     await game(b.page, 'Race').getByText('1/2 players').waitFor();
     await game(c.page, 'Race').getByText('1/2 players').waitFor();
 
