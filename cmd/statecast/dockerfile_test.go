@@ -55,35 +55,15 @@ func parseDockerfile(t *testing.T, path string) [][]instr {
 	return stages
 }
 
-// words splits a shell command line on blanks, honouring single and double quotes.
-func words(s string) []string {
-	var out []string
-	var cur strings.Builder
-	var quote rune
-	in := false
-	for _, r := range s {
-		switch {
-		case quote != 0 && r == quote:
-			quote = 0
-		case quote != 0:
-			cur.WriteRune(r)
-		case r == '\'' || r == '"':
-			quote, in = r, true
-		case r == ' ' || r == '\t':
-			if in {
-				out = append(out, cur.String())
-				cur.Reset()
-				in = false
-			}
-		default:
-			cur.WriteRune(r)
-			in = true
-		}
+// words splits a shell command line of the Dockerfile with the load
+// tool's splitter (quotes and escapes as a shell reads them).
+func words(t *testing.T, s string) []string {
+	t.Helper()
+	w, err := splitCommand(s)
+	if err != nil || len(w) == 0 {
+		t.Fatalf("cannot split %q: %v", s, err)
 	}
-	if in {
-		out = append(out, cur.String())
-	}
-	return out
+	return w
 }
 
 func find(st []instr, cmd string) []string {
@@ -122,7 +102,7 @@ func TestDockerfile(t *testing.T) {
 	// Sources copied from the build context exist.
 	for _, st := range stages {
 		for _, args := range find(st, "COPY") {
-			w := words(args)
+			w := words(t, args)
 			if strings.HasPrefix(w[0], "--from=") {
 				continue
 			}
@@ -139,7 +119,7 @@ func TestDockerfile(t *testing.T) {
 	var buildArgs []string
 	var env []string
 	for _, args := range find(build, "RUN") {
-		w := words(args)
+		w := words(t, args)
 		i := slices.Index(w, "go")
 		if i < 0 || i+1 >= len(w) || w[i+1] != "build" {
 			continue
@@ -185,7 +165,7 @@ func TestDockerfile(t *testing.T) {
 	// The runtime stage: binary copied from the build output, run as it.
 	var binPath string
 	for _, args := range find(final, "COPY") {
-		if w := words(args); strings.HasPrefix(w[0], "--from=") && slices.Contains(w, out) {
+		if w := words(t, args); strings.HasPrefix(w[0], "--from=") && slices.Contains(w, out) {
 			binPath = w[len(w)-1]
 		}
 	}

@@ -410,35 +410,30 @@ func TestMultiNodeRedisRestartAOF(t *testing.T) {
 // gone, so a new epoch; every client resyncs from a snapshot and ends
 // equal to the rewritten room.
 func TestMultiNodeRedisRestartEmpty(t *testing.T) {
-	ch := startChaos(t, "mn:empty", mnOptions{})
-	epoch := ch.c.snapshot(ch.room).Epoch
-	ch.c.redis.Restart(t)
-	ch.tr.lost()
-	time.Sleep(1500 * time.Millisecond)
-	snap, _ := ch.finish(20 * time.Second)
-	if snap.Epoch == epoch {
-		t.Fatalf("same epoch %s after Redis lost the room", epoch)
-	}
-	for _, f := range ch.fs {
-		if n := ch.resyncs(f); n < 1 {
-			t.Errorf("%s did not resync", f.name)
-		}
-	}
+	testStateLost(t, "mn:empty", "Redis lost the room", func(ch *chaos) { ch.c.redis.Restart(t) })
 }
 
 // 4e. FLUSHALL while the nodes are connected: the epoch change is
 // detected without any reconnect, clients resync.
 func TestMultiNodeFlushAll(t *testing.T) {
-	ch := startChaos(t, "mn:flush", mnOptions{})
+	testStateLost(t, "mn:flush", "FLUSHALL", func(ch *chaos) {
+		if _, err := redistest.Do(ch.c.redis.Addr(), "FLUSHALL"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// testStateLost makes Redis lose the room's state under load (lose) and
+// checks that the epoch changed and that every client resynced.
+func testStateLost(t *testing.T, room, what string, lose func(*chaos)) {
+	ch := startChaos(t, room, mnOptions{})
 	epoch := ch.c.snapshot(ch.room).Epoch
-	if _, err := redistest.Do(ch.c.redis.Addr(), "FLUSHALL"); err != nil {
-		t.Fatal(err)
-	}
+	lose(ch)
 	ch.tr.lost()
 	time.Sleep(1500 * time.Millisecond)
 	snap, _ := ch.finish(20 * time.Second)
 	if snap.Epoch == epoch {
-		t.Fatalf("same epoch %s after FLUSHALL", epoch)
+		t.Fatalf("same epoch %s after %s", epoch, what)
 	}
 	for _, f := range ch.fs {
 		if n := ch.resyncs(f); n < 1 {
