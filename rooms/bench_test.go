@@ -532,3 +532,37 @@ func benchIdleWatcherMemory(b *testing.B, distinct bool) {
 	}
 	b.ReportMetric(perWatcher/float64(b.N), "B/watcher")
 }
+
+// BenchmarkUnwatchManyPrefixes measures adding and removing one watcher
+// of P distinct prefixes, next to 100 other watchers of the same
+// prefixes. ns/prefix must stay flat as P grows: removal was once
+// quadratic in P (80,000 prefixes took 8 s of CPU to unsubscribe).
+func BenchmarkUnwatchManyPrefixes(b *testing.B) {
+	for _, p := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprintf("prefixes=%d", p), func(b *testing.B) {
+			ps := make([]string, p)
+			for i := range ps {
+				ps[i] = fmt.Sprintf("k%07d/", i)
+			}
+			ps = normalizePrefixes(ps)
+			x := newIndex()
+			for range 100 {
+				w := &Watcher{prefixes: ps, pos: make([]int32, len(ps))}
+				for k := range ps {
+					x.add(w, k)
+				}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				w := &Watcher{prefixes: ps, pos: make([]int32, len(ps))}
+				for k := range ps {
+					x.add(w, k)
+				}
+				for k := range ps {
+					x.remove(w, k)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*p), "ns/prefix")
+		})
+	}
+}

@@ -7,13 +7,22 @@ import "slices"
 // a key of length L can only match prefixes of length <= L, and the
 // prefix of a given length is key[:length]. Guarded by the room's mutex.
 type index struct {
-	byPrefix map[string][]*Watcher
+	byPrefix map[string][]entry
 	lens     []int       // distinct prefix lengths in use, ascending
 	lenCount map[int]int // prefixes in use per length
 }
 
+// entry is one watcher's k-th prefix in a bucket. Keeping k beside the
+// watcher lets remove fix the moved entry's position in O(1): looking the
+// prefix up among the watcher's prefixes made unwatching quadratic in a
+// watcher's prefix count.
+type entry struct {
+	w *Watcher
+	k int32
+}
+
 func newIndex() *index {
-	return &index{byPrefix: make(map[string][]*Watcher), lenCount: make(map[int]int)}
+	return &index{byPrefix: make(map[string][]entry), lenCount: make(map[int]int)}
 }
 
 // add indexes w under its k-th prefix.
@@ -28,7 +37,7 @@ func (x *index) add(w *Watcher, k int) {
 		x.lenCount[len(prefix)]++
 	}
 	w.pos[k] = int32(len(ws))
-	x.byPrefix[prefix] = append(ws, w)
+	x.byPrefix[prefix] = append(ws, entry{w: w, k: int32(k)})
 }
 
 // remove takes w's k-th prefix out of the index in O(1): the last watcher
@@ -37,13 +46,13 @@ func (x *index) remove(w *Watcher, k int) {
 	prefix := w.prefixes[k]
 	ws := x.byPrefix[prefix]
 	i := int(w.pos[k])
-	if i >= len(ws) || ws[i] != w {
+	if i >= len(ws) || ws[i].w != w || ws[i].k != int32(k) {
 		panic("rooms: index out of sync")
 	}
 	last := ws[len(ws)-1]
 	ws[i] = last
-	last.pos[slices.Index(last.prefixes, prefix)] = int32(i)
-	ws[len(ws)-1] = nil
+	last.w.pos[last.k] = int32(i)
+	ws[len(ws)-1] = entry{}
 	ws = ws[:len(ws)-1]
 	if len(ws) > 0 {
 		x.byPrefix[prefix] = ws
@@ -64,8 +73,8 @@ func (x *index) match(key string, fn func(*Watcher)) {
 		if l > len(key) {
 			return
 		}
-		for _, w := range x.byPrefix[key[:l]] {
-			fn(w)
+		for _, e := range x.byPrefix[key[:l]] {
+			fn(e.w)
 		}
 	}
 }

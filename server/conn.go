@@ -71,8 +71,11 @@ type conn struct {
 	spare   []*sub          // writer-owned: the previous ready list, for reuse
 	msgs    []rooms.Message // writer-owned: drain buffer
 	subs    map[uint64]*sub
-	timers  []*time.Timer // stopped by end
-	closing bool
+	// prefixes counts the key prefixes of subs (and of subs starting),
+	// bounded by Config.MaxConnPrefixes.
+	prefixes int
+	timers   []*time.Timer // stopped by end
+	closing  bool
 	// writerOn: a writer goroutine runs. It starts when something is
 	// queued and exits after writerLinger idle, so an idle socket holds
 	// one goroutine (the reader), not two. stopped: none may start again.
@@ -82,13 +85,14 @@ type conn struct {
 
 // sub is one subscription of a conn.
 type sub struct {
-	id     uint64
-	room   string
-	w      *rooms.Watcher
-	prev   bool
-	queued bool        // in conn.ready; guarded by conn.mu
-	active atomic.Bool // ok sent: its messages may follow
-	gone   atomic.Bool // unsubscribed by the client, or the connection ended
+	id      uint64
+	room    string
+	w       *rooms.Watcher
+	prev    bool
+	nprefix int         // key prefixes it holds of the connection's budget
+	queued  bool        // in conn.ready; guarded by conn.mu
+	active  atomic.Bool // ok sent: its messages may follow
+	gone    atomic.Bool // unsubscribed by the client, or the connection ended
 }
 
 // errClose ends a connection with a close code.
@@ -573,6 +577,7 @@ func (c *conn) appendEnded(frame []byte, s *sub, err error) []byte {
 	c.mu.Lock()
 	if c.subs != nil && c.subs[s.id] == s {
 		delete(c.subs, s.id)
+		c.prefixes -= s.nprefix
 		c.s.metrics.subscriptions.Dec()
 	}
 	c.mu.Unlock()

@@ -176,6 +176,10 @@ func (c *conn) subscribe(r *wire.Request) {
 		return
 	}
 	claims := c.claims.Load()
+	if err := c.s.checkPrefixes(r.Prefixes); err != nil {
+		c.replyErr(r.ID, errorOf(err, false))
+		return
+	}
 	prefixes := r.Prefixes
 	if len(prefixes) == 0 {
 		prefixes = []string{""}
@@ -186,9 +190,15 @@ func (c *conn) subscribe(r *wire.Request) {
 			return
 		}
 	}
+	// The prefix budget is taken before the watch starts and given back
+	// when the subscription ends, so concurrent subs cannot overshoot it.
 	c.mu.Lock()
 	_, dup := c.subs[r.ID]
 	n := len(c.subs)
+	overBudget := c.prefixes+len(prefixes) > c.s.cfg.MaxConnPrefixes
+	if !dup && n < c.s.cfg.MaxSubscriptions && !overBudget {
+		c.prefixes += len(prefixes)
+	}
 	c.mu.Unlock()
 	switch {
 	case dup:
@@ -197,8 +207,11 @@ func (c *conn) subscribe(r *wire.Request) {
 	case n >= c.s.cfg.MaxSubscriptions:
 		c.replyErr(r.ID, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions per connection", c.s.cfg.MaxSubscriptions)))
 		return
+	case overBudget:
+		c.replyErr(r.ID, newError(wire.CodeTooLarge, fmt.Sprintf("at most %d key prefixes over all the subscriptions of a connection", c.s.cfg.MaxConnPrefixes)))
+		return
 	}
-	s := &sub{id: r.ID, room: r.Room, prev: r.Prev}
+	s := &sub{id: r.ID, room: r.Room, prev: r.Prev, nprefix: len(prefixes)}
 	opts := rooms.WatchOptions{Prefixes: prefixes, Notify: func() { c.markReady(s) }}
 	if r.From != nil {
 		opts.From = &rooms.Position{Epoch: r.From.Epoch, Rev: r.From.Rev}
@@ -207,6 +220,7 @@ func (c *conn) subscribe(r *wire.Request) {
 	w, err := c.s.engine.Watch(ctx, r.Room, opts)
 	cancel()
 	if err != nil {
+		c.releasePrefixes(s)
 		c.replyErr(r.ID, errorOf(err, false))
 		return
 	}
@@ -228,12 +242,36 @@ func (c *conn) subscribe(r *wire.Request) {
 	c.s.metrics.subscriptions.Inc()
 }
 
+// releasePrefixes gives back the prefix budget of a sub that did not start.
+func (c *conn) releasePrefixes(s *sub) {
+	c.mu.Lock()
+	c.prefixes -= s.nprefix
+	c.mu.Unlock()
+}
+
+// checkPrefixes validates the key prefixes of a watch: at most
+// MaxPrefixes, each a valid key ("" = the whole room). Without the bound
+// one request could make every later event and replay of the room test
+// thousands of prefixes.
+func (s *Server) checkPrefixes(prefixes []string) error {
+	if len(prefixes) > s.cfg.MaxPrefixes {
+		return newError(wire.CodeTooLarge, fmt.Sprintf("a watch may name at most %d key prefixes, got %d", s.cfg.MaxPrefixes, len(prefixes)))
+	}
+	for _, p := range prefixes {
+		if err := s.checkPrefixParam(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (c *conn) unsubscribe(r *wire.Request) {
 	c.mu.Lock()
 	s := c.subs[r.Sub]
 	if s != nil {
 		delete(c.subs, r.Sub)
 		s.gone.Store(true)
+		c.prefixes -= s.nprefix
 	}
 	c.mu.Unlock()
 	if s == nil {

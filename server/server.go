@@ -36,6 +36,8 @@ type Config struct {
 
 	MaxFrameBytes    int64         // largest frame read; default 1 MiB
 	MaxSubscriptions int           // per connection; default 256
+	MaxPrefixes      int           // key prefixes per subscription; default 64
+	MaxConnPrefixes  int           // key prefixes of all a connection's subscriptions; default 1,024
 	WriteRate        float64       // writes per second per connection; default 200
 	WriteBurst       int           // default 2 × WriteRate
 	MaxConnections   int           // per server; default 100,000
@@ -78,6 +80,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxSubscriptions <= 0 {
 		c.MaxSubscriptions = 256
+	}
+	if c.MaxPrefixes <= 0 {
+		c.MaxPrefixes = 64
+	}
+	if c.MaxConnPrefixes <= 0 {
+		c.MaxConnPrefixes = 1024
 	}
 	if c.WriteRate <= 0 {
 		c.WriteRate = 200

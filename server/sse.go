@@ -51,10 +51,8 @@ func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 		return err
 	}
 	prefixes := c.QueryParams()["prefix"]
-	for _, p := range prefixes {
-		if err := s.checkPrefixParam(p); err != nil {
-			return err
-		}
+	if err := s.checkPrefixes(prefixes); err != nil {
+		return err
 	}
 	readable := prefixes
 	if len(readable) == 0 {

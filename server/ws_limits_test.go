@@ -281,6 +281,43 @@ func TestWSViolations(t *testing.T) {
 				t.Fatalf("sub after an unsub: %v", m.Raw)
 			}
 		}},
+		{"prefix limits answer too_large", server.Config{MaxPrefixes: 4, MaxConnPrefixes: 6}, func(t *testing.T, e *env) {
+			r, _ := connectRaw(t, e, "json")
+			prefixes := func(n int) []string {
+				ps := make([]string, n)
+				for i := range ps {
+					ps[i] = fmt.Sprintf("p%d/", i)
+				}
+				return ps
+			}
+			r.send(&wire.Request{T: wire.TSub, ID: 1, Room: "a", Prefixes: prefixes(5)})
+			if m := r.reply(1); m.T != wire.TErr || m.Code != wire.CodeTooLarge {
+				t.Fatalf("5 prefixes over a limit of 4: %v, want too_large", m.Raw)
+			}
+			r.send(&wire.Request{T: wire.TSub, ID: 2, Room: "a", Prefixes: prefixes(4)},
+				&wire.Request{T: wire.TSub, ID: 3, Room: "b", Prefixes: prefixes(3)},
+				&wire.Request{T: wire.TSub, ID: 4, Room: "b", Prefixes: prefixes(2)})
+			if m := r.reply(2); m.T != wire.TOK {
+				t.Fatalf("4 prefixes: %v", m.Raw)
+			}
+			if m := r.reply(3); m.T != wire.TErr || m.Code != wire.CodeTooLarge {
+				t.Fatalf("7 prefixes on the connection over a limit of 6: %v, want too_large", m.Raw)
+			}
+			if m := r.reply(4); m.T != wire.TOK {
+				t.Fatalf("6 prefixes on the connection: %v", m.Raw)
+			}
+			// An unsub gives its prefixes back; a refused sub took none.
+			r.send(&wire.Request{T: wire.TUnsub, ID: 5, Sub: 2}, &wire.Request{T: wire.TSub, ID: 3, Room: "b", Prefixes: prefixes(3)})
+			r.reply(5)
+			if m := r.reply(3); m.T != wire.TOK {
+				t.Fatalf("sub after an unsub: %v", m.Raw)
+			}
+			// A prefix no key can have is refused, not watched.
+			r.send(&wire.Request{T: wire.TSub, ID: 6, Room: "c", Prefixes: []string{strings.Repeat("x", 2000)}})
+			if m := r.reply(6); m.T != wire.TErr || m.Code != wire.CodeInvalidKey {
+				t.Fatalf("a 2000-byte prefix: %v, want invalid_key", m.Raw)
+			}
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -62,6 +62,7 @@ type serveFlags struct {
 	classes                             classFlag
 	maxFrame, maxValue                  int
 	maxSubs, maxConns                   int
+	maxPrefixes, maxConnPrefixes        int
 	writeRate                           float64
 	writeTimeout, leaseGrace, pingEvery time.Duration
 	nodeTimeout                         time.Duration
@@ -93,6 +94,8 @@ func serve(args []string) error {
 	fs.IntVar(&f.maxFrame, "max-frame", 1<<20, "largest WebSocket frame read, in bytes")
 	fs.IntVar(&f.maxValue, "max-value", 256<<10, "largest value, in bytes")
 	fs.IntVar(&f.maxSubs, "max-subscriptions", 256, "subscriptions per connection")
+	fs.IntVar(&f.maxPrefixes, "max-prefixes", 64, "key prefixes per watch (WebSocket sub or SSE)")
+	fs.IntVar(&f.maxConnPrefixes, "max-conn-prefixes", 1024, "key prefixes over all the subscriptions of one WebSocket")
 	fs.IntVar(&f.maxConns, "max-connections", 100_000, "connections per server")
 	fs.Float64Var(&f.writeRate, "write-rate", 200, "writes per second per connection")
 	fs.DurationVar(&f.writeTimeout, "write-timeout", 10*time.Second, "a socket that does not take a frame within this is closed (4000)")
@@ -145,7 +148,7 @@ func run(f serveFlags) error {
 	defer stop()
 	srv, err := server.New(ctx, server.Config{
 		Store: st, Engine: engine, Auth: auth, AllowOrigins: f.origins,
-		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxConnections: f.maxConns,
+		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxPrefixes: f.maxPrefixes, MaxConnPrefixes: f.maxConnPrefixes, MaxConnections: f.maxConns,
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
 		NodeID: f.nodeID, NodeTimeout: f.nodeTimeout,
 		Logger: log, Static: http.FileServerFS(demo.Files), AdminToken: adminToken,
