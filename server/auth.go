@@ -19,9 +19,13 @@
 //
 //   - "exp" is required; a token without it is rejected.
 //   - "nbf" and "iat", when present, must not lie in the future.
+//   - "exp", "nbf" and "iat" must be JSON numbers (RFC 7519 NumericDate:
+//     seconds since 1970, not strings) no later than the year 9999.
 //   - "iss" must equal the configured issuer and "aud" must contain the
 //     configured audience, when those are configured.
 //   - Time checks allow the configured leeway for clock skew (5s by default).
+//     A token is valid until "exp" plus the leeway on every surface: HTTP
+//     accepts it until then, and a WebSocket session ends (4002) then.
 //
 // Each grant has three fields; any other field is an error, so a misspelt
 // "prefix" cannot silently widen a grant to every key:
@@ -74,7 +78,9 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -103,7 +109,8 @@ var (
 	// leeway).
 	ErrTokenNotYetValid = errors.New("server: token not yet valid")
 	// ErrTokenClaims: "iss" or "aud" does not match the configuration, "exp"
-	// is missing, or the "statecast" permission claim is invalid.
+	// is missing, "exp", "nbf" or "iat" is beyond the year 9999 or before
+	// 1970, or the "statecast" permission claim is invalid.
 	ErrTokenClaims = errors.New("server: invalid token claims")
 )
 
@@ -126,6 +133,9 @@ const (
 	authDefaultLeeway = 5 * time.Second
 	// authSubPlaceholder is replaced by the token's subject.
 	authSubPlaceholder = "{sub}"
+	// authMaxNumericDate is the last second of the year 9999: a later
+	// time claim is not a time this server can represent or compare.
+	authMaxNumericDate = 253402300799
 )
 
 // AuthConfig says where verification keys and algorithms come from. The
@@ -171,8 +181,9 @@ func (c AuthConfig) Enabled() bool {
 type Authenticator struct {
 	parser *jwt.Parser
 	// keys maps each allowed algorithm to the configured keys it checks.
-	keys map[string]jwt.VerificationKeySet
-	algs []string
+	keys   map[string]jwt.VerificationKeySet
+	algs   []string
+	leeway time.Duration
 }
 
 // authAlgKind names the key type each supported algorithm needs.
@@ -241,6 +252,7 @@ func NewAuthenticator(cfg AuthConfig) (*Authenticator, error) {
 	case leeway < 0:
 		leeway = 0
 	}
+	a.leeway = leeway
 	clock := cfg.Clock
 	if clock == nil {
 		clock = time.Now
@@ -405,10 +417,74 @@ func (a *Authenticator) keyfunc(t *jwt.Token) (any, error) {
 	return set, nil
 }
 
-// authTokenClaims is the JSON shape of a token's payload.
+// Leeway is the clock skew allowed on time claims: a token is valid until
+// its "exp" plus Leeway.
+func (a *Authenticator) Leeway() time.Duration {
+	if a == nil {
+		return 0
+	}
+	return a.leeway
+}
+
+// authTokenClaims is the JSON shape of a token's payload. Its time claims
+// replace RegisteredClaims' (outer fields and methods win), which take a
+// number in a string and wrap a huge one into the past.
 type authTokenClaims struct {
 	jwt.RegisteredClaims
+	Exp       authTime        `json:"exp"`
+	Nbf       authTime        `json:"nbf"`
+	Iat       authTime        `json:"iat"`
 	Statecast json.RawMessage `json:"statecast"`
+}
+
+func (c *authTokenClaims) GetExpirationTime() (*jwt.NumericDate, error) { return c.Exp.t, nil }
+func (c *authTokenClaims) GetNotBefore() (*jwt.NumericDate, error)      { return c.Nbf.t, nil }
+func (c *authTokenClaims) GetIssuedAt() (*jwt.NumericDate, error)       { return c.Iat.t, nil }
+
+// authTime is a strict RFC 7519 NumericDate: a JSON number of seconds
+// since 1970, up to the year 9999. name is the claim, for messages.
+type authTime struct {
+	name string
+	t    *jwt.NumericDate
+}
+
+// authTimeError is a time claim that is not a NumericDate. badType marks
+// a value that is not a number at all (malformed), as opposed to one out
+// of range (invalid claims).
+type authTimeError struct {
+	msg     string
+	badType bool
+}
+
+func (e *authTimeError) Error() string { return e.msg }
+
+func (at *authTime) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // as if absent
+	}
+	if b[0] != '-' && (b[0] < '0' || b[0] > '9') {
+		return &authTimeError{fmt.Sprintf("%s must be a JSON number of seconds since 1970 (RFC 7519 NumericDate), not a %s", at.name, authJSONKind(b[0])), true}
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || f < 0 || f > authMaxNumericDate {
+		return &authTimeError{fmt.Sprintf("invalid %s: %s is not a time between 1970 and the year 9999 in seconds", at.name, b), false}
+	}
+	sec, frac := math.Modf(f)
+	at.t = jwt.NewNumericDate(time.Unix(int64(sec), int64(frac*1e9)))
+	return nil
+}
+
+// authJSONKind names the kind of JSON value that starts with c.
+func authJSONKind(c byte) string {
+	switch c {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	}
+	return "boolean"
 }
 
 // Verify checks token's size, signature and registered claims against the
@@ -424,23 +500,30 @@ func (a *Authenticator) Verify(token string) (*Claims, error) {
 	case a == nil || a.parser == nil:
 		return nil, fmt.Errorf("%w: no authenticator configured", ErrTokenSignature)
 	}
-	var tc authTokenClaims
+	tc := authTokenClaims{Exp: authTime{name: "exp"}, Nbf: authTime{name: "nbf"}, Iat: authTime{name: "iat"}}
 	if _, err := a.parser.ParseWithClaims(token, &tc, a.keyfunc); err != nil {
 		return nil, authClassify(err)
 	}
-	if tc.ExpiresAt == nil { // WithExpirationRequired makes this unreachable
+	if tc.Exp.t == nil { // WithExpirationRequired makes this unreachable
 		return nil, fmt.Errorf("%w: exp claim is required", ErrTokenClaims)
 	}
 	grants, err := authParseGrants(tc.Statecast)
 	if err != nil {
 		return nil, fmt.Errorf("%w: statecast claim: %v", ErrTokenClaims, err)
 	}
-	return &Claims{Subject: tc.Subject, Expiry: tc.ExpiresAt.Time, Grants: grants}, nil
+	return &Claims{Subject: tc.Subject, Expiry: tc.Exp.t.Time, Grants: grants}, nil
 }
 
 // authClassify maps a jwt error to one of this package's sentinels, keeping
 // the library's message (which never quotes the token) as detail.
 func authClassify(err error) error {
+	var te *authTimeError
+	if errors.As(err, &te) { // the library's wrapping adds nothing to te
+		if te.badType {
+			return fmt.Errorf("%w: %v", ErrTokenMalformed, te)
+		}
+		return fmt.Errorf("%w: %v", ErrTokenClaims, te)
+	}
 	var sentinel error
 	switch {
 	case errors.Is(err, errAuthCrit), errors.Is(err, jwt.ErrTokenMalformed):

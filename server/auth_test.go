@@ -449,6 +449,14 @@ func TestVerifyRejects(t *testing.T) {
 		{"missing aud", issCfg, hs(jwt.MapClaims{"iss": "https://issuer.example"}), ErrTokenClaims},
 		{"wrong iss and expired", issCfg, hs(jwt.MapClaims{"iss": "x", "aud": "statecast", "exp": authTestNow.Add(-time.Hour).Unix()}), ErrTokenClaims},
 		{"exp of the wrong type", hsCfg, hs(jwt.MapClaims{"exp": "tomorrow"}), ErrTokenMalformed},
+		{"exp a numeric string", hsCfg, hs(jwt.MapClaims{"exp": fmt.Sprint(authTestNow.Add(time.Hour).Unix())}), ErrTokenMalformed},
+		{"nbf a numeric string", hsCfg, hs(jwt.MapClaims{"nbf": fmt.Sprint(authTestNow.Unix())}), ErrTokenMalformed},
+		{"iat a numeric string", hsCfg, hs(jwt.MapClaims{"iat": fmt.Sprint(authTestNow.Unix())}), ErrTokenMalformed},
+		{"exp a boolean", hsCfg, hs(jwt.MapClaims{"exp": true}), ErrTokenMalformed},
+		{"exp 1e20", hsCfg, hs(jwt.MapClaims{"exp": 1e20}), ErrTokenClaims},
+		{"exp after the year 9999", hsCfg, hs(jwt.MapClaims{"exp": 253402300800}), ErrTokenClaims},
+		{"exp before 1970", hsCfg, hs(jwt.MapClaims{"exp": -1}), ErrTokenClaims},
+		{"nbf 1e300", hsCfg, hs(jwt.MapClaims{"nbf": 1e300}), ErrTokenClaims},
 
 		// The statecast claim.
 		{"statecast not an object", hsCfg, hs(jwt.MapClaims{"statecast": "all"}), ErrTokenClaims},
@@ -500,15 +508,17 @@ func TestVerifyLeewayAccepts(t *testing.T) {
 	k := authTestKeys()
 	a := authTestNew(t, AuthConfig{HMACSecret: k.secret})
 	for name, extra := range map[string]jwt.MapClaims{
-		"exp 4s ago":    {"exp": authTestNow.Add(-4 * time.Second).Unix()},
-		"nbf in 4s":     {"nbf": authTestNow.Add(4 * time.Second).Unix()},
-		"iat in 4s":     {"iat": authTestNow.Add(4 * time.Second).Unix()},
-		"nbf now":       {"nbf": authTestNow.Unix()},
-		"no iat":        {"iat": nil},
-		"no grants":     {"statecast": nil},
-		"null grants":   {"statecast": map[string]any{"grants": nil}},
-		"empty claim":   {"statecast": map[string]any{}},
-		"exp in a year": {"exp": authTestNow.AddDate(1, 0, 0).Unix()},
+		"exp 4s ago":     {"exp": authTestNow.Add(-4 * time.Second).Unix()},
+		"nbf in 4s":      {"nbf": authTestNow.Add(4 * time.Second).Unix()},
+		"iat in 4s":      {"iat": authTestNow.Add(4 * time.Second).Unix()},
+		"nbf now":        {"nbf": authTestNow.Unix()},
+		"no iat":         {"iat": nil},
+		"no grants":      {"statecast": nil},
+		"null grants":    {"statecast": map[string]any{"grants": nil}},
+		"empty claim":    {"statecast": map[string]any{}},
+		"exp in a year":  {"exp": authTestNow.AddDate(1, 0, 0).Unix()},
+		"exp in 9999":    {"exp": 253402300799},
+		"exp fractional": {"exp": float64(authTestNow.Unix()) + 0.5},
 	} {
 		tok := authTestSign(t, jwt.SigningMethodHS256, k.secret, authTestClaims(extra))
 		if _, err := a.Verify(tok); err != nil {
@@ -1088,4 +1098,26 @@ func FuzzVerify(f *testing.F) {
 		claims.CanRead(claims.Subject, claims.Subject)
 		claims.CanWrite("doc:"+claims.Subject, "presence/"+claims.Subject)
 	})
+}
+
+// TestVerifyTimeClaimMessages: a time claim that is no NumericDate is
+// named in the message, and a huge exp is not reported as expired.
+func TestVerifyTimeClaimMessages(t *testing.T) {
+	t.Parallel()
+	k := authTestKeys()
+	a := authTestNew(t, AuthConfig{HMACSecret: k.secret})
+	for _, tc := range []struct {
+		extra jwt.MapClaims
+		want  string
+	}{
+		{jwt.MapClaims{"exp": "1767225600"}, "exp must be a JSON number"},
+		{jwt.MapClaims{"iat": "1767225600"}, "iat must be a JSON number"},
+		{jwt.MapClaims{"exp": 1e20}, "invalid exp"},
+		{jwt.MapClaims{"nbf": 1e20}, "invalid nbf"},
+	} {
+		_, err := a.Verify(authTestSign(t, jwt.SigningMethodHS256, k.secret, authTestClaims(tc.extra)))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "expired") {
+			t.Errorf("%v: %v, want a message with %q", tc.extra, err, tc.want)
+		}
+	}
 }

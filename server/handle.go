@@ -108,7 +108,7 @@ func (c *conn) connect(r *wire.Request) error {
 		return closeWith(wire.CloseUnauthorized, "unauthorized: %v", err)
 	}
 	c.claims.Store(claims)
-	sess, resumed, old := c.s.sessions.open(c, r.Session, r.Resume)
+	sess, resumed, old := c.s.sessions.open(c, r.Session, r.Resume, claims.Subject)
 	if old != nil {
 		go old.end(wire.CloseSessionReplaced, "session taken over by another connection")
 	}
@@ -118,7 +118,7 @@ func (c *conn) connect(r *wire.Request) error {
 	msg := &wire.Connected{T: wire.TConnected, V: 1, Session: sess.id, Resume: sess.resume, Resumed: resumed,
 		PingMS: c.s.cfg.PingInterval.Milliseconds(), LeaseGraceMS: c.s.cfg.LeaseGrace.Milliseconds()}
 	if c.s.cfg.Auth != nil {
-		msg.ExpiresMS = time.Until(claims.Expiry).Milliseconds()
+		msg.ExpiresMS = time.Until(c.s.validUntil(claims)).Milliseconds()
 		c.watchExpiry(claims)
 	}
 	c.reply(msg)
@@ -134,13 +134,21 @@ func (s *Server) verify(token string) (*Claims, error) {
 	return s.cfg.Auth.Verify(token)
 }
 
+// validUntil is when Verify stops accepting the token of claims: its exp
+// plus the leeway. A session ends then, so a token accepted over HTTP is
+// accepted by a WebSocket too, and the other way round.
+func (s *Server) validUntil(claims *Claims) time.Time {
+	return claims.Expiry.Add(s.cfg.Auth.Leeway())
+}
+
 // watchExpiry asks for a refresh 30 s before claims expire and ends the
 // session when they do.
 func (c *conn) watchExpiry(claims *Claims) {
-	in := time.Until(claims.Expiry)
+	until := c.s.validUntil(claims)
+	in := time.Until(until)
 	c.addTimer(time.AfterFunc(max(in-30*time.Second, 0), func() {
 		if c.claims.Load() == claims {
-			c.reply(&wire.Refresh{T: wire.TRefresh, ExpiresMS: time.Until(claims.Expiry).Milliseconds()})
+			c.reply(&wire.Refresh{T: wire.TRefresh, ExpiresMS: time.Until(until).Milliseconds()})
 		}
 	}))
 	c.addTimer(time.AfterFunc(in, func() {
@@ -377,8 +385,10 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 		if !claims.CanWrite(room, op.Key) {
 			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow writing %q in room %q", op.Key, room))
 		}
-		if op.Lease != "" && !s.leases.alive(op.Lease) {
-			return store.Result{}, noLease(op.Lease)
+		if op.Lease != "" {
+			if u := s.leases.usable(op.Lease, claims.Subject); u != leaseOK {
+				return store.Result{}, leaseErr(op.Lease, u)
+			}
 		}
 	}
 	// The store keeps a lease under its node's name; the caller's Write is

@@ -406,7 +406,8 @@ func (s *Server) handleTxn(c echo.Context) error {
 }
 
 func (s *Server) handleLeaseGrant(c echo.Context) error {
-	if _, err := s.httpClaims(c, false); err != nil {
+	claims, err := s.httpClaims(c, false)
+	if err != nil {
 		return err
 	}
 	if err := s.httpWritable(); err != nil {
@@ -425,7 +426,7 @@ func (s *Server) handleLeaseGrant(c echo.Context) error {
 	if req.TTLMS < minLeaseTTL.Milliseconds() || req.TTLMS > maxLeaseTTL.Milliseconds() {
 		return newError(wire.CodeBadRequest, fmt.Sprintf("ttl_ms must be between %d and %d", minLeaseTTL.Milliseconds(), maxLeaseTTL.Milliseconds()))
 	}
-	id := s.leases.grant(time.Duration(req.TTLMS) * time.Millisecond)
+	id := s.leases.grant(time.Duration(req.TTLMS)*time.Millisecond, claims.Subject)
 	return replyJSON(c, leaseReply{ID: id, TTLMS: req.TTLMS})
 }
 
@@ -433,42 +434,55 @@ func noLease(id string) *Error {
 	return newError(wire.CodeNotFound, fmt.Sprintf("lease %q does not exist or has ended", id))
 }
 
-// leaseID reads the TTL lease named in the path, for an authenticated
-// caller; an id that cannot be a TTL lease is simply not found.
-func (s *Server) leaseID(c echo.Context) (string, error) {
-	if _, err := s.httpClaims(c, false); err != nil {
-		return "", err
+// leaseErr is the answer to a lease that cannot be used: not found, or
+// forbidden when another subject granted it. Forbidden rather than not
+// found (as etcd answers permission denied): ids are unguessable, so
+// saying the lease exists tells a caller that holds one nothing new, and
+// a client that sent the wrong token learns why.
+func leaseErr(id string, u leaseUse) *Error {
+	if u == leaseNotOwner {
+		return newError(wire.CodeForbidden, fmt.Sprintf("lease %q belongs to another subject: only the subject that granted it may keep it alive, revoke it or write under it", id))
+	}
+	return noLease(id)
+}
+
+// leaseID reads the TTL lease named in the path and the caller's claims;
+// an id that cannot be a TTL lease is simply not found.
+func (s *Server) leaseID(c echo.Context) (string, *Claims, error) {
+	claims, err := s.httpClaims(c, false)
+	if err != nil {
+		return "", nil, err
 	}
 	id, err := pathParam(c, "id")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if leaseParam(id) != nil {
-		return "", noLease(id)
+		return "", nil, noLease(id)
 	}
-	return id, nil
+	return id, claims, nil
 }
 
 func (s *Server) handleLeaseKeepAlive(c echo.Context) error {
-	id, err := s.leaseID(c)
+	id, claims, err := s.leaseID(c)
 	if err != nil {
 		return err
 	}
-	ttl, ok := s.leases.keepAlive(id)
-	if !ok {
-		return noLease(id)
+	ttl, u := s.leases.keepAlive(id, claims.Subject)
+	if u != leaseOK {
+		return leaseErr(id, u)
 	}
 	return replyJSON(c, leaseReply{ID: id, TTLMS: ttl.Milliseconds()})
 }
 
 func (s *Server) handleLeaseRevoke(c echo.Context) error {
-	id, err := s.leaseID(c)
+	id, claims, err := s.leaseID(c)
 	if err != nil {
 		return err
 	}
-	n, ok := s.leases.revoke(id)
-	if !ok {
-		return noLease(id)
+	n, u := s.leases.revoke(id, claims.Subject)
+	if u != leaseOK {
+		return leaseErr(id, u)
 	}
 	return replyJSON(c, revokeReply{ID: id, Keys: n})
 }

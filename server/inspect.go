@@ -104,10 +104,21 @@ func loopbackHost(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// forwarded reports whether a proxy says it forwarded r.
+// forwardHeaders are the headers proxies add to what they forward: the
+// standard ones, the de facto X-Forwarded-* family, and those of common
+// proxies and CDNs.
+var forwardHeaders = []string{
+	"Forwarded", "Via",
+	"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Port", "X-Forwarded-Server",
+	"X-Real-Ip", "X-Client-Ip", "X-Cluster-Client-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip",
+}
+
+// forwarded reports whether a proxy says it forwarded r. A header that is
+// present counts even when empty: a proxy that sets X-Forwarded-For to
+// what it received (nothing) still forwarded the request.
 func forwarded(r *http.Request) bool {
-	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Real-Ip"} {
-		if r.Header.Get(h) != "" {
+	for _, h := range forwardHeaders {
+		if _, ok := r.Header[h]; ok {
 			return true
 		}
 	}

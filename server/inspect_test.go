@@ -118,3 +118,34 @@ func TestInspectNeedsAdminTokenOffLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectEmptyForwardHeader: over a real loopback socket, a
+// forwarding header that is present but empty still marks the request
+// as forwarded: no loopback pass.
+func TestInspectEmptyForwardHeader(t *testing.T) {
+	e := newEnv(t, envOpts{Cfg: server.Config{AdminToken: "s3cret"}})
+	get := func(header string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(testCtx(t), http.MethodGet, e.TS.URL+"/v1/admin/inspect", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if header != "" {
+			req.Header[header] = []string{""}
+		}
+		resp, err := e.TS.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(""); code != http.StatusOK {
+		t.Fatalf("loopback, no forwarding header: %d, want 200", code)
+	}
+	for _, h := range []string{"X-Forwarded-For", "Forwarded", "X-Real-Ip", "X-Forwarded-Host", "Via", "True-Client-Ip"} {
+		if code := get(h); code != http.StatusUnauthorized {
+			t.Errorf("loopback with an empty %s: %d, want 401", h, code)
+		}
+	}
+}

@@ -53,6 +53,34 @@ type lease struct {
 	ttl      time.Duration // TTL leases: the keep-alive period
 	deadline time.Time     // zero while held by an attached session
 	keys     map[roomKey]uint64
+	// owner is the subject that granted the lease: only it may keep the
+	// lease alive, revoke it or bind keys to it. A lease adopted by
+	// recover has no known owner (the store keeps none), so nobody may:
+	// it only ends.
+	owner   string
+	adopted bool
+}
+
+// leaseUse is whether a subject may use a lease.
+type leaseUse int
+
+const (
+	leaseOK       leaseUse = iota
+	leaseMissing           // no such lease (any more), or adopted by recover
+	leaseNotOwner          // alive, but granted by another subject
+)
+
+// use says whether owner may use ls (which may be nil). An adopted lease
+// is as good as gone to every caller: its writer's keep-alive answers
+// not found, and it grants a new lease, as after an ended one.
+func (ls *lease) use(owner string) leaseUse {
+	switch {
+	case ls == nil || ls.adopted:
+		return leaseMissing
+	case ls.owner != owner:
+		return leaseNotOwner
+	}
+	return leaseOK
 }
 
 type roomKey struct{ room, key string }
@@ -100,11 +128,11 @@ func (l *lessor) signal() {
 	}
 }
 
-// grantSession creates a session lease, held until release.
-func (l *lessor) grantSession(id string) {
+// grantSession creates a session lease of subject owner, held until release.
+func (l *lessor) grantSession(id, owner string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.leases[id] = &lease{keys: make(map[roomKey]uint64)}
+	l.leases[id] = &lease{keys: make(map[roomKey]uint64), owner: owner}
 }
 
 // hold keeps a session lease alive again (its session was taken over).
@@ -130,49 +158,54 @@ func (l *lessor) release(id string, grace time.Duration) {
 	l.signal()
 }
 
-// grant creates a TTL lease.
-func (l *lessor) grant(ttl time.Duration) string {
+// grant creates a TTL lease of subject owner.
+func (l *lessor) grant(ttl time.Duration, owner string) string {
 	id := randomID("ttl_")
 	l.mu.Lock()
-	l.leases[id] = &lease{ttl: ttl, deadline: time.Now().Add(ttl), keys: make(map[roomKey]uint64)}
+	l.leases[id] = &lease{ttl: ttl, deadline: time.Now().Add(ttl), keys: make(map[roomKey]uint64), owner: owner}
 	l.mu.Unlock()
 	l.signal()
 	return id
 }
 
-// keepAlive renews a TTL lease; false when it does not exist (any more).
-func (l *lessor) keepAlive(id string) (time.Duration, bool) {
+// keepAlive renews the TTL lease id of subject owner.
+func (l *lessor) keepAlive(id, owner string) (time.Duration, leaseUse) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ls := l.leases[id]
-	if ls == nil || ls.ttl == 0 {
-		return 0, false
+	if ls != nil && ls.ttl == 0 {
+		ls = nil // a session lease is kept alive by its session
+	}
+	if u := ls.use(owner); u != leaseOK {
+		return 0, u
 	}
 	ls.deadline = time.Now().Add(ls.ttl)
-	return ls.ttl, true
+	return ls.ttl, leaseOK
 }
 
 // revoke ends a lease now and deletes its keys before returning (as etcd's
 // LeaseRevoke does), so a caller that revoked sees them gone. It returns
-// how many keys the lease held.
-func (l *lessor) revoke(id string) (int, bool) {
+// how many keys the lease held. Only its owner may revoke it.
+func (l *lessor) revoke(id, owner string) (int, leaseUse) {
 	l.mu.Lock()
 	ls := l.leases[id]
+	if u := ls.use(owner); u != leaseOK {
+		l.mu.Unlock()
+		return 0, u
+	}
 	delete(l.leases, id) // from here on attach cannot reach ls.keys
 	l.mu.Unlock()
-	if ls == nil {
-		return 0, false
-	}
 	l.metrics.leasesEnded.Inc()
 	n := len(ls.keys)
 	l.deleteKeys(ls.keys)
-	return n, true
+	return n, leaseOK
 }
 
-func (l *lessor) alive(id string) bool {
+// usable says whether subject owner may bind keys to lease id.
+func (l *lessor) usable(id, owner string) leaseUse {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.leases[id] != nil
+	return l.leases[id].use(owner)
 }
 
 // attach records that key was written at modRev under lease id. When the
@@ -195,8 +228,10 @@ func (l *lessor) attach(id, room, key string, modRev uint64) {
 }
 
 // recover adopts the leased keys a previous process left in the store:
-// each of their leases ends after grace (on a store of one node, a TTL
-// writer may still keep its lease alive by id). On a shared store it
+// each of their leases ends after grace. The store does not keep a
+// lease's owner, so an adopted lease can no longer be kept alive,
+// revoked or written to by anyone (not found): its writer grants a new
+// one, as after any lease that ended. On a shared store it
 // first registers, then adopts only the keys of nodes that are not
 // alive: the leases of live nodes stay theirs.
 func (l *lessor) recover(ctx context.Context, grace time.Duration) error {
@@ -224,7 +259,7 @@ func (l *lessor) recover(ctx context.Context, grace time.Duration) error {
 		}
 		ls := l.leases[id]
 		if ls == nil {
-			ls = &lease{ttl: grace, deadline: deadline, keys: make(map[roomKey]uint64)}
+			ls = &lease{ttl: grace, deadline: deadline, keys: make(map[roomKey]uint64), adopted: true}
 			l.leases[id] = ls
 		}
 		ls.keys[roomKey{room, kv.Key}] = kv.ModRev

@@ -2,6 +2,9 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,4 +153,34 @@ func TestLeaseStoredUnderNode(t *testing.T) {
 	if len(leases) != 1 || !strings.HasPrefix(leases[0], "n1.") || !strings.Contains(leases[0], "/session:") {
 		t.Fatalf("stored leases %q, want one under node n1", leases)
 	}
+}
+
+// TestLeaseRecoveredHasNoOwner: the store keeps no lease owner, so a TTL
+// lease adopted by the next start on the same file can no longer be kept
+// alive, revoked or written to (not found, as an ended lease: its writer
+// grants a new one); its keys end after the grace.
+func TestLeaseRecoveredHasNoOwner(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "statecast.db")
+	ctx := testCtx(t)
+	e1 := newEnv(t, envOpts{File: path})
+	id, err := e1.HTTP.GrantLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e1.HTTP.Put(ctx, "r", "k", json.RawMessage(`1`), nil, id); err != nil {
+		t.Fatal(err)
+	}
+	e1.stop()
+
+	e2 := newEnv(t, envOpts{File: path, Cfg: server.Config{LeaseGrace: 200 * time.Millisecond}})
+	if err := e2.HTTP.KeepAlive(ctx, id); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("keep-alive of an adopted lease: %v, want not found", err)
+	}
+	if _, err := e2.HTTP.Put(ctx, "r", "k2", json.RawMessage(`1`), nil, id); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("put under an adopted lease: %v, want not found", err)
+	}
+	waitFor(t, 10*time.Second, "the adopted lease's key to be deleted", func() bool {
+		l, err := e2.HTTP.List(ctx, "r", "")
+		return err == nil && len(l.Items) == 0
+	})
 }

@@ -20,11 +20,12 @@ type sessions struct {
 }
 
 type session struct {
-	id     string
-	resume string // secret the client presents to take the session over
-	lease  string // this session's lease id
-	conn   *conn  // nil while detached
-	timer  *time.Timer
+	id      string
+	subject string // the token subject that opened it; only it may resume
+	resume  string // secret the client presents to take the session over
+	lease   string // this session's lease id
+	conn    *conn  // nil while detached
+	timer   *time.Timer
 }
 
 func newSessions(l *lessor, grace time.Duration) *sessions {
@@ -37,13 +38,17 @@ func randomID(prefix string) string {
 	return prefix + base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// open attaches c to the session id when resume is its secret and it is
-// still alive, else to a new session. old is the connection the session
-// was taken from, to be closed by the caller.
-func (ss *sessions) open(c *conn, id, resume string) (s *session, resumed bool, old *conn) {
+// open attaches c to the session id when resume is its secret, subject
+// the subject that opened it, and it is still alive; else to a new
+// session of subject. A resume secret alone does not carry a session to
+// another subject: that connection gets a new session, and the old one
+// is left as it was (attached, or ending after its grace). old is the
+// connection the session was taken from, to be closed by the caller.
+func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, resumed bool, old *conn) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if s = ss.m[id]; s != nil && subtle.ConstantTimeCompare([]byte(s.resume), []byte(resume)) == 1 && ss.leases.hold(s.lease) {
+	if s = ss.m[id]; s != nil && subtle.ConstantTimeCompare([]byte(s.resume), []byte(resume)) == 1 &&
+		s.subject == subject && ss.leases.hold(s.lease) {
 		if s.timer != nil {
 			s.timer.Stop()
 			s.timer = nil
@@ -53,10 +58,10 @@ func (ss *sessions) open(c *conn, id, resume string) (s *session, resumed bool, 
 		s.resume = randomID("r_")
 		return s, true, old
 	}
-	s = &session{id: randomID("s_"), resume: randomID("r_"), conn: c}
+	s = &session{id: randomID("s_"), subject: subject, resume: randomID("r_"), conn: c}
 	s.lease = "session:" + s.id
 	ss.m[s.id] = s
-	ss.leases.grantSession(s.lease)
+	ss.leases.grantSession(s.lease, subject)
 	return s, false, nil
 }
 

@@ -3,7 +3,9 @@ package server_test
 import (
 	"crypto/rand"
 	"crypto/rsa"
+	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -119,6 +121,12 @@ func TestWSAuthConnect(t *testing.T) {
 		{"bad grants", func(t *testing.T) string {
 			return sign(t, jwt.SigningMethodHS256, hmacSecret, with(jwt.MapClaims{"statecast": map[string]any{
 				"grants": []any{map[string]any{"room": "*", "prefx": "a", "access": "rw"}}}}))
+		}, int(wire.CloseUnauthorized)},
+		{"exp a numeric string", func(t *testing.T) string {
+			return sign(t, jwt.SigningMethodHS256, hmacSecret, with(jwt.MapClaims{"exp": strconv.FormatInt(hour, 10)}))
+		}, int(wire.CloseUnauthorized)},
+		{"exp beyond the year 9999", func(t *testing.T) string {
+			return sign(t, jwt.SigningMethodHS256, hmacSecret, with(jwt.MapClaims{"exp": 1e20}))
 		}, int(wire.CloseUnauthorized)},
 		{"expired", func(t *testing.T) string {
 			return sign(t, jwt.SigningMethodHS256, hmacSecret, with(jwt.MapClaims{"exp": time.Now().Add(-time.Minute).Unix()}))
@@ -347,5 +355,129 @@ func TestWSAuthRefreshPermissions(t *testing.T) {
 	applyUntil(t, sub, v, func(m wire.Message) bool { return m.Rev == rev })
 	if string(v.Items["k"].Value) != `"admin"` {
 		t.Fatalf("existing subscription after the refresh: %+v", v.Items)
+	}
+}
+
+// TestWSAuthLeaseOwner: a TTL lease belongs to the subject that granted
+// it. Another subject, even one allowed to write every key, can neither
+// keep it alive, revoke it nor bind keys to it, over HTTP or WebSocket.
+func TestWSAuthLeaseOwner(t *testing.T) {
+	e := authEnv(t)
+	ctx := testCtx(t)
+	hour := time.Now().Add(time.Hour)
+	alice, bob := *e.HTTP, *e.HTTP
+	alice.Token, bob.Token = tokenFor(t, "alice", hour, allRooms), tokenFor(t, "bob", hour, allRooms)
+	id, err := alice.GrantLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Put(ctx, "r", "presence/alice", json.RawMessage(`1`), nil, id); err != nil {
+		t.Fatal(err)
+	}
+	bobWS := dial(t, e, &client.Options{Token: bob.Token})
+	for name, err := range map[string]error{
+		"keep-alive": bob.KeepAlive(ctx, id),
+		"revoke":     bob.Revoke(ctx, id),
+		"HTTP put":   func() error { _, err := bob.Put(ctx, "r", "k", json.RawMessage(`1`), nil, id); return err }(),
+		"HTTP txn": func() error {
+			_, err := bob.Txn(ctx, "r", nil, []wire.TxnOp{{Op: "put", Key: "k", Value: wire.Value(`1`), Lease: id}})
+			return err
+		}(),
+		"WebSocket put": func() error { _, err := bobWS.Put(ctx, "r", "k", 1, client.WithLease(id)); return err }(),
+	} {
+		if !errors.Is(err, client.ErrForbidden) {
+			t.Errorf("%s of alice's lease by bob: %v, want forbidden", name, err)
+		}
+	}
+	if l, err := alice.List(ctx, "r", ""); err != nil || len(l.Items) != 1 || l.Items[0].Key != "presence/alice" {
+		t.Fatalf("after bob's attempts: %+v, %v; want alice's key alone", l, err)
+	}
+	aliceWS := dial(t, e, &client.Options{Token: alice.Token})
+	if _, err := aliceWS.Put(ctx, "r", "presence/alice2", 1, client.WithLease(id)); err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.KeepAlive(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Revoke(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := alice.List(ctx, "r", ""); err != nil || len(l.Items) != 0 {
+		t.Fatalf("after alice's revoke: %+v, %v; want no key", l, err)
+	}
+}
+
+// TestWSAuthResumeOtherSubject: a session's resume secret does not carry
+// it to another subject: that connect gets a new session, and the owner
+// keeps its connection and can still resume later.
+func TestWSAuthResumeOtherSubject(t *testing.T) {
+	e := authEnv(t)
+	hour := time.Now().Add(time.Hour)
+	connect := func(r *rawConn, sub, session, resume string) rawMsg {
+		t.Helper()
+		r.send(&wire.Request{T: wire.TConnect, Token: tokenFor(t, sub, hour, allRooms), Session: session, Resume: resume})
+		m := r.next()
+		if m.T != wire.TConnected {
+			t.Fatalf("%s: got %+v, want connected", sub, m)
+		}
+		return m
+	}
+	for _, codec := range codecs {
+		t.Run(codec, func(t *testing.T) {
+			a := dialRaw(t, e, codec)
+			first := connect(a, "alice", "", "")
+			a.send(&wire.Request{T: wire.TPut, ID: 1, Room: "r", Key: "presence/" + codec, Value: wire.Value(`1`), Lease: "session"})
+			if m := a.reply(1); m.T != wire.TOK {
+				t.Fatalf("put: %+v", m)
+			}
+
+			m := connect(dialRaw(t, e, codec), "mallory", first.Session, first.Resume)
+			if m.Resumed || m.Session == first.Session {
+				t.Fatalf("mallory with alice's resume secret: %+v, want a new session", m.Message)
+			}
+			a.send(&wire.Request{T: wire.TPing, ID: 2})
+			if m := a.next(); m.T != wire.TPong {
+				t.Fatalf("alice after mallory's attempt: %+v, want pong", m)
+			}
+
+			// Alice reconnects with her secret, which mallory's attempt
+			// did not use up.
+			_ = a.ws.CloseNow()
+			m = connect(dialRaw(t, e, codec), "alice", first.Session, first.Resume)
+			if !m.Resumed || m.Session != first.Session {
+				t.Fatalf("alice resuming: %+v, want her session resumed", m.Message)
+			}
+		})
+	}
+}
+
+// TestWSAuthLeewayAgrees: a token past its exp but within the leeway is
+// accepted by HTTP and by a WebSocket alike; the session ends (4002) when
+// the leeway has passed, and from then on HTTP refuses the token too.
+func TestWSAuthLeewayAgrees(t *testing.T) {
+	auth, err := server.NewAuthenticator(server.AuthConfig{HMACSecret: hmacSecret, Leeway: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOpts{Cfg: server.Config{Auth: auth}})
+	ctx := testCtx(t)
+	tok := tokenFor(t, "alice", time.Unix(time.Now().Unix()-1, 0), allRooms) // 1 to 2 s ago
+	h := *e.HTTP
+	h.Token = tok
+	if _, err := h.List(ctx, "r", ""); err != nil {
+		t.Fatalf("HTTP within the leeway: %v", err)
+	}
+	c := dial(t, e, &client.Options{Token: tok})
+	if ms := c.Connected().ExpiresMS; ms <= 0 {
+		t.Fatalf("connected expires_ms = %d within the leeway, want > 0", ms)
+	}
+	if _, err := c.Put(ctx, "r", "k", 1); err != nil {
+		t.Fatalf("WebSocket within the leeway: %v", err)
+	}
+	if code := waitDone(t, c, 10*time.Second); code != int(wire.CloseTokenExpired) {
+		t.Fatalf("closed with %d (%v), want 4002", code, c.Err())
+	}
+	if _, err := h.List(ctx, "r", ""); !errors.Is(err, client.ErrUnauthorized) {
+		t.Fatalf("HTTP once the session ended: %v, want unauthorized", err)
 	}
 }
