@@ -17,7 +17,6 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
-	"golang.org/x/time/rate"
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/wire"
@@ -57,7 +56,7 @@ type conn struct {
 
 	sess     *session
 	claims   atomic.Pointer[Claims]
-	limiter  *rate.Limiter
+	addr     string       // the peer's address, whose write limit an anonymous client takes
 	lastRead atomic.Int64 // unix nanos of the last frame read
 	wake     chan struct{}
 
@@ -150,8 +149,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 	c := &conn{
 		s: s, ws: ws, nc: lean.nc, br: lean.br, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
 		wctx: wctx, wcancel: wcancel,
-		limiter: rate.NewLimiter(rate.Limit(s.cfg.WriteRate), s.cfg.WriteBurst),
-		wake:    make(chan struct{}, 1), subs: make(map[uint64]*sub),
+		addr: r.RemoteAddr, wake: make(chan struct{}, 1), subs: make(map[uint64]*sub),
 	}
 	if !s.addConn(c) {
 		cancel()

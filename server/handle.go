@@ -299,9 +299,8 @@ func (c *conn) write(r *wire.Request) {
 		c.replyErr(r.ID, newError(wire.CodeUnavailable, "server is shutting down; nothing was written"))
 		return
 	}
-	if !c.limiter.Allow() {
-		c.s.metrics.rateLimited.Inc()
-		c.replyErr(r.ID, newError(wire.CodeRateLimited, fmt.Sprintf("more than %g writes per second on this connection", c.s.cfg.WriteRate)))
+	if ok, _ := c.s.writeLimits.allow(writerKey(c.claims.Load(), c.addr)); !ok {
+		c.replyErr(r.ID, c.s.rateLimited())
 		return
 	}
 	w, err := c.toWrite(r)

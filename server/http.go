@@ -306,6 +306,9 @@ func (s *Server) keyWrite(c echo.Context) (keyWrite, error) {
 	if err := s.httpWritable(); err != nil {
 		return keyWrite{}, err
 	}
+	if err := s.httpAllowWrite(c.Request(), c.Response().Header(), claims); err != nil {
+		return keyWrite{}, err
+	}
 	room, key, err := s.httpTarget(c, true)
 	if err != nil {
 		return keyWrite{}, err
@@ -363,6 +366,9 @@ func (s *Server) handleTxn(c echo.Context) error {
 		return err
 	}
 	if err := s.httpWritable(); err != nil {
+		return err
+	}
+	if err := s.httpAllowWrite(c.Request(), c.Response().Header(), claims); err != nil {
 		return err
 	}
 	room, _, err := s.httpTarget(c, false)

@@ -26,6 +26,7 @@ type apiOpts struct {
 	retention store.RetentionPolicy
 	progress  time.Duration // engine ProgressInterval; 0 = disabled
 	timing    sseTiming     // zero = defaultSSETiming
+	cfg       Config        // the rest of the server's configuration
 }
 
 type apiEnv struct {
@@ -48,7 +49,9 @@ func newAPIEnv(t testing.TB, o apiOpts) *apiEnv {
 	}
 	eng := rooms.New(st, rooms.Config{Retention: o.retention, ProgressInterval: progress})
 	t.Cleanup(func() { eng.Close() })
-	srv, err := New(context.Background(), Config{Store: st, Engine: eng, Auth: o.auth, WriteTimeout: 5 * time.Second})
+	cfg := o.cfg
+	cfg.Store, cfg.Engine, cfg.Auth, cfg.WriteTimeout = st, eng, o.auth, 5*time.Second
+	srv, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +76,9 @@ type apiResp struct {
 	body   []byte
 }
 
-// do sends a request; hdr holds header name/value pairs.
+// do sends a request; hdr holds header name/value pairs ("Host" sets the
+// request's Host). A body is sent as application/json unless hdr says
+// otherwise.
 func (e *apiEnv) do(t testing.TB, method, path, body string, hdr ...string) apiResp {
 	t.Helper()
 	var rd io.Reader
@@ -84,7 +89,14 @@ func (e *apiEnv) do(t testing.TB, method, path, body string, hdr ...string) apiR
 	if err != nil {
 		t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // as every client sends
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := e.client.Do(req)
@@ -574,6 +586,8 @@ func FuzzHTTPInputs(f *testing.F) {
 		if err != nil {
 			t.Skip()
 		}
+		req.Host = "localhost"
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("If-Match", strings.Map(apiHeaderSafe, cond))
 		req.Header.Set("Last-Event-ID", strings.Map(apiHeaderSafe, from))
 		rec := httptest.NewRecorder()

@@ -100,9 +100,10 @@ func TestInspectNeedsAdminTokenOffLoopback(t *testing.T) {
 		t.Errorf("IPv6 loopback without token: %d, want 200", code)
 	}
 	// A page on a name that resolves to 127.0.0.1 (DNS rebinding) sends
-	// its own Host: no loopback pass.
-	if code, _, _ := getInspect(t, e, "127.0.0.1:40000", "", "Host", "rebind.example:8080"); code != http.StatusUnauthorized {
-		t.Errorf("loopback peer, Host rebind.example: %d, want 401", code)
+	// its own Host: no loopback pass (and in anonymous mode, no answer at
+	// all: origin.go).
+	if code, _, _ := getInspect(t, e, "127.0.0.1:40000", "", "Host", "rebind.example:8080"); code != http.StatusForbidden {
+		t.Errorf("loopback peer, Host rebind.example: %d, want 403", code)
 	}
 	if code, _, _ := getInspect(t, e, "127.0.0.1:40000", "", "Host", "localhost:8080"); code != http.StatusOK {
 		t.Errorf("loopback peer, Host localhost: %d, want 200", code)

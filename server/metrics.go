@@ -46,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		bytesOut:     prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_bytes_out_total", Help: "Bytes written to WebSockets."}),
 		framesOut:    prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_frames_out_total", Help: "WebSocket frames written (each may batch many messages)."}),
 		slowCloses:   prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_slow_consumer_closes_total", Help: "Sockets closed for not draining within the write timeout."}),
-		rateLimited:  prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_rate_limited_total", Help: "Writes refused by the per-connection rate limit."}),
+		rateLimited:  prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_rate_limited_total", Help: "Writes refused by the per-subject write rate limit."}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_auth_failures_total", Help: "Tokens refused."}),
 		leasesEnded:  prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_leases_ended_total", Help: "Leases ended (expired, released or revoked)."}),
 		storeErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_store_errors_total", Help: "Store operations that failed for a reason other than bad input or a conflict."}),

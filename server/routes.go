@@ -15,6 +15,7 @@ func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.httpError
+	e.Pre(s.originGuard) // Host, CORS and foreign writes: before routing, for every route
 	e.GET("/v1/ws", s.handleWS)
 	s.apiRoutes(e.Group("/v1"))
 	e.GET("/v1/admin/inspect", s.handleInspect)
@@ -88,7 +89,7 @@ func statusOf(e *Error) int {
 
 func codeForStatus(status int) string {
 	switch status {
-	case http.StatusBadRequest:
+	case http.StatusBadRequest, http.StatusUnsupportedMediaType:
 		return wire.CodeBadRequest
 	case http.StatusUnauthorized:
 		return wire.CodeUnauthorized

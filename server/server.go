@@ -30,15 +30,20 @@ type Config struct {
 	// the caller (cmd/statecast) allows that only on loopback addresses.
 	Auth *Authenticator
 
-	// AllowOrigins are extra Origin host patterns allowed to open
-	// WebSockets (path.Match syntax); the request's own host always is.
+	// AllowOrigins are extra Origin host patterns (path.Match syntax)
+	// allowed to open WebSockets, to write over HTTP and to read the HTTP
+	// API cross-origin (CORS); the request's own host always is.
 	AllowOrigins []string
+	// AllowHosts are extra Host name patterns (path.Match syntax) served
+	// in anonymous mode, besides localhost, *.localhost and IP addresses
+	// (origin.go). Unused with Auth.
+	AllowHosts []string
 
 	MaxFrameBytes    int64         // largest frame read; default 1 MiB
 	MaxSubscriptions int           // per connection; default 256
 	MaxPrefixes      int           // key prefixes per subscription; default 64
 	MaxConnPrefixes  int           // key prefixes of all a connection's subscriptions; default 1,024
-	WriteRate        float64       // writes per second per connection; default 200
+	WriteRate        float64       // writes per second per subject (anonymous: per address); default 200
 	WriteBurst       int           // default 2 × WriteRate
 	MaxConnections   int           // per server; default 100,000
 	WriteTimeout     time.Duration // for one frame to a socket; default 10s
@@ -141,6 +146,8 @@ type Server struct {
 	leases   *lessor
 	sessions *sessions
 	log      *slog.Logger
+	// writeLimits is the write rate limit shared by every surface.
+	writeLimits *writeLimits
 
 	draining atomic.Bool // refuse new writes and connections
 	connWG   sync.WaitGroup
@@ -158,7 +165,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	s := &Server{
 		cfg: cfg, engine: cfg.Engine, store: cfg.Store, log: cfg.Logger,
-		conns: make(map[*conn]struct{}),
+		conns:       make(map[*conn]struct{}),
+		writeLimits: newWriteLimits(cfg.WriteRate, cfg.WriteBurst),
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -236,33 +237,6 @@ func TestWSViolations(t *testing.T) {
 				return err == nil
 			})
 		}},
-		{"write rate limit answers rate_limited", server.Config{WriteRate: 5, WriteBurst: 5}, func(t *testing.T, e *env) {
-			c, ctx := dialCodec(t, e, "json"), testCtx(t)
-			for i := range 5 {
-				if _, err := c.Put(ctx, "r", fmt.Sprint("k", i), i); err != nil {
-					t.Fatalf("write %d within the burst: %v", i, err)
-				}
-			}
-			_, err := c.Put(ctx, "r", "over", 1)
-			var ce *client.Error
-			if !errors.Is(err, client.ErrRateLimited) || !errors.As(err, &ce) || ce.Message == "" {
-				t.Fatalf("write over the burst: %v, want rate_limited", err)
-			}
-			if _, _, err := e.HTTP.Get(ctx, "r", "over"); !errors.Is(err, client.ErrNotFound) {
-				t.Fatalf("a rate-limited write was applied: %v", err)
-			}
-			// Reads and pings are not writes.
-			if _, err := c.Subscribe(ctx, "r", client.SubscribeOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, 5*time.Second, "the rate limit to let a write through", func() bool {
-				_, err := c.Put(ctx, "r", "later", 1)
-				if err != nil && !errors.Is(err, client.ErrRateLimited) {
-					t.Fatal(err)
-				}
-				return err == nil
-			})
-		}},
 		{"subscription limit answers too_many_subscriptions", server.Config{MaxSubscriptions: 2}, func(t *testing.T, e *env) {
 			r, _ := connectRaw(t, e, "msgpack")
 			r.send(&wire.Request{T: wire.TSub, ID: 1, Room: "a"}, &wire.Request{T: wire.TSub, ID: 2, Room: "b"},
@@ -345,4 +319,54 @@ func TestWSMaxFrameDefault(t *testing.T) {
 	if code, _ := r.closeStatus(10 * time.Second); code != websocket.StatusMessageTooBig {
 		t.Fatalf("a frame over 1 MiB: close %d, want 1009", code)
 	}
+}
+
+// TestWriteRateLimitPerSubject: the write limit is one bucket per subject,
+// shared by all its sockets and its HTTP writes (a client got a fresh
+// bucket per socket, and none over HTTP); another subject's writes, and
+// reads, are not affected.
+func TestWriteRateLimitPerSubject(t *testing.T) {
+	auth, err := server.NewAuthenticator(server.AuthConfig{HMACSecret: hmacSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOpts{Cfg: server.Config{Auth: auth, WriteRate: 5, WriteBurst: 5}})
+	ctx := testCtx(t)
+	alice := tokenFor(t, "alice", time.Now().Add(time.Hour), allRooms)
+	a1, a2 := dial(t, e, &client.Options{Token: alice}), dial(t, e, &client.Options{Token: alice})
+	aliceHTTP := &client.HTTP{URL: e.TS.URL, Token: alice}
+	for i := range 5 {
+		if _, err := a1.Put(ctx, "r", fmt.Sprint("k", i), i); err != nil {
+			t.Fatalf("write %d within the burst: %v", i, err)
+		}
+	}
+	_, err = a2.Put(ctx, "r", "over", 1)
+	var ce *client.Error
+	if !errors.Is(err, client.ErrRateLimited) || !errors.As(err, &ce) || ce.Message == "" {
+		t.Fatalf("write over the burst on a second socket: %v, want rate_limited", err)
+	}
+	if _, err := aliceHTTP.Put(ctx, "r", "over", json.RawMessage(`1`), nil, ""); !errors.Is(err, client.ErrRateLimited) || !errors.As(err, &ce) || ce.Status != 429 {
+		t.Fatalf("write over the burst over HTTP: %v, want 429 rate_limited", err)
+	}
+	if _, _, err := aliceHTTP.Get(ctx, "r", "over"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("a rate-limited write was applied: %v", err)
+	}
+	// Another subject has its own bucket; reads and pings are not writes.
+	bob := dial(t, e, &client.Options{Token: tokenFor(t, "bob", time.Now().Add(time.Hour), allRooms)})
+	if _, err := bob.Put(ctx, "r", "bob", 1); err != nil {
+		t.Fatalf("another subject's write: %v", err)
+	}
+	if _, err := a1.Subscribe(ctx, "r", client.SubscribeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a2.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the rate limit to let a write through", func() bool {
+		_, err := a2.Put(ctx, "r", "later", 1)
+		if err != nil && !errors.Is(err, client.ErrRateLimited) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
 }

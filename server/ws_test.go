@@ -77,7 +77,7 @@ func TestWSFramesWithUpgrade(t *testing.T) {
 			}
 			defer nc.Close()
 			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-			req := "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+			req := "GET /v1/ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 				"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
 			pad := strings.Repeat("x", size)
 			frames := maskedFrame(`{"t":"connect"}`) // then a ping, padded by an unknown field

@@ -56,7 +56,7 @@ type serveFlags struct {
 	algs                                listFlag
 	issuer, audience                    string
 	insecure                            bool
-	origins                             listFlag
+	origins, hosts                      listFlag
 	history                             int
 	historyAge                          time.Duration
 	classes                             classFlag
@@ -87,7 +87,8 @@ func serve(args []string) error {
 	fs.StringVar(&f.issuer, "jwt-issuer", "", "required JWT iss")
 	fs.StringVar(&f.audience, "jwt-audience", "", "required JWT aud")
 	fs.BoolVar(&f.insecure, "insecure-no-auth", false, "allow anonymous access on a non-loopback address")
-	fs.Var(&f.origins, "allow-origin", "extra Origin host patterns allowed to open WebSockets")
+	fs.Var(&f.origins, "allow-origin", "extra Origin host patterns allowed to open WebSockets, write over HTTP and read the HTTP API cross-origin (CORS)")
+	fs.Var(&f.hosts, "allow-host", "without auth: extra Host name patterns served, besides localhost, *.localhost and IP addresses (DNS rebinding guard)")
 	fs.IntVar(&f.history, "history", store.DefaultMaxEvents, "events of history retained per room")
 	fs.DurationVar(&f.historyAge, "history-age", 0, "also drop history older than this (0 = no age limit)")
 	fs.Var(&f.classes, "history-class", "retention of rooms named PREFIX*: PREFIX=EVENTS[/AGE] (repeatable)")
@@ -97,7 +98,7 @@ func serve(args []string) error {
 	fs.IntVar(&f.maxPrefixes, "max-prefixes", 64, "key prefixes per watch (WebSocket sub or SSE)")
 	fs.IntVar(&f.maxConnPrefixes, "max-conn-prefixes", 1024, "key prefixes over all the subscriptions of one WebSocket")
 	fs.IntVar(&f.maxConns, "max-connections", 100_000, "connections per server")
-	fs.Float64Var(&f.writeRate, "write-rate", 200, "writes per second per connection")
+	fs.Float64Var(&f.writeRate, "write-rate", 200, "writes per second per token subject (without auth: per client address), over WebSockets and HTTP together; burst twice that")
 	fs.DurationVar(&f.writeTimeout, "write-timeout", 10*time.Second, "a socket that does not take a frame within this is closed (4000)")
 	fs.DurationVar(&f.leaseGrace, "lease-grace", 5*time.Second, "how long a session's leases outlive its socket")
 	fs.DurationVar(&f.pingEvery, "ping-interval", 25*time.Second, "client ping interval announced to clients")
@@ -147,7 +148,7 @@ func run(f serveFlags) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := server.New(ctx, server.Config{
-		Store: st, Engine: engine, Auth: auth, AllowOrigins: f.origins,
+		Store: st, Engine: engine, Auth: auth, AllowOrigins: f.origins, AllowHosts: f.hosts,
 		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxPrefixes: f.maxPrefixes, MaxConnPrefixes: f.maxConnPrefixes, MaxConnections: f.maxConns,
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
 		NodeID: f.nodeID, NodeTimeout: f.nodeTimeout,
@@ -164,6 +165,7 @@ func run(f serveFlags) error {
 	fmt.Printf("statecast listening on http://%s (store: %s)\n", ln.Addr(), where)
 	if auth == nil {
 		fmt.Println("statecast: no auth configured: anonymous clients may read and write every room")
+		fmt.Println("statecast: anonymous mode answers only Host names localhost, *.localhost, IP addresses and --allow-host patterns")
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
