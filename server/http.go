@@ -419,6 +419,10 @@ func (s *Server) handleLeaseGrant(c echo.Context) error {
 	if err := s.httpWritable(); err != nil {
 		return err
 	}
+	// A grant holds memory until its TTL ends: it counts as a write.
+	if err := s.httpAllowWrite(c.Request(), c.Response().Header(), claims); err != nil {
+		return err
+	}
 	body, err := readBody(c, smallBodyBytes)
 	if err != nil {
 		return err
@@ -432,7 +436,10 @@ func (s *Server) handleLeaseGrant(c echo.Context) error {
 	if req.TTLMS < minLeaseTTL.Milliseconds() || req.TTLMS > maxLeaseTTL.Milliseconds() {
 		return newError(wire.CodeBadRequest, fmt.Sprintf("ttl_ms must be between %d and %d", minLeaseTTL.Milliseconds(), maxLeaseTTL.Milliseconds()))
 	}
-	id := s.leases.grant(time.Duration(req.TTLMS)*time.Millisecond, claims.Subject)
+	id, ok := s.leases.grant(time.Duration(req.TTLMS)*time.Millisecond, claims.Subject)
+	if !ok {
+		return newError(wire.CodeTooLarge, fmt.Sprintf("at most %d TTL leases per subject: revoke one or let one expire", s.cfg.MaxLeases))
+	}
 	return replyJSON(c, leaseReply{ID: id, TTLMS: req.TTLMS})
 }
 
@@ -484,6 +491,11 @@ func (s *Server) handleLeaseKeepAlive(c echo.Context) error {
 func (s *Server) handleLeaseRevoke(c echo.Context) error {
 	id, claims, err := s.leaseID(c)
 	if err != nil {
+		return err
+	}
+	// A revoke deletes the lease's keys: it counts as a write. A
+	// keep-alive does not, so writing hard cannot expire one's own lease.
+	if err := s.httpAllowWrite(c.Request(), c.Response().Header(), claims); err != nil {
 		return err
 	}
 	n, u := s.leases.revoke(id, claims.Subject)

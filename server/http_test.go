@@ -624,3 +624,16 @@ func apiHeaderSafe(r rune) rune {
 	}
 	return r
 }
+
+// TestHTTPLeaseLimit: a subject holds at most MaxLeases TTL leases; an
+// ended one gives its place back.
+func TestHTTPLeaseLimit(t *testing.T) {
+	e := newAPIEnv(t, apiOpts{cfg: Config{MaxLeases: 2}})
+	var l apiLease
+	e.do(t, "POST", "/v1/leases", `{"ttl_ms":60000}`).want(t, 200, &l)
+	e.do(t, "POST", "/v1/leases", `{"ttl_ms":60000}`).want(t, 200, nil)
+	e.do(t, "POST", "/v1/leases", `{"ttl_ms":60000}`).wantErr(t, 413, "too_large")
+	e.do(t, "DELETE", "/v1/leases/"+l.ID, "").want(t, 200, nil)
+	e.do(t, "POST", "/v1/leases", `{"ttl_ms":60000}`).want(t, 200, nil)
+	e.do(t, "POST", "/v1/leases", `{"ttl_ms":60000}`).wantErr(t, 413, "too_large")
+}

@@ -41,6 +41,10 @@ type lessor struct {
 
 	mu     sync.Mutex
 	leases map[string]*lease
+	// owned counts the TTL leases of each subject, at most maxOwned: a
+	// lease holds memory until its TTL ends, however fast it was granted.
+	owned    map[string]int
+	maxOwned int
 
 	wake chan struct{}
 	stop chan struct{}
@@ -91,7 +95,7 @@ const deleteAttempts = 10
 
 func newLessor(e *rooms.Engine, st store.Store, node string, nodeTimeout time.Duration, log *slog.Logger, m *metrics) *lessor {
 	l := &lessor{engine: e, st: st, node: node, nodeTimeout: nodeTimeout, log: log, metrics: m,
-		leases: make(map[string]*lease), wake: make(chan struct{}, 1), stop: make(chan struct{})}
+		leases: make(map[string]*lease), owned: make(map[string]int), wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	l.nodes, _ = st.(store.Nodes)
 	l.ctx, l.halt = context.WithCancel(context.Background())
 	l.wg.Add(1)
@@ -159,13 +163,28 @@ func (l *lessor) release(id string, grace time.Duration) {
 }
 
 // grant creates a TTL lease of subject owner.
-func (l *lessor) grant(ttl time.Duration, owner string) string {
+func (l *lessor) grant(ttl time.Duration, owner string) (string, bool) {
 	id := randomID("ttl_")
 	l.mu.Lock()
+	if l.owned[owner] >= l.maxOwned {
+		l.mu.Unlock()
+		return "", false
+	}
+	l.owned[owner]++
 	l.leases[id] = &lease{ttl: ttl, deadline: time.Now().Add(ttl), keys: make(map[roomKey]uint64), owner: owner}
 	l.mu.Unlock()
 	l.signal()
-	return id
+	return id, true
+}
+
+// dropLocked forgets lease id (ls), giving its owner's count back.
+func (l *lessor) dropLocked(id string, ls *lease) {
+	delete(l.leases, id)
+	if ls.ttl > 0 && !ls.adopted {
+		if l.owned[ls.owner]--; l.owned[ls.owner] <= 0 {
+			delete(l.owned, ls.owner)
+		}
+	}
 }
 
 // keepAlive renews the TTL lease id of subject owner.
@@ -193,7 +212,7 @@ func (l *lessor) revoke(id, owner string) (int, leaseUse) {
 		l.mu.Unlock()
 		return 0, u
 	}
-	delete(l.leases, id) // from here on attach cannot reach ls.keys
+	l.dropLocked(id, ls) // from here on attach cannot reach ls.keys
 	l.mu.Unlock()
 	l.metrics.leasesEnded.Inc()
 	n := len(ls.keys)
@@ -392,7 +411,7 @@ func (l *lessor) fence() {
 		for k, rev := range ls.keys {
 			keys[k] = rev
 		}
-		delete(l.leases, id)
+		l.dropLocked(id, ls)
 	}
 	l.mu.Unlock()
 	l.deleteKeys(keys)
@@ -427,7 +446,7 @@ func (l *lessor) expire(now time.Time) time.Time {
 		switch {
 		case ls.deadline.IsZero():
 		case !ls.deadline.After(now):
-			delete(l.leases, id)
+			l.dropLocked(id, ls)
 			if keys == nil {
 				keys = make(map[roomKey]uint64)
 			}

@@ -213,6 +213,8 @@ func TestHTTPWriteRateLimit(t *testing.T) {
 		{"PUT", "/v1/rooms/r/kv/over", "1"},
 		{"DELETE", "/v1/rooms/r/kv/k0", ""},
 		{"POST", "/v1/rooms/r/txn", `{"ops":[{"op":"put","key":"over","value":1}]}`},
+		{"POST", "/v1/leases", `{"ttl_ms":10000}`},
+		{"DELETE", "/v1/leases/ttl_x", ""},
 	} {
 		r := e.do(t, w[0], w[1], w[2])
 		r.wantErr(t, 429, "rate_limited")

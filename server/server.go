@@ -46,6 +46,7 @@ type Config struct {
 	WriteRate        float64       // writes per second per subject (anonymous: per address); default 200
 	WriteBurst       int           // default 2 × WriteRate
 	MaxConnections   int           // per server; default 100,000
+	MaxLeases        int           // TTL leases per subject (anonymous: all together); default 1,000
 	WriteTimeout     time.Duration // for one frame to a socket; default 10s
 	StoreTimeout     time.Duration // for one store write; default 5s
 	PingInterval     time.Duration // announced ping_ms; default 25s
@@ -91,6 +92,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConnPrefixes <= 0 {
 		c.MaxConnPrefixes = 1024
+	}
+	if c.MaxLeases <= 0 {
+		c.MaxLeases = 1000
 	}
 	if c.WriteRate <= 0 {
 		c.WriteRate = 200
@@ -179,6 +183,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	node := cfg.NodeID + "." + randomID("")[:8]
 	s.leases = newLessor(cfg.Engine, cfg.Store, node, cfg.NodeTimeout, cfg.Logger, m)
 	s.leases.onFence = s.fenced
+	s.leases.maxOwned = cfg.MaxLeases
 	s.sessions = newSessions(s.leases, cfg.LeaseGrace)
 	if err := s.leases.recover(ctx, cfg.LeaseGrace); err != nil {
 		s.leases.close()

@@ -63,6 +63,7 @@ type serveFlags struct {
 	maxFrame, maxValue                  int
 	maxSubs, maxConns                   int
 	maxPrefixes, maxConnPrefixes        int
+	maxLeases                           int
 	writeRate                           float64
 	writeTimeout, leaseGrace, pingEvery time.Duration
 	nodeTimeout                         time.Duration
@@ -97,6 +98,7 @@ func serve(args []string) error {
 	fs.IntVar(&f.maxSubs, "max-subscriptions", 256, "subscriptions per connection")
 	fs.IntVar(&f.maxPrefixes, "max-prefixes", 64, "key prefixes per watch (WebSocket sub or SSE)")
 	fs.IntVar(&f.maxConnPrefixes, "max-conn-prefixes", 1024, "key prefixes over all the subscriptions of one WebSocket")
+	fs.IntVar(&f.maxLeases, "max-leases", 1000, "TTL leases per token subject (without auth: all clients together)")
 	fs.IntVar(&f.maxConns, "max-connections", 100_000, "connections per server")
 	fs.Float64Var(&f.writeRate, "write-rate", 200, "writes per second per token subject (without auth: per client address), over WebSockets and HTTP together; burst twice that")
 	fs.DurationVar(&f.writeTimeout, "write-timeout", 10*time.Second, "a socket that does not take a frame within this is closed (4000)")
@@ -149,7 +151,7 @@ func run(f serveFlags) error {
 	defer stop()
 	srv, err := server.New(ctx, server.Config{
 		Store: st, Engine: engine, Auth: auth, AllowOrigins: f.origins, AllowHosts: f.hosts,
-		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxPrefixes: f.maxPrefixes, MaxConnPrefixes: f.maxConnPrefixes, MaxConnections: f.maxConns,
+		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxPrefixes: f.maxPrefixes, MaxConnPrefixes: f.maxConnPrefixes, MaxConnections: f.maxConns, MaxLeases: f.maxLeases,
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
 		NodeID: f.nodeID, NodeTimeout: f.nodeTimeout,
 		Logger: log, Static: http.FileServerFS(demo.Files), AdminToken: adminToken,
