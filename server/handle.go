@@ -118,7 +118,7 @@ func (c *conn) connect(r *wire.Request) error {
 	msg := &wire.Connected{T: wire.TConnected, V: 1, Session: sess.id, Resume: sess.resume, Resumed: resumed,
 		PingMS: c.s.cfg.PingInterval.Milliseconds(), LeaseGraceMS: c.s.cfg.LeaseGrace.Milliseconds()}
 	if c.s.cfg.Auth != nil {
-		msg.ExpiresMS = time.Until(c.s.validUntil(claims)).Milliseconds()
+		msg.ExpiresMS = time.Until(claims.Expiry).Milliseconds()
 		c.watchExpiry(claims)
 	}
 	c.reply(msg)
@@ -141,17 +141,17 @@ func (s *Server) validUntil(claims *Claims) time.Time {
 	return claims.Expiry.Add(s.cfg.Auth.Leeway())
 }
 
-// watchExpiry asks for a refresh 30 s before claims expire and ends the
-// session when they do.
+// watchExpiry asks for a refresh 30 s before the token's exp and ends
+// the session when the token is no longer valid (exp plus the leeway):
+// the leeway absorbs clock skew and a late refresh, never a difference
+// between surfaces.
 func (c *conn) watchExpiry(claims *Claims) {
-	until := c.s.validUntil(claims)
-	in := time.Until(until)
-	c.addTimer(time.AfterFunc(max(in-30*time.Second, 0), func() {
+	c.addTimer(time.AfterFunc(max(time.Until(claims.Expiry)-30*time.Second, 0), func() {
 		if c.claims.Load() == claims {
-			c.reply(&wire.Refresh{T: wire.TRefresh, ExpiresMS: time.Until(until).Milliseconds()})
+			c.reply(&wire.Refresh{T: wire.TRefresh, ExpiresMS: time.Until(claims.Expiry).Milliseconds()})
 		}
 	}))
-	c.addTimer(time.AfterFunc(in, func() {
+	c.addTimer(time.AfterFunc(time.Until(c.s.validUntil(claims)), func() {
 		if c.claims.Load() == claims {
 			go c.end(wire.CloseTokenExpired, "token expired")
 		}
