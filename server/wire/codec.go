@@ -156,15 +156,15 @@ func decodeRequests(c frameCodec, frame []byte) ([]Request, error) {
 		if errors.Is(err, ErrInvalidValue) || errors.Is(err, ErrInvalidKey) {
 			// Keep what the reply needs, if that much is well-formed.
 			var head struct {
-				T  string `json:"t"`
-				ID uint64 `json:"id"`
+				T  string   `json:"t"`
+				ID unsigned `json:"id"` // not wrapped from a negative msgpack int
 			}
 			if c.unmarshal(msg, &head) == nil {
 				if verr == nil {
 					verr = &ValueError{Errs: map[int]error{}}
 				}
 				verr.Errs[len(reqs)] = err
-				r, err = Request{T: head.T, ID: head.ID}, nil
+				r, err = Request{T: head.T, ID: uint64(head.ID)}, nil
 			}
 		}
 		if err != nil {

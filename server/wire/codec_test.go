@@ -341,7 +341,7 @@ func TestNullValue(t *testing.T) {
 
 func TestUnknownFieldsIgnored(t *testing.T) {
 	want := []Request{{T: TPing}}
-	got, err := JSON.DecodeRequests([]byte(`{"x":{"y":[1,2,{"z":null}]},"t":"ping","zz":"\u0000"}`))
+	got, err := JSON.DecodeRequests([]byte(`{"x":{"y":[1,2,{"z":null,"key":"\ud800"}]},"t":"ping","zz":"\u0000","w":"\udc00","\ud800":1}`))
 	if err != nil || !cmp.Equal(want, got) {
 		t.Errorf("JSON: %v, %v", got, err)
 	}
@@ -424,6 +424,7 @@ func TestRejections(t *testing.T) {
 		{"msgpack/sub-negative", Msgpack, mpFrame(t, "t", "unsub", "id", 5, "sub", -1), ErrDecode},
 		{"msgpack/if-rev-negative", Msgpack, mpFrame(t, "t", "del", "id", 5, "key", "k", "if_rev", int8(-100)), ErrDecode},
 		{"msgpack/from-rev-negative", Msgpack, mpFrame(t, "t", "sub", "id", 5, "from", map[string]any{"epoch": "e", "rev": -7}), ErrDecode},
+		{"msgpack/id-negative-bad-key", Msgpack, mpFrame(t, "t", "put", "id", -5, "key", "\xff", "value", 1), ErrDecode},
 		{"msgpack/mod-rev-negative", Msgpack, mpFrame(t, "t", "txn", "id", 5, "if", []any{map[string]any{"key": "k", "mod_rev": int64(-1 << 40)}}), ErrDecode},
 		// A str must be UTF-8: in a key it is invalid_key, in other fields
 		// the message cannot be decoded.
@@ -543,6 +544,11 @@ func TestValueErrorWithBadID(t *testing.T) {
 	if !errors.Is(err, ErrDecode) {
 		t.Errorf("msgpack: %v", err)
 	}
+	// A negative id is no id either (not 2^64-5).
+	_, err = Msgpack.DecodeRequests(mpFrame(t, "t", "put", "value", []byte{0xc4, 0}, "id", -5))
+	if !errors.Is(err, ErrDecode) {
+		t.Errorf("msgpack, id -5: %v", err)
+	}
 }
 
 // The codecs are shared by every socket: pooled encoders and decoders
@@ -597,3 +603,15 @@ func TestMaxFrameMessages(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Refusing negative ints keeps every unsigned value: 2^64-1 as uint64,
+// and positive ints however they are coded.
+func TestMsgpackUnsignedRange(t *testing.T) {
+	int64Five := []byte{0xd3, 0, 0, 0, 0, 0, 0, 0, 5}
+	reqs, err := Msgpack.DecodeRequests(mpFrame(t, "t", "txn", "id", uint64(1<<64-1), "sub", int64Five,
+		"if", []any{map[string]any{"key": "k", "mod_rev": uint64(1 << 63)}}, "from", map[string]any{"epoch": "e", "rev": int8(7)}))
+	want := []Request{{T: TTxn, ID: 1<<64 - 1, Sub: 5, If: []Cond{{Key: "k", ModRev: 1 << 63}}, From: &Position{Epoch: "e", Rev: 7}}}
+	if diff := cmp.Diff(want, reqs); err != nil || diff != "" {
+		t.Errorf("%v: %s", err, diff)
+	}
+}
