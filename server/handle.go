@@ -33,22 +33,35 @@ func (c *conn) readLoop() error {
 			waitReadable(c.nc)
 		}
 		first = false
-		_, data, err := c.ws.Read(c.ctx)
+		typ, data, err := c.ws.Read(c.ctx)
 		if err != nil {
 			return err
 		}
 		c.lastRead.Store(time.Now().UnixNano())
+		if typ != c.codec.MessageType() {
+			// Each subprotocol has one frame type (PROTOCOL.md §2).
+			want := map[websocket.MessageType]string{websocket.MessageText: "text", websocket.MessageBinary: "binary"}
+			return closeWith(websocket.StatusUnsupportedData, "%s takes only %s frames", c.codec.Subprotocol(), want[c.codec.MessageType()])
+		}
 		reqs, err := c.codec.DecodeRequests(data)
 		var bad *wire.ValueError
 		if err != nil && !errors.As(err, &bad) {
 			return closeWith(websocket.StatusInvalidFramePayloadData, "cannot decode message: %v", err)
 		}
 		for i := range reqs {
-			if e := bad.At(i); e != nil { // a value with no JSON equivalent
+			if c.sess != nil && reqs[i].ID == 0 && wire.Answered(reqs[i].T) {
+				// Its reply could name no request: the client would wait forever.
+				return closeWith(wire.CloseProtocolError, "%q without an id (ids are integers from 1)", reqs[i].T)
+			}
+			if e := bad.At(i); e != nil { // a value with no JSON equivalent, a key that is not Unicode
 				if c.sess == nil { // as in handleOne: connect comes first
 					return closeWith(wire.CloseProtocolError, "the first message must be connect, got %q", reqs[i].T)
 				}
-				c.replyErr(reqs[i].ID, newError(wire.CodeInvalidValue, e.Error()))
+				code := wire.CodeInvalidValue
+				if errors.Is(e, wire.ErrInvalidKey) {
+					code = wire.CodeInvalidKey
+				}
+				c.replyErr(reqs[i].ID, newError(code, e.Error()))
 				continue
 			}
 			if err := c.handleOne(&reqs[i]); err != nil {

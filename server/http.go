@@ -382,9 +382,12 @@ func (s *Server) handleTxn(c echo.Context) error {
 		return err
 	}
 	var t txnBody
-	if err := json.Unmarshal(body, &t); err != nil {
-		if errors.Is(err, wire.ErrInvalidValue) {
+	if err := wire.UnmarshalRequestJSON(body, &t); err != nil {
+		switch {
+		case errors.Is(err, wire.ErrInvalidValue):
 			return newError(wire.CodeInvalidValue, err.Error())
+		case errors.Is(err, wire.ErrInvalidKey):
+			return newError(wire.CodeInvalidKey, err.Error())
 		}
 		return newError(wire.CodeBadRequest, `the body must be {"if":[{"key","mod_rev"}],"ops":[{"op":"put"|"del","key","value"?,"lease"?}]}`)
 	}

@@ -252,7 +252,7 @@ func TestHTTPPutIfMatch(t *testing.T) {
 
 func TestHTTPPutValues(t *testing.T) {
 	e := newAPIEnv(t, apiOpts{})
-	for _, bad := range []string{"", "{", "nope", `{"a":1}x`, `1e400`, "\"\xff\""} {
+	for _, bad := range []string{"", "{", "nope", `{"a":1}x`, `1e400`, "\"\xff\"", `"\ud800"`, `{"\udc00":1}`} {
 		e.do(t, "PUT", "/v1/rooms/r/kv/k", bad).wantErr(t, 400, "invalid_value")
 	}
 	limit := store.Limits{}.WithDefaults().MaxValueBytes
@@ -341,12 +341,13 @@ func TestHTTPInvalidRoomAndKey(t *testing.T) {
 		e.do(t, "POST", "/v1/rooms/"+room+"/txn", `{"ops":[{"op":"del","key":"k"}]}`).wantErr(t, 400, "invalid_room")
 		e.do(t, "GET", "/v1/rooms/"+room+"/watch", "").wantErr(t, 400, "invalid_room")
 	}
-	for _, key := range []string{"", "nul%00", "%FF", strings.Repeat("k", 1025)} {
+	for _, key := range []string{"", "nul%00", "%FF", "%ff", "a%ED%A0%80", strings.Repeat("k", 1025)} {
 		e.do(t, "GET", "/v1/rooms/r/kv/"+key, "").wantErr(t, 400, "invalid_key")
 		e.do(t, "PUT", "/v1/rooms/r/kv/"+key, "1").wantErr(t, 400, "invalid_key")
 		e.do(t, "DELETE", "/v1/rooms/r/kv/"+key, "").wantErr(t, 400, "invalid_key")
 	}
 	e.do(t, "GET", "/v1/rooms/r/kv?prefix=%00", "").wantErr(t, 400, "invalid_key")
+	e.do(t, "GET", "/v1/rooms/r/kv?prefix=%ff", "").wantErr(t, 400, "invalid_key")
 	e.do(t, "GET", "/v1/rooms/r/watch?prefix=a&prefix=%FF", "").wantErr(t, 400, "invalid_key")
 }
 
@@ -377,6 +378,16 @@ func TestHTTPTxn(t *testing.T) {
 		`{"ops":[{"op":"del","key":"k"},{"op":"del","key":"k"}]}`:      "invalid_key",
 		`{"ops":[{"op":"del","key":""}]}`:                              "invalid_key",
 		`{"ops":[{"op":"put","key":"k","value":1,"lease":"session"}]}`: "not_found",
+		// Keys and values that are not Unicode are refused, never read as
+		// U+FFFD (which made "\ud800" and "\udc00" one key).
+		`{"ops":[{"op":"put","key":"\ud800","value":1}]}`:                      "invalid_key",
+		`{"ops":[{"op":"put","key":"\udc00","value":1}]}`:                      "invalid_key",
+		"{\"ops\":[{\"op\":\"put\",\"key\":\"\xff\",\"value\":1}]}":            "invalid_key",
+		"{\"ops\":[{\"op\":\"del\",\"key\":\"a\xfe\"}]}":                       "invalid_key",
+		`{"if":[{"key":"\ud800","mod_rev":0}],"ops":[{"op":"del","key":"k"}]}`: "invalid_key",
+		`{"ops":[{"op":"put","key":"k","value":{"a":"\ud800"}}]}`:              "invalid_value",
+		"{\"ops\":[{\"op\":\"put\",\"key\":\"k\",\"value\":\"\xff\"}]}":        "invalid_value",
+		`{"ops":[{"op":"put","key":"k","value":1,"lease":"ttl_\ud800"}]}`:      "bad_request",
 	} {
 		status := 400
 		if code == "not_found" {

@@ -123,6 +123,68 @@ func TestWSViolations(t *testing.T) {
 				t.Fatalf("close %d, want 1007", code)
 			}
 		}},
+		{"text frame that is not UTF-8 closes 1007", server.Config{}, func(t *testing.T, e *env) {
+			// RFC 6455 §8.1: the whole frame is invalid, not one key.
+			r, _ := connectRaw(t, e, "json")
+			r.sendBytes([]byte(`{"t":"put","id":1,"room":"r","key":"ok","value":1}` + "\n" +
+				"{\"t\":\"put\",\"id\":2,\"room\":\"r\",\"key\":\"\xff\",\"value\":1}"))
+			if code, msgs := r.closeStatus(10 * time.Second); code != websocket.StatusInvalidFramePayloadData || len(msgs) != 0 {
+				t.Fatalf("close %d after %v, want 1007 and no reply", code, msgs)
+			}
+			if l, err := e.HTTP.List(testCtx(t), "r", ""); err != nil || len(l.Items) != 0 {
+				t.Fatalf("keys %+v, %v: nothing of the frame may apply", l, err)
+			}
+		}},
+		{"binary frame on JSON closes 1003", server.Config{}, func(t *testing.T, e *env) {
+			r, _ := connectRaw(t, e, "json")
+			if err := r.ws.Write(testCtx(t), websocket.MessageBinary, []byte(`{"t":"put","id":1,"room":"r","key":"bin","value":1}`)); err != nil {
+				t.Fatal(err)
+			}
+			if code, msgs := r.closeStatus(10 * time.Second); code != websocket.StatusUnsupportedData || len(msgs) != 0 {
+				t.Fatalf("close %d after %v, want 1003", code, msgs)
+			}
+			if _, _, err := e.HTTP.Get(testCtx(t), "r", "bin"); !errors.Is(err, client.ErrNotFound) {
+				t.Fatalf("a binary frame was applied: %v", err)
+			}
+		}},
+		{"text frame on msgpack closes 1003", server.Config{}, func(t *testing.T, e *env) {
+			r, _ := connectRaw(t, e, "msgpack")
+			if err := r.ws.Write(testCtx(t), websocket.MessageText, []byte(`{"t":"ping"}`)); err != nil {
+				t.Fatal(err)
+			}
+			if code, msgs := r.closeStatus(10 * time.Second); code != websocket.StatusUnsupportedData || len(msgs) != 0 {
+				t.Fatalf("close %d after %v, want 1003", code, msgs)
+			}
+		}},
+		{"request without id closes 4500", server.Config{}, func(t *testing.T, e *env) {
+			frames := map[string][]byte{
+				"json:absent":  []byte(`{"t":"ping"}` + "\n" + `{"t":"put","room":"r","key":"noid","value":1}`),
+				"json:zero":    []byte(`{"t":"ping"}` + "\n" + `{"t":"del","id":0,"room":"r","key":"noid"}`),
+				"msgpack:nil":  msgpackFrame(t, map[string]any{"t": "ping"}, map[string]any{"t": "put", "id": nil, "room": "r", "key": "noid", "value": 1}),
+				"msgpack:zero": msgpackFrame(t, map[string]any{"t": "ping"}, map[string]any{"t": "sub", "id": 0, "room": "r"}),
+			}
+			for name, frame := range frames {
+				r, _ := connectRaw(t, e, strings.Split(name, ":")[0])
+				r.sendBytes(frame)
+				code, msgs := r.closeStatus(10 * time.Second)
+				if code != wire.CloseProtocolError || len(msgs) != 1 || msgs[0].T != wire.TPong {
+					t.Fatalf("%s: close %d after %v, want the pong, then 4500", name, code, msgs)
+				}
+			}
+			if _, _, err := e.HTTP.Get(testCtx(t), "r", "noid"); !errors.Is(err, client.ErrNotFound) {
+				t.Fatalf("a request without id was applied: %v", err)
+			}
+		}},
+		{"negative msgpack id closes 1007", server.Config{}, func(t *testing.T, e *env) {
+			r, _ := connectRaw(t, e, "msgpack")
+			r.sendBytes(msgpackFrame(t, map[string]any{"t": "put", "id": -5, "room": "r", "key": "neg", "value": 1}))
+			if code, msgs := r.closeStatus(10 * time.Second); code != websocket.StatusInvalidFramePayloadData || len(msgs) != 0 {
+				t.Fatalf("close %d after %v, want 1007 (as JSON's -5), not an answer to id 2^64-5", code, msgs)
+			}
+			if _, _, err := e.HTTP.Get(testCtx(t), "r", "neg"); !errors.Is(err, client.ErrNotFound) {
+				t.Fatalf("a request with a negative id was applied: %v", err)
+			}
+		}},
 		{"ping before connect closes 4500", server.Config{}, func(t *testing.T, e *env) {
 			r := dialRaw(t, e, "json")
 			r.send(&wire.Request{T: wire.TPing})

@@ -468,7 +468,7 @@ func TestWSInvalidValue(t *testing.T) {
 		"json": func(t *testing.T) []byte {
 			return []byte(`{"t":"put","id":5,"room":"iv","key":"a","value":{"n":-1e999}}` + "\n" +
 				`{"t":"put","id":6,"room":"iv","key":"b","value":{"n":1}}` + "\n" +
-				`{"t":"txn","id":7,"room":"iv","ops":[{"op":"put","key":"c","value":"` + "\xff" + `"}]}`)
+				`{"t":"txn","id":7,"room":"iv","ops":[{"op":"put","key":"c","value":"\ud800"}]}`)
 		},
 		"msgpack": func(t *testing.T) []byte {
 			var b []byte
@@ -506,6 +506,56 @@ func TestWSInvalidValue(t *testing.T) {
 			}
 			if _, err := e.HTTP.Delete(testCtx(t), "iv", "b", nil); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestWSInvalidUnicode: keys, prefixes and values that are not Unicode
+// (msgpack: invalid UTF-8; JSON: escaped lone surrogates) are refused
+// with the request's own id, never stored as U+FFFD; U+FFFD itself is a
+// character like any other.
+func TestWSInvalidUnicode(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	frames := map[string]func(t *testing.T, room string) []byte{
+		"json": func(t *testing.T, room string) []byte {
+			return []byte(strings.ReplaceAll(`{"t":"put","id":1,"room":"ROOM","key":"\ud800","value":1}
+{"t":"put","id":2,"room":"ROOM","key":"\udc00","value":2}
+{"t":"put","id":3,"room":"ROOM","key":"v","value":{"a":"\ud800"}}
+{"t":"sub","id":4,"room":"ROOM","prefixes":["\uDBFF"]}
+{"t":"txn","id":5,"room":"ROOM","if":[{"key":"x","mod_rev":0}],"ops":[{"op":"put","key":"x\udfff","value":1}]}
+{"t":"put","id":6,"room":"ROOM","key":"\ufffd","value":"\ufffd"}`, "ROOM", room))
+		},
+		"msgpack": func(t *testing.T, room string) []byte {
+			return msgpackFrame(t,
+				map[string]any{"t": "put", "id": 1, "room": room, "key": "\xff", "value": 1},
+				map[string]any{"t": "put", "id": 2, "room": room, "key": "\xfe", "value": 2},
+				map[string]any{"t": "put", "id": 3, "room": room, "key": "v", "value": map[string]any{"a": "\xed\xa0\x80"}},
+				map[string]any{"t": "sub", "id": 4, "room": room, "prefixes": []string{"\xc0"}},
+				map[string]any{"t": "txn", "id": 5, "room": room, "if": []any{map[string]any{"key": "x", "mod_rev": 0}},
+					"ops": []any{map[string]any{"op": "put", "key": "x\xff", "value": 1}}},
+				map[string]any{"t": "put", "id": 6, "room": room, "key": "\uFFFD", "value": "\uFFFD"})
+		},
+	}
+	for _, codec := range codecs {
+		t.Run(codec, func(t *testing.T) {
+			room := "unicode-" + codec
+			r, _ := connectRaw(t, e, codec)
+			r.sendBytes(frames[codec](t, room))
+			want := []string{"err:1:invalid_key", "err:2:invalid_key", "err:3:invalid_value", "err:4:invalid_key",
+				"err:5:invalid_key", "ok:6:"}
+			for i, w := range want {
+				m := r.reply(uint64(i + 1))
+				if got := fmt.Sprintf("%s:%d:%s", m.T, m.ID, m.Code); got != w {
+					t.Fatalf("reply %d = %v, want %s", i, m.Raw, w)
+				}
+			}
+			l, err := e.HTTP.List(testCtx(t), room, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(l.Items) != 1 || l.Items[0].Key != "\uFFFD" || string(l.Items[0].Value) != "\"\uFFFD\"" || l.Rev != 1 {
+				t.Fatalf("room holds %+v at rev %d, want only the U+FFFD key, written once", l.Items, l.Rev)
 			}
 		})
 	}

@@ -18,9 +18,10 @@ type Codec interface {
 	MessageType() websocket.MessageType
 	// DecodeRequests decodes every message of a client frame. An error
 	// wrapping ErrDecode means the frame is malformed and nothing of it
-	// can be trusted. A *ValueError (wrapping ErrInvalidValue) comes with
-	// every request of the frame: those it names hold only T and ID and
-	// must be answered with err invalid_value; the others are valid.
+	// can be trusted. A *ValueError comes with every request of the
+	// frame: those it names hold only T and ID and must be answered with
+	// err invalid_value (ErrInvalidValue) or invalid_key (ErrInvalidKey);
+	// the others are valid.
 	DecodeRequests(frame []byte) ([]Request, error)
 	// DecodeMessages decodes every message of a server frame; any error
 	// wraps ErrDecode.
@@ -68,11 +69,14 @@ var (
 	// ErrInvalidValue: a value has no equivalent in the other codec
 	// (PROTOCOL.md §2), answered with err invalid_value.
 	ErrInvalidValue = errors.New("wire: value not representable")
+	// ErrInvalidKey: a key or prefix is not valid Unicode (PROTOCOL.md
+	// §2), answered with err invalid_key.
+	ErrInvalidKey = errors.New("wire: key not valid Unicode")
 )
 
-// ValueError lists the requests of a frame whose value is not
-// representable, by index into the requests DecodeRequests returned with
-// it. Each error wraps ErrInvalidValue.
+// ValueError lists the requests of a frame whose value (or key) is
+// rejected, by index into the requests DecodeRequests returned with it.
+// Each error wraps ErrInvalidValue or ErrInvalidKey.
 type ValueError struct {
 	Errs map[int]error
 }
@@ -105,7 +109,7 @@ func (e *ValueError) Error() string {
 	return b.String()
 }
 
-// Unwrap lets errors.Is find ErrInvalidValue.
+// Unwrap lets errors.Is find ErrInvalidValue and ErrInvalidKey.
 func (e *ValueError) Unwrap() []error {
 	var errs []error
 	for _, i := range e.indexes() {
@@ -124,6 +128,10 @@ type frameCodec interface {
 	// each calls fn with every message of frame, in order.
 	each(frame []byte, fn func(msg []byte) error) error
 	unmarshal(msg []byte, v any) error
+	// checkRequest refuses, in r decoded from msg, what the reflective
+	// decoder silently rewrote: a string that is not valid Unicode, a
+	// negative integer wrapped into an unsigned field.
+	checkRequest(msg []byte, r *Request) error
 }
 
 func decodeErr(i int, err error) error {
@@ -142,18 +150,21 @@ func decodeRequests(c frameCodec, frame []byte) ([]Request, error) {
 		}
 		var r Request
 		err := c.unmarshal(msg, &r)
-		if errors.Is(err, ErrInvalidValue) {
+		if err == nil {
+			err = c.checkRequest(msg, &r)
+		}
+		if errors.Is(err, ErrInvalidValue) || errors.Is(err, ErrInvalidKey) {
 			// Keep what the reply needs, if that much is well-formed.
 			var head struct {
-				T  string `json:"t"`
-				ID uint64 `json:"id"`
+				T  string   `json:"t"`
+				ID unsigned `json:"id"` // not wrapped from a negative msgpack int
 			}
 			if c.unmarshal(msg, &head) == nil {
 				if verr == nil {
 					verr = &ValueError{Errs: map[int]error{}}
 				}
 				verr.Errs[len(reqs)] = err
-				r, err = Request{T: head.T, ID: head.ID}, nil
+				r, err = Request{T: head.T, ID: uint64(head.ID)}, nil
 			}
 		}
 		if err != nil {

@@ -341,7 +341,7 @@ func TestNullValue(t *testing.T) {
 
 func TestUnknownFieldsIgnored(t *testing.T) {
 	want := []Request{{T: TPing}}
-	got, err := JSON.DecodeRequests([]byte(`{"x":{"y":[1,2,{"z":null}]},"t":"ping","zz":"\u0000"}`))
+	got, err := JSON.DecodeRequests([]byte(`{"x":{"y":[1,2,{"z":null,"key":"\ud800"}]},"t":"ping","zz":"\u0000","w":"\udc00","\ud800":1}`))
 	if err != nil || !cmp.Equal(want, got) {
 		t.Errorf("JSON: %v, %v", got, err)
 	}
@@ -384,7 +384,22 @@ func TestRejections(t *testing.T) {
 		{"json/value-depth-65", JSON, []byte(`{"t":"put","id":5,"value":` + nestedJSON(65, "") + `}`), ErrInvalidValue},
 		{"json/value-1e400", JSON, []byte(`{"t":"put","id":5,"value":{"a":1e400}}`), ErrInvalidValue},
 		{"json/value-huge-int", JSON, []byte(`{"t":"put","id":5,"value":1` + string(bytes.Repeat([]byte("0"), 400)) + `}`), ErrInvalidValue},
-		{"json/value-utf8", JSON, []byte("{\"t\":\"put\",\"id\":5,\"value\":\"\xff\"}"), ErrInvalidValue},
+		// A text frame must be UTF-8 as a whole (RFC 6455 §8.1); escaped
+		// lone surrogates are rejected by the field holding them.
+		{"json/value-utf8", JSON, []byte("{\"t\":\"put\",\"id\":5,\"value\":\"\xff\"}"), ErrDecode},
+		{"json/key-utf8", JSON, []byte("{\"t\":\"put\",\"id\":5,\"key\":\"\xff\",\"value\":1}"), ErrDecode},
+		{"json/unknown-field-utf8", JSON, []byte("{\"t\":\"ping\",\"x\":\"\xfe\"}"), ErrDecode},
+		{"json/value-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"key":"k","value":{"a":"\ud800"}}`), ErrInvalidValue},
+		{"json/value-key-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"key":"k","value":{"\udfff":1}}`), ErrInvalidValue},
+		{"json/key-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"key":"a\ud800","value":1}`), ErrInvalidKey},
+		{"json/key-low-surrogate", JSON, []byte(`{"key":"\uDC00\uD800","t":"del","id":5}`), ErrInvalidKey},
+		{"json/prefix-lone-surrogate", JSON, []byte(`{"t":"sub","id":5,"room":"r","prefixes":["a","\ud800"]}`), ErrInvalidKey},
+		{"json/cond-key-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"if":[{"key":"\ud800","mod_rev":1}],"ops":[{"op":"del","key":"k"}]}`), ErrInvalidKey},
+		{"json/op-key-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"ops":[{"op":"del","key":"k"},{"op":"put","key":"\ud800","value":1}]}`), ErrInvalidKey},
+		{"json/op-value-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"ops":[{"op":"put","key":"k","value":["\ud800"]}]}`), ErrInvalidValue},
+		{"json/room-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"room":"\ud800","key":"k","value":1}`), ErrDecode},
+		{"json/lease-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"key":"k","value":1,"lease":"\ud800"}`), ErrDecode},
+		{"json/t-lone-surrogate", JSON, []byte(`{"t":"\ud800","id":5}`), ErrDecode},
 		{"json/txn-op-value", JSON, []byte(`{"t":"txn","id":5,"ops":[{"op":"put","key":"k","value":-1e999}]}`), ErrInvalidValue},
 
 		{"json/too-many", JSON, bytes.Repeat([]byte("{}\n"), MaxFrameMessages+1), ErrDecode},
@@ -402,6 +417,23 @@ func TestRejections(t *testing.T) {
 		{"msgpack/huge-str", Msgpack, []byte{0x81, 0xa1, 't', 0xdb, 0xff, 0xff, 0xff, 0xff, 'x'}, ErrDecode},
 		{"msgpack/id-type", Msgpack, mpFrame(t, "t", "put", "id", "5"), ErrDecode},
 		{"msgpack/id-fraction", Msgpack, mpFrame(t, "t", "put", "id", 5.5), ErrDecode},
+		// A negative int in an unsigned field is refused, as JSON refuses
+		// it, not wrapped to 2^64-5.
+		{"msgpack/id-negative", Msgpack, mpFrame(t, "t", "put", "id", -5), ErrDecode},
+		{"msgpack/id-negative-int64", Msgpack, mpFrame(t, "t", "put", "id", []byte{0xd3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfb}), ErrDecode},
+		{"msgpack/sub-negative", Msgpack, mpFrame(t, "t", "unsub", "id", 5, "sub", -1), ErrDecode},
+		{"msgpack/if-rev-negative", Msgpack, mpFrame(t, "t", "del", "id", 5, "key", "k", "if_rev", int8(-100)), ErrDecode},
+		{"msgpack/from-rev-negative", Msgpack, mpFrame(t, "t", "sub", "id", 5, "from", map[string]any{"epoch": "e", "rev": -7}), ErrDecode},
+		{"msgpack/id-negative-bad-key", Msgpack, mpFrame(t, "t", "put", "id", -5, "key", "\xff", "value", 1), ErrDecode},
+		{"msgpack/mod-rev-negative", Msgpack, mpFrame(t, "t", "txn", "id", 5, "if", []any{map[string]any{"key": "k", "mod_rev": int64(-1 << 40)}}), ErrDecode},
+		// A str must be UTF-8: in a key it is invalid_key, in other fields
+		// the message cannot be decoded.
+		{"msgpack/key-utf8", Msgpack, mpFrame(t, "t", "put", "id", 5, "key", "a\xff", "value", 1), ErrInvalidKey},
+		{"msgpack/prefix-utf8", Msgpack, mpFrame(t, "t", "sub", "id", 5, "room", "r", "prefixes", []string{"a", "\xc0\x80"}), ErrInvalidKey},
+		{"msgpack/cond-key-utf8", Msgpack, mpFrame(t, "t", "txn", "id", 5, "if", []any{map[string]any{"key": "\xed\xa0\x80", "mod_rev": 1}}), ErrInvalidKey},
+		{"msgpack/op-key-utf8", Msgpack, mpFrame(t, "t", "txn", "id", 5, "ops", []any{map[string]any{"op": "del", "key": "\xff"}}), ErrInvalidKey},
+		{"msgpack/room-utf8", Msgpack, mpFrame(t, "t", "put", "id", 5, "room", "\xff", "key", "k", "value", 1), ErrDecode},
+		{"msgpack/op-utf8", Msgpack, mpFrame(t, "t", "txn", "id", 5, "ops", []any{map[string]any{"op": "\xff", "key": "k"}}), ErrDecode},
 		{"msgpack/t-type", Msgpack, mpFrame(t, "t", 1), ErrDecode},
 		{"msgpack/prev-type", Msgpack, mpFrame(t, "t", "sub", "prev", 1), ErrDecode},
 		{"msgpack/prefixes-type", Msgpack, mpFrame(t, "t", "sub", "prefixes", "a"), ErrDecode},
@@ -512,6 +544,11 @@ func TestValueErrorWithBadID(t *testing.T) {
 	if !errors.Is(err, ErrDecode) {
 		t.Errorf("msgpack: %v", err)
 	}
+	// A negative id is no id either (not 2^64-5).
+	_, err = Msgpack.DecodeRequests(mpFrame(t, "t", "put", "value", []byte{0xc4, 0}, "id", -5))
+	if !errors.Is(err, ErrDecode) {
+		t.Errorf("msgpack, id -5: %v", err)
+	}
 }
 
 // The codecs are shared by every socket: pooled encoders and decoders
@@ -566,3 +603,15 @@ func TestMaxFrameMessages(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Refusing negative ints keeps every unsigned value: 2^64-1 as uint64,
+// and positive ints however they are coded.
+func TestMsgpackUnsignedRange(t *testing.T) {
+	int64Five := []byte{0xd3, 0, 0, 0, 0, 0, 0, 0, 5}
+	reqs, err := Msgpack.DecodeRequests(mpFrame(t, "t", "txn", "id", uint64(1<<64-1), "sub", int64Five,
+		"if", []any{map[string]any{"key": "k", "mod_rev": uint64(1 << 63)}}, "from", map[string]any{"epoch": "e", "rev": int8(7)}))
+	want := []Request{{T: TTxn, ID: 1<<64 - 1, Sub: 5, If: []Cond{{Key: "k", ModRev: 1 << 63}}, From: &Position{Epoch: "e", Rev: 7}}}
+	if diff := cmp.Diff(want, reqs); err != nil || diff != "" {
+		t.Errorf("%v: %s", err, diff)
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -41,7 +43,7 @@ func checkDecode(t *testing.T, c Codec, frame []byte) {
 	}
 	for i, r := range reqs {
 		if ve.At(i) != nil {
-			if !errors.Is(ve.At(i), ErrInvalidValue) || r.Value != nil {
+			if !(errors.Is(ve.At(i), ErrInvalidValue) || errors.Is(ve.At(i), ErrInvalidKey)) || r.Value != nil {
 				t.Fatalf("%q: request %d: %+v, %v", frame, i, r, ve.At(i))
 			}
 			continue
@@ -49,6 +51,17 @@ func checkDecode(t *testing.T, c Codec, frame []byte) {
 		values := []Value{r.Value}
 		for _, op := range r.Ops {
 			values = append(values, op.Value)
+		}
+		// Nothing is silently rewritten: every string decoded is valid
+		// UTF-8, and holds U+FFFD only if the frame did.
+		strs := requestStrings(r)
+		for _, v := range values {
+			strs = append(strs, string(v))
+		}
+		for _, str := range strs {
+			if !utf8.ValidString(str) || (strings.ContainsRune(str, utf8.RuneError) && !hasReplacementChar(frame)) {
+				t.Fatalf("%q: request %d: string %q was rewritten or is not UTF-8", frame, i, str)
+			}
 		}
 		for _, v := range values {
 			if v == nil {
@@ -72,6 +85,27 @@ func checkDecode(t *testing.T, c Codec, frame []byte) {
 	}
 }
 
+// requestStrings returns every string field of r.
+func requestStrings(r Request) []string {
+	strs := append([]string{r.T, r.Token, r.Session, r.Resume, r.Room, r.Key, r.Lease}, r.Prefixes...)
+	if r.From != nil {
+		strs = append(strs, r.From.Epoch)
+	}
+	for _, c := range r.If {
+		strs = append(strs, c.Key)
+	}
+	for _, op := range r.Ops {
+		strs = append(strs, op.Op, op.Key, op.Lease)
+	}
+	return strs
+}
+
+// hasReplacementChar reports whether frame holds U+FFFD, literally or as
+// a JSON escape.
+func hasReplacementChar(frame []byte) bool {
+	return bytes.Contains(frame, []byte("\uFFFD")) || bytes.Contains(bytes.ToLower(frame), []byte(`\ufffd`))
+}
+
 func fuzzDecode(f *testing.F, c Codec, extra ...[]byte) {
 	for _, s := range append(seedFrames(f, c), extra...) {
 		f.Add(s)
@@ -91,6 +125,9 @@ func FuzzDecodeRequestsJSON(f *testing.F) {
 		[]byte(`{"t":"put","id":5,"value":1e400}`),
 		[]byte(`{"t":"put","id":"x","value":1e400}`),
 		[]byte("{\"t\":\"put\",\"value\":\"\xff\"}"),
+		[]byte("{\"t\":\"put\",\"id\":1,\"key\":\"\xff\"}\n{\"t\":\"put\",\"id\":2,\"key\":\"\xfe\"}"),
+		[]byte(`{"t":"put","id":1,"key":"\ud800","value":"\udc00"}`),
+		[]byte(`{"t":"txn","id":1,"if":[{"key":"\uDBFF"}],"ops":[{"op":"put","key":"\ufffd","value":"\ud83d\ude00"}]}`),
 		[]byte(`{"T":"PUT","ID":1,"if_rev":null,"prefixes":["a",null],"from":{}}`),
 		[]byte(`[1]`), []byte(`null`), []byte(""), []byte("{"))
 }
@@ -102,6 +139,7 @@ func FuzzDecodeRequestsMsgpack(f *testing.F) {
 		put([]byte{0x81, 0x01, 0xc0}), put(nestedMsgpack(70)), put([]byte{0xa1, 0xff}), put([]byte{0xca, 0x3d, 0xcc, 0xcc, 0xcd}),
 		mpFrame(f, "t", "sub", "from", []any{"e", 5}, "prefixes", []any{"a", nil}, "id", -1),
 		mpFrame(f, "t", "ping", "x", nestedMsgpack(200)),
+		mpFrame(f, "t", "put", "id", 1, "key", "\xff", "room", "r", "value", 1), mpFrame(f, "t", "sub", "id", 2, "prefixes", []string{"\xfe"}),
 		[]byte{0xdf, 0xff, 0xff, 0xff, 0xff}, []byte{0xc1}, []byte{0x91, 0x80}, nil)
 }
 

@@ -33,6 +33,11 @@ func (c jsonCodec) DecodeMessages(frame []byte) ([]Message, error) {
 // each splits on '\n'; a message never holds a raw newline (JSON escapes
 // it in strings), so lines are messages. Blank lines are skipped.
 func (jsonCodec) each(frame []byte, fn func(msg []byte) error) error {
+	// A text frame must be UTF-8 as a whole (RFC 6455 §8.1); encoding/json
+	// would otherwise read each bad byte as U+FFFD.
+	if !utf8.Valid(frame) {
+		return fmt.Errorf("%w: a text frame must be valid UTF-8", ErrDecode)
+	}
 	n := 0
 	for len(frame) > 0 {
 		line := frame
@@ -61,6 +66,113 @@ func (jsonCodec) each(frame []byte, fn func(msg []byte) error) error {
 }
 
 func (jsonCodec) unmarshal(msg []byte, v any) error { return json.Unmarshal(msg, v) }
+
+func (jsonCodec) checkRequest(msg []byte, _ *Request) error { return checkJSONStrings(msg) }
+
+// UnmarshalRequestJSON is json.Unmarshal for request-shaped JSON (the
+// HTTP API's bodies), refusing what encoding/json would silently rewrite
+// to U+FFFD, as the JSON codec does: a string with invalid UTF-8 or an
+// escaped lone surrogate is ErrInvalidKey in a key, ErrInvalidValue in a
+// value, ErrDecode in another field.
+func UnmarshalRequestJSON(b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return err
+	}
+	return checkJSONStrings(b)
+}
+
+// checkJSONStrings finds the first string of msg, a JSON object already
+// decoded as a Request, that is not valid Unicode (raw invalid UTF-8, or
+// an escaped lone surrogate) and says what it makes of the request, by
+// the field holding it (PROTOCOL.md §2): ErrInvalidKey for a key or
+// prefix, ErrInvalidValue inside a value, ErrDecode in another field.
+// Unknown fields are ignored, as their decoding ignores them.
+func checkJSONStrings(msg []byte) error {
+	if utf8.Valid(msg) && !hasSurrogateEscape(msg) {
+		return nil
+	}
+	type level struct {
+		obj, atKey bool   // an object, and its next string is a field name
+		field      string // an object's current field name
+	}
+	var open []level
+	l := lexer{b: msg}
+	for {
+		k, tok := l.next()
+		top := len(open) - 1
+		switch k {
+		case 0, 'x':
+			return nil
+		case '{', '[':
+			open = append(open, level{obj: k == '{', atKey: k == '{'})
+		case '}', ']':
+			if top >= 0 {
+				open = open[:top]
+			}
+		case ',':
+			if top >= 0 && open[top].obj {
+				open[top].atKey = true
+			}
+		case ':':
+			if top >= 0 {
+				open[top].atKey = false
+			}
+		case '"':
+			u, ok := unquote(tok)
+			if top >= 0 && open[top].atKey {
+				open[top].field = string(u)
+			}
+			if ok && utf8.Valid(tok) {
+				continue
+			}
+			var path []string // field names from the message down
+			for _, lv := range open {
+				if lv.obj {
+					path = append(path, lv.field)
+				}
+			}
+			if err := badStringError(path); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// badStringError classifies a string that is not valid Unicode by the
+// request fields holding it; nil for fields a request does not have.
+func badStringError(path []string) error {
+	if len(path) == 0 {
+		return fmt.Errorf("%w: a string is not valid Unicode", ErrDecode)
+	}
+	field := path[0]
+	if (field == "if" || field == "ops") && len(path) > 1 {
+		field = path[1] // a condition's or an operation's field
+	}
+	switch field {
+	case "value":
+		return invalid("a string in the value is not valid Unicode (invalid UTF-8 or a lone surrogate escape)")
+	case "key", "prefixes":
+		return fmt.Errorf("%w: a %s is not valid Unicode (invalid UTF-8 or a lone surrogate escape)", ErrInvalidKey, strings.TrimSuffix(field, "es"))
+	case "t", "token", "session", "resume", "room", "lease", "from", "if", "ops", "op":
+		return fmt.Errorf("%w: field %q is not valid Unicode", ErrDecode, field)
+	}
+	return nil
+}
+
+// hasSurrogateEscape reports whether msg may hold an escaped surrogate
+// (\uD800-\uDFFF); false positives only cost a closer look.
+func hasSurrogateEscape(msg []byte) bool {
+	for {
+		i := bytes.Index(msg, []byte(`\u`))
+		if i < 0 {
+			return false
+		}
+		msg = msg[i+2:]
+		if len(msg) > 0 && (msg[0] == 'd' || msg[0] == 'D') {
+			return true
+		}
+	}
+}
 
 type jsonEncoder struct {
 	w   appendWriter
@@ -168,7 +280,11 @@ func canonical(b []byte) (Value, error) {
 			depth--
 		case '"':
 			if bytes.IndexByte(tok, '\\') >= 0 {
-				out = appendJSONString(out, unquote(tok))
+				u, ok := unquote(tok)
+				if !ok {
+					return nil, invalid("lone surrogate escape in a string")
+				}
+				out = appendJSONString(out, u)
 				continue
 			}
 			// Valid JSON has no raw control characters, so a string
@@ -238,11 +354,13 @@ func (l *lexer) next() (kind byte, tok []byte) {
 	return c, l.b[start:end]
 }
 
-// unquote decodes a quoted JSON string as encoding/json does: a lone
-// surrogate escape becomes U+FFFD.
-func unquote(q []byte) []byte {
+// unquote decodes a quoted JSON string. ok is false when it holds an
+// escaped lone surrogate (\ud800): that is no Unicode character, which
+// I-JSON (RFC 7493 §2.1) refuses and encoding/json would silently read
+// as U+FFFD.
+func unquote(q []byte) (out []byte, ok bool) {
 	s := q[1 : len(q)-1]
-	out := make([]byte, 0, len(s))
+	out = make([]byte, 0, len(s))
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c != '\\' {
@@ -262,11 +380,11 @@ func unquote(q []byte) []byte {
 				if i+1 < len(s) && s[i] == '\\' && s[i+1] == 'u' {
 					r2 = hex4(s[i+2:])
 				}
-				if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-					r, i = d, i+6
-				} else {
-					r = utf8.RuneError
+				d := utf16.DecodeRune(r, r2)
+				if d == utf8.RuneError {
+					return nil, false
 				}
+				r, i = d, i+6
 			}
 			if r < 0 {
 				r = utf8.RuneError
@@ -288,7 +406,7 @@ func unquote(q []byte) []byte {
 		}
 		i += 2
 	}
-	return out
+	return out, true
 }
 
 // hex4 reads four hex digits, or returns -1.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"github.com/vmihailenco/msgpack/v5"
@@ -73,6 +74,82 @@ func (msgpackCodec) unmarshal(msg []byte, v any) error {
 	}
 	d.r.Reset(nil)
 	msgpackDecoders.Put(d)
+	return err
+}
+
+// checkRequest refuses what the reflective decoder lets through: a negative
+// int in an unsigned field (it wraps: id -5 would be answered as 2^64-5)
+// and a str that is not UTF-8 (it becomes a Go string as is).
+func (c msgpackCodec) checkRequest(msg []byte, r *Request) error {
+	// A wrapped negative is 2^63 or more; only then look at the ints.
+	const wrapped = 1 << 63
+	high := r.ID >= wrapped || r.Sub >= wrapped || (r.IfRev != nil && *r.IfRev >= wrapped) ||
+		(r.From != nil && r.From.Rev >= wrapped)
+	for _, cond := range r.If {
+		high = high || cond.ModRev >= wrapped
+	}
+	if high {
+		if err := c.unmarshal(msg, &unsignedFields{}); err != nil {
+			return err
+		}
+	}
+	keys := append([]string{r.Key}, r.Prefixes...)
+	others := []string{r.T, r.Token, r.Session, r.Resume, r.Room, r.Lease}
+	if r.From != nil {
+		others = append(others, r.From.Epoch)
+	}
+	for _, cond := range r.If {
+		keys = append(keys, cond.Key)
+	}
+	for _, op := range r.Ops {
+		keys = append(keys, op.Key)
+		others = append(others, op.Op, op.Lease)
+	}
+	for _, s := range others {
+		if !utf8.ValidString(s) {
+			return fmt.Errorf("%w: string %.40q is not valid UTF-8", ErrDecode, s)
+		}
+	}
+	for _, k := range keys {
+		if !utf8.ValidString(k) {
+			return fmt.Errorf("%w: a key or prefix is not valid UTF-8", ErrInvalidKey)
+		}
+	}
+	return nil
+}
+
+// unsignedFields are the unsigned fields of a Request, as checked ones.
+type unsignedFields struct {
+	ID    unsigned `json:"id"`
+	Sub   unsigned `json:"sub"`
+	IfRev unsigned `json:"if_rev"`
+	From  struct {
+		Rev unsigned `json:"rev"`
+	} `json:"from"`
+	If []struct {
+		ModRev unsigned `json:"mod_rev"`
+	} `json:"if"`
+}
+
+// unsigned is a uint64 whose MessagePack decoding refuses a negative int,
+// which the decoder would wrap around. encoding/json refuses it already.
+type unsigned uint64
+
+func (u *unsigned) DecodeMsgpack(d *msgpack.Decoder) error {
+	c, err := d.PeekCode()
+	if err != nil {
+		return err
+	}
+	if (msgpcode.IsFixedNum(c) && c > msgpcode.PosFixedNumHigh) || (c >= msgpcode.Int8 && c <= msgpcode.Int64) {
+		i, err := d.DecodeInt64()
+		if err == nil && i < 0 {
+			err = fmt.Errorf("%w: a negative integer where an unsigned one is expected", ErrDecode)
+		}
+		*u = unsigned(i)
+		return err
+	}
+	n, err := d.DecodeUint64()
+	*u = unsigned(n)
 	return err
 }
 

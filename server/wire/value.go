@@ -22,17 +22,17 @@ import (
 //     keys) as written;
 //   - strings escape only '"', '\' and control characters (\b \f \n \r \t,
 //     others as \u00xx); everything else is literal UTF-8, so the text of
-//     a string does not depend on how a client escaped it. An escaped lone
-//     surrogate (\ud800) becomes U+FFFD, as encoding/json reads it;
+//     a string does not depend on how a client escaped it;
 //   - JSON numbers keep their text exactly ("1.50", "1E2", "-0" stay);
 //     MessagePack ints become their decimal text and floats the shortest
 //     text that reads back to the same float64, with ".0" added when it
 //     would otherwise read as an integer.
 //
-// Rejected with ErrInvalidValue: invalid UTF-8, nesting deeper than
-// MaxValueDepth, numbers beyond the float64 range (1e400), and from
-// MessagePack bin, ext (timestamps included), non-string map keys, NaN
-// and ±Inf.
+// Rejected with ErrInvalidValue: invalid UTF-8, an escaped lone surrogate
+// (\ud800: no Unicode character, which encoding/json would silently read
+// as U+FFFD), nesting deeper than MaxValueDepth, numbers beyond the
+// float64 range (1e400), and from MessagePack bin, ext (timestamps
+// included), non-string map keys, NaN and ±Inf.
 //
 // Reading a Value as MessagePack: numbers without fraction or exponent
 // that fit int64 or uint64 become ints; every other number becomes a
@@ -306,7 +306,11 @@ func appendValueMsgpack(dst []byte, v Value) ([]byte, error) {
 			next++
 		case '"':
 			if bytes.IndexByte(tok, '\\') >= 0 {
-				dst = appendMsgpackStr(dst, unquote(tok))
+				u, ok := unquote(tok)
+				if !ok {
+					return dst, invalid("lone surrogate escape in a string")
+				}
+				dst = appendMsgpackStr(dst, u)
 			} else {
 				dst = appendMsgpackStr(dst, tok[1:len(tok)-1])
 			}

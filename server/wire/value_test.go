@@ -18,7 +18,7 @@ func TestValueFromJSON(t *testing.T) {
 		{`"\u0041\/\u00e9\ud83d\ude00"`, `"A/é😀"`},
 		{`"\"\\\b\f\n\r\t\u0000\u001f\u007f"`, `"\"\\\b\f\n\r\t\u0000\u001f` + "\x7f\""},
 		{`"<&>\u2028"`, "\"<&>\u2028\""},
-		{`"\ud800"`, `"` + "\uFFFD" + `"`},
+		{`"\ufffd\uD83D\uDE00"`, `"` + "\uFFFD😀" + `"`}, // U+FFFD itself is a character
 		{`1.50`, `1.50`}, {`1E2`, `1E2`}, {`-0`, `-0`}, {`1e-400`, `1e-400`},
 		{`18446744073709551616`, `18446744073709551616`},
 		{`[]`, `[]`}, {`{}`, `{}`}, {`""`, `""`},
@@ -42,6 +42,9 @@ func TestValueFromJSON(t *testing.T) {
 		{`{"a":` + nestedJSON(MaxValueDepth, "") + `}`, ErrInvalidValue},
 		{`1e400`, ErrInvalidValue}, {`[-1e400]`, ErrInvalidValue},
 		{"\"\xff\"", ErrInvalidValue},
+		// Lone surrogates are no characters (I-JSON, RFC 7493 §2.1), not U+FFFD.
+		{`"\ud800"`, ErrInvalidValue}, {`"\udc00\ud800"`, ErrInvalidValue}, {`["a\uD800b"]`, ErrInvalidValue},
+		{`{"\ud83d":1}`, ErrInvalidValue}, {`"\ud800\u0041"`, ErrInvalidValue}, {`"\ud800\\udc00"`, ErrInvalidValue},
 	} {
 		if v, err := ValueFromJSON([]byte(tc.in)); !errors.Is(err, tc.want) {
 			t.Errorf("ValueFromJSON(%.30s) = %s, %v; want %v", tc.in, v, err, tc.want)

@@ -64,6 +64,17 @@ const (
 	TTxn     = "txn"
 )
 
+// Answered reports whether a request of type t is answered with ok or
+// err, and so must carry an id (PROTOCOL.md §4): every known type but
+// connect and ping.
+func Answered(t string) bool {
+	switch t {
+	case TAuth, TSub, TUnsub, TPut, TDel, TTxn:
+		return true
+	}
+	return false
+}
+
 // Server message types.
 const (
 	TConnected    = "connected"
