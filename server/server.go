@@ -38,12 +38,30 @@ type Config struct {
 	MaxSubscriptions int           // per connection; default 256
 	WriteRate        float64       // writes per second per connection; default 200
 	WriteBurst       int           // default 2 × WriteRate
-	MaxConnections   int           // per server; default 100,000
+	MaxConnections   int           // open TCP connections of the node; default 100,000 (see below)
 	WriteTimeout     time.Duration // for one frame to a socket; default 10s
 	StoreTimeout     time.Duration // for one store write; default 5s
 	PingInterval     time.Duration // announced ping_ms; default 25s
 	ConnectTimeout   time.Duration // for the connect message; default 10s
 	LeaseGrace       time.Duration // session lease grace; default 5s
+
+	// MaxConnections counts every connection accepted by Listener: HTTP,
+	// SSE and WebSocket alike. Past it a reserve of 1% (at least 16) is
+	// still accepted for /healthz, /readyz and /metrics; other requests on
+	// those get 503 and WebSockets close with 4004 (server full).
+	//
+	// MaxConnectionsPerIP bounds the open connections of one client
+	// address (an IPv6 /64); past it a socket is closed at accept. Default
+	// 1,000; negative: no limit. Loopback clients are exempt (a local
+	// reverse proxy, statecast bench) unless LimitLoopback.
+	MaxConnectionsPerIP int
+	LimitLoopback       bool
+	// HTTP timeouts: HTTPHeaderTimeout to read a request's headers
+	// (default 10s), HTTPReadTimeout to read a whole request, body
+	// included (default 60s), HTTPIdleTimeout for a keep-alive connection
+	// between requests (default 120s). SSE streams and WebSockets are
+	// bounded by their own write timeouts and heartbeats instead.
+	HTTPHeaderTimeout, HTTPReadTimeout, HTTPIdleTimeout time.Duration
 
 	// NodeID names this node among the nodes sharing the store (default:
 	// random). Each process adds an incarnation to it, so a restarted
@@ -88,6 +106,18 @@ func (c Config) withDefaults() Config {
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = 100_000
 	}
+	if c.MaxConnectionsPerIP == 0 {
+		c.MaxConnectionsPerIP = 1000
+	}
+	if c.HTTPHeaderTimeout <= 0 {
+		c.HTTPHeaderTimeout = 10 * time.Second
+	}
+	if c.HTTPReadTimeout <= 0 {
+		c.HTTPReadTimeout = 60 * time.Second
+	}
+	if c.HTTPIdleTimeout <= 0 {
+		c.HTTPIdleTimeout = 120 * time.Second
+	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 10 * time.Second
 	}
@@ -129,6 +159,8 @@ type Server struct {
 	engine   *rooms.Engine
 	store    store.Store
 	echo     *echo.Echo
+	handler  http.Handler // echo behind guardReserve
+	slots    *connSlots   // of the connections accepted by Listener
 	metrics  *metrics
 	leases   *lessor
 	sessions *sessions
@@ -157,6 +189,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	s.slots = newConnSlots(cfg, m)
 	if strings.Contains(cfg.NodeID, "/") || len(cfg.NodeID) > 64 {
 		return nil, fmt.Errorf("server: node id %q: at most 64 bytes and no '/'", cfg.NodeID)
 	}
@@ -169,6 +202,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.echo = s.routes()
+	s.handler = s.guardReserve(s.echo)
 	return s, nil
 }
 
@@ -182,7 +216,9 @@ func (s *Server) fenced() {
 }
 
 // Handler returns the HTTP handler of every route.
-func (s *Server) Handler() http.Handler { return s.echo }
+// Serve it with HTTPServer and Listener for the connection limits and
+// the HTTP timeouts.
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Shutdown stops the node gracefully: new writes are refused with
 // unavailable, every connection flushes what it has queued and is closed
@@ -215,11 +251,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// addConn registers a WebSocket, or refuses it (4004) when the node is
+// full: its socket was accepted into the reserve past MaxConnections, or,
+// served without Listener, MaxConnections WebSockets are open.
 func (s *Server) addConn(c *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.draining.Load() || len(s.conns) >= s.cfg.MaxConnections {
+	sc, _ := c.nc.(*slotConn)
+	if s.draining.Load() || len(s.conns) >= s.cfg.MaxConnections || (sc != nil && sc.overLimit) {
 		return false
+	}
+	if sc != nil {
+		sc.setKind(kindWS)
 	}
 	s.conns[c] = struct{}{}
 	s.connWG.Add(1)
