@@ -56,10 +56,20 @@ func (r *rawHTTP) send(s string) {
 // with the body open when it is an event stream.
 func (r *rawHTTP) get(path string) (*http.Response, []byte) {
 	r.t.Helper()
-	r.send("GET " + path + " HTTP/1.1\r\nHost: " + r.c.RemoteAddr().String() + "\r\n\r\n")
+	return r.do("GET", path, "\r\n")
+}
+
+// stalledPut sends a PUT whose body stops after 1 of its 10 bytes.
+const stalledPut = "Content-Type: application/json\r\nContent-Length: 10\r\n\r\n1"
+
+// do sends a request, tail being the rest of its headers and its body,
+// and reads the response as get does.
+func (r *rawHTTP) do(method, path, tail string) (*http.Response, []byte) {
+	r.t.Helper()
+	r.send(method + " " + path + " HTTP/1.1\r\nHost: " + r.c.RemoteAddr().String() + "\r\n" + tail)
 	resp, err := http.ReadResponse(r.br, nil)
 	if err != nil {
-		r.t.Fatalf("GET %s: %v", path, err)
+		r.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	if resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Type") == "text/event-stream" {
 		r.sb = bufio.NewReader(resp.Body)
@@ -123,9 +133,9 @@ func wantStatus(t testing.TB, resp *http.Response, body []byte, status int) {
 
 // wantFull checks a refusal for a full node: 503, Retry-After, the
 // unavailable error, and the connection closed after it.
-func wantFull(t testing.TB, r *rawHTTP, path string) {
+func wantFull(t testing.TB, r *rawHTTP, method, path, tail string) {
 	t.Helper()
-	resp, b := r.get(path)
+	resp, b := r.do(method, path, tail)
 	var body struct{ Error struct{ Code string } }
 	_ = json.Unmarshal(b, &body)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || body.Error.Code != wire.CodeUnavailable {
@@ -146,8 +156,7 @@ func waitSockets(t testing.TB, e *env, n float64, labels ...string) {
 func TestHTTPStalledBodyCut(t *testing.T) {
 	e := newEnv(t, envOpts{Cfg: server.Config{HTTPReadTimeout: 200 * time.Millisecond}})
 	r := dialHTTP(t, e)
-	r.send("PUT /v1/rooms/r/kv/k HTTP/1.1\r\nHost: " + r.c.RemoteAddr().String() +
-		"\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n1")
+	r.send("PUT /v1/rooms/r/kv/k HTTP/1.1\r\nHost: " + r.c.RemoteAddr().String() + "\r\n" + stalledPut)
 	r.ended()
 	waitSockets(t, e, 0)
 	if _, _, err := e.HTTP.Get(testCtx(t), "r", "k"); !errors.Is(err, client.ErrNotFound) {
@@ -184,8 +193,10 @@ func TestConnLimitCountsEveryKind(t *testing.T) {
 		waitSockets(t, e, 1, "kind", kind)
 	}
 
-	wantFull(t, dialHTTP(t, e), "/v1/rooms/r/watch")
-	wantFull(t, dialHTTP(t, e), "/v1/rooms/r/kv")
+	wantFull(t, dialHTTP(t, e), "GET", "/v1/rooms/r/watch", "\r\n")
+	wantFull(t, dialHTTP(t, e), "GET", "/v1/rooms/r/kv", "\r\n")
+	// Nor does it wait for a stalled body (the read timeout is 60 s).
+	wantFull(t, dialHTTP(t, e), "PUT", "/v1/rooms/r/kv/k", stalledPut)
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		r := dialHTTP(t, e)
 		resp, b := r.get(path)
@@ -198,8 +209,8 @@ func TestConnLimitCountsEveryKind(t *testing.T) {
 		}
 		t.Fatalf("a WebSocket on a full node: %v, want close 4004", err)
 	}
-	if n := e.counter("statecast_connections_rejected_total", "reason", "full"); n != 3 {
-		t.Errorf("rejected full = %v, want 3", n)
+	if n := e.counter("statecast_connections_rejected_total", "reason", "full"); n != 4 {
+		t.Errorf("rejected full = %v, want 4", n)
 	}
 
 	// The three still work, and a closed one frees its slot.
@@ -265,9 +276,10 @@ func TestConnLimitPerIP(t *testing.T) {
 	})
 }
 
-// shortHTTPTimeouts are HTTP timeouts far shorter than the tests below.
-var shortHTTPTimeouts = server.Config{HTTPHeaderTimeout: 100 * time.Millisecond,
-	HTTPReadTimeout: 200 * time.Millisecond, HTTPIdleTimeout: 200 * time.Millisecond}
+// shortHTTPTimeouts are HTTP timeouts far shorter than the tests below
+// (not the header timeout: a loaded machine may take that long to send
+// a request's headers).
+var shortHTTPTimeouts = server.Config{HTTPReadTimeout: 250 * time.Millisecond, HTTPIdleTimeout: 250 * time.Millisecond}
 
 // TestSSEOutlivesHTTPTimeouts: the request's read timeout does not end
 // an SSE stream (net/http would cancel its context when it passes).
@@ -276,7 +288,7 @@ func TestSSEOutlivesHTTPTimeouts(t *testing.T) {
 	s := dialHTTP(t, e)
 	s.watch("r")
 	ws := dialCodec(t, e, "json")
-	for i := range 6 { // 600 ms: three read timeouts
+	for i := range 8 { // 800 ms: three read timeouts
 		time.Sleep(100 * time.Millisecond)
 		if _, err := ws.Put(testCtx(t), "r", "k", i); err != nil {
 			t.Fatal(err)
@@ -293,7 +305,7 @@ func TestSSEOutlivesHTTPTimeouts(t *testing.T) {
 func TestWSOutlivesHTTPTimeouts(t *testing.T) {
 	e := newEnv(t, envOpts{Cfg: shortHTTPTimeouts})
 	c := dialCodec(t, e, "json")
-	time.Sleep(600 * time.Millisecond) // three read and idle timeouts
+	time.Sleep(800 * time.Millisecond) // three read and idle timeouts
 	if _, err := c.Put(testCtx(t), "r", "k", 1); err != nil {
 		t.Fatal(err)
 	}

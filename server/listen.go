@@ -38,16 +38,16 @@ func (s *Server) Listener(ln net.Listener) net.Listener {
 }
 
 // HTTPServer returns the http.Server to serve s on (with Listener).
-// There is no server-wide write timeout: it would cut SSE streams, which
-// set a deadline on each of their writes instead; WebSockets do too.
+// There is no server-wide write timeout: SSE streams and WebSockets set a
+// deadline on each of their writes (WriteTimeout) instead.
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: s.cfg.HTTPHeaderTimeout,
 		// The whole request, body included: a stalled body ties up a
-		// socket and a goroutine. net/http clears the deadline when a
-		// WebSocket hijacks the connection; an SSE stream clears it
-		// itself (sse.go), or the deadline would cancel its context.
+		// socket and a goroutine. net/http clears this deadline once the
+		// body is read (an SSE stream outlives it) and at a WebSocket's
+		// hijack (TestSSEOutlivesHTTPTimeouts, TestWSOutlivesHTTPTimeouts).
 		ReadTimeout:    s.cfg.HTTPReadTimeout,
 		IdleTimeout:    s.cfg.HTTPIdleTimeout,
 		MaxHeaderBytes: 64 << 10,
@@ -83,10 +83,14 @@ func (s *Server) guardReserve(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		switch r.URL.Path {
-		case "/v1/ws":
-			next.ServeHTTP(w, r)
+		if r.URL.Path == "/v1/ws" {
+			next.ServeHTTP(w, r) // net/http clears the deadlines at the hijack
 			return
+		}
+		// Nor may it wait for a body: net/http would read what is left
+		// of one (a stalled one: until the read timeout) before closing.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		switch r.URL.Path {
 		case "/healthz", "/readyz", "/metrics":
 			w.Header().Set("Connection", "close")
 			next.ServeHTTP(w, r)
@@ -248,13 +252,9 @@ func (c *slotConn) setKind(k connKind) {
 	c.kind = k
 }
 
-// streaming readies the request's connection for a long-lived SSE
-// response and returns the function that ends it: the request's read
-// deadline (HTTPReadTimeout) is cleared, since net/http's background
-// read would otherwise cancel the request's context when it passes, and
-// the connection counts as an SSE stream meanwhile.
-func (s *Server) streaming(r *http.Request, rc *http.ResponseController) (done func()) {
-	_ = rc.SetReadDeadline(time.Time{})
+// streaming counts the request's connection as an SSE stream until the
+// returned function runs.
+func (s *Server) streaming(r *http.Request) (done func()) {
 	sc := slotOf(r.Context())
 	if sc == nil {
 		return func() {}
