@@ -178,6 +178,24 @@ func TestHTTPIdleKeepAliveClosed(t *testing.T) {
 	waitSockets(t, e, 0)
 }
 
+// TestHTTPUnreadResponseCut: a client that does not read its response
+// (a large list) is dropped at the write timeout.
+func TestHTTPUnreadResponseCut(t *testing.T) {
+	e := newEnv(t, envOpts{Cfg: server.Config{HTTPWriteTimeout: 200 * time.Millisecond}, SendBuffer: 64 << 10})
+	c := dialCodec(t, e, "json")
+	big := strings.Repeat("x", 250<<10)
+	for i := range 10 { // a 2.5 MB list
+		if _, err := c.Put(testCtx(t), "r", fmt.Sprint("k", i), big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := dialHTTP(t, e)
+	_ = r.c.(*net.TCPConn).SetReadBuffer(16 << 10)
+	r.send("GET /v1/rooms/r/kv HTTP/1.1\r\nHost: " + r.c.RemoteAddr().String() + "\r\n\r\n")
+	waitSockets(t, e, 1, "kind", "http")
+	waitSockets(t, e, 0, "kind", "http") // never read: the server gave up
+}
+
 // TestConnLimitCountsEveryKind: an HTTP keep-alive connection, an SSE
 // stream and a WebSocket fill a node limited to 3; past it, requests get
 // 503 and WebSockets 4004, but health checks and metrics still answer.
@@ -279,10 +297,11 @@ func TestConnLimitPerIP(t *testing.T) {
 // shortHTTPTimeouts are HTTP timeouts far shorter than the tests below
 // (not the header timeout: a loaded machine may take that long to send
 // a request's headers).
-var shortHTTPTimeouts = server.Config{HTTPReadTimeout: 250 * time.Millisecond, HTTPIdleTimeout: 250 * time.Millisecond}
+var shortHTTPTimeouts = server.Config{HTTPReadTimeout: 250 * time.Millisecond,
+	HTTPWriteTimeout: 250 * time.Millisecond, HTTPIdleTimeout: 250 * time.Millisecond}
 
-// TestSSEOutlivesHTTPTimeouts: the request's read timeout does not end
-// an SSE stream (net/http would cancel its context when it passes).
+// TestSSEOutlivesHTTPTimeouts: the request's timeouts do not end an SSE
+// stream.
 func TestSSEOutlivesHTTPTimeouts(t *testing.T) {
 	e := newEnv(t, envOpts{Cfg: shortHTTPTimeouts})
 	s := dialHTTP(t, e)

@@ -38,8 +38,6 @@ func (s *Server) Listener(ln net.Listener) net.Listener {
 }
 
 // HTTPServer returns the http.Server to serve s on (with Listener).
-// There is no server-wide write timeout: SSE streams and WebSockets set a
-// deadline on each of their writes (WriteTimeout) instead.
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
 		Handler:           s.Handler(),
@@ -48,7 +46,12 @@ func (s *Server) HTTPServer() *http.Server {
 		// socket and a goroutine. net/http clears this deadline once the
 		// body is read (an SSE stream outlives it) and at a WebSocket's
 		// hijack (TestSSEOutlivesHTTPTimeouts, TestWSOutlivesHTTPTimeouts).
-		ReadTimeout:    s.cfg.HTTPReadTimeout,
+		ReadTimeout: s.cfg.HTTPReadTimeout,
+		// A response the client does not take (a large list) would hold
+		// its socket and memory forever. An SSE stream moves this
+		// deadline at each write (sse.go flush); a WebSocket's hijack
+		// clears it.
+		WriteTimeout:   s.cfg.HTTPWriteTimeout,
 		IdleTimeout:    s.cfg.HTTPIdleTimeout,
 		MaxHeaderBytes: 64 << 10,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {

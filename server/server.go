@@ -58,10 +58,11 @@ type Config struct {
 	LimitLoopback       bool
 	// HTTP timeouts: HTTPHeaderTimeout to read a request's headers
 	// (default 10s), HTTPReadTimeout to read a whole request, body
-	// included (default 60s), HTTPIdleTimeout for a keep-alive connection
-	// between requests (default 120s). SSE streams and WebSockets are
-	// bounded by their own write timeouts and heartbeats instead.
-	HTTPHeaderTimeout, HTTPReadTimeout, HTTPIdleTimeout time.Duration
+	// included (default 60s), HTTPWriteTimeout to write a response
+	// (default 60s), HTTPIdleTimeout for a keep-alive connection between
+	// requests (default 120s). SSE streams and WebSockets outlive them:
+	// WriteTimeout bounds each of their writes instead.
+	HTTPHeaderTimeout, HTTPReadTimeout, HTTPWriteTimeout, HTTPIdleTimeout time.Duration
 
 	// NodeID names this node among the nodes sharing the store (default:
 	// random). Each process adds an incarnation to it, so a restarted
@@ -114,6 +115,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HTTPReadTimeout <= 0 {
 		c.HTTPReadTimeout = 60 * time.Second
+	}
+	if c.HTTPWriteTimeout <= 0 {
+		c.HTTPWriteTimeout = 60 * time.Second
 	}
 	if c.HTTPIdleTimeout <= 0 {
 		c.HTTPIdleTimeout = 120 * time.Second

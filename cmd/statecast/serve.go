@@ -64,7 +64,7 @@ type serveFlags struct {
 	maxFrame, maxValue                  int
 	maxSubs, maxConns, maxConnsPerIP    int
 	headerTimeout, readTimeout          time.Duration
-	idleTimeout                         time.Duration
+	httpWriteTimeout, idleTimeout       time.Duration
 	writeRate                           float64
 	writeTimeout, leaseGrace, pingEvery time.Duration
 	nodeTimeout                         time.Duration
@@ -100,6 +100,7 @@ func serve(args []string) error {
 	fs.IntVar(&f.maxConnsPerIP, "max-connections-per-ip", 1000, "open connections per client address (IPv6: per /64); 0: no limit; loopback clients are exempt")
 	fs.DurationVar(&f.headerTimeout, "http-header-timeout", 10*time.Second, "an HTTP request's headers must arrive within this")
 	fs.DurationVar(&f.readTimeout, "http-read-timeout", 60*time.Second, "a whole HTTP request, body included, must arrive within this")
+	fs.DurationVar(&f.httpWriteTimeout, "http-write-timeout", 60*time.Second, "an HTTP response (not an SSE stream) must be taken by the client within this")
 	fs.DurationVar(&f.idleTimeout, "http-idle-timeout", 120*time.Second, "an idle keep-alive HTTP connection is closed after this")
 	fs.Float64Var(&f.writeRate, "write-rate", 200, "writes per second per connection")
 	fs.DurationVar(&f.writeTimeout, "write-timeout", 10*time.Second, "a socket that does not take a frame within this is closed (4000)")
@@ -158,7 +159,8 @@ func run(f serveFlags) error {
 		Store: st, Engine: engine, Auth: auth, AllowOrigins: f.origins,
 		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs,
 		MaxConnections: fitConnections(f.maxConns, log), MaxConnectionsPerIP: perIP,
-		HTTPHeaderTimeout: f.headerTimeout, HTTPReadTimeout: f.readTimeout, HTTPIdleTimeout: f.idleTimeout,
+		HTTPHeaderTimeout: f.headerTimeout, HTTPReadTimeout: f.readTimeout,
+		HTTPWriteTimeout: f.httpWriteTimeout, HTTPIdleTimeout: f.idleTimeout,
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
 		NodeID: f.nodeID, NodeTimeout: f.nodeTimeout,
 		Logger: log, Static: http.FileServerFS(demo.Files), AdminToken: adminToken,
