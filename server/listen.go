@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/statecast/statecast/server/wire"
 )
 
 // Connection accounting. Every accepted TCP connection holds a slot until
@@ -105,7 +107,7 @@ func (s *Server) guardReserve(next http.Handler) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{
-			"code": "unavailable", "message": "server full: too many connections; retry later"}})
+			"code": wire.CodeUnavailable, "message": "server full: too many connections; retry later"}})
 	})
 }
 
