@@ -1,7 +1,7 @@
 package server_test
 
 // Integration tests of the WebSocket server over real sockets on loopback:
-// an httptest.Server runs server.New(...).Handler() on a real store and
+// an httptest.Server runs server.New(...)'s HTTPServer and Listener on a real store and
 // room engine, and the tests speak protocol v1 (PROTOCOL.md) through the
 // client package or, where the bytes on the wire matter, through a raw
 // coder/websocket connection. This file holds TestMain and the helpers;
@@ -110,10 +110,14 @@ func newEnv(t testing.TB, o envOpts) *env {
 		_ = st.Close()
 		t.Fatal(err)
 	}
-	ts := httptest.NewUnstartedServer(srv.Handler())
+	// Served as statecast serve serves it: its http.Server (timeouts) on
+	// its Listener (connection limits).
+	ts := httptest.NewUnstartedServer(nil)
+	ts.Config = srv.HTTPServer()
 	if o.SendBuffer > 0 {
 		ts.Listener = sendBufferListener{ts.Listener, o.SendBuffer}
 	}
+	ts.Listener = srv.Listener(ts.Listener)
 	ts.Start()
 	e := &env{t: t, St: st, Eng: eng, Srv: srv, TS: ts, Reg: reg,
 		WS:   "ws" + strings.TrimPrefix(ts.URL, "http") + "/v1/ws",

@@ -17,6 +17,8 @@ type metrics struct {
 	connections   prometheus.Gauge
 	subscriptions prometheus.Gauge
 	rejected      *prometheus.CounterVec // connections refused, by reason
+	socketsVec    *prometheus.GaugeVec
+	sockets       [3]prometheus.Gauge    // open TCP connections, per connKind
 	writes        *prometheus.CounterVec // by outcome
 	writeLatency  prometheus.Histogram
 	delivered     *prometheus.CounterVec // subscription messages, by kind
@@ -36,8 +38,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		connections:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "statecast_connections", Help: "Open WebSocket connections."}),
 		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "statecast_subscriptions", Help: "Active subscriptions (WebSocket and SSE)."}),
-		rejected:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_connections_rejected_total", Help: "Connections refused, by reason."}, []string{"reason"}),
-		writes:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_writes_total", Help: "Writes (events in), by outcome."}, []string{"outcome"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_connections_rejected_total",
+			Help: "Connections refused, by reason: full (503 or close 4004: past --max-connections), reserve_full and per_ip (closed at accept), upgrade (bad WebSocket handshake)."}, []string{"reason"}),
+		socketsVec: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "statecast_sockets",
+			Help: "Open TCP connections, by what they carry: http (requests and keep-alive), sse or ws."}, []string{"kind"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_writes_total", Help: "Writes (events in), by outcome."}, []string{"outcome"}),
 		writeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "statecast_write_seconds", Help: "Time to commit a write to the store.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		delivered:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_messages_out_total", Help: "Subscription messages sent (events out), by kind."}, []string{"kind"}),
@@ -51,10 +56,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		leasesEnded:  prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_leases_ended_total", Help: "Leases ended (expired, released or revoked)."}),
 		storeErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_store_errors_total", Help: "Store operations that failed for a reason other than bad input or a conflict."}),
 	}
+	for k := range m.sockets {
+		m.sockets[k] = m.socketsVec.WithLabelValues(connKind(k).String())
+	}
 	for k := rooms.KindEvents; k <= rooms.KindCoalesced; k++ {
 		m.deliveredBy[k] = m.delivered.WithLabelValues(k.String())
 	}
-	for _, c := range []prometheus.Collector{m.connections, m.subscriptions, m.rejected, m.writes, m.writeLatency,
+	for _, c := range []prometheus.Collector{m.connections, m.subscriptions, m.rejected, m.socketsVec, m.writes, m.writeLatency,
 		m.delivered, m.snapshots, m.starts, m.bytesOut, m.framesOut, m.slowCloses, m.rateLimited, m.authFailures,
 		m.leasesEnded, m.storeErrors} {
 		if err := reg.Register(c); err != nil {

@@ -264,8 +264,11 @@ func TestWriteLimitsBounded(t *testing.T) {
 	if n := l.len(); n > 10 {
 		t.Errorf("%d idle buckets kept", n)
 	}
-	// However many writers, at most maxWriteLimiters buckets.
+	// However many writers, at most maxWriteLimiters buckets. The clock
+	// stands still: none of them has refilled.
 	l = newWriteLimits(1, 1)
+	frozen := time.Now()
+	l.now = func() time.Time { return frozen }
 	for i := range maxWriteLimiters + 100 {
 		l.allow(strconv.Itoa(i))
 	}

@@ -30,7 +30,8 @@ const maxWriteLimiters = 1 << 17
 type writeLimits struct {
 	limit  rate.Limit
 	burst  int
-	refill time.Duration // an idle bucket is full again after this
+	refill time.Duration    // an idle bucket is full again after this
+	now    func() time.Time // time.Now; tests fix it
 
 	mu  sync.Mutex
 	lru *list.List // of *writeBucket, most recently used first
@@ -47,14 +48,14 @@ func newWriteLimits(perSecond float64, burst int) *writeLimits {
 	return &writeLimits{
 		limit: rate.Limit(perSecond), burst: burst,
 		refill: time.Duration(float64(burst) / perSecond * float64(time.Second)),
-		lru:    list.New(), m: make(map[string]*list.Element),
+		lru:    list.New(), m: make(map[string]*list.Element), now: time.Now,
 	}
 }
 
 // allow takes one write from key's bucket; when it is empty, retry says
 // when the next write would be allowed.
 func (l *writeLimits) allow(key string) (ok bool, retry time.Duration) {
-	now := time.Now()
+	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.dropIdle(now)

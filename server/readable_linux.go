@@ -19,6 +19,8 @@ func waitReadable(nc net.Conn) {
 	switch c := nc.(type) {
 	case *net.TCPConn:
 		sc = c
+	case *slotConn:
+		sc = c.TCPConn
 	case *net.UnixConn:
 		sc = c
 	default:

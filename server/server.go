@@ -45,13 +45,32 @@ type Config struct {
 	MaxConnPrefixes  int           // key prefixes of all a connection's subscriptions; default 1,024
 	WriteRate        float64       // writes per second per subject (anonymous: per address); default 200
 	WriteBurst       int           // default 2 × WriteRate
-	MaxConnections   int           // per server; default 100,000
+	MaxConnections   int           // open TCP connections of the node; default 100,000 (see below)
 	MaxLeases        int           // TTL leases per subject (anonymous: all together); default 1,000
 	WriteTimeout     time.Duration // for one frame to a socket; default 10s
 	StoreTimeout     time.Duration // for one store write; default 5s
 	PingInterval     time.Duration // announced ping_ms; default 25s
 	ConnectTimeout   time.Duration // for the connect message; default 10s
 	LeaseGrace       time.Duration // session lease grace; default 5s
+
+	// MaxConnections counts every connection accepted by Listener: HTTP,
+	// SSE and WebSocket alike. Past it a reserve of 1% (at least 16) is
+	// still accepted for /healthz, /readyz and /metrics; other requests on
+	// those get 503 and WebSockets close with 4004 (server full).
+	//
+	// MaxConnectionsPerIP bounds the open connections of one client
+	// address (an IPv6 /64); past it a socket is closed at accept. Default
+	// 1,000; negative: no limit. Loopback clients are exempt (a local
+	// reverse proxy, statecast bench) unless LimitLoopback.
+	MaxConnectionsPerIP int
+	LimitLoopback       bool
+	// HTTP timeouts: HTTPHeaderTimeout to read a request's headers
+	// (default 10s), HTTPReadTimeout to read a whole request, body
+	// included (default 60s), HTTPWriteTimeout to write a response
+	// (default 60s), HTTPIdleTimeout for a keep-alive connection between
+	// requests (default 120s). SSE streams and WebSockets outlive them:
+	// WriteTimeout bounds each of their writes instead.
+	HTTPHeaderTimeout, HTTPReadTimeout, HTTPWriteTimeout, HTTPIdleTimeout time.Duration
 
 	// NodeID names this node among the nodes sharing the store (default:
 	// random). Each process adds an incarnation to it, so a restarted
@@ -105,6 +124,21 @@ func (c Config) withDefaults() Config {
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = 100_000
 	}
+	if c.MaxConnectionsPerIP == 0 {
+		c.MaxConnectionsPerIP = 1000
+	}
+	if c.HTTPHeaderTimeout <= 0 {
+		c.HTTPHeaderTimeout = 10 * time.Second
+	}
+	if c.HTTPReadTimeout <= 0 {
+		c.HTTPReadTimeout = 60 * time.Second
+	}
+	if c.HTTPWriteTimeout <= 0 {
+		c.HTTPWriteTimeout = 60 * time.Second
+	}
+	if c.HTTPIdleTimeout <= 0 {
+		c.HTTPIdleTimeout = 120 * time.Second
+	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 10 * time.Second
 	}
@@ -146,6 +180,8 @@ type Server struct {
 	engine   *rooms.Engine
 	store    store.Store
 	echo     *echo.Echo
+	handler  http.Handler // echo behind guardReserve
+	slots    *connSlots   // of the connections accepted by Listener
 	metrics  *metrics
 	leases   *lessor
 	sessions *sessions
@@ -177,6 +213,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	s.slots = newConnSlots(cfg, m)
 	if strings.Contains(cfg.NodeID, "/") || len(cfg.NodeID) > 64 {
 		return nil, fmt.Errorf("server: node id %q: at most 64 bytes and no '/'", cfg.NodeID)
 	}
@@ -190,6 +227,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.echo = s.routes()
+	s.handler = s.guardReserve(s.echo)
 	return s, nil
 }
 
@@ -203,7 +241,9 @@ func (s *Server) fenced() {
 }
 
 // Handler returns the HTTP handler of every route.
-func (s *Server) Handler() http.Handler { return s.echo }
+// Serve it with HTTPServer and Listener for the connection limits and
+// the HTTP timeouts.
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Shutdown stops the node gracefully: new writes are refused with
 // unavailable, every connection flushes what it has queued and is closed
@@ -236,11 +276,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// addConn registers a WebSocket, or refuses it (4004) when the node is
+// full: its socket was accepted into the reserve past MaxConnections, or,
+// served without Listener, MaxConnections WebSockets are open.
 func (s *Server) addConn(c *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.draining.Load() || len(s.conns) >= s.cfg.MaxConnections {
+	sc, _ := c.nc.(*slotConn)
+	if s.draining.Load() || len(s.conns) >= s.cfg.MaxConnections || (sc != nil && sc.overLimit) {
 		return false
+	}
+	if sc != nil {
+		sc.setKind(kindWS)
 	}
 	s.conns[c] = struct{}{}
 	s.connWG.Add(1)

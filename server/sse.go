@@ -88,6 +88,7 @@ func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	c.Response().WriteHeader(http.StatusOK)
 	st := &sseStream{s: s, c: c, rc: http.NewResponseController(c.Response())}
+	defer s.streaming(c.Request())()
 	if st.flush() != nil { // headers now, so the client sees the stream open
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -61,9 +62,11 @@ type serveFlags struct {
 	historyAge                          time.Duration
 	classes                             classFlag
 	maxFrame, maxValue                  int
-	maxSubs, maxConns                   int
+	maxSubs, maxConns, maxConnsPerIP    int
 	maxPrefixes, maxConnPrefixes        int
 	maxLeases                           int
+	headerTimeout, readTimeout          time.Duration
+	httpWriteTimeout, idleTimeout       time.Duration
 	writeRate                           float64
 	writeTimeout, leaseGrace, pingEvery time.Duration
 	nodeTimeout                         time.Duration
@@ -99,7 +102,12 @@ func serve(args []string) error {
 	fs.IntVar(&f.maxPrefixes, "max-prefixes", 64, "key prefixes per watch (WebSocket sub or SSE)")
 	fs.IntVar(&f.maxConnPrefixes, "max-conn-prefixes", 1024, "key prefixes over all the subscriptions of one WebSocket")
 	fs.IntVar(&f.maxLeases, "max-leases", 1000, "TTL leases per token subject (without auth: all clients together)")
-	fs.IntVar(&f.maxConns, "max-connections", 100_000, "connections per server")
+	fs.IntVar(&f.maxConns, "max-connections", 100_000, "open connections per server: HTTP, SSE and WebSocket (1% more are kept for /healthz, /readyz, /metrics)")
+	fs.IntVar(&f.maxConnsPerIP, "max-connections-per-ip", 1000, "open connections per client address (IPv6: per /64); 0: no limit; loopback clients are exempt")
+	fs.DurationVar(&f.headerTimeout, "http-header-timeout", 10*time.Second, "an HTTP request's headers must arrive within this")
+	fs.DurationVar(&f.readTimeout, "http-read-timeout", 60*time.Second, "a whole HTTP request, body included, must arrive within this")
+	fs.DurationVar(&f.httpWriteTimeout, "http-write-timeout", 60*time.Second, "an HTTP response (not an SSE stream) must be taken by the client within this")
+	fs.DurationVar(&f.idleTimeout, "http-idle-timeout", 120*time.Second, "an idle keep-alive HTTP connection is closed after this")
 	fs.Float64Var(&f.writeRate, "write-rate", 200, "writes per second per token subject (without auth: per client address), over WebSockets and HTTP together; burst twice that")
 	fs.DurationVar(&f.writeTimeout, "write-timeout", 10*time.Second, "a socket that does not take a frame within this is closed (4000)")
 	fs.DurationVar(&f.leaseGrace, "lease-grace", 5*time.Second, "how long a session's leases outlive its socket")
@@ -149,9 +157,16 @@ func run(f serveFlags) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	perIP := f.maxConnsPerIP
+	if perIP <= 0 {
+		perIP = -1 // server.Config: negative is no limit
+	}
 	srv, err := server.New(ctx, server.Config{
 		Store: st, Engine: engine, Auth: auth, AllowOrigins: f.origins, AllowHosts: f.hosts,
-		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxPrefixes: f.maxPrefixes, MaxConnPrefixes: f.maxConnPrefixes, MaxConnections: f.maxConns, MaxLeases: f.maxLeases,
+		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxPrefixes: f.maxPrefixes, MaxConnPrefixes: f.maxConnPrefixes,
+		MaxConnections: fitConnections(f.maxConns, log), MaxConnectionsPerIP: perIP, MaxLeases: f.maxLeases,
+		HTTPHeaderTimeout: f.headerTimeout, HTTPReadTimeout: f.readTimeout,
+		HTTPWriteTimeout: f.httpWriteTimeout, HTTPIdleTimeout: f.idleTimeout,
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
 		NodeID: f.nodeID, NodeTimeout: f.nodeTimeout,
 		Logger: log, Static: http.FileServerFS(demo.Files), AdminToken: adminToken,
@@ -163,14 +178,14 @@ func run(f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := srv.HTTPServer()
 	fmt.Printf("statecast listening on http://%s (store: %s)\n", ln.Addr(), where)
 	if auth == nil {
 		fmt.Println("statecast: no auth configured: anonymous clients may read and write every room")
 		fmt.Println("statecast: anonymous mode answers only Host names localhost, *.localhost, IP addresses and --allow-host patterns")
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(srv.Listener(ln)) }()
 	select {
 	case err := <-errc:
 		return err
@@ -184,6 +199,31 @@ func run(f serveFlags) error {
 		return err
 	}
 	return nil
+}
+
+// fdHeadroom is the file descriptors kept for what is not a client
+// connection: the store's files, a Redis pool, the log.
+const fdHeadroom = 256
+
+// fitConnections returns the connection limit to use: want, or less when
+// the file limit cannot hold that many connections and their reserve.
+// Past it accept fails for everyone (EMFILE), health checks included.
+func fitConnections(want int, log *slog.Logger) int {
+	limit, err := raiseNofile() // Go raised it at start already, on Linux
+	if err != nil || limit > math.MaxInt32 {
+		return want
+	}
+	avail := int(limit) - fdHeadroom
+	if server.FDsNeeded(want) <= avail {
+		return want
+	}
+	n := max(avail*100/101, 1)
+	for n > 1 && server.FDsNeeded(n) > avail {
+		n--
+	}
+	log.Warn("the file limit is too low for --max-connections: lowering it; raise RLIMIT_NOFILE (ulimit -n, LimitNOFILE=) for more",
+		"max_connections", want, "nofile", limit, "using", n)
+	return n
 }
 
 func openStore(f serveFlags, ret store.RetentionPolicy, limits store.Limits, log *slog.Logger) (store.Store, string, error) {

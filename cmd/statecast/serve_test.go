@@ -1,12 +1,15 @@
 package main
 
 import (
+	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/statecast/statecast/demo"
+	"github.com/statecast/statecast/server"
 )
 
 // Without auth the server serves anonymous clients, so it must refuse to
@@ -61,5 +64,23 @@ func TestRedactURL(t *testing.T) {
 		if got := redactURL(in); got != want || strings.Contains(got, "pw") {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// The connection limit and its reserve must fit in the file limit: past
+// it accept fails for every client, health checks included.
+func TestFitConnections(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	if got := fitConnections(100, log); got != 100 {
+		t.Errorf("fitConnections(100) = %d", got)
+	}
+	nofile, err := raiseNofile()
+	if err != nil {
+		t.Skip(err)
+	}
+	want := int(min(nofile, math.MaxInt32/2)) * 2
+	got := fitConnections(want, log)
+	if got >= want || server.FDsNeeded(got)+fdHeadroom > int(nofile) || got < int(nofile)/2 {
+		t.Errorf("fitConnections(%d) with RLIMIT_NOFILE %d = %d", want, nofile, got)
 	}
 }

@@ -1,0 +1,269 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/statecast/statecast/server/wire"
+)
+
+// Connection accounting. Every accepted TCP connection holds a slot until
+// its socket closes, whatever it carries: HTTP requests (and keep-alive
+// idle time between them), an SSE stream or a WebSocket. The listener
+// refuses what is over the limits at accept time, before a request is
+// read, so a flood of sockets cannot exhaust the node's file descriptors.
+//
+// Past MaxConnections a reserve of connections is still accepted, so that
+// /healthz, /readyz and /metrics answer when the node is full: on these
+// a WebSocket upgrade closes with 4004 (server full) and any other request
+// is answered 503 with Retry-After. Each serves one request and closes.
+// Past the reserve, and past the per-address limit, the socket is closed
+// as soon as it is accepted, without a byte.
+
+// reserveOf is how many connections past the limit are accepted for
+// health checks and metrics.
+func reserveOf(limit int) int { return max(limit/100, 16) }
+
+// FDsNeeded is how many file descriptors the connections of a node with
+// this connection limit may hold (the limit plus the reserve).
+func FDsNeeded(maxConnections int) int { return maxConnections + reserveOf(maxConnections) }
+
+// Listener wraps ln with the connection limits: serve HTTPServer on it.
+func (s *Server) Listener(ln net.Listener) net.Listener {
+	return &limitListener{Listener: ln, s: s}
+}
+
+// HTTPServer returns the http.Server to serve s on (with Listener).
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: s.cfg.HTTPHeaderTimeout,
+		// The whole request, body included: a stalled body ties up a
+		// socket and a goroutine. net/http clears this deadline once the
+		// body is read (an SSE stream outlives it) and at a WebSocket's
+		// hijack (TestSSEOutlivesHTTPTimeouts, TestWSOutlivesHTTPTimeouts).
+		ReadTimeout: s.cfg.HTTPReadTimeout,
+		// A response the client does not take (a large list) would hold
+		// its socket and memory forever. An SSE stream moves this
+		// deadline at each write (sse.go flush); a WebSocket's hijack
+		// clears it.
+		WriteTimeout:   s.cfg.HTTPWriteTimeout,
+		IdleTimeout:    s.cfg.HTTPIdleTimeout,
+		MaxHeaderBytes: 64 << 10,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if sc, ok := c.(*slotConn); ok {
+				return context.WithValue(ctx, slotKey{}, sc)
+			}
+			return ctx
+		},
+		// Accept errors (EMFILE: net/http retries with a backoff of up to
+		// 1 s) and bad handshakes go to the log, not to stderr.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
+
+type slotKey struct{}
+
+// slotOf returns the slot of the request's connection, or nil when it
+// was not accepted by Listener.
+func slotOf(ctx context.Context) *slotConn {
+	sc, _ := ctx.Value(slotKey{}).(*slotConn)
+	return sc
+}
+
+// guardReserve answers the requests that arrive on connections accepted
+// past the limit: health checks and metrics are served, a WebSocket
+// upgrade goes on to be closed with 4004 (addConn), anything else gets
+// 503. Such a connection serves one request: it must not keep its place.
+func (s *Server) guardReserve(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sc := slotOf(r.Context())
+		if sc == nil || !sc.overLimit {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.URL.Path == "/v1/ws" {
+			next.ServeHTTP(w, r) // net/http clears the deadlines at the hijack
+			return
+		}
+		// Nor may it wait for a body: net/http would read what is left
+		// of one (a stalled one: until the read timeout) before closing.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		switch r.URL.Path {
+		case "/healthz", "/readyz", "/metrics":
+			w.Header().Set("Connection", "close")
+			next.ServeHTTP(w, r)
+			return
+		}
+		s.metrics.rejected.WithLabelValues("full").Inc()
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{
+			"code": wire.CodeUnavailable, "message": "server full: too many connections; retry later"}})
+	})
+}
+
+// limitListener admits connections under the limits and closes the rest.
+type limitListener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			// net/http retries a temporary error (EMFILE) after a backoff.
+			return nil, err
+		}
+		tc, ok := c.(*net.TCPConn)
+		if !ok {
+			return c, nil // only TCP connections are counted
+		}
+		if sc := l.s.slots.admit(tc); sc != nil {
+			return sc, nil
+		}
+		_ = tc.Close()
+	}
+}
+
+// connKind is what a connection carries, for the metrics.
+type connKind int
+
+const (
+	kindHTTP connKind = iota
+	kindSSE
+	kindWS
+)
+
+func (k connKind) String() string { return [...]string{"http", "sse", "ws"}[k] }
+
+// connSlots counts the open connections, in all and per client address.
+type connSlots struct {
+	limit, reserve int
+	perIP          int // <= 0: none
+	limitLoopback  bool
+	m              *metrics
+
+	mu   sync.Mutex
+	open int
+	byIP map[netip.Addr]int
+}
+
+func newConnSlots(cfg Config, m *metrics) *connSlots {
+	return &connSlots{limit: cfg.MaxConnections, reserve: reserveOf(cfg.MaxConnections),
+		perIP: cfg.MaxConnectionsPerIP, limitLoopback: cfg.LimitLoopback, m: m, byIP: make(map[netip.Addr]int)}
+}
+
+// ipKey is the address a connection counts against, and whether it
+// counts at all. An IPv6 client usually holds a whole /64: that is its
+// address here. Loopback clients (a local proxy, statecast bench) are not
+// limited unless LimitLoopback.
+func (cs *connSlots) ipKey(tc *net.TCPConn) (netip.Addr, bool) {
+	ta, ok := tc.RemoteAddr().(*net.TCPAddr)
+	if !ok || cs.perIP <= 0 {
+		return netip.Addr{}, false
+	}
+	ip := ta.AddrPort().Addr().Unmap()
+	if ip.IsLoopback() && !cs.limitLoopback {
+		return netip.Addr{}, false
+	}
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		ip = p.Addr()
+	}
+	return ip, true
+}
+
+// admit takes a slot for tc, or returns nil (and counts why) when tc must
+// be closed.
+func (cs *connSlots) admit(tc *net.TCPConn) *slotConn {
+	ip, perIP := cs.ipKey(tc)
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if perIP && cs.byIP[ip] >= cs.perIP {
+		cs.m.rejected.WithLabelValues("per_ip").Inc()
+		return nil
+	}
+	if cs.open >= cs.limit+cs.reserve {
+		cs.m.rejected.WithLabelValues("reserve_full").Inc()
+		return nil
+	}
+	cs.open++
+	if perIP {
+		cs.byIP[ip]++
+	}
+	cs.m.sockets[kindHTTP].Inc()
+	return &slotConn{TCPConn: tc, slots: cs, ip: ip, perIP: perIP, overLimit: cs.open > cs.limit}
+}
+
+func (cs *connSlots) release(c *slotConn) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.open--
+	if c.perIP {
+		if n := cs.byIP[c.ip] - 1; n > 0 {
+			cs.byIP[c.ip] = n
+		} else {
+			delete(cs.byIP, c.ip)
+		}
+	}
+}
+
+// slotConn is an admitted connection; closing it frees its slot. It
+// embeds the *net.TCPConn so that net/http keeps its fast paths
+// (ReadFrom: sendfile; CloseWrite) and waitReadable its socket.
+type slotConn struct {
+	*net.TCPConn
+	slots     *connSlots
+	ip        netip.Addr
+	perIP     bool // counted against ip
+	overLimit bool // accepted into the reserve
+
+	mu     sync.Mutex
+	kind   connKind
+	closed bool
+}
+
+func (c *slotConn) Close() error {
+	err := c.TCPConn.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.closed = true
+		c.slots.m.sockets[c.kind].Dec()
+		c.slots.release(c)
+	}
+	return err
+}
+
+// setKind records what the connection now carries.
+func (c *slotConn) setKind(k connKind) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.kind == k {
+		return
+	}
+	c.slots.m.sockets[c.kind].Dec()
+	c.slots.m.sockets[k].Inc()
+	c.kind = k
+}
+
+// streaming counts the request's connection as an SSE stream until the
+// returned function runs.
+func (s *Server) streaming(r *http.Request) (done func()) {
+	sc := slotOf(r.Context())
+	if sc == nil {
+		return func() {}
+	}
+	sc.setKind(kindSSE)
+	return func() { sc.setKind(kindHTTP) }
+}
