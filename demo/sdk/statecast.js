@@ -178,6 +178,8 @@ function frameTooLarge(frame, limit) {
 var CloseCode = {
   /** 1000: normal close. */
   Normal: 1e3,
+  /** 1003: a frame of the wrong type (binary on JSON, text on msgpack); do not reconnect in a loop. */
+  UnsupportedData: 1003,
   /** 1007: a message could not be decoded; do not reconnect in a loop. */
   InvalidPayload: 1007,
   /** 1009: a frame was larger than the server's limit. */
@@ -212,6 +214,7 @@ function closeAction(code) {
     case CloseCode.TokenExpired:
     case CloseCode.Unauthorized:
       return "reauth";
+    case CloseCode.UnsupportedData:
     case CloseCode.InvalidPayload:
       return "stop";
   }

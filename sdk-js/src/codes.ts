@@ -6,6 +6,8 @@
 export const CloseCode = {
   /** 1000: normal close. */
   Normal: 1000,
+  /** 1003: a frame of the wrong type (binary on JSON, text on msgpack); do not reconnect in a loop. */
+  UnsupportedData: 1003,
   /** 1007: a message could not be decoded; do not reconnect in a loop. */
   InvalidPayload: 1007,
   /** 1009: a frame was larger than the server's limit. */
@@ -49,7 +51,7 @@ export type CloseAction = 'backoff' | 'now' | 'reauth' | 'stop';
 
 /**
  * The client's action for a close code. 4000–4499 reconnect with backoff,
- * 4500–4999 do not reconnect automatically, 1007 stops, 1012 reconnects at
+ * 4500–4999 do not reconnect automatically, 1003 and 1007 stop, 1012 reconnects at
  * once, 4002 and 4501 need a new token; any other code (such as 1006, a
  * dropped network) reconnects with backoff.
  */
@@ -60,6 +62,7 @@ export function closeAction(code: number): CloseAction {
     case CloseCode.TokenExpired:
     case CloseCode.Unauthorized:
       return 'reauth';
+    case CloseCode.UnsupportedData:
     case CloseCode.InvalidPayload:
       return 'stop';
   }

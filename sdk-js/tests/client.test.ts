@@ -45,7 +45,7 @@ test('client: status connecting → connected → reconnecting → connected →
   }
 });
 
-for (const code of [4500, 4503, 1007]) {
+for (const code of [4500, 4503, 1003, 1007]) {
   test(`client: close ${code} stops: disconnected, a ClosedError, no reconnect`, async () => {
     const { srv, c, errors, done } = await setup();
     try {
