@@ -88,6 +88,9 @@ func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	c.Response().WriteHeader(http.StatusOK)
 	st := &sseStream{s: s, c: c, rc: http.NewResponseController(c.Response())}
+	if s.cfg.Auth != nil {
+		st.expires = s.validUntil(claims) // as a WebSocket session ends (4002)
+	}
 	defer s.streaming(c.Request())()
 	if st.flush() != nil { // headers now, so the client sees the stream open
 		return nil
@@ -125,6 +128,9 @@ type sseStream struct {
 	rc   *http.ResponseController
 	buf  []byte
 	last time.Time // of the last write
+	// expires is when the stream's token stops being valid; zero without
+	// auth. The stream ends then, as a WebSocket session does.
+	expires time.Time
 }
 
 // run copies the watcher's messages to the stream until the client goes
@@ -133,6 +139,12 @@ type sseStream struct {
 func (st *sseStream) run(ctx context.Context, w *rooms.Watcher, tm sseTiming) {
 	tick := time.NewTicker(tm.poll)
 	defer tick.Stop()
+	var expired <-chan time.Time
+	if !st.expires.IsZero() {
+		t := time.NewTimer(time.Until(st.expires))
+		defer t.Stop()
+		expired = t.C
+	}
 	var msgs []rooms.Message
 	for {
 		var err error
@@ -162,6 +174,9 @@ func (st *sseStream) run(ctx context.Context, w *rooms.Watcher, tm sseTiming) {
 		select {
 		case <-w.Ready():
 		case <-ctx.Done():
+			return
+		case <-expired:
+			st.fail(newError(wire.CodeUnauthorized, "token expired; watch again with a new token from your last revision"))
 			return
 		case <-tick.C:
 			if st.s.draining.Load() {

@@ -488,3 +488,20 @@ func TestSSEEncoding(t *testing.T) {
 		t.Errorf("encoding (-want +got):\n%s", diff)
 	}
 }
+
+// TestSSETokenExpiry: an SSE stream ends with an unauthorized error when
+// its token expires, as a WebSocket session ends with 4002.
+func TestSSETokenExpiry(t *testing.T) {
+	a, err := NewAuthenticator(AuthConfig{HMACSecret: apiTestSecret, Leeway: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newAPIEnv(t, apiOpts{auth: a})
+	tok := apiToken(t, 2*time.Second, map[string]string{"room": "*", "access": "r"})
+	w := e.watch(t, "/v1/rooms/r/watch?access_token="+tok)
+	w.next(t).want(t, "reset", 0)
+	if ev := w.next(t); ev.Event != "error" || ev.data(t).Code != "unauthorized" {
+		t.Fatalf("got %+v, want an unauthorized error at expiry", ev)
+	}
+	w.ended(t)
+}
