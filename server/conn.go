@@ -26,6 +26,10 @@ import (
 // frame; one message larger than that goes out alone.
 const maxFrame = 256 << 10
 
+// maxPendingReplies is how many bytes of encoded replies may wait for the
+// writer before the reader stops taking requests (awaitReplyRoom).
+const maxPendingReplies = 1 << 20
+
 // conn is one WebSocket session. Its reader goroutine reads and handles
 // requests in order; a writer goroutine sends replies and subscription
 // messages, joining whatever is queued into one frame (one write syscall)
@@ -59,6 +63,7 @@ type conn struct {
 	addr     string       // the peer's address, whose write limit an anonymous client takes
 	lastRead atomic.Int64 // unix nanos of the last frame read
 	wake     chan struct{}
+	drained  chan struct{} // the writer took the pending replies
 
 	inflight sync.Mutex // held while one request is handled
 	stopping bool       // guarded by inflight: take no more requests
@@ -149,7 +154,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 	c := &conn{
 		s: s, ws: ws, nc: lean.nc, br: lean.br, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
 		wctx: wctx, wcancel: wcancel,
-		addr: r.RemoteAddr, wake: make(chan struct{}, 1), subs: make(map[uint64]*sub),
+		addr: r.RemoteAddr, wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), subs: make(map[uint64]*sub),
 	}
 	if !s.addConn(c) {
 		cancel()
@@ -377,6 +382,26 @@ func (c *conn) markReady(s *sub) {
 	c.mu.Unlock()
 }
 
+// awaitReplyRoom holds the reader while more than maxPendingReplies bytes
+// of replies wait for a client that does not read them: its requests then
+// wait in its own socket (TCP backpressure), not in server memory. A
+// writer stuck on such a client ends the connection at the write timeout.
+func (c *conn) awaitReplyRoom() error {
+	for {
+		c.mu.Lock()
+		n := len(c.pending)
+		c.mu.Unlock()
+		if n <= maxPendingReplies {
+			return nil
+		}
+		select {
+		case <-c.drained:
+		case <-c.ctx.Done():
+			return c.ctx.Err()
+		}
+	}
+}
+
 // reply queues one encoded message for the writer.
 func (c *conn) reply(msg any) {
 	c.mu.Lock()
@@ -492,6 +517,10 @@ func (c *conn) collect(frame []byte, write func([]byte) error) ([]byte, bool, er
 	c.pending = c.pending[:0]
 	if cap(c.pending) > 64<<10 {
 		c.pending = nil
+	}
+	select {
+	case c.drained <- struct{}{}:
+	default:
 	}
 	// Swap the ready list with the writer's spare one: no allocation per
 	// wake-up once both have grown to the connection's needs.

@@ -33,6 +33,9 @@ func (c *conn) readLoop() error {
 			waitReadable(c.nc)
 		}
 		first = false
+		if err := c.awaitReplyRoom(); err != nil {
+			return err
+		}
 		typ, data, err := c.ws.Read(c.ctx)
 		if err != nil {
 			return err
