@@ -85,6 +85,8 @@ type attackReport struct {
 	Samples     int     `json:"samples"`
 
 	Bystander bystanderReport `json:"bystander"`
+
+	mu sync.Mutex // guards Counts: attacks count from many goroutines
 }
 
 // bystanderReport is what the well-behaved client saw during the attack.
@@ -101,6 +103,8 @@ type bystanderReport struct {
 }
 
 func (r *attackReport) count(k string, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.Counts == nil {
 		r.Counts = map[string]int{}
 	}
@@ -178,13 +182,13 @@ func (e *benchEnv) runAttack(ctx context.Context, r *benchResult) error {
 	case <-by.ready:
 	case <-time.After(bystanderTimeout):
 	}
-	cpu0, t0 := e.serverCPU(), time.Now()
+	cpu0, t0 := threadsCPU(e.pid), time.Now()
 	e.logf("attack %s: started", spec.name)
 	err := spec.run(e, ctx, rep)
 	rep.DurationS = time.Since(t0).Seconds()
 	_ = sleepCtx(ctx, minAttackWindow-time.Since(t0))
 	rep.WindowS = time.Since(t0).Seconds()
-	cpu1 := e.serverCPU()
+	cpu1 := threadsCPU(e.pid)
 	rep.Bystander = by.finish()
 	rssPeak, fdsPeak, n := smp.finish()
 	rep.Samples = n
@@ -192,7 +196,7 @@ func (e *benchEnv) runAttack(ctx context.Context, r *benchResult) error {
 	rep.ServerCPUS, rep.RSSBeforeMB, rep.RSSPeakMB, rep.RSSEndMB = -1, -1, -1, -1
 	rep.FDsBefore, rep.FDsPeak, rep.FDsEnd = fds0, fdsPeak, procFDs(e.pid)
 	if cpu0 >= 0 && cpu1 >= 0 {
-		rep.ServerCPUS = (cpu1 - cpu0).Seconds()
+		rep.ServerCPUS = max(0, cpu1-cpu0).Seconds() // a thread that exited takes its time with it
 	}
 	if rss0 >= 0 {
 		rep.RSSBeforeMB, rep.RSSPeakMB, rep.RSSEndMB = mb(rss0), mb(rssPeak), mb(e.serverRSS())
@@ -246,6 +250,39 @@ func (s *sampler) finish() (rss int64, fds, n int) {
 	close(s.stop)
 	<-s.done
 	return s.rss, s.fds, s.n
+}
+
+// threadsCPU is the CPU time pid's threads have used so far, to the
+// nanosecond (/proc/PID/task/*/schedstat; /proc/PID/stat counts 10 ms
+// ticks, too coarse for an attack the server refuses at once), or -1.
+func threadsCPU(pid int) time.Duration {
+	if pid == 0 {
+		return -1
+	}
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	f, err := os.Open(dir)
+	if err != nil {
+		return -1
+	}
+	tasks, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return -1
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + t + "/schedstat")
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(f[0], 10, 64)
+		sum += time.Duration(ns)
+	}
+	return sum
 }
 
 // procFDs is the number of open files of pid, or -1 when unknown.
@@ -651,7 +688,6 @@ func (e *benchEnv) attackHistoryBytes(ctx context.Context, rep *attackReport) er
 	slots := make(chan struct{}, window)
 	retry := make(chan int, n)
 	var committed, limited atomic.Int64
-	var codesMu sync.Mutex
 	readErr := make(chan error, 1)
 	go func() {
 		for {
@@ -673,9 +709,7 @@ func (e *benchEnv) attackHistoryBytes(ctx context.Context, rep *attackReport) er
 					retry <- int(id) - 1
 					continue // its slot goes with it
 				default:
-					codesMu.Lock()
 					rep.count("put "+code, 1)
-					codesMu.Unlock()
 				}
 				<-slots
 			}
@@ -786,8 +820,8 @@ func (e *benchEnv) dialMany(ctx context.Context, n int, request []byte, rep *att
 	var mu sync.Mutex
 	var firstErr error
 	count := func(k string, err error) {
-		mu.Lock()
 		rep.count(k, 1)
+		mu.Lock()
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
@@ -873,7 +907,6 @@ func (e *benchEnv) attackSSEFlood(ctx context.Context, rep *attackReport) error 
 	req := []byte("GET /v1/rooms/" + attackRoom("sse") + "/watch HTTP/1.1\r\nHost: " + e.hostport() + "\r\nAccept: text/event-stream\r\n\r\n")
 	allOpen := make(chan struct{})
 	var once sync.Once
-	var mu sync.Mutex
 	var pending sync.WaitGroup
 	pending.Add(n)
 	go func() { pending.Wait(); once.Do(func() { close(allOpen) }) }()
@@ -885,9 +918,7 @@ func (e *benchEnv) attackSSEFlood(ctx context.Context, rep *attackReport) error 
 		if err == nil {
 			k = "HTTP " + strconv.Itoa(resp.StatusCode)
 		}
-		mu.Lock()
 		rep.count(k, 1)
-		mu.Unlock()
 		pending.Done()
 		if err == nil && resp.StatusCode == http.StatusOK {
 			select {
