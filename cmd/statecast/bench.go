@@ -67,6 +67,8 @@ meanwhile (latency p50/p99 and failures):
                    (bystander: /healthz and WebSocket opens on new connections)
   sse-flood        --attack-conns SSE watch streams (try a server with --max-connections 100)
   http-write-rate  --http-writes PUTs on one keep-alive connection: HTTP 200 vs 429
+A spawned server keeps this machine's file limit (the load tool raises only its own);
+set the server's with --spawn "sh -c 'ulimit -n N && exec statecast serve …'".
 `
 
 // benchConfig holds the flags of one bench command.
@@ -298,7 +300,7 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		defer stop()
 	}
 	if cfg.scenario == "attack" {
-		if err := prepareAttack(cfg, logf); err != nil {
+		if err := prepareAttack(cfg); err != nil {
 			return err
 		}
 	}

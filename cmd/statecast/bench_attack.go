@@ -115,10 +115,9 @@ func (r *attackReport) outcome(format string, a ...any) {
 	r.Outcome = append(r.Outcome, fmt.Sprintf(format, a...))
 }
 
-// prepareAttack checks the attack flags, fills the defaults that depend
-// on the attack, and raises this process's file limit for the connection
-// attacks before any server is spawned (a spawned server inherits it).
-func prepareAttack(c *benchConfig, logf func(string, ...any)) error {
+// prepareAttack checks the attack flags and fills the defaults that
+// depend on the attack.
+func prepareAttack(c *benchConfig) error {
 	var spec *attackSpec
 	for i := range attackSpecs {
 		if attackSpecs[i].name == c.attack {
@@ -140,18 +139,24 @@ func prepareAttack(c *benchConfig, logf func(string, ...any)) error {
 	if c.attackHold == 0 {
 		c.attackHold = map[string]time.Duration{"slow-body": 30 * time.Second, "sse-flood": 3 * time.Second}[c.attack]
 	}
-	if spec.httpBystander {
-		limit := ensureNofile(uint64(c.attackConns) + 1024)
-		if max := int(limit) - 1024; c.attackConns > max {
-			logf("attack: RLIMIT_NOFILE is %d: %d connections instead of %d", limit, max, c.attackConns)
-			c.attackConns = max
-		}
-		if p := localPorts(); p > 0 && c.attackConns > p-1000 {
-			logf("attack: %d local ports: %d connections instead of %d", p, p-1000, c.attackConns)
-			c.attackConns = p - 1000
-		}
-	}
 	return nil
+}
+
+// capConns raises this process's file limit for --attack-conns
+// connections, or lowers --attack-conns to what the limit and the local
+// ports allow. It runs after the server is spawned, so the server keeps
+// the machine's limit (a spawned process inherits a raised one).
+func (e *benchEnv) capConns(r *benchResult) {
+	c := e.cfg
+	limit := ensureNofile(uint64(c.attackConns) + 1024)
+	if max := int(limit) - 1024; c.attackConns > max {
+		r.addNote("RLIMIT_NOFILE of the load tool is %d: %d connections instead of %d", limit, max, c.attackConns)
+		c.attackConns = max
+	}
+	if p := localPorts(); p > 0 && c.attackConns > p-1000 {
+		r.addNote("%d local ports: %d connections instead of %d", p, p-1000, c.attackConns)
+		c.attackConns = p - 1000
+	}
 }
 
 // ensureNofile raises this process's file limit to need when it can (the
@@ -172,6 +177,9 @@ func (e *benchEnv) runAttack(ctx context.Context, r *benchResult) error {
 		if a.name == e.cfg.attack {
 			spec = a
 		}
+	}
+	if spec.httpBystander {
+		e.capConns(r)
 	}
 	rep := &attackReport{Attack: spec.name, FDLimit: procFDLimit(e.pid)}
 	r.Attack = rep
@@ -513,7 +521,7 @@ func bystanderWrite(ctx context.Context, c *websocket.Conn, room string, seq uin
 					return nil
 				}
 			case bytes.Contains(m, []byte(`"t":"err"`)):
-				return fmt.Errorf("write refused: %s", clip(m))
+				return fmt.Errorf("write refused: %.300s", m)
 			}
 		}
 	}
@@ -1023,7 +1031,7 @@ func printAttack(out io.Writer, r *benchResult) {
 		t = append(t, []string{"bystander WebSockets opened / failed", fmt.Sprintf("%d / %d", b.WSOpens, b.WSFailures)})
 	}
 	if b.FirstFailure != "" {
-		t = append(t, []string{"bystander first failure", clip([]byte(b.FirstFailure))})
+		t = append(t, []string{"bystander first failure", b.FirstFailure})
 	}
 	printLeftTable(out, t)
 	printNotes(out, r)
