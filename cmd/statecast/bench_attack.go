@@ -421,17 +421,9 @@ func (e *benchEnv) bystandHTTP(ctx context.Context, b *bystander) {
 func (e *benchEnv) openWS(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, bystanderTimeout)
 	defer cancel()
-	c, err := e.dialStatecast(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.CloseNow()
-	if err := c.Write(ctx, websocket.MessageText, []byte(`{"t":"connect"}`)); err != nil {
-		return err
-	}
-	_, data, err := c.Read(ctx)
-	if err == nil && !bytes.Contains(data, []byte(`"t":"connected"`)) {
-		err = fmt.Errorf("no connected reply: %s", clip(data))
+	c, err := e.wsSession(ctx)
+	if err == nil {
+		c.CloseNow()
 	}
 	return err
 }
