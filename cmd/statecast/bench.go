@@ -40,6 +40,7 @@ scenarios:
   resume   a subscriber misses --events K writes, then resumes (median of --repeat)
   storm    --conns N subscribers drop at once, --storm-writes happen, all resume at once
   writes   --events K writes as fast as --writers connections with --window in flight allow
+  attack   --attack NAME: one client trying to take the server's CPU, memory or fds (below)
 
 Writes go over --writers connections (default 4) with up to --window requests in
 flight; each value carries its write's sequence number, from which subscribers
@@ -53,6 +54,21 @@ the ceiling, then statecast, on free loopback ports and prints both figures and 
 Several nodes on one store: --sub-url (repeatable) spreads the subscribers over other
 nodes while the writer stays on --url, so latency is publish on one node to delivery on
 another; --redis-pid reports the Redis server's CPU per write.
+
+attack --attack NAME reports what the attacker got, the server's CPU seconds, peak RSS
+and peak open fds (from /proc every 100 ms), and what a well-behaved bystander saw
+meanwhile (latency p50/p99 and failures):
+  unsub-prefixes   --prefix-subs subscriptions of --prefixes key prefixes on one
+                   WebSocket, then their unsubs (bystander: writes in another room)
+  history-bytes    --writes puts of --value-bytes values to one room, --watchers raw
+                   sockets watching it that never read (rate_limited writes are resent)
+  slow-body        --attack-conns connections each sending a PUT with Content-Length 10
+                   and 1 body byte, then stalling, held up to --attack-hold
+                   (bystander: /healthz and WebSocket opens on new connections)
+  sse-flood        --attack-conns SSE watch streams (try a server with --max-connections 100)
+  http-write-rate  --http-writes PUTs on one keep-alive connection: HTTP 200 vs 429
+A spawned server keeps this machine's file limit (the load tool raises only its own);
+set the server's with --spawn "sh -c 'ulimit -n N && exec statecast serve …'".
 `
 
 // benchConfig holds the flags of one bench command.
@@ -76,6 +92,13 @@ type benchConfig struct {
 	subURLs               listFlag
 	redisPID              int
 
+	// attack
+	attack                             string
+	prefixes, prefixSubs               int
+	attackWrites, valueBytes, watchers int
+	attackConns, httpWrites            int
+	attackHold                         time.Duration
+
 	// compare
 	ceilingBin, statecastBin   string
 	ceilingArgs, statecastArgs string
@@ -83,7 +106,7 @@ type benchConfig struct {
 	args []string // as given, for echoing
 }
 
-var benchScenarios = []string{"fanout", "rooms", "idle", "resume", "storm", "writes"}
+var benchScenarios = []string{"fanout", "rooms", "idle", "resume", "storm", "writes", "attack"}
 
 // parseBenchFlags parses SCENARIO and the flags, in any order.
 func parseBenchFlags(args []string, compare bool, errOut io.Writer) (*benchConfig, error) {
@@ -133,6 +156,15 @@ func parseBenchFlags(args []string, compare bool, errOut io.Writer) (*benchConfi
 	fs.IntVar(&c.window, "window", 1000, "writes in flight at most")
 	fs.IntVar(&c.writers, "writers", 4, "writer connections, used in turn (with 1, each reply is checked to commit at the next revision)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the load tool's own CPU profile to this file")
+	fs.StringVar(&c.attack, "attack", "", "attack: which one ("+attackNames()+")")
+	fs.IntVar(&c.prefixes, "prefixes", 80000, "attack unsub-prefixes: key prefixes per subscription")
+	fs.IntVar(&c.prefixSubs, "prefix-subs", 3, "attack unsub-prefixes: subscriptions")
+	fs.IntVar(&c.attackWrites, "writes", 2645, "attack history-bytes: writes")
+	fs.IntVar(&c.valueBytes, "value-bytes", 250000, "attack history-bytes: bytes of each value (a JSON string)")
+	fs.IntVar(&c.watchers, "watchers", 1, "attack history-bytes: watchers that never read")
+	fs.IntVar(&c.attackConns, "attack-conns", 0, "attack slow-body, sse-flood: connections (default 20200 and 3000; capped by RLIMIT_NOFILE and local ports)")
+	fs.DurationVar(&c.attackHold, "attack-hold", 0, "attack slow-body: longest wait for the server to cut a stalled connection (default 30s); sse-flood: how long streams are held (default 3s)")
+	fs.IntVar(&c.httpWrites, "http-writes", 1000, "attack http-write-rate: PUTs")
 	fs.DurationVar(&c.waitIdle, "wait-idle", 0, "before each run, wait up to this long for the other processes of the machine to use under 10% of a CPU (a shared machine)")
 
 	var pos []string
@@ -267,6 +299,11 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		}
 		defer stop()
 	}
+	if cfg.scenario == "attack" {
+		if err := prepareAttack(cfg); err != nil {
+			return err
+		}
+	}
 	var spawnArgs []string
 	if cfg.spawn != "" {
 		if spawnArgs, err = splitCommand(cfg.spawn); err != nil {
@@ -286,6 +323,10 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		_, err = fmt.Fprintf(out, "%s\n", b)
 		return err
 	}
+	if res.Attack != nil {
+		printAttack(out, res)
+		return nil
+	}
 	printResult(out, res)
 	return nil
 }
@@ -301,6 +342,9 @@ func benchTarget(ctx context.Context, cfg *benchConfig, target, base string, pid
 		return nil, fmt.Errorf("bench: refusing non-loopback target %s: the load tool only drives servers on this machine", u.Host)
 	}
 	ceiling := target == "ceiling"
+	if ceiling && cfg.scenario == "attack" {
+		return nil, errors.New("bench: attacks are on statecast only")
+	}
 	if ceiling && cfg.scenario == "rooms" {
 		return nil, errors.New("bench: the ceiling has no rooms: run fanout against it")
 	}
@@ -344,6 +388,8 @@ func benchTarget(ctx context.Context, cfg *benchConfig, target, base string, pid
 		err = e.runStorm(ctx, res)
 	case "writes":
 		err = e.runWrites(ctx, res)
+	case "attack":
+		err = e.runAttack(ctx, res)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bench %s against %s: %w", cfg.scenario, target, err)

@@ -87,6 +87,8 @@ type benchResult struct {
 	StormReplayed int64   `json:"storm_replayed,omitempty"`
 	StormSnapshot int64   `json:"storm_snapshot,omitempty"`
 
+	Attack *attackReport `json:"attack,omitempty"`
+
 	Notes []string `json:"notes,omitempty"`
 }
 

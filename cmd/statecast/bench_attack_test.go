@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// spawnFlags are the bench flags that spawn the real statecast binary on
+// a free port with serve flags extra.
+func spawnFlags(t *testing.T, extra ...string) []string {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	serve := append([]string{statecastBin(t), "serve", "--addr", addr, "--store", "memory"}, extra...)
+	return []string{"--url", "http://" + addr, "--spawn", quoteCommand(serve)}
+}
+
+// TestBenchAttacks runs each attack at a tiny size against a spawned
+// server: the server's figures are measured and the bystander ran
+// without failing (at these sizes nothing should hurt it).
+func TestBenchAttacks(t *testing.T) {
+	cases := []struct {
+		attack string
+		flags  []string
+		serve  []string
+		check  func(t *testing.T, a *attackReport)
+	}{
+		{"unsub-prefixes", []string{"--prefixes", "10"}, nil, func(t *testing.T, a *attackReport) {
+			if a.Counts["sub ok"] != 3 || a.Counts["unsub ok"] != 3 {
+				t.Errorf("counts %v, want 3 subs and 3 unsubs acknowledged", a.Counts)
+			}
+		}},
+		{"history-bytes", []string{"--writes", "30", "--value-bytes", "1000"}, nil, func(t *testing.T, a *attackReport) {
+			if a.Counts["put ok"] != 30 || len(a.Outcome) != 2 || !strings.HasPrefix(a.Outcome[1], "watcher 1: ") {
+				t.Errorf("counts %v, outcome %q: want 30 writes and the watcher's state", a.Counts, a.Outcome)
+			}
+		}},
+		{"slow-body", []string{"--attack-conns", "20", "--attack-hold", "500ms"}, nil, func(t *testing.T, a *attackReport) {
+			if a.Counts["connection opened"] != 20 || a.Counts["cut by the server"]+a.Counts["still open at the end"] != 20 {
+				t.Errorf("counts %v: want 20 opened, each cut or still open", a.Counts)
+			}
+			if a.FDsPeak < 20 {
+				t.Errorf("server fds %d before, %d peak: want the 20 stalled connections seen", a.FDsBefore, a.FDsPeak)
+			}
+			if a.Bystander.WSOpens == 0 {
+				t.Error("the bystander opened no WebSocket")
+			}
+		}},
+		{"sse-flood", []string{"--attack-conns", "20", "--attack-hold", "200ms"}, []string{"--max-connections", "10"}, func(t *testing.T, a *attackReport) {
+			answered := 0
+			for k, v := range a.Counts {
+				if strings.HasPrefix(k, "HTTP ") {
+					answered += v
+				}
+			}
+			if a.Counts["connection opened"] != 20 || answered != 20 {
+				t.Errorf("counts %v: want 20 streams answered", a.Counts)
+			}
+		}},
+		{"http-write-rate", []string{"--http-writes", "50"}, nil, func(t *testing.T, a *attackReport) {
+			if a.Counts["HTTP 200"]+a.Counts["HTTP 429"] != 50 {
+				t.Errorf("counts %v: want 50 PUTs answered 200 or 429", a.Counts)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.attack, func(t *testing.T) {
+			args := append([]string{"attack", "--attack", c.attack}, c.flags...)
+			r := runBenchJSON(t, append(args, spawnFlags(t, c.serve...)...)...)
+			a := r.Attack
+			if a == nil || a.Attack != c.attack || r.ServerPID == 0 {
+				t.Fatalf("result %+v", r)
+			}
+			if a.ServerCPUS <= 0 || a.RSSBeforeMB <= 0 || a.RSSPeakMB < a.RSSBeforeMB || a.FDsBefore <= 0 || a.FDsPeak < a.FDsBefore || a.FDLimit <= 0 || a.Samples == 0 {
+				t.Errorf("server figures not measured: %+v", a)
+			}
+			if a.WindowS < minAttackWindow.Seconds() || len(a.Outcome) == 0 || a.Params == "" {
+				t.Errorf("window %v s, outcome %q, params %q", a.WindowS, a.Outcome, a.Params)
+			}
+			if b := a.Bystander; b.Ops == 0 || b.Failures != 0 || b.P50Ms <= 0 || b.P99Ms < b.P50Ms {
+				t.Errorf("bystander %+v: want operations, none failed", b)
+			}
+			c.check(t, a)
+		})
+	}
+}
+
+func TestBenchAttackFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"attack", "--url", "http://127.0.0.1:1"},
+		{"attack", "--attack", "nope", "--url", "http://127.0.0.1:1"},
+	} {
+		err := runBench(context.Background(), args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--attack must be one of unsub-prefixes") {
+			t.Errorf("%q: %v", args, err)
+		}
+	}
+	err := runBench(context.Background(), []string{"attack", "--attack", "sse-flood", "--target", "ceiling"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "statecast only") {
+		t.Errorf("against the ceiling: %v", err)
+	}
+}
