@@ -96,10 +96,26 @@ type Change struct {
 	Events []store.Event
 
 	enc [4]atomic.Pointer[[]byte]
+
+	// Set by the room under its lock: size is store.BatchBytes(Events)
+	// (see changeBytes); held is what the node's history budget was
+	// charged for it while the room's history retains it.
+	size, held int64
 }
 
 // MaxCodecs is the number of encoding slots a Change caches.
 const MaxCodecs = 4
+
+// encodedBytes is the size of the encodings cached on c so far.
+func (c *Change) encodedBytes() int64 {
+	var n int64
+	for i := range c.enc {
+		if p := c.enc[i].Load(); p != nil {
+			n += int64(len(*p))
+		}
+	}
+	return n
+}
 
 // Encoded returns the encoding of c in slot codec (0 <= codec < MaxCodecs),
 // calling encode the first time. Concurrent callers may both encode; one

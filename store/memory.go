@@ -36,6 +36,7 @@ type memRoom struct {
 	kv        map[string]KV
 	hist      []Batch // retained history, oldest first
 	events    int     // events in hist
+	bytes     int64   // EventBytes of hist
 	followers map[*func(Batch)]struct{}
 }
 
@@ -106,6 +107,7 @@ func (m *Memory) Apply(ctx context.Context, room string, w Write) (Result, error
 	b := Batch{Epoch: m.epoch, Rev: r.rev, Time: m.cfg.Clock(), Events: events}
 	r.hist = append(r.hist, b)
 	r.events += len(b.Events)
+	r.bytes += BatchBytes(b.Events)
 	r.trimLocked(m.cfg.Retention.For(room), b.Time)
 	for fn := range r.followers {
 		(*fn)(b)
@@ -114,8 +116,9 @@ func (m *Memory) Apply(ctx context.Context, room string, w Write) (Result, error
 }
 
 func (r *memRoom) trimLocked(ret Retention, now time.Time) {
-	for len(r.hist) > 0 && ret.Drops(r.events, r.hist[0].Time, now) {
+	for len(r.hist) > 0 && (ret.Drops(r.events, r.hist[0].Time, now) || ret.OverBytes(r.bytes)) {
 		r.events -= len(r.hist[0].Events)
+		r.bytes -= BatchBytes(r.hist[0].Events)
 		r.hist[0] = Batch{}
 		r.hist = r.hist[1:]
 	}
