@@ -37,7 +37,8 @@ type Engine struct {
 // st and closes it after the Engine.
 func New(st store.Store, cfg Config) *Engine {
 	e := &Engine{st: st, cfg: cfg.withDefaults(), rooms: make(map[string]*room), stopc: make(chan struct{})}
-	e.hist = budget{limit: e.cfg.HistoryBytes, hard: e.cfg.HistoryBytes + e.cfg.HistoryBytes/8, kick: make(chan struct{}, 1)}
+	b := e.cfg.HistoryBytes
+	e.hist = budget{limit: b, low: b - b/16, hard: b + b/8, kick: make(chan struct{}, 1)}
 	e.wg.Add(2)
 	go e.sweepLoop()
 	go e.compactLoop()
@@ -49,6 +50,7 @@ func New(st store.Store, cfg Config) *Engine {
 type budget struct {
 	used  atomic.Int64
 	limit int64 // above it, the compactor drops the node's oldest history
+	low   int64 // down to here, so it scans the rooms once per limit/16 written
 	hard  int64 // above it, a room that commits drops its own oldest
 	kick  chan struct{}
 }
@@ -66,6 +68,7 @@ func (b *budget) charge(n int64) {
 }
 
 func (b *budget) over() bool     { return b != nil && b.used.Load() > b.limit }
+func (b *budget) aboveLow() bool { return b.used.Load() > b.low }
 func (b *budget) overHard() bool { return b != nil && b.used.Load() > b.hard }
 
 // HistoryBytes is what the retained history of the loaded rooms holds
@@ -84,13 +87,14 @@ func (e *Engine) compactLoop() {
 	}
 }
 
-// compact drops the node's oldest history until it fits the budget: the
-// room whose oldest retained revision is the oldest pays first, down to
-// the next room's oldest, and so on, so the history that goes is the one
-// least likely to be resumed from; a resume from there gets a snapshot.
-// It holds one room lock at a time and never Engine.mu with it.
+// compact drops the node's oldest history until it is back under the
+// budget, with a margin: the room whose oldest retained revision is the
+// oldest pays first, down to the next room's oldest, and so on, so the
+// history that goes is the one least likely to be resumed from; a resume
+// from there gets a snapshot. It holds one room lock at a time and never
+// Engine.mu with it.
 func (e *Engine) compact() {
-	for e.hist.over() {
+	for e.hist.aboveLow() {
 		var victim *room
 		var at, next time.Time // the victim's oldest, the runner-up's
 		for _, r := range e.loadedRooms() {
@@ -115,7 +119,7 @@ func (e *Engine) compact() {
 		victim.mu.Lock()
 		if !victim.closed {
 			h := victim.hist
-			for h.n > 0 && e.hist.over() {
+			for h.n > 0 && e.hist.aboveLow() {
 				h.dropOldest()
 				if t, ok := h.oldestTime(); ok && !next.IsZero() && t.After(next) {
 					break

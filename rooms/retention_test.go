@@ -79,9 +79,10 @@ func TestHistoryBoundedByBytes(t *testing.T) {
 }
 
 // TestNodeHistoryBudgetCompactsOldestFirst: three rooms written one after
-// the other under a node budget of 12 events: the 3 events over it come
-// out of the room written first, and a resume from there gets a snapshot.
-// An unloaded room gives its history back to the budget.
+// the other under a node budget of 12 events: what goes over it comes out
+// of the room written first (twice 2 events: the compactor goes down to
+// 15/16 of the budget), and a resume from there gets a snapshot. An
+// unloaded room gives its history back to the budget.
 func TestNodeHistoryBudgetCompactsOldestFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
@@ -101,15 +102,15 @@ func TestNodeHistoryBudgetCompactsOldestFirst(t *testing.T) {
 				}
 			}
 		}
-		want := map[string]uint64{"a": 4, "b": 1, "c": 1}
+		want := map[string]uint64{"a": 5, "b": 1, "c": 1}
 		for room, oldest := range want {
 			if s := roomStats(t, e, room); s.Oldest != oldest {
 				t.Errorf("room %s: oldest %d, want %d", room, s.Oldest, oldest)
 			}
 		}
-		w, _ := e.Watch(ctx, "a", rooms.WatchOptions{From: &rooms.Position{Rev: 2}})
+		w, _ := e.Watch(ctx, "a", rooms.WatchOptions{From: &rooms.Position{Rev: 4}})
 		if m := newClient().until(t, w, rooms.KindSnapshot); m.Reason != rooms.ReasonCompacted || m.Rev != 5 {
-			t.Fatalf("resume a from 2: %v snapshot at %d, want compacted at 5", m.Reason, m.Rev)
+			t.Fatalf("resume a from 4: %v snapshot at %d, want compacted at 5", m.Reason, m.Rev)
 		}
 		w.Close()
 

@@ -228,7 +228,7 @@ func openStore(f serveFlags, ret store.RetentionPolicy, limits store.Limits, log
 		st, err := store.OpenFile(store.FileConfig{Path: path, Retention: ret, Limits: limits, Logger: log})
 		return st, "file " + path, err
 	case f.storeURL == "memory":
-		return store.NewMemory(store.MemoryConfig{Retention: ret, Limits: limits}), "memory (ephemeral)", nil
+		return store.NewMemory(store.MemoryConfig{Retention: ret, Limits: limits, HistoryBytes: int64(f.nodeHistoryBytes)}), "memory (ephemeral)", nil
 	case strings.HasPrefix(f.storeURL, "redis://"), strings.HasPrefix(f.storeURL, "rediss://"):
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
