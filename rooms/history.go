@@ -77,6 +77,9 @@ func (h *history) push(ch *Change) {
 	h.bytes += size
 	h.held += ch.held
 	h.node.charge(ch.held)
+	if h.node != nil {
+		ch.acct.Store(h.node)
+	}
 	h.expire(ch.Time)
 	// Backstop: the engine compacts the node's oldest history first, in
 	// its own goroutine; should writes outrun it, a room over the hard
@@ -108,12 +111,20 @@ func (h *history) dropOldest() {
 	h.bytes -= ch.size
 	h.held -= ch.held
 	h.node.charge(-ch.held)
+	ch.release()
 }
 
 // clear drops every revision and makes oldest the oldest replayable one.
 // A room that unloads clears its history, so its memory goes back to the
 // node's budget (and to the heap) at once.
 func (h *history) clear(oldest uint64) {
+	var last *Change
+	for i := 0; i < h.n; i++ {
+		if ch := h.at(i).ch; ch != last {
+			ch.release()
+			last = ch
+		}
+	}
 	clear(h.slots)
 	h.start, h.n, h.oldest = 0, 0, oldest
 	h.node.charge(-h.held)

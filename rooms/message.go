@@ -1,6 +1,7 @@
 package rooms
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -99,8 +100,23 @@ type Change struct {
 
 	// Set by the room under its lock: size is store.BatchBytes(Events)
 	// (see changeBytes); held is what the node's history budget was
-	// charged for it while the room's history retains it.
+	// charged for it when the room's history took it.
 	size, held int64
+	// While a history retains c, acct is the node's budget, charged for
+	// every encoding cached later too (extra); dropping c swaps extra to
+	// released, so an encoding cached meanwhile is not charged.
+	acct  atomic.Pointer[budget]
+	extra atomic.Int64
+}
+
+const released = math.MinInt64 / 2
+
+// release takes c's cached encodings back from the budget it was charged
+// to; history's held covers the rest.
+func (c *Change) release() {
+	if b := c.acct.Swap(nil); b != nil {
+		b.charge(-c.extra.Swap(released))
+	}
 }
 
 // MaxCodecs is the number of encoding slots a Change caches.
@@ -126,6 +142,9 @@ func (c *Change) Encoded(codec int, encode func(*Change) []byte) []byte {
 	}
 	b := encode(c)
 	if c.enc[codec].CompareAndSwap(nil, &b) {
+		if a := c.acct.Load(); a != nil && c.extra.Add(int64(len(b))) > 0 {
+			a.charge(int64(len(b))) // a replay in another codec grew a retained revision
+		}
 		return b
 	}
 	return *c.enc[codec].Load()

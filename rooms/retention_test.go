@@ -220,3 +220,30 @@ func TestHeapBoundedUnderLargeValues(t *testing.T) {
 	t.Logf("heap grew by %d MiB", (max(heap(), base)-base)>>20)
 	runtime.KeepAlive(w)
 }
+
+// TestNodeBudgetCountsLaterEncodings: an encoding cached on a retained
+// revision after it committed (a replay in another codec) is charged to
+// the node's budget, and given back when the room unloads.
+func TestNodeBudgetCountsLaterEncodings(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e, _ := newEngine(t, store.RetentionPolicy{}, rooms.Config{})
+		put(t, e, "enc", "k", "v")
+		mustList(t, e, "enc")
+		put(t, e, "enc", "k", "w")
+		before := e.HistoryBytes()
+		w, _ := e.Watch(ctx, "enc", rooms.WatchOptions{From: &rooms.Position{Rev: 1}})
+		m := newClient().until(t, w, rooms.KindEvents)
+		enc := make([]byte, 1000)
+		m.Change.Encoded(2, func(*rooms.Change) []byte { return enc })
+		if got := e.HistoryBytes(); got != before+1000 {
+			t.Fatalf("node history %d bytes after caching 1000 more, want %d", got, before+1000)
+		}
+		w.Close()
+		time.Sleep(2 * time.Minute) // the room idles out and unloads
+		synctest.Wait()
+		if got := e.HistoryBytes(); got != 0 {
+			t.Fatalf("after unloading: node history %d bytes, want 0", got)
+		}
+	})
+}
