@@ -14,10 +14,24 @@ type Config struct {
 	// fall back to snapshots sooner.
 	Retention store.RetentionPolicy
 
+	// HistoryBytes bounds the retained history of all loaded rooms
+	// together: store.EventBytes of their events plus the encodings
+	// cached at commit (Prepare). Over it, the oldest history on the node
+	// is dropped first (whole revisions, the room with the oldest
+	// retained revision first), so a resume from there gets a snapshot
+	// instead of the node running out of memory. Default 512 MiB.
+	HistoryBytes int64
+
 	// QueueLimit is how many messages a watcher may have waiting before it
 	// is parked as slow; its missed changes are then sent as one coalesced
 	// message when it drains. Default 1024.
 	QueueLimit int
+
+	// QueueBytes is how many bytes of events (store.EventBytes) a watcher
+	// may have waiting before it is parked as slow, as for QueueLimit; a
+	// single message larger than it is still queued when the queue is
+	// empty. Default 4 MiB.
+	QueueBytes int64
 
 	// CoalesceLimit is the most distinct keys a coalesced catch-up may
 	// carry; a slow watcher that missed more gets a snapshot instead.
@@ -52,6 +66,12 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.QueueLimit <= 0 {
 		c.QueueLimit = 1024
+	}
+	if c.QueueBytes <= 0 {
+		c.QueueBytes = 4 << 20
+	}
+	if c.HistoryBytes <= 0 {
+		c.HistoryBytes = 512 << 20
 	}
 	if c.CoalesceLimit <= 0 {
 		c.CoalesceLimit = 4096

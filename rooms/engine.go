@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/btree"
@@ -26,6 +27,8 @@ type Engine struct {
 	rooms  map[string]*room
 	closed bool
 
+	hist budget // retained history of every loaded room
+
 	stopc chan struct{}
 	wg    sync.WaitGroup
 }
@@ -34,9 +37,97 @@ type Engine struct {
 // st and closes it after the Engine.
 func New(st store.Store, cfg Config) *Engine {
 	e := &Engine{st: st, cfg: cfg.withDefaults(), rooms: make(map[string]*room), stopc: make(chan struct{})}
-	e.wg.Add(1)
+	b := e.cfg.HistoryBytes
+	e.hist = budget{limit: b, low: b - b/16, hard: b + b/8, kick: make(chan struct{}, 1)}
+	e.wg.Add(2)
 	go e.sweepLoop()
+	go e.compactLoop()
 	return e
+}
+
+// budget is the node-wide bound of retained history: the rooms' histories
+// charge it under their own locks, the engine's compactor drains it.
+type budget struct {
+	used  atomic.Int64
+	limit int64 // above it, the compactor drops the node's oldest history
+	low   int64 // down to here, so it scans the rooms once per limit/16 written
+	hard  int64 // above it, a room that commits drops its own oldest
+	kick  chan struct{}
+}
+
+func (b *budget) charge(n int64) {
+	if b == nil {
+		return
+	}
+	if b.used.Add(n) > b.limit && n > 0 {
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (b *budget) over() bool     { return b != nil && b.used.Load() > b.limit }
+func (b *budget) aboveLow() bool { return b.used.Load() > b.low }
+func (b *budget) overHard() bool { return b != nil && b.used.Load() > b.hard }
+
+// HistoryBytes is what the retained history of the loaded rooms holds
+// (see Config.HistoryBytes).
+func (e *Engine) HistoryBytes() int64 { return e.hist.used.Load() }
+
+func (e *Engine) compactLoop() {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-e.stopc:
+			return
+		case <-e.hist.kick:
+			e.compact()
+		}
+	}
+}
+
+// compact drops the node's oldest history until it is back under the
+// budget, with a margin: the room whose oldest retained revision is the
+// oldest pays first, down to the next room's oldest, and so on, so the
+// history that goes is the one least likely to be resumed from; a resume
+// from there gets a snapshot. It holds one room lock at a time and never
+// Engine.mu with it.
+func (e *Engine) compact() {
+	for e.hist.aboveLow() {
+		var victim *room
+		var at, next time.Time // the victim's oldest, the runner-up's
+		for _, r := range e.loadedRooms() {
+			r.mu.Lock()
+			var t time.Time
+			ok := !r.closed && !r.loading && r.hist != nil
+			if ok {
+				t, ok = r.hist.oldestTime()
+			}
+			r.mu.Unlock()
+			switch {
+			case !ok:
+			case victim == nil || t.Before(at):
+				victim, next, at = r, at, t
+			case next.IsZero() || t.Before(next):
+				next = t
+			}
+		}
+		if victim == nil {
+			return
+		}
+		victim.mu.Lock()
+		if !victim.closed {
+			h := victim.hist
+			for h.n > 0 && e.hist.aboveLow() {
+				h.dropOldest()
+				if t, ok := h.oldestTime(); ok && !next.IsZero() && t.After(next) {
+					break
+				}
+			}
+		}
+		victim.mu.Unlock()
+	}
 }
 
 // Apply commits w to room in the store. Watchers of the room on every
@@ -141,6 +232,7 @@ type RoomStats struct {
 	Rev           uint64
 	Oldest        uint64 // oldest replayable revision
 	HistoryEvents int
+	HistoryBytes  int64 // store.EventBytes of the retained history
 	Keys          int
 	Watchers      int
 }
@@ -152,7 +244,7 @@ func (e *Engine) Stats() []RoomStats {
 		r.mu.Lock()
 		if !r.closed && !r.loading {
 			out = append(out, RoomStats{Name: r.name, Epoch: r.epoch, Rev: r.head, Oldest: r.hist.oldest,
-				HistoryEvents: r.hist.n, Keys: r.view.Len(), Watchers: len(r.watchers)})
+				HistoryEvents: r.hist.n, HistoryBytes: r.hist.bytes, Keys: r.view.Len(), Watchers: len(r.watchers)})
 		}
 		r.mu.Unlock()
 	}
@@ -273,43 +365,20 @@ func (e *Engine) load(ctx context.Context, r *room) error {
 	if err != nil {
 		return err
 	}
-	var batches []store.Batch
-	from := snap.Oldest
-	for attempt := 0; from <= snap.Rev; attempt++ {
-		batches, err = e.st.History(ctx, r.name, from, 0)
-		var ce *store.CompactedError
-		if errors.As(err, &ce) && attempt < 3 { // trimmed meanwhile
-			from = ce.Oldest
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		break
+	hist, err := e.loadHistory(ctx, r.name, snap)
+	if err != nil {
+		return err
 	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
+		hist.clear(snap.Rev + 1)
 		return ErrClosed
 	}
-	r.epoch, r.head = snap.Epoch, snap.Rev
+	r.epoch, r.head, r.hist = snap.Epoch, snap.Rev, hist
 	for _, kv := range snap.Items {
 		r.view.ReplaceOrInsert(kv)
-	}
-	ret := e.cfg.Retention.For(r.name)
-	r.hist = newHistory(ret, snap.Rev)
-	for i, b := range batches {
-		if b.Rev > snap.Rev {
-			break
-		}
-		if i == 0 {
-			r.hist = newHistory(ret, b.Rev-1)
-		}
-		r.hist.push(&Change{Rev: b.Rev, Time: b.Time, Events: b.Events})
-	}
-	if r.hist.n == 0 {
-		r.hist.oldest = snap.Rev + 1
 	}
 	r.loading = false
 	for _, b := range r.pending {
@@ -322,6 +391,48 @@ func (e *Engine) load(ctx context.Context, r *room) error {
 		return ErrRoomReset
 	}
 	return nil
+}
+
+// loadChunk is the most events load reads from the store's history at a
+// time: the ring trims by bytes as it goes, so a long history of large
+// values never sits in memory whole.
+const loadChunk = 256
+
+// loadHistory reads the store's retained history of room up to snap.Rev
+// into a new ring, a chunk at a time.
+func (e *Engine) loadHistory(ctx context.Context, room string, snap store.Snapshot) (*history, error) {
+	ret := e.cfg.Retention.For(room)
+	h := newHistory(ret, snap.Rev, &e.hist)
+	from, trimmed := snap.Oldest, 0
+	for from <= snap.Rev {
+		batches, err := e.st.History(ctx, room, from, loadChunk)
+		var ce *store.CompactedError
+		if errors.As(err, &ce) && trimmed < 3 { // trimmed meanwhile: start over from there
+			trimmed++
+			h.clear(snap.Rev + 1)
+			from = ce.Oldest
+			continue
+		}
+		if err == nil && len(batches) == 0 { // a gap: replay nothing rather than skip it
+			h.clear(snap.Rev + 1)
+			break
+		}
+		if err != nil {
+			h.clear(snap.Rev + 1)
+			return nil, err
+		}
+		for _, b := range batches {
+			if b.Rev > snap.Rev {
+				break
+			}
+			h.push(&Change{Rev: b.Rev, Time: b.Time, Events: b.Events})
+		}
+		from = batches[len(batches)-1].Rev + 1
+	}
+	if h.n == 0 {
+		h.oldest = snap.Rev + 1
+	}
+	return h, nil
 }
 
 // sweepLoop sends progress marks and unloads idle rooms.

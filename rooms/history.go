@@ -15,14 +15,20 @@ import (
 // its Change only when the key matches.
 //
 // Only whole revisions are retained: oldest is always the first revision
-// of a complete Change. history is guarded by the room's mutex.
+// of a complete Change. The retention bounds events, age and bytes
+// (store.EventBytes, as the stores count them); the node's budget bounds
+// the bytes of every loaded room's history together, the encodings cached
+// at commit included. history is guarded by the room's mutex.
 type history struct {
 	ret    store.Retention
+	node   *budget
 	slots  []slot
 	heads  []uint64 // keyHead of each slot's key, at the same index
 	start  int      // index of the oldest slot
 	n      int      // slots in use
 	oldest uint64   // oldest replayable revision; head+1 when empty
+	bytes  int64    // store.EventBytes of the retained events
+	held   int64    // what node is charged for them
 }
 
 type slot struct {
@@ -30,22 +36,29 @@ type slot struct {
 	ch  *Change
 }
 
-func newHistory(ret store.Retention, head uint64) *history {
-	return &history{ret: ret, oldest: head + 1}
+func newHistory(ret store.Retention, head uint64, node *budget) *history {
+	return &history{ret: ret, node: node, oldest: head + 1}
 }
 
 func (h *history) at(i int) slot { return h.slots[(h.start+i)%len(h.slots)] }
 
+// changeBytes is store.BatchBytes of ch's events, computed once.
+func changeBytes(ch *Change) int64 {
+	if ch.size == 0 {
+		ch.size = store.BatchBytes(ch.Events)
+	}
+	return ch.size
+}
+
 // push appends ch (revision head+1) and drops the oldest revisions beyond
 // retention.
 func (h *history) push(ch *Change) {
-	k := len(ch.Events)
-	if k > h.ret.MaxEvents { // cannot be retained whole: nothing older is replayable either
-		clear(h.slots)
-		h.start, h.n, h.oldest = 0, 0, ch.Rev+1
+	k, size := len(ch.Events), changeBytes(ch)
+	if k > h.ret.MaxEvents || size > h.ret.MaxBytes { // cannot be retained whole: nothing older is replayable either
+		h.clear(ch.Rev + 1)
 		return
 	}
-	for h.n+k > h.ret.MaxEvents {
+	for h.n+k > h.ret.MaxEvents || h.bytes+size > h.ret.MaxBytes {
 		h.dropOldest()
 	}
 	if h.n+k > len(h.slots) {
@@ -60,7 +73,20 @@ func (h *history) push(ch *Change) {
 	if h.n == k {
 		h.oldest = ch.Rev
 	}
+	ch.held = size + ch.encodedBytes()
+	h.bytes += size
+	h.held += ch.held
+	h.node.charge(ch.held)
+	if h.node != nil {
+		ch.acct.Store(h.node)
+	}
 	h.expire(ch.Time)
+	// Backstop: the engine compacts the node's oldest history first, in
+	// its own goroutine; should writes outrun it, a room over the hard
+	// bound pays from its own history, so memory stays bounded anyway.
+	for h.n > 0 && h.node.overHard() {
+		h.dropOldest()
+	}
 }
 
 // expire drops revisions older than the retention's MaxAge at now.
@@ -82,6 +108,35 @@ func (h *history) dropOldest() {
 		h.n--
 	}
 	h.oldest = ch.Rev + 1
+	h.bytes -= ch.size
+	h.held -= ch.held
+	h.node.charge(-ch.held)
+	ch.release()
+}
+
+// clear drops every revision and makes oldest the oldest replayable one.
+// A room that unloads clears its history, so its memory goes back to the
+// node's budget (and to the heap) at once.
+func (h *history) clear(oldest uint64) {
+	var last *Change
+	for i := 0; i < h.n; i++ {
+		if ch := h.at(i).ch; ch != last {
+			ch.release()
+			last = ch
+		}
+	}
+	clear(h.slots)
+	h.start, h.n, h.oldest = 0, 0, oldest
+	h.node.charge(-h.held)
+	h.bytes, h.held = 0, 0
+}
+
+// oldestTime is the commit time of the oldest retained revision.
+func (h *history) oldestTime() (time.Time, bool) {
+	if h.n == 0 {
+		return time.Time{}, false
+	}
+	return h.at(0).ch.Time, true
 }
 
 func (h *history) grow(need int) {

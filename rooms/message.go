@@ -1,6 +1,7 @@
 package rooms
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -96,10 +97,41 @@ type Change struct {
 	Events []store.Event
 
 	enc [4]atomic.Pointer[[]byte]
+
+	// Set by the room under its lock: size is store.BatchBytes(Events)
+	// (see changeBytes); held is what the node's history budget was
+	// charged for it when the room's history took it.
+	size, held int64
+	// While a history retains c, acct is the node's budget, charged for
+	// every encoding cached later too (extra); dropping c swaps extra to
+	// released, so an encoding cached meanwhile is not charged.
+	acct  atomic.Pointer[budget]
+	extra atomic.Int64
+}
+
+const released = math.MinInt64 / 2
+
+// release takes c's cached encodings back from the budget it was charged
+// to; history's held covers the rest.
+func (c *Change) release() {
+	if b := c.acct.Swap(nil); b != nil {
+		b.charge(-c.extra.Swap(released))
+	}
 }
 
 // MaxCodecs is the number of encoding slots a Change caches.
 const MaxCodecs = 4
+
+// encodedBytes is the size of the encodings cached on c so far.
+func (c *Change) encodedBytes() int64 {
+	var n int64
+	for i := range c.enc {
+		if p := c.enc[i].Load(); p != nil {
+			n += int64(len(*p))
+		}
+	}
+	return n
+}
 
 // Encoded returns the encoding of c in slot codec (0 <= codec < MaxCodecs),
 // calling encode the first time. Concurrent callers may both encode; one
@@ -110,6 +142,9 @@ func (c *Change) Encoded(codec int, encode func(*Change) []byte) []byte {
 	}
 	b := encode(c)
 	if c.enc[codec].CompareAndSwap(nil, &b) {
+		if a := c.acct.Load(); a != nil && c.extra.Add(int64(len(b))) > 0 {
+			a.charge(int64(len(b))) // a replay in another codec grew a retained revision
+		}
 		return b
 	}
 	return *c.enc[codec].Load()

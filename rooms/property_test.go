@@ -77,9 +77,19 @@ type sub struct {
 }
 
 func newModel(rt *rapid.T) *model {
-	ret := store.RetentionPolicy{Default: store.Retention{MaxEvents: rapid.SampledFrom([]int{3, 8, 1000}).Draw(rt, "history")}}
+	// An event here costs about store.EventOverhead + 10 bytes: the byte
+	// bounds below hold 2 to 8 of them, so byte retention, the node's
+	// budget (compacted in the background) and byte-full queues all cut
+	// in, alone and together.
+	ev := int64(store.EventOverhead + 10)
+	ret := store.RetentionPolicy{Default: store.Retention{
+		MaxEvents: rapid.SampledFrom([]int{3, 8, 1000}).Draw(rt, "history"),
+		MaxBytes:  rapid.SampledFrom([]int64{0, 3 * ev, 8 * ev}).Draw(rt, "historyBytes"),
+	}}
 	cfg := rooms.Config{
 		Retention:        ret,
+		HistoryBytes:     rapid.SampledFrom([]int64{0, 2 * ev, 6 * ev}).Draw(rt, "nodeBytes"),
+		QueueBytes:       rapid.SampledFrom([]int64{0, 2 * ev}).Draw(rt, "queueBytes"),
 		QueueLimit:       rapid.SampledFrom([]int{1, 2, 4, 100}).Draw(rt, "queue"),
 		CoalesceLimit:    rapid.SampledFrom([]int{1, 3, 100}).Draw(rt, "coalesce"),
 		ReplayChunk:      rapid.SampledFrom([]int{1, 2, 100}).Draw(rt, "chunk"),

@@ -206,6 +206,9 @@ func (r *room) shutdownLocked(err error) {
 	}
 	clear(r.watchers)
 	r.idx = newIndex()
+	if r.hist != nil { // give its memory back now, not when the room is collected
+		r.hist.clear(r.head + 1)
+	}
 }
 
 // takeStopLocked returns the store Follow's stop (once) for the caller to

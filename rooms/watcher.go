@@ -62,7 +62,8 @@ type Watcher struct {
 	reason Reason // why, in stSnapshot
 	next   uint64 // first revision not yet handed over
 	q      []Message
-	active bool // something was queued since the last progress tick
+	qbytes int64 // changeBytes of the events in q
+	active bool  // something was queued since the last progress tick
 	err    error
 }
 
@@ -94,6 +95,7 @@ func (w *Watcher) Drain(dst []Message) ([]Message, error) {
 	r.mu.Lock()
 	if len(w.q) > 0 {
 		dst = append(dst, w.q...)
+		w.qbytes = 0
 		if cap(w.q) > 64 {
 			w.q = nil // do not keep a burst's buffer on an idle watcher
 		} else {
@@ -163,7 +165,7 @@ func (w *Watcher) Close() {
 	defer r.mu.Unlock()
 	if w.state != stClosed {
 		r.removeLocked(w)
-		w.q = nil
+		w.q, w.qbytes = nil, 0
 		w.end(ErrWatcherClosed)
 	}
 }
@@ -175,16 +177,18 @@ func (w *Watcher) end(err error) {
 }
 
 // deliverLocked queues ch for w, or marks w as a victim when its queue is
-// full. It never blocks.
+// full, in messages or in bytes. It never blocks.
 func (r *room) deliverLocked(w *Watcher, ch *Change) {
 	if ch.Rev < w.next { // waiting for a future revision
 		return
 	}
-	if len(w.q) >= r.e.cfg.QueueLimit {
+	n := changeBytes(ch)
+	if len(w.q) >= r.e.cfg.QueueLimit || (len(w.q) > 0 && w.qbytes+n > r.e.cfg.QueueBytes) {
 		r.victims = append(r.victims, w)
 		return
 	}
 	w.q = append(w.q, Message{Kind: KindEvents, Rev: ch.Rev, Change: ch})
+	w.qbytes += n
 	w.next, w.active = ch.Rev+1, true
 	if len(w.q) == 1 {
 		w.signal()

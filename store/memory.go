@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,6 +13,12 @@ import (
 type MemoryConfig struct {
 	Limits    Limits
 	Retention RetentionPolicy
+	// HistoryBytes bounds the history of all rooms together, in
+	// EventBytes: over it, the oldest revisions across rooms are dropped
+	// first (down to 15/16 of it), as the rooms engine does for its own
+	// rings. Memory never unloads a room, so without it each room keeps
+	// up to its Retention's MaxBytes. 0 means no node-wide bound.
+	HistoryBytes int64
 	// Clock is the time source for age retention; defaults to time.Now.
 	Clock func() time.Time
 }
@@ -26,6 +33,9 @@ type Memory struct {
 	mu     sync.RWMutex
 	rooms  map[string]*memRoom
 	closed bool
+
+	histBytes  atomic.Int64 // EventBytes of every room's history
+	compacting sync.Mutex   // one compaction at a time
 }
 
 var _ Store = (*Memory)(nil)
@@ -34,8 +44,10 @@ type memRoom struct {
 	mu        sync.Mutex
 	rev       uint64
 	kv        map[string]KV
-	hist      []Batch // retained history, oldest first
-	events    int     // events in hist
+	hist      []Batch       // retained history, oldest first
+	events    int           // events in hist
+	bytes     int64         // EventBytes of hist
+	total     *atomic.Int64 // the store's histBytes
 	followers map[*func(Batch)]struct{}
 }
 
@@ -67,7 +79,7 @@ func (m *Memory) room(name string, create bool) (*memRoom, error) {
 		return nil, ErrClosed
 	}
 	if r = m.rooms[name]; r == nil {
-		r = &memRoom{kv: make(map[string]KV), followers: make(map[*func(Batch)]struct{})}
+		r = &memRoom{kv: make(map[string]KV), total: &m.histBytes, followers: make(map[*func(Batch)]struct{})}
 		m.rooms[name] = r
 	}
 	return r, nil
@@ -84,6 +96,14 @@ func (m *Memory) Apply(ctx context.Context, room string, w Write) (Result, error
 	if err != nil {
 		return Result{}, err
 	}
+	res, err := m.apply(r, room, w)
+	if h := m.cfg.HistoryBytes; h > 0 && m.histBytes.Load() > h {
+		m.compact(h - h/16)
+	}
+	return res, err
+}
+
+func (m *Memory) apply(r *memRoom, room string, w Write) (Result, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	events, err := plan(w, r.rev, func(k string) (KV, bool, error) {
@@ -106,6 +126,9 @@ func (m *Memory) Apply(ctx context.Context, room string, w Write) (Result, error
 	b := Batch{Epoch: m.epoch, Rev: r.rev, Time: m.cfg.Clock(), Events: events}
 	r.hist = append(r.hist, b)
 	r.events += len(b.Events)
+	n := BatchBytes(b.Events)
+	r.bytes += n
+	r.total.Add(n)
 	r.trimLocked(m.cfg.Retention.For(room), b.Time)
 	for fn := range r.followers {
 		(*fn)(b)
@@ -114,10 +137,64 @@ func (m *Memory) Apply(ctx context.Context, room string, w Write) (Result, error
 }
 
 func (r *memRoom) trimLocked(ret Retention, now time.Time) {
-	for len(r.hist) > 0 && ret.Drops(r.events, r.hist[0].Time, now) {
-		r.events -= len(r.hist[0].Events)
-		r.hist[0] = Batch{}
-		r.hist = r.hist[1:]
+	for len(r.hist) > 0 && (ret.Drops(r.events, r.hist[0].Time, now) || ret.OverBytes(r.bytes)) {
+		r.dropOldestLocked()
+	}
+}
+
+func (r *memRoom) dropOldestLocked() {
+	n := BatchBytes(r.hist[0].Events)
+	r.events -= len(r.hist[0].Events)
+	r.bytes -= n
+	r.total.Add(-n)
+	r.hist[0] = Batch{}
+	r.hist = r.hist[1:]
+}
+
+// compact drops the oldest history across rooms until the store holds at
+// most low bytes of it: the room whose oldest revision is the oldest pays
+// first, down to the next room's oldest. It holds one room lock at a time.
+func (m *Memory) compact(low int64) {
+	if !m.compacting.TryLock() {
+		return // another writer is at it, and checks the total again
+	}
+	defer m.compacting.Unlock()
+	for m.histBytes.Load() > low {
+		m.mu.RLock()
+		rooms := make([]*memRoom, 0, len(m.rooms))
+		for _, r := range m.rooms {
+			rooms = append(rooms, r)
+		}
+		m.mu.RUnlock()
+		var victim *memRoom
+		var at, next time.Time // the victim's oldest, the runner-up's
+		for _, r := range rooms {
+			r.mu.Lock()
+			ok := len(r.hist) > 0
+			var t time.Time
+			if ok {
+				t = r.hist[0].Time
+			}
+			r.mu.Unlock()
+			switch {
+			case !ok:
+			case victim == nil || t.Before(at):
+				victim, next, at = r, at, t
+			case next.IsZero() || t.Before(next):
+				next = t
+			}
+		}
+		if victim == nil {
+			return
+		}
+		victim.mu.Lock()
+		for len(victim.hist) > 0 && m.histBytes.Load() > low {
+			victim.dropOldestLocked()
+			if len(victim.hist) > 0 && !next.IsZero() && victim.hist[0].Time.After(next) {
+				break
+			}
+		}
+		victim.mu.Unlock()
 	}
 }
 

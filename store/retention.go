@@ -9,11 +9,46 @@ import (
 // configured.
 const DefaultMaxEvents = 10_000
 
+// DefaultMaxBytes is the history retained per room, in EventBytes, when
+// nothing else is configured: 64 MiB, a few hundred events at the largest
+// value size, while the event bound is what limits rooms of small values.
+const DefaultMaxBytes = 64 << 20
+
+// EventOverhead is what EventBytes charges per event beyond its keys and
+// values: the Event, its KV and Prev, and a history slot.
+const EventOverhead = 160
+
 // Retention bounds a room's history. Only whole revisions are dropped, so
 // the oldest retained revision is always a complete batch.
 type Retention struct {
 	MaxEvents int           // events retained; 0 means DefaultMaxEvents
 	MaxAge    time.Duration // 0 means no age limit
+	// MaxBytes bounds the EventBytes of the retained events; 0 means
+	// DefaultMaxBytes. The memory store and the rooms engine's history
+	// ring honor it; the file and Redis stores keep history out of the
+	// process and bound it by events and age only.
+	MaxBytes int64
+}
+
+// EventBytes is what an event costs a history: its key, value and
+// previous value, plus EventOverhead. A previous value is often shared
+// with an older event's value; counting it anyway keeps the sum an upper
+// bound of the memory the history pins, whatever the backend.
+func EventBytes(ev *Event) int64 {
+	n := int64(EventOverhead + len(ev.KV.Key) + len(ev.KV.Value) + len(ev.KV.Lease))
+	if ev.Prev != nil {
+		n += int64(len(ev.Prev.Value) + len(ev.Prev.Lease))
+	}
+	return n
+}
+
+// BatchBytes is the EventBytes of all of evs.
+func BatchBytes(evs []Event) int64 {
+	var n int64
+	for i := range evs {
+		n += EventBytes(&evs[i])
+	}
+	return n
 }
 
 // RoomClass gives the rooms whose name starts with Prefix (for example
@@ -25,7 +60,7 @@ type RoomClass struct {
 
 // RetentionPolicy picks a Retention per room: the class with the longest
 // matching prefix, else Default. The zero value retains DefaultMaxEvents
-// events per room with no age limit.
+// events and DefaultMaxBytes bytes per room with no age limit.
 type RetentionPolicy struct {
 	Default Retention
 	Classes []RoomClass
@@ -42,13 +77,21 @@ func (p RetentionPolicy) For(room string) Retention {
 	if r.MaxEvents <= 0 {
 		r.MaxEvents = DefaultMaxEvents
 	}
+	if r.MaxBytes <= 0 {
+		r.MaxBytes = DefaultMaxBytes
+	}
 	return r
 }
 
 // Drops reports whether the oldest retained batch, committed at oldestAt,
 // must go when the history holds total events: too many events, or too
 // old at now. Backends call it in a loop, dropping one whole batch at a
-// time, so a write costs O(batches dropped), not O(history).
+// time, so a write costs O(batches dropped), not O(history). A backend
+// that counts bytes also drops while OverBytes.
 func (r Retention) Drops(total int, oldestAt, now time.Time) bool {
 	return total > r.MaxEvents || (r.MaxAge > 0 && now.Sub(oldestAt) > r.MaxAge)
 }
+
+// OverBytes reports whether a history of bytes (in EventBytes) must drop
+// its oldest batch.
+func (r Retention) OverBytes(bytes int64) bool { return bytes > r.MaxBytes }

@@ -24,7 +24,7 @@ import (
 	"github.com/statecast/statecast/store"
 )
 
-// classFlag collects --history-class PREFIX=EVENTS[/AGE] rules.
+// classFlag collects --history-class PREFIX=EVENTS[/AGE[/BYTES]] rules.
 type classFlag []store.RoomClass
 
 func (c *classFlag) String() string { return "" }
@@ -32,20 +32,50 @@ func (c *classFlag) String() string { return "" }
 func (c *classFlag) Set(v string) error {
 	prefix, rule, ok := strings.Cut(v, "=")
 	if !ok || prefix == "" {
-		return fmt.Errorf("want PREFIX=EVENTS[/AGE], e.g. lobby:=500/10m")
+		return fmt.Errorf("want PREFIX=EVENTS[/AGE[/BYTES]], e.g. lobby:=500/10m or doc:=10000/0/8MiB")
 	}
-	events, age, _ := strings.Cut(rule, "/")
-	n, err := strconv.Atoi(events)
+	parts := strings.Split(rule, "/")
+	if len(parts) > 3 {
+		return fmt.Errorf("want PREFIX=EVENTS[/AGE[/BYTES]], got %q", v)
+	}
+	n, err := strconv.Atoi(parts[0])
 	if err != nil || n <= 0 {
-		return fmt.Errorf("events must be a positive integer, got %q", events)
+		return fmt.Errorf("events must be a positive integer, got %q", parts[0])
 	}
 	r := store.Retention{MaxEvents: n}
-	if age != "" {
-		if r.MaxAge, err = time.ParseDuration(age); err != nil {
+	if len(parts) > 1 && parts[1] != "" && parts[1] != "0" {
+		if r.MaxAge, err = time.ParseDuration(parts[1]); err != nil {
 			return err
 		}
 	}
+	if len(parts) > 2 {
+		var b bytesFlag
+		if err := b.Set(parts[2]); err != nil {
+			return err
+		}
+		r.MaxBytes = int64(b)
+	}
 	*c = append(*c, store.RoomClass{Prefix: prefix, Retention: r})
+	return nil
+}
+
+// bytesFlag is a size in bytes, with an optional KiB, MiB or GiB suffix.
+type bytesFlag int64
+
+func (b *bytesFlag) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *bytesFlag) Set(v string) error {
+	num, mult := v, int64(1)
+	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if t, ok := strings.CutSuffix(v, suffix); ok {
+			num, mult = t, m
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/mult {
+		return fmt.Errorf("want a positive size in bytes, optionally with KiB, MiB or GiB, got %q", v)
+	}
+	*b = bytesFlag(n * mult)
 	return nil
 }
 
@@ -60,6 +90,8 @@ type serveFlags struct {
 	origins, hosts                      listFlag
 	history                             int
 	historyAge                          time.Duration
+	historyBytes, nodeHistoryBytes      bytesFlag
+	queueBytes                          bytesFlag
 	classes                             classFlag
 	maxFrame, maxValue                  int
 	maxSubs, maxConns, maxConnsPerIP    int
@@ -95,7 +127,11 @@ func serve(args []string) error {
 	fs.Var(&f.hosts, "allow-host", "without auth: extra Host name patterns served, besides localhost, *.localhost and IP addresses (DNS rebinding guard)")
 	fs.IntVar(&f.history, "history", store.DefaultMaxEvents, "events of history retained per room")
 	fs.DurationVar(&f.historyAge, "history-age", 0, "also drop history older than this (0 = no age limit)")
-	fs.Var(&f.classes, "history-class", "retention of rooms named PREFIX*: PREFIX=EVENTS[/AGE] (repeatable)")
+	f.historyBytes, f.nodeHistoryBytes, f.queueBytes = store.DefaultMaxBytes, 512<<20, 4<<20
+	fs.Var(&f.historyBytes, "history-bytes", "bytes of history retained per room: keys, values and previous values, plus 160 per event (KiB, MiB, GiB suffixes)")
+	fs.Var(&f.classes, "history-class", "retention of rooms named PREFIX*: PREFIX=EVENTS[/AGE[/BYTES]], AGE 0 for none, BYTES defaulting to --history-bytes (repeatable)")
+	fs.Var(&f.nodeHistoryBytes, "history-node-bytes", "bytes of history retained by all loaded rooms together, cached encodings included; over it the oldest history is dropped first (resumes from there get a snapshot)")
+	fs.Var(&f.queueBytes, "watch-queue-bytes", "bytes of events a subscription may have waiting before it is parked as slow and later caught up by one coalesced message")
 	fs.IntVar(&f.maxFrame, "max-frame", 1<<20, "largest WebSocket frame read, in bytes")
 	fs.IntVar(&f.maxValue, "max-value", 256<<10, "largest value, in bytes")
 	fs.IntVar(&f.maxSubs, "max-subscriptions", 256, "subscriptions per connection")
@@ -145,14 +181,20 @@ func run(f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	retention := store.RetentionPolicy{Default: store.Retention{MaxEvents: f.history, MaxAge: f.historyAge}, Classes: f.classes}
+	for i := range f.classes {
+		if f.classes[i].Retention.MaxBytes == 0 {
+			f.classes[i].Retention.MaxBytes = int64(f.historyBytes)
+		}
+	}
+	retention := store.RetentionPolicy{Default: store.Retention{MaxEvents: f.history, MaxAge: f.historyAge, MaxBytes: int64(f.historyBytes)}, Classes: f.classes}
 	limits := store.Limits{MaxValueBytes: f.maxValue}
 	st, where, err := openStore(f, retention, limits, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	engine := rooms.New(st, rooms.Config{Retention: retention, Logger: log, Prepare: server.PrepareChange})
+	engine := rooms.New(st, rooms.Config{Retention: retention, HistoryBytes: int64(f.nodeHistoryBytes),
+		QueueBytes: int64(f.queueBytes), Logger: log, Prepare: server.PrepareChange})
 	defer engine.Close()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -233,7 +275,7 @@ func openStore(f serveFlags, ret store.RetentionPolicy, limits store.Limits, log
 		st, err := store.OpenFile(store.FileConfig{Path: path, Retention: ret, Limits: limits, Logger: log})
 		return st, "file " + path, err
 	case f.storeURL == "memory":
-		return store.NewMemory(store.MemoryConfig{Retention: ret, Limits: limits}), "memory (ephemeral)", nil
+		return store.NewMemory(store.MemoryConfig{Retention: ret, Limits: limits, HistoryBytes: int64(f.nodeHistoryBytes)}), "memory (ephemeral)", nil
 	case strings.HasPrefix(f.storeURL, "redis://"), strings.HasPrefix(f.storeURL, "rediss://"):
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -39,8 +39,27 @@ func TestHistoryClassFlag(t *testing.T) {
 	if err := c.Set("lobby:=500/10m"); err != nil || len(c) != 1 || c[0].Prefix != "lobby:" || c[0].Retention.MaxEvents != 500 || c[0].Retention.MaxAge.Minutes() != 10 {
 		t.Fatalf("lobby:=500/10m → %+v, %v", c, err)
 	}
-	for _, bad := range []string{"lobby:", "=5", "doc:=x", "doc:=0", "doc:=5/forever"} {
+	c = nil
+	if err := c.Set("doc:=10000/0/8MiB"); err != nil || len(c) != 1 || c[0].Retention.MaxEvents != 10000 || c[0].Retention.MaxAge != 0 || c[0].Retention.MaxBytes != 8<<20 {
+		t.Fatalf("doc:=10000/0/8MiB → %+v, %v", c, err)
+	}
+	for _, bad := range []string{"lobby:", "=5", "doc:=x", "doc:=0", "doc:=5/forever", "doc:=5/1m/lots", "doc:=5/1m/0", "doc:=5/1m/1MiB/x"} {
 		if err := c.Set(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestBytesFlag(t *testing.T) {
+	for v, want := range map[string]int64{"4096": 4096, "512KiB": 512 << 10, "64MiB": 64 << 20, "2GiB": 2 << 30} {
+		var b bytesFlag
+		if err := b.Set(v); err != nil || int64(b) != want {
+			t.Errorf("%q → %d, %v; want %d", v, b, err, want)
+		}
+	}
+	for _, bad := range []string{"", "0", "-1", "1MB", "MiB", "99999999999GiB"} {
+		var b bytesFlag
+		if err := b.Set(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
