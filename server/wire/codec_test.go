@@ -395,6 +395,13 @@ func TestRejections(t *testing.T) {
 		{"json/key-low-surrogate", JSON, []byte(`{"key":"\uDC00\uD800","t":"del","id":5}`), ErrInvalidKey},
 		{"json/prefix-lone-surrogate", JSON, []byte(`{"t":"sub","id":5,"room":"r","prefixes":["a","\ud800"]}`), ErrInvalidKey},
 		{"json/cond-key-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"if":[{"key":"\ud800","mod_rev":1}],"ops":[{"op":"del","key":"k"}]}`), ErrInvalidKey},
+		// encoding/json matches field names case-insensitively, with
+		// Unicode folding: every spelling that fills "key" is checked.
+		{"json/KEY-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"KEY":"\ud800","value":1}`), ErrInvalidKey},
+		{"json/kelvin-key-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"\u212aey":"\ud800","value":1}`), ErrInvalidKey},
+		{"json/Prefixes-lone-surrogate", JSON, []byte(`{"t":"sub","id":5,"room":"r","Prefixes":["\udc00"]}`), ErrInvalidKey},
+		{"json/Ops-Key-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"OPS":[{"op":"put","Key":"\ud800","value":1}]}`), ErrInvalidKey},
+		{"json/VALUE-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"key":"k","Value":"\ud800"}`), ErrInvalidValue},
 		{"json/op-key-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"ops":[{"op":"del","key":"k"},{"op":"put","key":"\ud800","value":1}]}`), ErrInvalidKey},
 		{"json/op-value-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"ops":[{"op":"put","key":"k","value":["\ud800"]}]}`), ErrInvalidValue},
 		{"json/room-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"room":"\ud800","key":"k","value":1}`), ErrDecode},

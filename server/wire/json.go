@@ -144,9 +144,9 @@ func badStringError(path []string) error {
 	if len(path) == 0 {
 		return fmt.Errorf("%w: a string is not valid Unicode", ErrDecode)
 	}
-	field := path[0]
+	field := requestField(path[0])
 	if (field == "if" || field == "ops") && len(path) > 1 {
-		field = path[1] // a condition's or an operation's field
+		field = requestField(path[1]) // a condition's or an operation's field
 	}
 	switch field {
 	case "value":
@@ -157,6 +157,22 @@ func badStringError(path []string) error {
 		return fmt.Errorf("%w: field %q is not valid Unicode", ErrDecode, field)
 	}
 	return nil
+}
+
+// requestFields are the request fields whose strings are checked.
+var requestFields = []string{"value", "key", "prefixes", "t", "token", "session", "resume", "room", "lease", "from", "if", "ops", "op"}
+
+// requestField returns the request field a JSON object's field name
+// fills: encoding/json matches names case-insensitively, with Unicode
+// folding ("KEY", and "\u212aey" with a Kelvin sign, fill "key"), and so
+// must this check, or a differently spelt name would slip past it.
+func requestField(name string) string {
+	for _, f := range requestFields {
+		if strings.EqualFold(name, f) {
+			return f
+		}
+	}
+	return name
 }
 
 // hasSurrogateEscape reports whether msg may hold an escaped surrogate
