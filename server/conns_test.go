@@ -221,14 +221,17 @@ func TestConnLimitCountsEveryKind(t *testing.T) {
 		wantStatus(t, resp, b, http.StatusOK)
 		r.ended() // a reserve connection serves one request
 	}
+	// Also a request to the WebSocket path that is no upgrade: it would
+	// otherwise be answered 426 on a connection kept open.
+	wantFull(t, dialHTTP(t, e), "GET", "/v1/ws", "\r\n")
 	if c, err := client.Dial(testCtx(t), e.WS, nil); client.CloseCode(err) != int(wire.CloseServerFull) {
 		if err == nil {
 			c.CloseNow()
 		}
 		t.Fatalf("a WebSocket on a full node: %v, want close 4004", err)
 	}
-	if n := e.counter("statecast_connections_rejected_total", "reason", "full"); n != 4 {
-		t.Errorf("rejected full = %v, want 4", n)
+	if n := e.counter("statecast_connections_rejected_total", "reason", "full"); n != 5 {
+		t.Errorf("rejected full = %v, want 5", n)
 	}
 
 	// The three still work, and a closed one frees its slot.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,7 +89,8 @@ func (s *Server) guardReserve(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if r.URL.Path == "/v1/ws" {
+		w.Header().Set("Connection", "close")
+		if r.URL.Path == "/v1/ws" && isUpgrade(r) {
 			next.ServeHTTP(w, r) // net/http clears the deadlines at the hijack
 			return
 		}
@@ -97,12 +99,10 @@ func (s *Server) guardReserve(next http.Handler) http.Handler {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 		switch r.URL.Path {
 		case "/healthz", "/readyz", "/metrics":
-			w.Header().Set("Connection", "close")
 			next.ServeHTTP(w, r)
 			return
 		}
 		s.metrics.rejected.WithLabelValues("full").Inc()
-		w.Header().Set("Connection", "close")
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -266,4 +266,22 @@ func (s *Server) streaming(r *http.Request) (done func()) {
 	}
 	sc.setKind(kindSSE)
 	return func() { sc.setKind(kindHTTP) }
+}
+
+// isUpgrade reports whether r asks for a WebSocket. Only such a request
+// may go on from a reserve connection: the websocket library answers any
+// other with 426 and "Connection: Upgrade", which would keep the
+// connection, and its place, open.
+func isUpgrade(r *http.Request) bool {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return false
+	}
+	for _, v := range r.Header.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
 }
