@@ -17,7 +17,9 @@
 //
 // The registered claims:
 //
-//   - "exp" is required; a token without it is rejected.
+//   - "exp" and "sub" are required; a token without either is rejected.
+//     The subject owns the sessions and TTL leases it starts and its write
+//     rate budget, so tokens without one would share them.
 //   - "nbf" and "iat", when present, must not lie in the future.
 //   - "exp", "nbf" and "iat" must be JSON numbers (RFC 7519 NumericDate:
 //     seconds since 1970, not strings) no later than the year 9999.
@@ -506,6 +508,11 @@ func (a *Authenticator) Verify(token string) (*Claims, error) {
 	}
 	if tc.Exp.t == nil { // WithExpirationRequired makes this unreachable
 		return nil, fmt.Errorf("%w: exp claim is required", ErrTokenClaims)
+	}
+	if tc.Subject == "" {
+		// The subject owns sessions, TTL leases and a write budget: tokens
+		// without one would all share them.
+		return nil, fmt.Errorf("%w: sub claim is required", ErrTokenClaims)
 	}
 	grants, err := authParseGrants(tc.Statecast)
 	if err != nil {

@@ -435,6 +435,8 @@ func TestVerifyRejects(t *testing.T) {
 		{"expired", hsCfg, hs(jwt.MapClaims{"exp": authTestNow.Add(-time.Minute).Unix()}), ErrTokenExpired},
 		{"expired beyond leeway", hsCfg, hs(jwt.MapClaims{"exp": authTestNow.Add(-6 * time.Second).Unix()}), ErrTokenExpired},
 		{"expired, no leeway", AuthConfig{HMACSecret: k.secret, Leeway: -1}, hs(jwt.MapClaims{"exp": authTestNow.Add(-time.Second).Unix()}), ErrTokenExpired},
+		{"no sub", hsCfg, hs(jwt.MapClaims{"sub": nil}), ErrTokenClaims},
+		{"empty sub", hsCfg, hs(jwt.MapClaims{"sub": ""}), ErrTokenClaims},
 		{"nbf in the future", hsCfg, hs(jwt.MapClaims{"nbf": authTestNow.Add(time.Minute).Unix()}), ErrTokenNotYetValid},
 		{"nbf beyond leeway", hsCfg, hs(jwt.MapClaims{"nbf": authTestNow.Add(6 * time.Second).Unix()}), ErrTokenNotYetValid},
 		{"nbf beyond a larger leeway", AuthConfig{HMACSecret: k.secret, Leeway: time.Minute}, hs(jwt.MapClaims{"nbf": authTestNow.Add(61 * time.Second).Unix()}), ErrTokenNotYetValid},
