@@ -109,6 +109,7 @@ const (
 //	meta/format           → fileFormat
 //	meta/epoch            → epoch id
 //	rooms/<room>/meta     → roomMeta record
+//	rooms/<room>/logbytes → logBytes record: the size of the retained log
 //	rooms/<room>/kv/<key> → kv record
 //	rooms/<room>/log/<rev as 8-byte big endian> → batch record
 var (
@@ -117,6 +118,10 @@ var (
 	keyFormat   = []byte("format")
 	keyEpoch    = []byte("epoch")
 	keyRoomMeta = []byte("meta")
+	// keyLogBytes is a key of its own, not a field of the meta record: an
+	// older binary decodes the meta record strictly and never lists a room
+	// bucket's keys, so it reads a newer file as if the key were absent.
+	keyLogBytes = []byte("logbytes")
 	bucketKV    = []byte("kv")
 	bucketLog   = []byte("log")
 )
@@ -274,49 +279,94 @@ func readRoomMeta(rb *bolt.Bucket) (roomMeta, error) {
 	return decodeMeta(v)
 }
 
+// readWindow reads a room's meta and the size of its retained log.
+func readWindow(rb *bolt.Bucket) (roomMeta, error) {
+	m, err := readRoomMeta(rb)
+	if err != nil {
+		return m, err
+	}
+	m.bytes, err = logBytes(rb, m)
+	return m, err
+}
+
+// logBytes returns the size of m's retained log records (oldest..head):
+// the stored total when it was written for this very window, else the sum
+// of the records' lengths. A room whose last write was made by a version
+// that kept no total (or by one after a downgrade) pays that scan once,
+// on its next write, which stores the total; reads until then scan too.
+// The scan reads keys and value lengths only, not the records' pages.
+func logBytes(rb *bolt.Bucket, m roomMeta) (uint64, error) {
+	if v := rb.Get(keyLogBytes); v != nil {
+		lb, err := decodeLogBytes(v)
+		if err != nil {
+			return 0, err
+		}
+		if lb.head == m.head && lb.oldest == m.oldest {
+			return lb.bytes, nil
+		}
+	}
+	log := rb.Bucket(bucketLog)
+	if log == nil || m.oldest > m.head {
+		return 0, nil
+	}
+	var n uint64
+	c, last := log.Cursor(), revKey(m.head)
+	for k, v := c.Seek(revKey(m.oldest)); k != nil && bytes.Compare(k, last) <= 0; k, v = c.Next() {
+		n += uint64(len(v))
+	}
+	return n, nil
+}
+
 // retained returns m with its history window narrowed to what ret keeps
-// at now: it walks whole batches from the oldest while ret drops them,
-// reading only their headers. header reads a batch's time and event count.
-// The write path deletes what it drops; read paths only use the window, so
-// an expired batch is never served even before a write removes it.
-func retained(m roomMeta, ret Retention, now time.Time, header func(rev uint64) (time.Time, uint64, error)) (roomMeta, error) {
-	if ret.MaxAge <= 0 && m.events <= uint64(ret.MaxEvents) {
-		return m, nil // Drops would say no: answer without reading the log
+// at now: it walks whole batches from the oldest while ret drops them (too
+// many events, too old, or too many bytes of log records), reading only
+// their headers. header reads a batch's time, event count and record
+// size. The write path deletes what it drops; read paths only use the
+// window, so an expired or over-budget batch is never served even before
+// a write removes it.
+func retained(m roomMeta, ret Retention, now time.Time, header func(rev uint64) (time.Time, uint64, uint64, error)) (roomMeta, error) {
+	drops := func(oldestAt time.Time) bool {
+		return ret.Drops(int(min(m.events, 1<<62)), oldestAt, now) || ret.OverBytes(int64(min(m.bytes, 1<<62)))
+	}
+	if ret.MaxAge <= 0 && !drops(now) {
+		return m, nil // age aside, nothing drops: answer without reading the log
 	}
 	for m.oldest <= m.head {
-		at, n, err := header(m.oldest)
+		at, n, size, err := header(m.oldest)
 		if err != nil {
 			return m, err
 		}
-		if !ret.Drops(int(min(m.events, uint64(1<<62))), at, now) {
+		if !drops(at) {
 			break
 		}
-		if n > m.events {
-			return m, fmt.Errorf("%w: room meta counts fewer events than its history holds", ErrCorrupt)
+		if n > m.events || size > m.bytes {
+			return m, fmt.Errorf("%w: room meta counts less history than its log holds", ErrCorrupt)
 		}
 		m.events -= n
+		m.bytes -= size
 		m.oldest++
 	}
 	return m, nil
 }
 
 // logHeader returns a header reader over a room's log bucket.
-func logHeader(log *bolt.Bucket) func(rev uint64) (time.Time, uint64, error) {
-	return func(rev uint64) (time.Time, uint64, error) {
+func logHeader(log *bolt.Bucket) func(rev uint64) (time.Time, uint64, uint64, error) {
+	return func(rev uint64) (time.Time, uint64, uint64, error) {
 		var v []byte
 		if log != nil {
 			v = log.Get(revKey(rev))
 		}
 		if v == nil {
-			return time.Time{}, 0, fmt.Errorf("%w: retained revision %d missing from the log", ErrCorrupt, rev)
+			return time.Time{}, 0, 0, fmt.Errorf("%w: retained revision %d missing from the log", ErrCorrupt, rev)
 		}
-		return decodeBatchHeader(v)
+		at, n, err := decodeBatchHeader(v)
+		return at, n, uint64(len(v)), err
 	}
 }
 
 // readRoom reads a room's meta and its retention window as of now.
 func (f *File) readRoom(rb *bolt.Bucket, room string) (roomMeta, error) {
-	m, err := readRoomMeta(rb)
+	m, err := readWindow(rb)
 	if err != nil {
 		return m, err
 	}

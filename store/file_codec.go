@@ -20,6 +20,7 @@ import (
 //	batch record: tagBatch varint(unix seconds) uvarint(nanos) uvarint(n) event*n
 //	event:        type uvarint(len(key)) key kvBody hasPrev(0|1) [kvBody of Prev]
 //	meta record:  tagMeta  uvarint(head) uvarint(oldest) uvarint(retained events)
+//	logBytes:     tagLogBytes uvarint(head) uvarint(oldest) uvarint(bytes of log records oldest..head)
 //	kvBody:       uvarint(create_rev) uvarint(mod_rev) uvarint(version) value lease
 //	lease:        encoded as a value; nil when the key has no lease
 //	value:        uvarint(0) for nil, else uvarint(len+1) bytes
@@ -31,6 +32,9 @@ const (
 	tagKV    byte = 0xA1
 	tagBatch byte = 0xB1
 	tagMeta  byte = 0xC1
+	// tagLogBytes: the record is new in this format, beside (not in) the
+	// meta record, whose strict decoding older binaries still apply.
+	tagLogBytes byte = 0xD1
 )
 
 // ErrCorrupt reports a stored record that cannot be decoded.
@@ -102,6 +106,27 @@ type roomMeta struct {
 	head   uint64 // last committed revision
 	oldest uint64 // oldest retained revision; head+1 when none
 	events uint64 // events in revisions oldest..head
+	// bytes is the size of the log records of revisions oldest..head. It
+	// is not part of the meta record: it lives in the logBytes record,
+	// which names the window it was counted for.
+	bytes uint64
+}
+
+// encodeLogBytes encodes m's log size with the window it measures, so a
+// total left behind by a write that did not update it (an older binary's)
+// is recognized as stale rather than trusted.
+func encodeLogBytes(m roomMeta) []byte {
+	dst := append(make([]byte, 0, 1+3*binary.MaxVarintLen64), tagLogBytes)
+	dst = appendUvarint(dst, m.head)
+	dst = appendUvarint(dst, m.oldest)
+	return appendUvarint(dst, m.bytes)
+}
+
+func decodeLogBytes(data []byte) (roomMeta, error) {
+	d := decoder{b: data}
+	d.tag(tagLogBytes, "log bytes")
+	m := roomMeta{head: d.uvarint("head"), oldest: d.uvarint("oldest"), bytes: d.uvarint("bytes")}
+	return m, d.end("log bytes")
 }
 
 func encodeMeta(m roomMeta) []byte {

@@ -239,7 +239,7 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 	var kvb, logb *bolt.Bucket
 	if rb != nil {
 		var err error
-		if m, err = readRoomMeta(rb); err != nil {
+		if m, err = readWindow(rb); err != nil {
 			r.err = fmt.Errorf("room %q: %w", r.room, err)
 			return false, nil
 		}
@@ -282,11 +282,11 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 	}
 	rec := encodeBatch(&b)
 	oldHead, oldOldest := m.head, m.oldest
-	m.head, m.events = b.Rev, m.events+uint64(len(events))
+	m.head, m.events, m.bytes = b.Rev, m.events+uint64(len(events)), m.bytes+uint64(len(rec))
 	old := logHeader(logb)
-	m, err = retained(m, f.cfg.Retention.For(r.room), b.Time, func(rev uint64) (time.Time, uint64, error) {
+	m, err = retained(m, f.cfg.Retention.For(r.room), b.Time, func(rev uint64) (time.Time, uint64, uint64, error) {
 		if rev == b.Rev {
-			return b.Time, uint64(len(events)), nil
+			return b.Time, uint64(len(events)), uint64(len(rec)), nil
 		}
 		return old(rev)
 	})
@@ -328,6 +328,11 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 		}
 	}
 	if err := rb.Put(keyRoomMeta, encodeMeta(m)); err != nil {
+		return false, &fatalError{err}
+	}
+	// In the same transaction as the log it measures, so a crash never
+	// leaves the two out of step.
+	if err := rb.Put(keyLogBytes, encodeLogBytes(m)); err != nil {
 		return false, &fatalError{err}
 	}
 	r.res = Result{Epoch: f.epoch, Rev: b.Rev, Events: events}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sync"
@@ -609,4 +610,164 @@ func TestFileFailedWriteRetriesGroup(t *testing.T) {
 	if snap := mustSnapshot(t, f, "r"); snap.Rev != 3 || len(snap.Items) != 3 {
 		t.Errorf("snapshot %+v, want rev 3 with a, b and seed", snap)
 	}
+}
+
+// TestFileByteRetention: the log keeps at most MaxBytes of records, in
+// whole revisions from the oldest; this is what bounds the file (and the
+// mmap of it) when values are large. Before the fix, 40 revisions of
+// 100 KB all stayed in the log.
+func TestFileByteRetention(t *testing.T) {
+	const maxBytes = 1 << 20
+	f := openFile(t, t.TempDir(), FileConfig{Retention: RetentionPolicy{Default: Retention{MaxBytes: maxBytes}}})
+	value := bytes.Repeat([]byte("v"), 100_000)
+	for i := range 40 {
+		mustApply(t, f, "r", Put(fmt.Sprintf("k%02d", i), value)) // distinct keys: no previous values
+	}
+	// A record is the value plus a few dozen bytes: 10 fit in 1 MiB, 11 do not.
+	if snap := mustSnapshot(t, f, "r"); snap.Rev != 40 || snap.Oldest != 31 || len(snap.Items) != 40 {
+		t.Errorf("rev %d oldest %d with %d items, want rev 40 oldest 31 (10 revisions kept) and 40 items", snap.Rev, snap.Oldest, len(snap.Items))
+	}
+	if n := logRecords(t, f, "r"); n != 10 {
+		t.Errorf("%d log records, want 10", n)
+	}
+	sum, stored := logSizes(t, f, "r")
+	if sum > maxBytes || stored == nil || stored.bytes != sum {
+		t.Errorf("log holds %d bytes, stored total %+v: want at most %d, and the total to match", sum, stored, maxBytes)
+	}
+}
+
+// logSizes returns the bytes of a room's log records and its decoded
+// logBytes record (nil when it has none).
+func logSizes(t *testing.T, f *File, room string) (sum uint64, stored *roomMeta) {
+	t.Helper()
+	err := f.db.View(func(tx *bolt.Tx) error {
+		rb := roomBucket(tx, room)
+		if err := rb.Bucket(bucketLog).ForEach(func(_, v []byte) error {
+			sum += uint64(len(v))
+			return nil
+		}); err != nil {
+			return err
+		}
+		if v := rb.Get(keyLogBytes); v != nil {
+			m, err := decodeLogBytes(v)
+			stored = &m
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum, stored
+}
+
+// TestFileLogBytesMissingOrStale: a room written by a version that kept no
+// byte total (or whose last write was made by one, after a downgrade) gets
+// its total counted from the log: reads narrow by it without writing, and
+// the next write stores it in step with the log.
+func TestFileLogBytesMissingOrStale(t *testing.T) {
+	value := bytes.Repeat([]byte("v"), 1000)
+	for _, tc := range []struct {
+		name  string
+		plant func(rb *bolt.Bucket) error
+	}{
+		{"missing", func(rb *bolt.Bucket) error { return rb.Delete(keyLogBytes) }},
+		// A total an older binary left behind when it wrote revision 10.
+		{"stale", func(rb *bolt.Bucket) error {
+			return rb.Put(keyLogBytes, encodeLogBytes(roomMeta{head: 9, oldest: 1, bytes: 1}))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			f := openFile(t, dir, FileConfig{}) // the default budget keeps everything
+			for i := range 10 {
+				mustApply(t, f, "r", Put(fmt.Sprintf("k%02d", i), value))
+			}
+			full, _ := logSizes(t, f, "r")
+			one := full / 10 // the records are all the same size
+			if err := f.db.Update(func(tx *bolt.Tx) error { return tc.plant(roomBucket(tx, "r")) }); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// Reopen with room for 4 records: reads narrow to them at once.
+			f = openFile(t, dir, FileConfig{Retention: RetentionPolicy{Default: Retention{MaxBytes: int64(4*one + one/2)}}})
+			if snap := mustSnapshot(t, f, "r"); snap.Rev != 10 || snap.Oldest != 7 {
+				t.Errorf("rev %d oldest %d, want 10 and 7: reads must narrow by bytes", snap.Rev, snap.Oldest)
+			}
+			if _, err := f.History(bg, "r", 6, 0); !errors.Is(err, ErrCompacted) {
+				t.Errorf("History(6): %v, want compacted", err)
+			}
+			if n := logRecords(t, f, "r"); n != 10 {
+				t.Errorf("%d log records, want 10: reads must not write", n)
+			}
+			mustApply(t, f, "r", Put("k10", value))
+			sum, stored := logSizes(t, f, "r")
+			if want := (roomMeta{head: 11, oldest: 8, bytes: 4 * one}); stored == nil || *stored != want || sum != want.bytes {
+				t.Errorf("after a write: log of %d bytes, stored total %+v, want %+v", sum, stored, want)
+			}
+		})
+	}
+}
+
+// TestFileLogBytesRollBackWithTheLog: the byte total is written in the
+// transaction of the log it measures, so a failed commit leaves both as
+// they were.
+func TestFileLogBytesRollBackWithTheLog(t *testing.T) {
+	f := openFile(t, t.TempDir(), FileConfig{Retention: RetentionPolicy{Default: Retention{MaxBytes: 3000}}})
+	value := bytes.Repeat([]byte("v"), 1000)
+	for i := range 3 {
+		mustApply(t, f, "r", Put(fmt.Sprintf("k%d", i), value))
+	}
+	_, before := logSizes(t, f, "r")
+	boom := errors.New("disk on fire")
+	fail := func() error { return boom }
+	f.hookCommit.Store(&fail)
+	if _, err := f.Apply(bg, "r", Put("k3", value)); !errors.Is(err, boom) {
+		t.Fatalf("write with a failing commit: %v, want the commit error", err)
+	}
+	f.hookCommit.Store(nil)
+	sum, after := logSizes(t, f, "r")
+	if before == nil || after == nil || *after != *before || sum != after.bytes {
+		t.Errorf("after a failed commit: log of %d bytes, total %+v, want the total of before %+v", sum, after, before)
+	}
+	mustApply(t, f, "r", Put("k3", value))
+	if sum, after := logSizes(t, f, "r"); after == nil || after.head != 4 || sum != after.bytes || sum > 3000 {
+		t.Errorf("after the next write: log of %d bytes, total %+v", sum, after)
+	}
+}
+
+// BenchmarkFileLargeValueLog overwrites one key of one room with a 250 KB
+// value per iteration under the default retention, and reports what the
+// log and the file hold at the end (each record carries the value and the
+// previous one). Run with -benchtime 2645x for the workload of issue 11.
+func BenchmarkFileLargeValueLog(b *testing.B) {
+	f := openFile(b, b.TempDir(), FileConfig{})
+	value := bytes.Repeat([]byte("v"), 250_000)
+	b.SetBytes(int64(len(value)))
+	for i := 0; b.Loop(); i++ {
+		value[0] = byte(i) // a new value each time, not a no-op
+		mustApply(b, f, "r", Put("k", value))
+	}
+	b.StopTimer()
+	var logBytes uint64
+	var records int
+	err := f.db.View(func(tx *bolt.Tx) error {
+		return roomBucket(tx, "r").Bucket(bucketLog).ForEach(func(_, v []byte) error {
+			logBytes += uint64(len(v))
+			records++
+			return nil
+		})
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := os.Stat(f.cfg.Path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(logBytes)/(1<<20), "log-MiB")
+	b.ReportMetric(float64(records), "log-records")
+	b.ReportMetric(float64(st.Size())/(1<<20), "file-MiB")
 }

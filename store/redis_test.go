@@ -37,7 +37,8 @@ func redisFactory(url string, cluster bool, mods ...func(*store.RedisConfig)) st
 			}
 			return r
 		},
-		Durable: true,
+		Durable:         true,
+		NoByteRetention: true, // the stream is trimmed by events and age only
 	}
 }
 

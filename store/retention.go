@@ -9,7 +9,7 @@ import (
 // configured.
 const DefaultMaxEvents = 10_000
 
-// DefaultMaxBytes is the history retained per room, in EventBytes, when
+// DefaultMaxBytes is the history retained per room, in bytes, when
 // nothing else is configured: 64 MiB, a few hundred events at the largest
 // value size, while the event bound is what limits rooms of small values.
 const DefaultMaxBytes = 64 << 20
@@ -23,10 +23,14 @@ const EventOverhead = 160
 type Retention struct {
 	MaxEvents int           // events retained; 0 means DefaultMaxEvents
 	MaxAge    time.Duration // 0 means no age limit
-	// MaxBytes bounds the EventBytes of the retained events; 0 means
-	// DefaultMaxBytes. The memory store and the rooms engine's history
-	// ring honor it; the file and Redis stores keep history out of the
-	// process and bound it by events and age only.
+	// MaxBytes bounds the bytes of the retained history; 0 means
+	// DefaultMaxBytes. Each backend counts what the history costs it: the
+	// memory store the EventBytes of its events, the file store the size
+	// of its encoded log records (what they take on disk and in its mmap;
+	// the two measures are close), the rooms engine's history ring its
+	// own count. A single revision larger than MaxBytes is committed but
+	// leaves no history behind it, as one larger than MaxEvents does. The
+	// Redis store bounds its stream by events and age only.
 	MaxBytes int64
 }
 
@@ -92,6 +96,6 @@ func (r Retention) Drops(total int, oldestAt, now time.Time) bool {
 	return total > r.MaxEvents || (r.MaxAge > 0 && now.Sub(oldestAt) > r.MaxAge)
 }
 
-// OverBytes reports whether a history of bytes (in EventBytes) must drop
-// its oldest batch.
+// OverBytes reports whether a history of bytes (in the backend's measure,
+// see MaxBytes) must drop its oldest batch.
 func (r Retention) OverBytes(bytes int64) bool { return bytes > r.MaxBytes }

@@ -3,6 +3,7 @@ package storetest
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -189,6 +190,8 @@ func testRetention(t *testing.T, s *suite) {
 			put(t, st, "aged", "d", "4") // rev 4, fresh
 			checkOldest(t, st, "aged", 4)
 		}},
+		namedTest{"CompactionByBytes", func(t *testing.T) { testBytes(t, s, false) }},
+		namedTest{"CompactionByBytesAcrossRestart", func(t *testing.T) { testBytes(t, s, true) }},
 		namedTest{"AgeAndCountPerClass", func(t *testing.T) {
 			clock := newFakeClock()
 			st := s.open(t, Config{
@@ -207,6 +210,66 @@ func testRetention(t *testing.T, s *suite) {
 			checkOldest(t, st, "doc:1", 1)
 		}},
 	)
+}
+
+// testBytes: MaxBytes drops whole oldest revisions, per room class, and a
+// revision larger than MaxBytes leaves nothing older replayable. Each
+// backend counts bytes its own way (EventBytes, encoded records); the
+// sizes here keep 4 revisions of a 10,000-byte value under 45,000 bytes
+// by any measure whose per-event overhead is under 1,000 bytes. With
+// restart, the store is reopened between writes: the count survives.
+func testBytes(t *testing.T, s *suite, restart bool) {
+	if s.f.NoByteRetention {
+		t.Skip("the backend does not bound history by bytes")
+	}
+	if restart && !s.f.Durable {
+		t.Skip("the backend is not durable")
+	}
+	cfg := Config{Retention: store.RetentionPolicy{
+		Default: store.Retention{MaxBytes: 45_000},
+		Classes: []store.RoomClass{{Prefix: "wide:", Retention: store.Retention{MaxBytes: 95_000}}},
+	}}
+	dir := t.TempDir()
+	st := s.openDir(t, dir, cfg)
+	value := strings.Repeat("v", 10_000)
+	var results []store.Result
+	for i := range 12 {
+		if restart && i%3 == 2 {
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			st = s.openDir(t, dir, cfg)
+		}
+		results = append(results, put(t, st, "bytes", fmt.Sprintf("k%02d", i), value)) // distinct keys: no previous values
+		put(t, st, "wide:bytes", fmt.Sprintf("k%02d", i), value)
+	}
+	checkOldest(t, st, "bytes", 9) // revisions 9..12 kept
+	checkOldest(t, st, "wide:bytes", 4)
+	diff(t, "History(9)", results[8:], resultsOf(history(t, st, "bytes", 9, 0)))
+	// Compaction drops history, never state.
+	if n := len(snapshot(t, st, "bytes", "").Items); n != 12 {
+		t.Errorf("Snapshot has %d items after compaction, want 12", n)
+	}
+
+	// One revision over MaxBytes is committed but leaves no history: not
+	// even itself, so nothing older is replayable either.
+	big := apply(t, st, "bytes", txn(opPut("b1", value), opPut("b2", value), opPut("b3", value), opPut("b4", value), opPut("b5", value)))
+	if big.Rev != 13 {
+		t.Fatalf("large revision committed at rev %d, want 13", big.Rev)
+	}
+	checkOldest(t, st, "bytes", 14)
+	if restart {
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		st = s.openDir(t, dir, cfg)
+	}
+	put(t, st, "bytes", "after", value)
+	checkOldest(t, st, "bytes", 14)
+	for i := range 4 {
+		put(t, st, "bytes", fmt.Sprint("more", i), value)
+	}
+	checkOldest(t, st, "bytes", 15)
 }
 
 // testFollow: every batch committed after registration, in order, exactly
