@@ -95,25 +95,15 @@ func (e *Engine) compactLoop() {
 // Engine.mu with it.
 func (e *Engine) compact() {
 	for e.hist.aboveLow() {
-		var victim *room
-		var at, next time.Time // the victim's oldest, the runner-up's
-		for _, r := range e.loadedRooms() {
+		victim, next, found := store.OldestFirst(e.loadedRooms(), func(r *room) (time.Time, bool) {
 			r.mu.Lock()
-			var t time.Time
-			ok := !r.closed && !r.loading && r.hist != nil
-			if ok {
-				t, ok = r.hist.oldestTime()
+			defer r.mu.Unlock()
+			if r.closed || r.loading || r.hist == nil {
+				return time.Time{}, false
 			}
-			r.mu.Unlock()
-			switch {
-			case !ok:
-			case victim == nil || t.Before(at):
-				victim, next, at = r, at, t
-			case next.IsZero() || t.Before(next):
-				next = t
-			}
-		}
-		if victim == nil {
+			return r.hist.oldestTime()
+		})
+		if !found {
 			return
 		}
 		victim.mu.Lock()

@@ -166,25 +166,15 @@ func (m *Memory) compact(low int64) {
 			rooms = append(rooms, r)
 		}
 		m.mu.RUnlock()
-		var victim *memRoom
-		var at, next time.Time // the victim's oldest, the runner-up's
-		for _, r := range rooms {
+		victim, next, found := OldestFirst(rooms, func(r *memRoom) (time.Time, bool) {
 			r.mu.Lock()
-			ok := len(r.hist) > 0
-			var t time.Time
-			if ok {
-				t = r.hist[0].Time
+			defer r.mu.Unlock()
+			if len(r.hist) == 0 {
+				return time.Time{}, false
 			}
-			r.mu.Unlock()
-			switch {
-			case !ok:
-			case victim == nil || t.Before(at):
-				victim, next, at = r, at, t
-			case next.IsZero() || t.Before(next):
-				next = t
-			}
-		}
-		if victim == nil {
+			return r.hist[0].Time, true
+		})
+		if !found {
 			return
 		}
 		victim.mu.Lock()

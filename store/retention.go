@@ -99,3 +99,23 @@ func (r Retention) Drops(total int, oldestAt, now time.Time) bool {
 // OverBytes reports whether a history of bytes (in the backend's measure,
 // see MaxBytes) must drop its oldest batch.
 func (r Retention) OverBytes(bytes int64) bool { return bytes > r.MaxBytes }
+
+// OldestFirst picks, among rooms, the one whose oldest retained revision
+// is the oldest (oldest reports it, false for a room with none), and the
+// runner-up's oldest time (zero when there is none): a node-wide history
+// budget compacts the victim down to the runner-up, so the history that
+// goes is always the oldest on the node.
+func OldestFirst[R any](rooms []R, oldest func(R) (time.Time, bool)) (victim R, next time.Time, found bool) {
+	var at time.Time
+	for _, r := range rooms {
+		t, ok := oldest(r)
+		switch {
+		case !ok:
+		case !found || t.Before(at):
+			victim, next, at, found = r, at, t, true
+		case next.IsZero() || t.Before(next):
+			next = t
+		}
+	}
+	return victim, next, found
+}
