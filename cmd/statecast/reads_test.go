@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/store/redistest"
 )
 
 // TestReadYourWritesRedis: PUT then GET of the same key through one node,
@@ -118,4 +120,31 @@ func TestReadFigures(t *testing.T) {
 	measure("across nodes (writer on the other), ser.", h1, client.ReadOptions{Serializable: true})
 	stop()
 	<-done
+}
+
+// TestReadAfterFlushRedis: Redis loses the room (FLUSHALL) while a node
+// holds its view; the next linearizable read must neither hang nor serve
+// the lost state: the key is gone. Then a write in the new epoch is read.
+func TestReadAfterFlushRedis(t *testing.T) {
+	c := startCluster(t, 1, mnOptions{})
+	h := &client.HTTP{URL: c.nodes[0].HTTP()}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range 3 {
+		if _, err := h.Put(ctx, "flush", "k", json.RawMessage(strconv.Itoa(i)), nil, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Put(ctx, "flush", "other", json.RawMessage(`1`), nil, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := h.Get(ctx, "flush", "k"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := redistest.Do(c.redis.Addr(), "FLUSHALL"); err != nil {
+			t.Fatal(err)
+		}
+		if it, rev, err := h.Get(ctx, "flush", "k"); !errors.Is(err, client.ErrNotFound) {
+			t.Fatalf("round %d: get after FLUSHALL: %s at rev %d, %v; want not_found", i, it.Value, rev, err)
+		}
+	}
 }
