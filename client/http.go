@@ -144,13 +144,46 @@ func httpError(resp *http.Response) *Error {
 	return &Error{Code: code, Message: "HTTP " + resp.Status, Status: resp.StatusCode}
 }
 
+// ReadOptions choose a read's consistency (PROTOCOL.md §9). The zero
+// value is a linearizable read: it reflects every write acknowledged
+// before it began, on any node.
+type ReadOptions struct {
+	// Serializable reads the node's view at once: faster, but it may miss
+	// writes acknowledged by other nodes moments ago.
+	Serializable bool
+	// MinRev makes a serializable read at least as fresh as a revision
+	// already seen (say on another node).
+	MinRev uint64
+}
+
+func (o ReadOptions) query(q url.Values) url.Values {
+	if !o.Serializable && o.MinRev == 0 {
+		return q
+	}
+	if q == nil {
+		q = url.Values{}
+	}
+	if o.Serializable {
+		q.Set("consistency", "serializable")
+	}
+	if o.MinRev > 0 {
+		q.Set("min_rev", strconv.FormatUint(o.MinRev, 10))
+	}
+	return q
+}
+
 // List returns the keys of room under prefix ("" = all), sorted.
 func (h *HTTP) List(ctx context.Context, room, prefix string) (*List, error) {
+	return h.ListWith(ctx, room, prefix, ReadOptions{})
+}
+
+// ListWith is List with a consistency.
+func (h *HTTP) ListWith(ctx context.Context, room, prefix string, o ReadOptions) (*List, error) {
 	var q url.Values
 	if prefix != "" {
 		q = url.Values{"prefix": {prefix}}
 	}
-	req, err := h.request(ctx, http.MethodGet, roomPath(room, "kv"), q, nil)
+	req, err := h.request(ctx, http.MethodGet, roomPath(room, "kv"), o.query(q), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +197,12 @@ func (h *HTTP) List(ctx context.Context, room, prefix string) (*List, error) {
 // Get returns one key and the room's revision it was read at; a missing
 // key is ErrNotFound.
 func (h *HTTP) Get(ctx context.Context, room, key string) (wire.Item, uint64, error) {
-	req, err := h.request(ctx, http.MethodGet, keyPath(room, key), nil, nil)
+	return h.GetWith(ctx, room, key, ReadOptions{})
+}
+
+// GetWith is Get with a consistency.
+func (h *HTTP) GetWith(ctx context.Context, room, key string, o ReadOptions) (wire.Item, uint64, error) {
+	req, err := h.request(ctx, http.MethodGet, keyPath(room, key), o.query(nil), nil)
 	if err != nil {
 		return wire.Item{}, 0, err
 	}

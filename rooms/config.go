@@ -51,6 +51,12 @@ type Config struct {
 	// Default 1 minute.
 	IdleTimeout time.Duration
 
+	// SyncTimeout bounds how long a linearizable read (and the reply to a
+	// write) waits for this node's view to reach the store's committed
+	// revision, on a store whose tail lags its commits (Redis). A read
+	// past it fails with ErrUnsynced. Default 5s.
+	SyncTimeout time.Duration
+
 	// Prepare, when set, is called with each committed revision's Change
 	// before any watcher sees it, under the room's lock: a server uses it
 	// to cache the encoding most clients need, so a later replay writes
@@ -84,6 +90,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = time.Minute
+	}
+	if c.SyncTimeout <= 0 {
+		c.SyncTimeout = 5 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -3,6 +3,7 @@ package rooms
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,11 +123,97 @@ func (e *Engine) compact() {
 
 // Apply commits w to room in the store. Watchers of the room on every
 // node see it through the store's tail; here, before Apply returns.
+//
+// On a store whose tail lags its commits (store.Heads), Apply returns once
+// this node's view of a loaded room holds the write (bounded by
+// Config.SyncTimeout), so the writer's next read here, even serializable,
+// and every watcher started after the reply see it.
 func (e *Engine) Apply(ctx context.Context, room string, w store.Write) (store.Result, error) {
 	if e.isClosed() {
 		return store.Result{}, ErrClosed
 	}
-	return e.st.Apply(ctx, room, w)
+	res, err := e.st.Apply(ctx, room, w)
+	if _, lags := e.st.(store.Heads); err == nil && lags {
+		e.awaitApplied(ctx, room, res)
+	}
+	return res, err
+}
+
+// awaitApplied waits until the view of room, when loaded here, holds res.
+// A room not loaded has nothing to catch up: its load reads the store. Past
+// the bound the write is still acknowledged (it committed); linearizable
+// reads then wait on their own.
+func (e *Engine) awaitApplied(ctx context.Context, name string, res store.Result) {
+	e.mu.Lock()
+	r := e.rooms[name]
+	e.mu.Unlock()
+	if r == nil {
+		return
+	}
+	select {
+	case <-r.loaded:
+	case <-ctx.Done():
+		return
+	}
+	r.mu.Lock()
+	if r.closed || r.loadErr != nil || r.reachedLocked(res.Epoch, res.Rev) {
+		r.mu.Unlock()
+		return
+	}
+	pw := r.waitLocked(res.Epoch, res.Rev)
+	r.mu.Unlock()
+	if e.await(ctx, r, pw, time.Now().Add(e.cfg.SyncTimeout), false) != nil {
+		e.cfg.Logger.Debug("rooms: view did not reach an acknowledged write in time", "room", name, "epoch", res.Epoch, "rev", res.Rev)
+	}
+}
+
+// waitLocked registers a waiter for position (epoch, rev).
+func (r *room) waitLocked(epoch string, rev uint64) *posWaiter {
+	pw := &posWaiter{epoch: epoch, rev: rev, ch: make(chan struct{})}
+	r.waiters = append(r.waiters, pw)
+	return pw
+}
+
+// catchUpAfter is how long a waiter gives the store's push before it asks
+// the store to read what this node missed (store.Heads.CatchUp): a push
+// normally takes well under a millisecond; one that is lost would
+// otherwise wait for the store's periodic check.
+const catchUpAfter = 10 * time.Millisecond
+
+// await waits until pw is released (the view reached its position, or the
+// room closed), ctx ends or the deadline passes (ErrUnsynced). now asks
+// the store to catch up at once instead of after catchUpAfter.
+func (e *Engine) await(ctx context.Context, r *room, pw *posWaiter, deadline time.Time, now bool) error {
+	heads, _ := e.st.(store.Heads)
+	nudge := time.NewTimer(catchUpAfter)
+	defer nudge.Stop()
+	if now && heads != nil {
+		heads.CatchUp(r.name)
+		nudge.Stop()
+	}
+	bound := time.NewTimer(time.Until(deadline))
+	defer bound.Stop()
+	for {
+		select {
+		case <-pw.ch:
+			return nil
+		case <-nudge.C:
+			if heads != nil {
+				heads.CatchUp(r.name)
+			}
+			continue
+		case <-bound.C:
+			r.mu.Lock()
+			r.dropWaiterLocked(pw)
+			r.mu.Unlock()
+			return ErrUnsynced
+		case <-ctx.Done():
+			r.mu.Lock()
+			r.dropWaiterLocked(pw)
+			r.mu.Unlock()
+			return ctx.Err()
+		}
+	}
 }
 
 // Watch starts a watch of room per the revision contract:
@@ -141,34 +228,41 @@ func (e *Engine) Watch(ctx context.Context, room string, opts WatchOptions) (*Wa
 	if err := store.ValidRoom(room); err != nil {
 		return nil, err
 	}
-	for {
-		r, err := e.acquire(ctx, room)
-		if err != nil {
-			return nil, err
-		}
-		prefixes := normalizePrefixes(opts.Prefixes)
-		w := &Watcher{room: r, prefixes: prefixes, pos: make([]int32, len(prefixes)), notify: opts.Notify}
-		if w.notify == nil {
-			w.ready = make(chan struct{}, 1)
-		}
-		r.mu.Lock()
-		if r.closed { // unloaded or reset since acquire: take a fresh one
-			r.mu.Unlock()
-			continue
-		}
-		err = r.startLocked(w, opts)
-		r.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		return w, nil
+	// A snapshot start is a read: linearizable, as List's. A resume
+	// continues from the client's own position.
+	r, err := e.ready(ctx, room, ReadOptions{Serializable: opts.From != nil})
+	if err != nil {
+		return nil, err
 	}
+	defer r.mu.Unlock()
+	prefixes := normalizePrefixes(opts.Prefixes)
+	w := &Watcher{room: r, prefixes: prefixes, pos: make([]int32, len(prefixes)), notify: opts.Notify}
+	if w.notify == nil {
+		w.ready = make(chan struct{}, 1)
+	}
+	if err := r.startLocked(w, opts); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// ReadOptions choose what a read waits for.
+type ReadOptions struct {
+	// Serializable serves this node's view as it is, without asking the
+	// store: it may miss writes acknowledged by other nodes (those whose
+	// push has not arrived yet). By default a read is linearizable: it
+	// reflects every write acknowledged before it began, on any node.
+	Serializable bool
+	// MinRev, with Serializable, is the least revision the view must
+	// hold (a position the client already saw, perhaps on another node):
+	// a view behind it serves the read as a linearizable one instead.
+	MinRev uint64
 }
 
 // List returns the keys of room under prefix at the room's head, from
-// this node's view.
-func (e *Engine) List(ctx context.Context, room, prefix string) (store.Snapshot, error) {
-	s, view, err := e.read(ctx, room)
+// this node's view, once it is as fresh as opts asks.
+func (e *Engine) List(ctx context.Context, room, prefix string, opts ReadOptions) (store.Snapshot, error) {
+	s, view, err := e.read(ctx, room, opts)
 	if err == nil {
 		s.Items = collect(view, []string{prefix})
 	}
@@ -176,9 +270,10 @@ func (e *Engine) List(ctx context.Context, room, prefix string) (store.Snapshot,
 }
 
 // Get returns key at the room's head (Items holds it, or nothing when the
-// key does not exist), from this node's view.
-func (e *Engine) Get(ctx context.Context, room, key string) (store.Snapshot, error) {
-	s, view, err := e.read(ctx, room)
+// key does not exist), from this node's view, once it is as fresh as opts
+// asks.
+func (e *Engine) Get(ctx context.Context, room, key string, opts ReadOptions) (store.Snapshot, error) {
+	s, view, err := e.read(ctx, room, opts)
 	if err != nil {
 		return s, err
 	}
@@ -190,30 +285,107 @@ func (e *Engine) Get(ctx context.Context, room, key string) (store.Snapshot, err
 
 // read returns the head position of room and a copy-on-write clone of its
 // view, loading the room if needed.
-func (e *Engine) read(ctx context.Context, room string) (store.Snapshot, *btree.BTreeG[store.KV], error) {
+func (e *Engine) read(ctx context.Context, room string, opts ReadOptions) (store.Snapshot, *btree.BTreeG[store.KV], error) {
 	if err := store.ValidRoom(room); err != nil {
 		return store.Snapshot{}, nil, err
 	}
-	for {
-		r, err := e.acquire(ctx, room)
+	r, err := e.ready(ctx, room, opts)
+	if err != nil {
+		return store.Snapshot{}, nil, err
+	}
+	defer r.mu.Unlock()
+	r.hist.expire(time.Now())
+	view := r.view.Clone()
+	s := store.Snapshot{Epoch: r.epoch, Rev: r.head, Oldest: r.hist.oldest}
+	if len(r.watchers) == 0 {
+		r.idleSince = time.Now()
+	}
+	return s, view, nil
+}
+
+// ready returns the loaded room, locked, once its view is as fresh as
+// opts asks. A linearizable read on a store whose tail lags (store.Heads)
+// is etcd's ReadIndex: it learns the room's committed position from the
+// store (one round trip) and waits, at most Config.SyncTimeout, for the
+// view to reach it; past that it fails with ErrUnsynced. Other stores
+// deliver every write to the view before acknowledging it: their view is
+// always fresh enough.
+func (e *Engine) ready(ctx context.Context, name string, opts ReadOptions) (*room, error) {
+	heads, lags := e.st.(store.Heads)
+	var (
+		target   bool // wait for (epoch, rev)
+		epoch    string
+		rev      uint64
+		refreshs int
+		deadline time.Time
+	)
+	learn := func() error {
+		var err error
+		epoch, rev, err = heads.Head(ctx, name)
 		if err != nil {
-			return store.Snapshot{}, nil, err
+			return fmt.Errorf("%w: %v", ErrUnsynced, err)
+		}
+		target = true
+		if deadline.IsZero() {
+			deadline = time.Now().Add(e.cfg.SyncTimeout)
+		}
+		return nil
+	}
+	if lags && !opts.Serializable {
+		if err := learn(); err != nil {
+			return nil, err
+		}
+	}
+	for {
+		r, err := e.acquire(ctx, name)
+		if err != nil {
+			return nil, err
 		}
 		r.mu.Lock()
-		if r.closed {
+		switch {
+		case r.closed: // unloaded or reset since acquire: take a fresh one
 			r.mu.Unlock()
 			continue
+		case !target && lags && r.head < opts.MinRev:
+			// Behind what the client saw: catch up as a linearizable read
+			// would (a MinRev of another epoch then is served at the
+			// store's head, not waited for).
+			r.mu.Unlock()
+			if err := learn(); err != nil {
+				return nil, err
+			}
+			continue
+		case !target || r.reachedLocked(epoch, rev):
+			return r, nil
 		}
-		r.hist.expire(time.Now())
-		view := r.view.Clone()
-		s := store.Snapshot{Epoch: r.epoch, Rev: r.head, Oldest: r.hist.oldest}
-		if len(r.watchers) == 0 {
-			r.idleSince = time.Now()
+		// Another epoch: the room's state was lost or replaced. Its
+		// follower catches up at once; if the view had already moved on
+		// past what Head said, Head is asked again.
+		foreign := epoch != "" && r.epoch != epoch || epoch == "" && r.head > 0
+		retry := foreign && refreshs < 3
+		wait := deadline
+		if t := time.Now().Add(foreignWait); retry && t.Before(deadline) {
+			wait = t
 		}
+		pw := r.waitLocked(epoch, rev)
 		r.mu.Unlock()
-		return s, view, nil
+		err = e.await(ctx, r, pw, wait, foreign)
+		if err != nil && !(retry && errors.Is(err, ErrUnsynced) && time.Now().Before(deadline)) {
+			return nil, err
+		}
+		if retry {
+			refreshs++
+			if err := learn(); err != nil {
+				return nil, err
+			}
+		}
 	}
 }
+
+// foreignWait is how long a read whose view is in another epoch than the
+// store's head waits for the view to reset before it asks the store again
+// (the store may have changed epoch again after the view did).
+const foreignWait = 100 * time.Millisecond
 
 // RoomStats describes a loaded room.
 type RoomStats struct {

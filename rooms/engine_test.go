@@ -293,14 +293,14 @@ func TestGetReadsOneKey(t *testing.T) {
 	e, _ := newEngine(t, store.RetentionPolicy{}, rooms.Config{})
 	put(t, e, "g", "a", "1")
 	put(t, e, "g", "ab", "2")
-	s, err := e.Get(context.Background(), "g", "a")
+	s, err := e.Get(context.Background(), "g", "a", rooms.ReadOptions{})
 	if err != nil || len(s.Items) != 1 || string(s.Items[0].Value) != "1" || s.Rev != 2 {
 		t.Fatalf("Get a = %+v, %v", s, err)
 	}
-	if s, err := e.Get(context.Background(), "g", "missing"); err != nil || len(s.Items) != 0 {
+	if s, err := e.Get(context.Background(), "g", "missing", rooms.ReadOptions{}); err != nil || len(s.Items) != 0 {
 		t.Fatalf("Get missing = %+v, %v", s, err)
 	}
-	if _, err := e.Get(context.Background(), "a/b", "k"); !errors.Is(err, store.ErrInvalidRoom) {
+	if _, err := e.Get(context.Background(), "a/b", "k", rooms.ReadOptions{}); !errors.Is(err, store.ErrInvalidRoom) {
 		t.Fatalf("Get on an invalid room: %v", err)
 	}
 }

@@ -15,4 +15,8 @@ var (
 	// ErrEpochMismatch is returned by Watch with FailIfCompacted when the
 	// starting position belongs to another epoch.
 	ErrEpochMismatch = errors.New("rooms: position is from another epoch")
+	// ErrUnsynced fails a linearizable read when this node could not learn
+	// the room's committed revision from the store, or its view did not
+	// reach it within Config.SyncTimeout: retry, or read elsewhere.
+	ErrUnsynced = errors.New("rooms: this node's view could not catch up with the store")
 )

@@ -97,7 +97,7 @@ func newModel(rt *rapid.T) *model {
 	}
 	st := store.NewMemory(store.MemoryConfig{Retention: ret})
 	m := &model{e: rooms.New(st, cfg), st: st, states: []map[string]string{{}}, events: [][]store.Event{nil}}
-	s, err := m.e.List(context.Background(), "prop", "")
+	s, err := m.e.List(context.Background(), "prop", "", rooms.ReadOptions{})
 	if err != nil {
 		rt.Fatal(err)
 	}

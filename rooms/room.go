@@ -33,9 +33,52 @@ type room struct {
 	hist      *history
 	idx       *index
 	watchers  map[*Watcher]struct{}
-	victims   []*Watcher // overflowed during the current notify
-	idleSince time.Time  // when the last watcher left
-	progAt    time.Time  // last progress sweep
+	victims   []*Watcher   // overflowed during the current notify
+	idleSince time.Time    // when the last watcher left
+	progAt    time.Time    // last progress sweep
+	waiters   []*posWaiter // reads and writes waiting for the view to reach a store position
+}
+
+// posWaiter is a read or an acknowledged write waiting for the view to
+// reach a store position; applyLocked (or the room's shutdown) closes ch.
+type posWaiter struct {
+	epoch string
+	rev   uint64
+	ch    chan struct{}
+}
+
+// reachedLocked reports whether the view holds store position
+// (epoch, rev). Epoch "" is a room the store holds nothing of: an empty
+// view at revision 0 is it.
+func (r *room) reachedLocked(epoch string, rev uint64) bool {
+	if epoch == "" {
+		return r.head == 0 && rev == 0
+	}
+	return r.epoch == epoch && r.head >= rev
+}
+
+// releaseLocked wakes the waiters whose position the view has reached.
+func (r *room) releaseLocked() {
+	kept := r.waiters[:0]
+	for _, w := range r.waiters {
+		if r.reachedLocked(w.epoch, w.rev) {
+			close(w.ch)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(r.waiters[len(kept):])
+	r.waiters = kept
+}
+
+// dropWaiterLocked forgets w (its caller gave up).
+func (r *room) dropWaiterLocked(w *posWaiter) {
+	for i, x := range r.waiters {
+		if x == w {
+			r.waiters = append(r.waiters[:i], r.waiters[i+1:]...)
+			return
+		}
+	}
 }
 
 func kvLess(a, b store.KV) bool { return a.Key < b.Key }
@@ -89,6 +132,9 @@ func (r *room) applyLocked(b store.Batch) {
 	}
 	r.hist.push(ch)
 	r.notifyLocked(ch)
+	if len(r.waiters) > 0 {
+		r.releaseLocked()
+	}
 }
 
 // notifyLocked hands ch to every live watcher it matches: the whole
@@ -205,6 +251,10 @@ func (r *room) shutdownLocked(err error) {
 		w.end(err)
 	}
 	clear(r.watchers)
+	for _, pw := range r.waiters { // they look again, on a fresh room
+		close(pw.ch)
+	}
+	r.waiters = nil
 	r.idx = newIndex()
 	if r.hist != nil { // give its memory back now, not when the room is collected
 		r.hist.clear(r.head + 1)

@@ -27,7 +27,7 @@ func TestReferenceScenario(t *testing.T) {
 	}
 
 	// List /svc/ at R.
-	list, err := e.List(ctx, room, "/svc/")
+	list, err := e.List(ctx, room, "/svc/", rooms.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestReferenceScenario(t *testing.T) {
 		t.Fatalf("live event at %d, want 165", m.Rev)
 	}
 	// Snapshot + stream equals a fresh list.
-	fresh, _ := e.List(ctx, room, "/svc/")
+	fresh, _ := e.List(ctx, room, "/svc/", rooms.ReadOptions{})
 	if diff := cmp.Diff(itemsOf(fresh), c.items); diff != "" {
 		t.Fatalf("snapshot+stream != fresh list (-want +got):\n%s", diff)
 	}
@@ -100,7 +100,7 @@ func TestReferenceScenario(t *testing.T) {
 	if diff := cmp.Diff([]uint64{167, 168, 169}, resumed); diff != "" {
 		t.Fatalf("resumed revisions (-want +got):\n%s", diff)
 	}
-	fresh, _ = e.List(ctx, room, "/svc/")
+	fresh, _ = e.List(ctx, room, "/svc/", rooms.ReadOptions{})
 	if diff := cmp.Diff(itemsOf(fresh), c.items); diff != "" {
 		t.Fatalf("after resume (-want +got):\n%s", diff)
 	}
@@ -133,7 +133,7 @@ func TestScenarioCompacted(t *testing.T) {
 		t.Fatalf("fallback %v at %d, want compacted snapshot at 20", m.Reason, m.Rev)
 	}
 
-	list, err := e.List(ctx, room, "")
+	list, err := e.List(ctx, room, "", rooms.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestScenarioCompacted(t *testing.T) {
 
 func mustList(t testing.TB, e *rooms.Engine, room string) store.Snapshot {
 	t.Helper()
-	s, err := e.List(context.Background(), room, "")
+	s, err := e.List(context.Background(), room, "", rooms.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,8 @@ func errorOf(err error, write bool) *Error {
 		return newError(wire.CodeBadRequest, err.Error())
 	case errors.Is(err, store.ErrClosed), errors.Is(err, rooms.ErrClosed):
 		return newError(wire.CodeUnavailable, "server is shutting down")
+	case errors.Is(err, rooms.ErrUnsynced):
+		return newError(wire.CodeUnavailable, "this node could not catch up with the store in time; retry")
 	case errors.Is(err, store.ErrUnavailable):
 		return newError(wire.CodeUnavailable, "the store is unreachable; nothing was written")
 	case write && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):

@@ -167,7 +167,7 @@ func readError(err error) *Error {
 }
 
 func isUnavailable(err error) bool {
-	for _, e := range []error{rooms.ErrClosed, rooms.ErrRoomReset, store.ErrClosed, context.DeadlineExceeded, context.Canceled} {
+	for _, e := range []error{rooms.ErrClosed, rooms.ErrRoomReset, rooms.ErrUnsynced, store.ErrClosed, context.DeadlineExceeded, context.Canceled} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -191,11 +191,39 @@ func (s *Server) handleList(c echo.Context) error {
 	if !claims.CanRead(room, prefix) {
 		return forbiddenRead(room, prefix)
 	}
-	snap, err := s.engine.List(c.Request().Context(), room, prefix)
+	ro, err := readOptions(c)
+	if err != nil {
+		return err
+	}
+	snap, err := s.engine.List(c.Request().Context(), room, prefix, ro)
 	if err != nil {
 		return readError(err)
 	}
 	return replyJSON(c, listReply{Epoch: snap.Epoch, Rev: snap.Rev, Items: wireItems(snap.Items)})
+}
+
+// readOptions reads a GET's consistency (PROTOCOL.md §9): linearizable by
+// default; ?consistency=serializable serves this node's view at once,
+// and ?min_rev=N makes it at least as fresh as a position already seen.
+func readOptions(c echo.Context) (rooms.ReadOptions, error) {
+	var ro rooms.ReadOptions
+	switch c.QueryParam("consistency") {
+	case "", "linearizable", "l":
+	case "serializable", "s":
+		ro.Serializable = true
+	default:
+		return ro, newError(wire.CodeBadRequest, "consistency must be linearizable (the default) or serializable")
+	}
+	if v := c.QueryParam("min_rev"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return ro, newError(wire.CodeBadRequest, "min_rev must be a revision (an unsigned integer)")
+		}
+		ro.MinRev = n
+		// A linearizable read is at least as fresh as any min_rev: it
+		// stays one; a serializable one waits for it.
+	}
+	return ro, nil
 }
 
 // checkPrefixParam validates a key prefix; "" means every key.
@@ -221,7 +249,11 @@ func (s *Server) handleGet(c echo.Context) error {
 	if !claims.CanRead(room, key) {
 		return forbiddenRead(room, key)
 	}
-	snap, err := s.engine.Get(c.Request().Context(), room, key)
+	ro, err := readOptions(c)
+	if err != nil {
+		return err
+	}
+	snap, err := s.engine.Get(c.Request().Context(), room, key, ro)
 	if err != nil {
 		return readError(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -220,6 +221,29 @@ func TestHTTPListAndGet(t *testing.T) {
 	// "a" prefixes existing keys but is not one.
 	e.do(t, "GET", "/v1/rooms/r1/kv/a", "").wantErr(t, 404, "not_found")
 	e.do(t, "GET", "/v1/rooms/r1/kv/zzz", "").wantErr(t, 404, "not_found")
+}
+
+// TestHTTPReadConsistency: ?consistency= and ?min_rev= are accepted on
+// GET and list (the memory store's view is always fresh), and bad values
+// are a 400.
+func TestHTTPReadConsistency(t *testing.T) {
+	e := newAPIEnv(t, apiOpts{})
+	rev := e.put(t, "r", "k", `1`)
+	for _, q := range []string{"?consistency=serializable", "?consistency=s", "?consistency=linearizable", "?consistency=l",
+		"?min_rev=" + strconv.FormatUint(rev, 10), "?consistency=s&min_rev=99"} {
+		var it apiItem
+		e.do(t, "GET", "/v1/rooms/r/kv/k"+q, "").want(t, 200, &it)
+		if it.ModRev != rev {
+			t.Errorf("get%s: %+v", q, it)
+		}
+		if l := e.list(t, "r", q); len(l.Items) != 1 || l.Rev != rev {
+			t.Errorf("list%s: %+v", q, l)
+		}
+	}
+	for _, q := range []string{"?consistency=strong", "?min_rev=-1", "?min_rev=x"} {
+		e.do(t, "GET", "/v1/rooms/r/kv/k"+q, "").wantErr(t, 400, "bad_request")
+		e.do(t, "GET", "/v1/rooms/r/kv"+q, "").wantErr(t, 400, "bad_request")
+	}
 }
 
 func TestHTTPPutIfMatch(t *testing.T) {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"github.com/statecast/statecast/rooms"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -114,7 +115,7 @@ func TestCrossOriginWrites(t *testing.T) {
 		e.do(t, "PUT", "/v1/rooms/r/kv/k", "1", "Content-Type", ct).wantErr(t, 415, "bad_request")
 		e.do(t, "POST", "/v1/leases", `{"ttl_ms":5000}`, "Content-Type", ct).wantErr(t, 415, "bad_request")
 	}
-	if l, err := e.eng.List(context.Background(), "r", ""); err != nil || len(l.Items) != 0 {
+	if l, err := e.eng.List(context.Background(), "r", "", rooms.ReadOptions{}); err != nil || len(l.Items) != 0 {
 		t.Fatalf("refused writes were applied: %+v %v", l, err)
 	}
 	e.do(t, "PUT", "/v1/rooms/r/kv/k", "1", "Content-Type", "application/json; charset=utf-8").want(t, 200, nil)
@@ -222,7 +223,7 @@ func TestHTTPWriteRateLimit(t *testing.T) {
 			t.Errorf("%s %s: Retry-After %q, want 1 or 2 (seconds, rounded up)", w[0], w[1], r.header.Get("Retry-After"))
 		}
 	}
-	if l, err := e.eng.List(context.Background(), "r", ""); err != nil || len(l.Items) != 3 {
+	if l, err := e.eng.List(context.Background(), "r", "", rooms.ReadOptions{}); err != nil || len(l.Items) != 3 {
 		t.Fatalf("rate-limited writes were applied: %+v %v", l, err)
 	}
 	e.do(t, "GET", "/v1/rooms/r/kv", "").want(t, 200, nil) // reads are not limited

@@ -26,7 +26,7 @@ func BenchmarkReplayCollect(b *testing.B) {
 		b.StopTimer()
 		st := store.NewMemory(store.MemoryConfig{Retention: ret})
 		e := rooms.New(st, rooms.Config{Retention: ret, ProgressInterval: -1, Prepare: PrepareChange})
-		if _, err := e.List(ctx, "r", ""); err != nil { // loaded, as while its clients were connected
+		if _, err := e.List(ctx, "r", "", rooms.ReadOptions{}); err != nil { // loaded, as while its clients were connected
 			b.Fatal(err)
 		}
 		for i := range 10_000 {

@@ -27,7 +27,7 @@ func BenchmarkResumeSocket(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	snap, err := e.Eng.List(ctx, "r", "")
+	snap, err := e.Eng.List(ctx, "r", "", rooms.ReadOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -171,6 +171,29 @@ func (s *Redis) Follow(room string, fn func(Batch)) (stop func(), err error) {
 	}, nil
 }
 
+// Head reads the room's committed position from its meta: one HMGET.
+func (s *Redis) Head(ctx context.Context, room string) (epoch string, rev uint64, err error) {
+	if err := ValidRoom(room); err != nil {
+		return "", 0, err
+	}
+	if err := s.begin(); err != nil {
+		return "", 0, err
+	}
+	defer s.mu.RUnlock()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	v, err := s.rc.HMGet(ctx, s.keys(room).meta, metaFields[:2]...).Result()
+	if err != nil {
+		return "", 0, fmt.Errorf("store: redis: reading the head of room %q: %w", room, err)
+	}
+	m := parseMeta(v)
+	return m.epoch, m.rev, nil
+}
+
+// CatchUp checks the room against Redis at once (a fill from the stream
+// when its view is behind), as for a lost push.
+func (s *Redis) CatchUp(room string) { s.fol.markDirty(room) }
+
 // --- delivery -------------------------------------------------------------
 
 // deliverLocked hands b to every follower that has not seen it and moves

@@ -61,6 +61,21 @@ type Store interface {
 	Close() error
 }
 
+// Heads is implemented by a store whose Follow may deliver a batch after
+// Apply returned it (Redis: the push travels by pub/sub). A node then asks
+// the store for the room's committed position (one round trip) and serves
+// a linearizable read once its view has reached it, as etcd's ReadIndex
+// does. A store without Heads calls the Follow callbacks before Apply
+// returns, so a node's view already holds every acknowledged write.
+type Heads interface {
+	// Head returns room's committed position: its epoch ("" when the
+	// store holds nothing of the room) and its revision.
+	Head(ctx context.Context, room string) (epoch string, rev uint64, err error)
+	// CatchUp makes the room's Follow read what it missed from the store
+	// now (a lost push), not at its next periodic check.
+	CatchUp(room string)
+}
+
 // OpType says whether an Op writes or removes a key.
 type OpType uint8
 

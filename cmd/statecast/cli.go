@@ -25,7 +25,7 @@ import (
 // until interrupted.
 
 var cliUsage = map[string]string{
-	"get":   "statecast get ROOM [KEY] [--prefix P] [-w json]",
+	"get":   "statecast get ROOM [KEY] [--prefix P] [--consistency l|s] [-w json]",
 	"put":   "statecast put ROOM KEY VALUE [--if-rev N] [--lease-ttl D] [-w json]",
 	"del":   "statecast del ROOM KEY [--if-rev N] [-w json]",
 	"watch": "statecast watch ROOM [--prefix P]... [--from N] [-v] [-w json]",
@@ -47,6 +47,7 @@ type cliFlags struct {
 	leaseTTL           time.Duration
 	from               uint64
 	verbose            bool
+	consistency        string
 }
 
 // runClientCtx is runClient with the context that ends long-running
@@ -65,6 +66,7 @@ func runClientCtx(ctx context.Context, cmd string, args []string, out, errOut io
 	switch cmd {
 	case "get":
 		fs.Var(&f.prefixes, "prefix", "list the keys under this prefix")
+		fs.StringVar(&f.consistency, "consistency", "l", "l (linearizable: every write acknowledged before, on any node) or s (serializable: this node's view at once)")
 	case "put":
 		fs.Var(&f.ifRev, "if-rev", "write only if the key's mod_rev is N (0: only if it does not exist)")
 		fs.DurationVar(&f.leaseTTL, "lease-ttl", 0, "bind the key to a lease of this TTL, kept alive until interrupted")
@@ -92,6 +94,11 @@ func runClientCtx(ctx context.Context, cmd string, args []string, out, errOut io
 	}
 	if len(pos) == 0 {
 		return fmt.Errorf("usage: %s", cliUsage[cmd])
+	}
+	switch f.consistency {
+	case "", "l", "linearizable", "s", "serializable":
+	default:
+		return fmt.Errorf("--consistency %q: want l or s", f.consistency)
 	}
 	base := f.url
 	if !strings.Contains(base, "://") {
@@ -188,6 +195,10 @@ func (c *cli) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
+func (c *cli) readOptions() client.ReadOptions {
+	return client.ReadOptions{Serializable: c.f.consistency == "s" || c.f.consistency == "serializable"}
+}
+
 func (c *cli) get(ctx context.Context, pos []string) error {
 	if err := c.args(pos, 1, 2, "get"); err != nil {
 		return err
@@ -197,7 +208,7 @@ func (c *cli) get(ctx context.Context, pos []string) error {
 		if len(c.f.prefixes) > 0 {
 			return errors.New("get: give a KEY or --prefix, not both")
 		}
-		it, _, err := c.h.Get(ctx, room, pos[1])
+		it, _, err := c.h.GetWith(ctx, room, pos[1], c.readOptions())
 		if err != nil {
 			return err
 		}
@@ -214,7 +225,7 @@ func (c *cli) get(ctx context.Context, pos []string) error {
 	if len(c.f.prefixes) == 1 {
 		prefix = c.f.prefixes[0]
 	}
-	l, err := c.h.List(ctx, room, prefix)
+	l, err := c.h.ListWith(ctx, room, prefix, c.readOptions())
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,275 @@
+package main
+
+// The linearizability check of issue 19, with porcupine (the checker of
+// etcd's robustness tests): clients run GET, PUT, CAS (If-Match) and
+// DELETE on a few keys of one room, each operation on a random node, and
+// the history, partitioned by key, must be linearizable against a
+// key/value model. A write whose outcome the client could not learn (an
+// error that is not a clean refusal) is left open-ended: it may have taken
+// effect at any time after its call, or never. So a fault injector (node
+// SIGKILL, Redis connection cuts, a Redis restart) can run next to the
+// clients (lzRun's faults) without changing the check; the runs here are
+// without faults.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/statecast/statecast/client"
+)
+
+// lzInput is one operation: op is get, put, cas or del; ifRev is the
+// mod_rev a cas expects (0: the key must not exist).
+type lzInput struct {
+	op, key, value string
+	ifRev          uint64
+}
+
+// lzOutput is what the client saw.
+type lzOutput struct {
+	unknown  bool   // a write whose outcome is unknown
+	conflict bool   // a cas refused
+	found    bool   // get: the key exists
+	value    string // get: its value
+	modRev   uint64 // get: its mod_rev; put, cas: the revision written
+}
+
+// lzState is one key in the model; modRev 0 on an existing key means it
+// was written by a write of unknown outcome (its revision is unknown).
+type lzState struct {
+	exists bool
+	value  string
+	modRev uint64
+}
+
+var lzModel = porcupine.NondeterministicModel{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		by := map[string][]porcupine.Operation{}
+		var keys []string
+		for _, op := range h {
+			k := op.Input.(lzInput).key
+			if by[k] == nil {
+				keys = append(keys, k)
+			}
+			by[k] = append(by[k], op)
+		}
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, by[k])
+		}
+		return out
+	},
+	Init: func() []any { return []any{lzState{}} },
+	Step: func(state, input, output any) []any {
+		s, in, out := state.(lzState), input.(lzInput), output.(lzOutput)
+		written := func(rev uint64) lzState { return lzState{exists: true, value: in.value, modRev: rev} }
+		switch in.op {
+		case "get":
+			if out.found != s.exists || out.found && (out.value != s.value || s.modRev != 0 && out.modRev != s.modRev) {
+				return nil
+			}
+			if out.found && s.modRev == 0 { // now it is known
+				return []any{lzState{exists: true, value: s.value, modRev: out.modRev}}
+			}
+			return []any{s}
+		case "put":
+			if out.unknown {
+				return []any{s, written(0)}
+			}
+			if s.modRev != 0 && out.modRev <= s.modRev {
+				return nil // revisions only grow
+			}
+			return []any{written(out.modRev)}
+		case "cas":
+			holds := s.exists && (s.modRev == 0 || s.modRev == in.ifRev) || !s.exists && in.ifRev == 0
+			switch {
+			case out.unknown && holds:
+				return []any{s, written(0)}
+			case out.unknown:
+				return []any{s}
+			case out.conflict && (!holds || s.exists && s.modRev == 0):
+				return []any{s}
+			case !out.conflict && holds:
+				return []any{written(out.modRev)}
+			}
+			return nil
+		case "del":
+			if out.unknown {
+				return []any{s, lzState{}}
+			}
+			return []any{lzState{}}
+		}
+		return nil
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(lzInput), output.(lzOutput)
+		switch {
+		case out.unknown:
+			return fmt.Sprintf("%s(%s,%s,%d) -> ?", in.op, in.key, in.value, in.ifRev)
+		case in.op == "get" && !out.found:
+			return fmt.Sprintf("get(%s) -> none", in.key)
+		case in.op == "get":
+			return fmt.Sprintf("get(%s) -> %s@%d", in.key, out.value, out.modRev)
+		case out.conflict:
+			return fmt.Sprintf("cas(%s,%s,if %d) -> conflict", in.key, in.value, in.ifRev)
+		}
+		return fmt.Sprintf("%s(%s,%s,%d) -> @%d", in.op, in.key, in.value, in.ifRev, out.modRev)
+	},
+}
+
+// lzRun runs clients × ops operations on keys of room, each on a random
+// one of urls, while faults (nil: none) runs, and checks the history.
+func lzRun(t *testing.T, urls []string, clients, ops int, faults func(ctx context.Context)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if faults != nil {
+		fctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); faults(fctx) }()
+		defer func() { stop(); <-done }()
+	}
+	start := time.Now()
+	now := func() int64 { return int64(time.Since(start)) }
+	var (
+		mu      sync.Mutex
+		history []porcupine.Operation
+		wg      sync.WaitGroup
+	)
+	keys := []string{"a", "b", "c"}
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), 19))
+			hs := make([]*client.HTTP, len(urls))
+			for i, u := range urls {
+				hs[i] = &client.HTTP{URL: u}
+			}
+			seen := map[string]uint64{} // the last mod_rev this client read, per key
+			for i := range ops {
+				h := hs[rng.IntN(len(hs))]
+				in := lzInput{key: keys[rng.IntN(len(keys))], value: fmt.Sprintf("%d.%d", c, i)}
+				switch p := rng.IntN(10); {
+				case p < 4:
+					in.op = "get"
+				case p < 7:
+					in.op = "put"
+				case p < 9:
+					in.op, in.ifRev = "cas", seen[in.key]
+				default:
+					in.op = "del"
+				}
+				call := now()
+				out, ok := lzDo(ctx, h, in)
+				ret := now()
+				if !ok {
+					continue // a failed read: it saw nothing
+				}
+				if out.unknown {
+					ret = math.MaxInt64 // it may take effect at any time
+				}
+				if in.op == "get" && out.found {
+					seen[in.key] = out.modRev
+				}
+				mu.Lock()
+				history = append(history, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	res, info := porcupine.CheckOperationsVerbose(lzModel.ToModel(), history, 30*time.Second)
+	t.Logf("%d operations by %d clients on %d node(s): %v", len(history), clients, len(urls), res)
+	if res != porcupine.Ok {
+		if f, err := writeLzVisualization(t, info); err == nil {
+			t.Logf("visualization: %s", f)
+		}
+		t.Fatalf("history is not linearizable (%v)", res)
+	}
+}
+
+// lzDo runs one operation; ok is false for a read that failed.
+func lzDo(ctx context.Context, h *client.HTTP, in lzInput) (out lzOutput, ok bool) {
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var err error
+	switch in.op {
+	case "get":
+		item, _, gerr := h.Get(octx, "lz", in.key)
+		switch {
+		case errors.Is(gerr, client.ErrNotFound):
+			return lzOutput{}, true
+		case gerr != nil:
+			return lzOutput{}, false
+		}
+		var v string
+		if json.Unmarshal(item.Value, &v) != nil {
+			v = string(item.Value)
+		}
+		return lzOutput{found: true, value: v, modRev: item.ModRev}, true
+	case "put":
+		out.modRev, err = h.Put(octx, "lz", in.key, json.RawMessage(`"`+in.value+`"`), nil, "")
+	case "cas":
+		rev := in.ifRev
+		out.modRev, err = h.Put(octx, "lz", in.key, json.RawMessage(`"`+in.value+`"`), &rev, "")
+		if errors.Is(err, client.ErrConflict) {
+			return lzOutput{conflict: true}, true
+		}
+	case "del":
+		_, err = h.Delete(octx, "lz", in.key, nil)
+	}
+	if err != nil {
+		// A write refused before it reached the store (rate limit, an
+		// unreachable store) did nothing; anything else may have.
+		if errors.Is(err, client.ErrRateLimited) || errors.Is(err, client.ErrBadRequest) {
+			return lzOutput{}, false
+		}
+		return lzOutput{unknown: true}, true
+	}
+	return out, true
+}
+
+func writeLzVisualization(t *testing.T, info porcupine.LinearizationInfo) (string, error) {
+	f := t.TempDir() + "/history.html"
+	return f, porcupine.VisualizePath(lzModel.ToModel(), info, f)
+}
+
+// TestLinearizableRedis: 6 clients over 3 nodes on one redis-server.
+func TestLinearizableRedis(t *testing.T) {
+	c := startCluster(t, 3, mnOptions{})
+	var urls []string
+	for _, n := range c.nodes {
+		urls = append(urls, n.HTTP())
+	}
+	lzRun(t, urls, 6, 150, nil)
+}
+
+// TestLinearizableRedisOneNode: the same on a single node.
+func TestLinearizableRedisOneNode(t *testing.T) {
+	c := startCluster(t, 1, mnOptions{})
+	lzRun(t, []string{c.nodes[0].HTTP()}, 6, 150, nil)
+}
+
+// TestLinearizableFileMemory: the same on one node of the file store and
+// one of the memory store.
+func TestLinearizableFileMemory(t *testing.T) {
+	statecastBin(t)
+	for _, st := range []string{"file", "memory"} {
+		t.Run(st, func(t *testing.T) {
+			n := &mnNode{name: st, redisURL: st, extra: []string{"--data", t.TempDir()}}
+			n.start(t)
+			t.Cleanup(n.kill)
+			lzRun(t, []string{n.HTTP()}, 6, 150, nil)
+		})
+	}
+}
