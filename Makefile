@@ -27,10 +27,13 @@ screenshots:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./rooms ./store
 
-# The multi-node chaos soak (cmd/statecast TestSoak; not part of `make test`):
-# 3 nodes on one redis-server, node kills and restarts, cut Redis connections,
-# dropped pushes, Redis restarts, FLUSHALL, in a loop for $(SOAK). It reports
+# The multi-node chaos soaks (not part of `make test`), each for $(SOAK):
+# TestSoak: 3 nodes on one redis-server, node kills and restarts, cut Redis
+# connections, dropped pushes, Redis restarts, FLUSHALL, in a loop; it reports
 # writes, deliveries, resyncs and divergences (which must be 0).
+# TestLinearizableSoak: rounds of GET/PUT/CAS/DELETE by 6 clients on random
+# nodes under node kills, Redis cuts and Redis restarts, each round's history
+# checked linearizable with porcupine.
 SOAK ?= 3m
 soak:
-	CI=true $(GO) test -race -count=1 -v -run '^TestSoak$$' -timeout 60m ./cmd/statecast -soak $(SOAK)
+	CI=true $(GO) test -race -count=1 -v -run '^(TestSoak|TestLinearizableSoak)$$' -timeout 60m ./cmd/statecast -soak $(SOAK)

@@ -9,7 +9,8 @@ package main
 // effect at any time after its call, or never. So a fault injector (node
 // SIGKILL, Redis connection cuts, a Redis restart) can run next to the
 // clients (lzRun's faults) without changing the check; the runs here are
-// without faults.
+// without faults (TestLinearizableRedis…) and with them
+// (TestLinearizableRedisFaults; TestLinearizableSoak at length).
 
 import (
 	"context"
@@ -126,26 +127,40 @@ var lzModel = porcupine.NondeterministicModel{
 	},
 }
 
-// lzRun runs clients × ops operations on keys of room, each on a random
-// one of urls, while faults (nil: none) runs, and checks the history.
-func lzRun(t *testing.T, urls []string, clients, ops int, faults func(ctx context.Context)) {
+// lzRun runs clients × ops operations on the keys a, b and c (after
+// prefix) of one room, each on a random one of urls, and checks the
+// history. With faults, the clients go on (an operation every few
+// milliseconds) until faults returns, however many operations that takes.
+// Runs one after another use distinct prefixes: a write of unknown outcome
+// may still land during the next.
+func lzRun(t *testing.T, urls []string, prefix string, clients, ops int, faults func(ctx context.Context)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	more := func(i int) bool { return i < ops }
 	if faults != nil {
 		fctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); faults(fctx) }()
 		defer func() { stop(); <-done }()
+		more = func(int) bool {
+			select {
+			case <-done:
+				return false
+			case <-time.After(3 * time.Millisecond):
+				return true
+			}
+		}
 	}
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
 	var (
-		mu      sync.Mutex
-		history []porcupine.Operation
-		wg      sync.WaitGroup
+		mu               sync.Mutex
+		history          []porcupine.Operation
+		unknown, dropped int
+		wg               sync.WaitGroup
 	)
-	keys := []string{"a", "b", "c"}
+	keys := []string{prefix + "a", prefix + "b", prefix + "c"}
 	for c := range clients {
 		wg.Add(1)
 		go func() {
@@ -156,7 +171,7 @@ func lzRun(t *testing.T, urls []string, clients, ops int, faults func(ctx contex
 				hs[i] = &client.HTTP{URL: u}
 			}
 			seen := map[string]uint64{} // the last mod_rev this client read, per key
-			for i := range ops {
+			for i := 0; more(i); i++ {
 				h := hs[rng.IntN(len(hs))]
 				in := lzInput{key: keys[rng.IntN(len(keys))], value: fmt.Sprintf("%d.%d", c, i)}
 				switch p := rng.IntN(10); {
@@ -173,7 +188,10 @@ func lzRun(t *testing.T, urls []string, clients, ops int, faults func(ctx contex
 				out, ok := lzDo(ctx, h, in)
 				ret := now()
 				if !ok {
-					continue // a failed read: it saw nothing
+					mu.Lock()
+					dropped++ // a failed read saw nothing; a refused write did nothing
+					mu.Unlock()
+					continue
 				}
 				if out.unknown {
 					ret = math.MaxInt64 // it may take effect at any time
@@ -183,13 +201,17 @@ func lzRun(t *testing.T, urls []string, clients, ops int, faults func(ctx contex
 				}
 				mu.Lock()
 				history = append(history, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
+				if out.unknown {
+					unknown++
+				}
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	res, info := porcupine.CheckOperationsVerbose(lzModel.ToModel(), history, 30*time.Second)
-	t.Logf("%d operations by %d clients on %d node(s): %v", len(history), clients, len(urls), res)
+	t.Logf("%d operations by %d clients on %d node(s) (%d writes of unknown outcome, %d failed operations left out): %v",
+		len(history), clients, len(urls), unknown, dropped, res)
 	if res != porcupine.Ok {
 		if f, err := writeLzVisualization(t, info); err == nil {
 			t.Logf("visualization: %s", f)
@@ -251,13 +273,13 @@ func TestLinearizableRedis(t *testing.T) {
 	for _, n := range c.nodes {
 		urls = append(urls, n.HTTP())
 	}
-	lzRun(t, urls, 6, 150, nil)
+	lzRun(t, urls, "", 6, 150, nil)
 }
 
 // TestLinearizableRedisOneNode: the same on a single node.
 func TestLinearizableRedisOneNode(t *testing.T) {
 	c := startCluster(t, 1, mnOptions{})
-	lzRun(t, []string{c.nodes[0].HTTP()}, 6, 150, nil)
+	lzRun(t, []string{c.nodes[0].HTTP()}, "", 6, 150, nil)
 }
 
 // TestLinearizableFileMemory: the same on one node of the file store and
@@ -269,7 +291,79 @@ func TestLinearizableFileMemory(t *testing.T) {
 			n := &mnNode{name: st, redisURL: st, extra: []string{"--data", t.TempDir()}}
 			n.start(t)
 			t.Cleanup(n.kill)
-			lzRun(t, []string{n.HTTP()}, 6, 150, nil)
+			lzRun(t, []string{n.HTTP()}, "", 6, 150, nil)
 		})
+	}
+}
+
+// TestLinearizableRedisFaults: the same check on 3 nodes while, one after
+// another, a node is killed (SIGKILL) and restarted, a node's Redis
+// connection is cut and restored, and Redis itself is killed and
+// restarted from its AOF (appendfsync always: no acknowledged write lost):
+// each twice, in random order.
+func TestLinearizableRedisFaults(t *testing.T) {
+	c := startCluster(t, 3, mnOptions{AOF: true, Proxied: true})
+	lzRun(t, c.httpURLs(), "", 6, 0, func(ctx context.Context) { lzFaults(ctx, t, c, 2) })
+}
+
+// TestLinearizableSoak runs the faulted check in rounds for -soak
+// (make soak), each round on fresh keys.
+func TestLinearizableSoak(t *testing.T) {
+	d := soakDuration(t)
+	c := startCluster(t, 3, mnOptions{AOF: true, Proxied: true})
+	rounds := 0
+	for end := time.Now().Add(d); time.Now().Before(end); rounds++ {
+		lzRun(t, c.httpURLs(), fmt.Sprintf("r%d/", rounds), 6, 0, func(ctx context.Context) { lzFaults(ctx, t, c, 1) })
+	}
+	t.Logf("%d rounds linearizable", rounds)
+}
+
+// lzFaults injects each kind of fault times times, in random order, with
+// a pause before each and after the last. It runs beside the test's
+// goroutine, so it reports with Errorf, never Fatal.
+func lzFaults(ctx context.Context, t *testing.T, c *mnCluster, times int) {
+	pause := func(lo, hi int) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Duration(lo+rand.IntN(hi-lo)) * time.Millisecond):
+			return true
+		}
+	}
+	var script []int
+	for range times {
+		script = append(script, 0, 1, 2)
+	}
+	rand.Shuffle(len(script), func(i, j int) { script[i], script[j] = script[j], script[i] })
+	faults := map[string]int{}
+	defer func() { t.Logf("faults: %v", faults) }()
+	defer pause(200, 600) // operations after the last fault, too
+	for _, f := range script {
+		if !pause(200, 600) {
+			return
+		}
+		faults[[]string{"node killed", "Redis cut", "Redis restarted"}[f]]++
+		switch f {
+		case 0:
+			n := c.nodes[rand.IntN(len(c.nodes))]
+			n.kill()
+			pause(0, 800)
+			if err := n.restart(); err != nil {
+				t.Errorf("restarting node %s: %v", n.name, err)
+				return
+			}
+		case 1:
+			p := c.proxies[rand.IntN(len(c.proxies))]
+			p.Cut()
+			pause(300, 1500)
+			p.Restore()
+		case 2:
+			c.redis.Kill()
+			pause(0, 500)
+			if err := c.redis.StartAgain(); err != nil {
+				t.Errorf("restarting redis-server: %v", err)
+				return
+			}
+		}
 	}
 }

@@ -107,15 +107,23 @@ func (n *mnNode) WS() string   { return "ws" + strings.TrimPrefix(n.HTTP(), "htt
 // start starts the process and waits until it listens and /readyz is 200.
 func (n *mnNode) start(t testing.TB) {
 	t.Helper()
-	bin := statecastBin(t)
-	var lastErr error
+	statecastBin(t)
+	if err := n.restart(); err != nil {
+		t.Fatalf("node %s: %v", n.name, err)
+	}
+}
+
+// restart is start for callers off the test's goroutine, once the binary
+// is built.
+func (n *mnNode) restart() error {
+	var err error
 	for attempt := 0; attempt < 20; attempt++ {
-		if lastErr = n.tryStart(bin); lastErr == nil {
-			return
+		if err = n.tryStart(mnBin); err == nil {
+			return nil
 		}
 		time.Sleep(100 * time.Millisecond) // the old port may linger
 	}
-	t.Fatalf("node %s: %v", n.name, lastErr)
+	return err
 }
 
 func (n *mnNode) tryStart(bin string) error {
@@ -290,6 +298,14 @@ func tail(s string, n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
+}
+
+func (c *mnCluster) httpURLs() []string {
+	var out []string
+	for _, n := range c.nodes {
+		out = append(out, n.HTTP())
+	}
+	return out
 }
 
 func (c *mnCluster) wsURLs() []string {

@@ -487,11 +487,9 @@ func TestMultiNodeLostPushes(t *testing.T) {
 
 var soakFor = flag.Duration("soak", 0, "run TestSoak (multi-node chaos) for this long; also SOAK=3m")
 
-// 5. The chaos above in a loop for a bounded time (`make soak`): each round
-// injects one failure under load, then stops the writers and checks every
-// view against the room and every acknowledged write. It reports writes,
-// deliveries, resyncs and divergences (which must be 0).
-func TestSoak(t *testing.T) {
+// soakDuration is -soak or $SOAK; without either the soak tests skip
+// (they are not part of make test).
+func soakDuration(t *testing.T) time.Duration {
 	d := *soakFor
 	if v := os.Getenv("SOAK"); d == 0 && v != "" {
 		var err error
@@ -502,6 +500,15 @@ func TestSoak(t *testing.T) {
 	if d == 0 {
 		t.Skip("the soak runs with -soak DURATION or SOAK=DURATION (make soak)")
 	}
+	return d
+}
+
+// 5. The chaos above in a loop for a bounded time (`make soak`): each round
+// injects one failure under load, then stops the writers and checks every
+// view against the room and every acknowledged write. It reports writes,
+// deliveries, resyncs and divergences (which must be 0).
+func TestSoak(t *testing.T) {
+	d := soakDuration(t)
 	c := startCluster(t, 3, mnOptions{AOF: true, Proxied: true, Args: []string{"--history", "500"}})
 	room := "mn:soak"
 	fs := startFollowers(t, 9, room, c.wsURLs(), false, nil)

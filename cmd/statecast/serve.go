@@ -101,6 +101,7 @@ type serveFlags struct {
 	httpWriteTimeout, idleTimeout       time.Duration
 	writeRate                           float64
 	writeTimeout, leaseGrace, pingEvery time.Duration
+	syncTimeout                         time.Duration
 	nodeTimeout                         time.Duration
 	adminToken, adminTokenFile          string
 }
@@ -146,6 +147,7 @@ func serve(args []string) error {
 	fs.DurationVar(&f.idleTimeout, "http-idle-timeout", 120*time.Second, "an idle keep-alive HTTP connection is closed after this")
 	fs.Float64Var(&f.writeRate, "write-rate", 200, "writes per second per token subject (without auth: per client address), over WebSockets and HTTP together; burst twice that")
 	fs.DurationVar(&f.writeTimeout, "write-timeout", 10*time.Second, "a socket that does not take a frame within this is closed (4000)")
+	fs.DurationVar(&f.syncTimeout, "sync-timeout", 5*time.Second, "longest wait of a linearizable read, or of a write's reply, for this node's view to reach the store's revision (a read past it: 503 unavailable)")
 	fs.DurationVar(&f.leaseGrace, "lease-grace", 5*time.Second, "how long a session's leases outlive its socket")
 	fs.DurationVar(&f.pingEvery, "ping-interval", 25*time.Second, "client ping interval announced to clients")
 	fs.StringVar(&f.adminToken, "admin-token", "", "bearer token for the inspector (/v1/admin/inspect) off loopback (prefer --admin-token-file)")
@@ -193,7 +195,7 @@ func run(f serveFlags) error {
 		return err
 	}
 	defer st.Close()
-	engine := rooms.New(st, rooms.Config{Retention: retention, HistoryBytes: int64(f.nodeHistoryBytes),
+	engine := rooms.New(st, rooms.Config{Retention: retention, HistoryBytes: int64(f.nodeHistoryBytes), SyncTimeout: f.syncTimeout,
 		QueueBytes: int64(f.queueBytes), Logger: log, Prepare: server.PrepareChange})
 	defer engine.Close()
 

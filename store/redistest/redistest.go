@@ -193,14 +193,22 @@ func (s *Server) Kill() {
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.Kill()
+	if err := s.StartAgain(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// StartAgain starts a killed server again on its port and data directory,
+// for callers off the test's goroutine (which must not call t.Fatal).
+func (s *Server) StartAgain() error {
 	var err error
 	for attempt := 0; attempt < 50; attempt++ {
 		if err = s.start(); err == nil {
-			return
+			return nil
 		}
 		time.Sleep(100 * time.Millisecond) // the port may linger briefly
 	}
-	t.Fatalf("redistest: cannot restart redis-server on port %d: %v", s.Port, err)
+	return fmt.Errorf("redistest: cannot restart redis-server on port %d: %v", s.Port, err)
 }
 
 // Cluster is a local Redis Cluster of masters without replicas.
