@@ -22,9 +22,14 @@ export function roomName(fallback) {
   return params.get('room') || fallback;
 }
 
-/** A client on this server's WebSocket endpoint. */
+/**
+ * A client on this server's WebSocket endpoint. A reload of the page resumes
+ * its session (kept in sessionStorage by the SDK); the key is per page, so
+ * going from the lobby to the document does not carry the lobby's presence
+ * and games along (they end after the grace unless you come back in time).
+ */
 export function connect() {
-  return createClient({ url: '/v1/ws', reconnect: { minDelayMs: 250, maxDelayMs: 5000 } });
+  return createClient({ url: '/v1/ws', reconnect: { minDelayMs: 250, maxDelayMs: 5000 }, sessionKey: `statecast:${location.pathname}` });
 }
 
 /** h('div', {class: 'x', onclick}, 'text', child…): builds an element; text is never parsed as HTML. */

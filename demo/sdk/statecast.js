@@ -620,6 +620,23 @@ var Client = class extends Emitter {
     this.lastRecv = 0;
     this.lastSent = 0;
     this.timers = {};
+    /** Leaves this client's id and session for the page that replaces this one (a reload). */
+    this.onHide = (ev) => {
+      const s = this.sess ? { session: this.sess.session, resume: this.resumeSecret } : this.saved;
+      try {
+        this.store.setItem(this.storeKey, JSON.stringify({ clientId: this.clientId, ...s }));
+      } catch {
+        return;
+      }
+      if (ev.type === "beforeunload") this.clock.setTimeout(this.onShow, 0);
+    };
+    /** The page runs (again: back from the back/forward cache): the entry is no one's to take. */
+    this.onShow = () => {
+      try {
+        this.store.removeItem(this.storeKey);
+      } catch {
+      }
+    };
     this.onOnline = () => this.reconnect();
     this.onWake = () => {
       if (globalThis.document?.visibilityState !== "hidden") this.probe();
@@ -634,7 +651,9 @@ var Client = class extends Emitter {
     this.minDelay = o.reconnect?.minDelayMs ?? 250;
     this.maxDelay = o.reconnect?.maxDelayMs ?? 15e3;
     this.timeout = o.requestTimeoutMs ?? 1e4;
-    this.clientId = o.clientId ?? randomId();
+    this.store = o.sessionStore === false ? void 0 : o.sessionStore ?? browserSessionStorage();
+    this.storeKey = o.sessionKey ?? "statecast:" + this.url;
+    this.clientId = o.clientId ?? this.takeSaved() ?? randomId();
     this.tokens = new Tokens(o.token, this.clock);
     if (o.autoConnect !== false) this.connect();
   }
@@ -815,7 +834,8 @@ var Client = class extends Emitter {
     ws.onerror = noop;
     ws.onopen = () => {
       if (this.ws !== ws) return;
-      this.sendMsg({ t: "connect", token, session: this.sess?.session, resume: this.resumeSecret });
+      const s = this.sess ? { session: this.sess.session, resume: this.resumeSecret } : this.saved;
+      this.sendMsg({ t: "connect", token, ...s });
     };
     ws.onclose = (ev) => {
       if (this.ws === ws) this.drop(ev.code ?? ABNORMAL, ev.reason ?? "", false);
@@ -1006,11 +1026,36 @@ var Client = class extends Emitter {
     this.st = status;
     this.emit("status", { status, prev });
   }
-  /** Adds or removes the browser's network and visibility listeners. */
+  /**
+   * Takes what a reload of this tab left in the store and removes it at once,
+   * so the store of a running page never holds it: a duplicated tab (which
+   * gets a copy of sessionStorage) then starts a session of its own instead
+   * of taking this one over (the server would close this tab with 4503).
+   * Returns the kept client id.
+   */
+  takeSaved() {
+    try {
+      const raw = this.store?.getItem(this.storeKey);
+      if (raw == null) return void 0;
+      this.store.removeItem(this.storeKey);
+      const v = JSON.parse(raw);
+      if (typeof v.session === "string" && typeof v.resume === "string") this.saved = { session: v.session, resume: v.resume };
+      return typeof v.clientId === "string" ? v.clientId : void 0;
+    } catch {
+      return void 0;
+    }
+  }
+  /** Adds or removes the browser's page lifecycle, network and visibility listeners. */
   listen(on) {
     const g = globalThis;
-    if (this.o.networkEvents === false || typeof g.addEventListener !== "function") return;
+    if (typeof g.addEventListener !== "function") return;
     const f = on ? "addEventListener" : "removeEventListener";
+    if (this.store) {
+      g[f]("pagehide", this.onHide);
+      g[f]("beforeunload", this.onHide);
+      g[f]("pageshow", this.onShow);
+    }
+    if (this.o.networkEvents === false) return;
     g[f]("online", this.onOnline);
     g[f]("offline", this.onWake);
     g.document?.[f]("visibilitychange", this.onWake);
@@ -1025,6 +1070,14 @@ function wsURL(url) {
   else if (u.protocol === "https:") u.protocol = "wss:";
   if (u.pathname === "/" || u.pathname === "") u.pathname = "/v1/ws";
   return u.href;
+}
+function browserSessionStorage() {
+  const g = globalThis;
+  try {
+    return g.document ? g.sessionStorage : void 0;
+  } catch {
+    return void 0;
+  }
 }
 function randomId() {
   const c = globalThis.crypto;

@@ -20,6 +20,7 @@ import type {
   ClientOptions,
   Clock,
   ConnectedEvent,
+  SessionStore,
   ConnectionStatus,
   WebSocketConstructor,
   WebSocketLike,
@@ -87,6 +88,10 @@ export class Client extends Emitter<ClientEvents> {
   private readonly rooms = new Map<string, Room>();
   private sess: ConnectedEvent | undefined;
   private resumeSecret: string | undefined;
+  /** The session a reload of this tab left behind, to resume on the first connect. */
+  private saved: { session: string; resume: string } | undefined;
+  private readonly store: SessionStore | undefined;
+  private readonly storeKey: string;
   private readonly tokens: Tokens;
   private refreshing = false;
   private pingMs = 25_000;
@@ -107,7 +112,9 @@ export class Client extends Emitter<ClientEvents> {
     this.minDelay = o.reconnect?.minDelayMs ?? 250;
     this.maxDelay = o.reconnect?.maxDelayMs ?? 15_000;
     this.timeout = o.requestTimeoutMs ?? 10_000;
-    this.clientId = o.clientId ?? randomId();
+    this.store = o.sessionStore === false ? undefined : (o.sessionStore ?? browserSessionStorage());
+    this.storeKey = o.sessionKey ?? 'statecast:' + this.url;
+    this.clientId = o.clientId ?? this.takeSaved() ?? randomId();
     this.tokens = new Tokens(o.token, this.clock);
     if (o.autoConnect !== false) this.connect();
   }
@@ -309,7 +316,8 @@ export class Client extends Emitter<ClientEvents> {
     ws.onerror = noop;
     ws.onopen = () => {
       if (this.ws !== ws) return;
-      this.sendMsg({ t: 'connect', token, session: this.sess?.session, resume: this.resumeSecret });
+      const s = this.sess ? { session: this.sess.session, resume: this.resumeSecret } : this.saved;
+      this.sendMsg({ t: 'connect', token, ...s });
     };
     ws.onclose = (ev: { code?: number; reason?: string }) => {
       if (this.ws === ws) this.drop(ev.code ?? ABNORMAL, ev.reason ?? '', false);
@@ -514,16 +522,63 @@ export class Client extends Emitter<ClientEvents> {
     this.emit('status', { status, prev });
   }
 
+  /**
+   * Takes what a reload of this tab left in the store and removes it at once,
+   * so the store of a running page never holds it: a duplicated tab (which
+   * gets a copy of sessionStorage) then starts a session of its own instead
+   * of taking this one over (the server would close this tab with 4503).
+   * Returns the kept client id.
+   */
+  private takeSaved(): string | undefined {
+    try {
+      const raw = this.store?.getItem(this.storeKey);
+      if (raw == null) return undefined;
+      this.store!.removeItem(this.storeKey);
+      const v = JSON.parse(raw) as { clientId?: unknown; session?: unknown; resume?: unknown };
+      if (typeof v.session === 'string' && typeof v.resume === 'string') this.saved = { session: v.session, resume: v.resume };
+      return typeof v.clientId === 'string' ? v.clientId : undefined;
+    } catch {
+      return undefined; // storage denied, or not our JSON: start afresh
+    }
+  }
+
+  /** Leaves this client's id and session for the page that replaces this one (a reload). */
+  private readonly onHide = (ev: { type?: string }) => {
+    const s = this.sess ? { session: this.sess.session, resume: this.resumeSecret } : this.saved;
+    try {
+      this.store!.setItem(this.storeKey, JSON.stringify({ clientId: this.clientId, ...s }));
+    } catch {
+      return; // quota or denied: the reload starts a new session
+    }
+    // beforeunload is a fallback for browsers without pagehide; when the unload is
+    // cancelled the page runs on, and a running page's store must not hold the entry.
+    if (ev.type === 'beforeunload') this.clock.setTimeout(this.onShow, 0);
+  };
+  /** The page runs (again: back from the back/forward cache): the entry is no one's to take. */
+  private readonly onShow = () => {
+    try {
+      this.store!.removeItem(this.storeKey);
+    } catch {
+      // denied
+    }
+  };
+
   private readonly onOnline = () => this.reconnect();
   private readonly onWake = () => {
     if ((globalThis as { document?: { visibilityState?: string } }).document?.visibilityState !== 'hidden') this.probe();
   };
 
-  /** Adds or removes the browser's network and visibility listeners. */
+  /** Adds or removes the browser's page lifecycle, network and visibility listeners. */
   private listen(on: boolean): void {
     const g = globalThis as unknown as { addEventListener?: Function; removeEventListener?: Function; document?: EventTarget };
-    if (this.o.networkEvents === false || typeof g.addEventListener !== 'function') return;
+    if (typeof g.addEventListener !== 'function') return;
     const f = on ? 'addEventListener' : 'removeEventListener';
+    if (this.store) {
+      g[f]!('pagehide', this.onHide);
+      g[f]!('beforeunload', this.onHide);
+      g[f]!('pageshow', this.onShow);
+    }
+    if (this.o.networkEvents === false) return;
     g[f]!('online', this.onOnline);
     g[f]!('offline', this.onWake);
     g.document?.[f]('visibilitychange', this.onWake);
@@ -541,6 +596,16 @@ function wsURL(url: string): string {
   else if (u.protocol === 'https:') u.protocol = 'wss:';
   if (u.pathname === '/' || u.pathname === '') u.pathname = '/v1/ws';
   return u.href;
+}
+
+/** The page's sessionStorage in browsers; none elsewhere (Node, SSR) or where access is denied. */
+function browserSessionStorage(): SessionStore | undefined {
+  const g = globalThis as { document?: unknown; sessionStorage?: SessionStore };
+  try {
+    return g.document ? g.sessionStorage : undefined;
+  } catch {
+    return undefined; // e.g. a sandboxed iframe, or storage disabled
+  }
 }
 
 /** A random id for presence. */

@@ -23,6 +23,7 @@ export type {
   WebSocketLike,
   WebSocketConstructor,
   Clock,
+  SessionStore,
 } from './types.js';
 export { Room } from './room.js';
 export type { WriteResult, WriteOptions, PutOptions, DeleteOptions, Txn, TxnOp } from './room.js';

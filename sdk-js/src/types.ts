@@ -34,6 +34,16 @@ export interface Clock {
  */
 export type TokenProvider = (ctx: { reason: 'connect' | 'refresh' | 'rejected' }) => string | Promise<string>;
 
+/**
+ * Where a client keeps its session across a reload of the page:
+ * `sessionStorage`, or anything with these three methods.
+ */
+export interface SessionStore {
+  getItem(key: string): string | null;
+  setItem(key: string, value: string): void;
+  removeItem(key: string): void;
+}
+
 /** Options of {@link createClient}. */
 export interface ClientOptions {
   /**
@@ -64,8 +74,18 @@ export interface ClientOptions {
   pingIntervalMs?: number;
   /** The server's frame limit (`--max-frame`, default 1 MiB); larger writes reject with TooLargeError unsent. */
   maxFrameBytes?: number;
-  /** This client's presence id (default: random). Match your token's subject if grants use `{sub}`. */
+  /** This client's presence id (default: the one kept across a reload in `sessionStore`, else random). Match your token's subject if grants use `{sub}`. */
   clientId?: string;
+  /**
+   * Where this client's id and session are kept across a reload of the page,
+   * so the reloaded page resumes the session and keeps its presence and
+   * session leases: default `sessionStorage` in browsers (nothing elsewhere);
+   * `false` keeps nothing. Written only when the page is hidden for
+   * unloading (`pagehide`), read and removed at startup (see README "Page reloads").
+   */
+  sessionStore?: SessionStore | false;
+  /** The key of the session in `sessionStore` (default `statecast:` + the WebSocket URL). */
+  sessionKey?: string;
   /** Connect at once (default true); otherwise call `connect()`. */
   autoConnect?: boolean;
   /** Listen to the browser's online/offline/visibilitychange events (default true when available). */

@@ -7,7 +7,7 @@ import WebSocket from 'ws';
 import { createClient, jsonCodec, ConflictError, type ChangeEvent, type Client, type ClientOptions, type Codec } from '../dist/index.js';
 import { msgpackCodec } from '../dist/msgpack.js';
 import { controlledWebSocket, freePort, startServer, tempDataDir, type Server } from './support/server.js';
-import { nextEvent, record, sleep, until } from './support/util.js';
+import { FakeStorage, fakeWindow, nextEvent, record, sleep, until } from './support/util.js';
 
 const GRACE_MS = 600;
 let srv: Server;
@@ -218,6 +218,43 @@ test('integration: a session-leased entry survives a quick reconnect and ends af
   const back = nextEvent(a, 'connected');
   ctl.block(false);
   assert.equal((await back).resumed, false);
+});
+
+test('integration: a page reload resumes the session from sessionStore: same presence key, its leases kept, no leave', async () => {
+  const win = fakeWindow();
+  try {
+    const store = new FakeStorage();
+    const room = roomName('lobby:');
+    const a = client({ sessionStore: store });
+    const b = client({ clientId: 'bob' });
+    const pa = a.room(room).presence<{ name: string }>();
+    await pa.set({ name: 'Ann' });
+    await a.room(room).put('games/ann', { host: 'Ann' }, { lease: 'session' });
+    const wb = b.room(room).watch();
+    await wb.ready();
+    const annKey = 'presence/' + a.clientId;
+    assert.ok(wb.has(annKey) && wb.has('games/ann'));
+    const seen = record(wb, 'change');
+
+    // The reload: pagehide, the old page's socket closes, a new page's client starts from the store.
+    win.fire('pagehide');
+    a.close();
+    const a2 = client({ sessionStore: store, autoConnect: false });
+    const connected = nextEvent(a2, 'connected');
+    a2.connect();
+    const ev = await connected;
+    assert.equal(ev.resumed, true, 'the session was resumed');
+    assert.equal(ev.session, a.session?.session);
+    assert.equal(a2.clientId, a.clientId, 'the same presence id');
+    await a2.room(room).presence<{ name: string }>().set({ name: 'Ann' });
+    await sleep(GRACE_MS + 300);
+    const presence = [...wb.entries()].filter((e) => e.key.startsWith('presence/')).map((e) => e.key);
+    assert.deepEqual(presence, [annKey], 'one entry for Ann, under the same key');
+    assert.ok(wb.has('games/ann'), 'her session-leased game outlived the grace');
+    assert.deepEqual(seen.filter((c) => c.type === 'delete').map((c) => c.key), [], 'no delete event');
+  } finally {
+    win.restore();
+  }
 });
 
 test('integration: values read back the same through both codecs', async () => {

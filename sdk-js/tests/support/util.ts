@@ -67,3 +67,47 @@ export function record<E extends object, K extends keyof E>(em: Emitter<E> & { e
   em.on(type, (ev) => out.push(ev));
   return out;
 }
+
+/** A Storage-like map (sessionStorage of a fake page); `fail` makes every call throw. */
+export class FakeStorage {
+  readonly m = new Map<string, string>();
+  fail = false;
+  getItem(k: string): string | null {
+    if (this.fail) throw new Error('storage denied');
+    return this.m.get(k) ?? null;
+  }
+  setItem(k: string, v: string): void {
+    if (this.fail) throw new Error('storage denied');
+    this.m.set(k, String(v));
+  }
+  removeItem(k: string): void {
+    if (this.fail) throw new Error('storage denied');
+    this.m.delete(k);
+  }
+  /** A copy, as a browser gives a duplicated tab. */
+  copy(): FakeStorage {
+    const s = new FakeStorage();
+    for (const [k, v] of this.m) s.m.set(k, v);
+    return s;
+  }
+}
+
+/**
+ * Makes globalThis look like a browser window for page lifecycle events
+ * (`addEventListener` etc.); `fire('pagehide')` dispatches one. `restore()`
+ * puts globalThis back.
+ */
+export function fakeWindow() {
+  const g = globalThis as any;
+  const target = new EventTarget();
+  const saved = { add: g.addEventListener, remove: g.removeEventListener };
+  g.addEventListener = target.addEventListener.bind(target);
+  g.removeEventListener = target.removeEventListener.bind(target);
+  return {
+    fire: (type: string) => target.dispatchEvent(new Event(type)),
+    restore() {
+      if (saved.add) [g.addEventListener, g.removeEventListener] = [saved.add, saved.remove];
+      else delete g.addEventListener, delete g.removeEventListener;
+    },
+  };
+}
