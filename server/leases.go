@@ -148,8 +148,8 @@ func (l *lessor) hold(id, owner string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ls := l.leases[id]
-	if ls == nil {
-		return false
+	if ls == nil || ls.adopted && !ls.deadline.After(time.Now()) {
+		return false // ended, or ending now: its keys are being deleted
 	}
 	if ls.adopted {
 		ls.adopted, ls.owner, ls.ttl = false, owner, 0

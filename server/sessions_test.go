@@ -7,13 +7,18 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )
 
@@ -172,4 +177,72 @@ func TestWSSessionRecord(t *testing.T) {
 		_, ok := sessionRecord(t, e, m.Session)
 		return !ok
 	})
+}
+
+// TestSessionResumeFigures (SESSION_FIGURES=1): n clients, each with a
+// session-bound key, resume at once after their node restarted on the
+// file store: how long until all are resumed, and how many commits (one
+// fsync each) their record writes cost.
+func TestSessionResumeFigures(t *testing.T) {
+	if os.Getenv("SESSION_FIGURES") != "1" {
+		t.Skip("SESSION_FIGURES=1 to measure")
+	}
+	const n, room = 1000, "lobby"
+	path := filepath.Join(t.TempDir(), "statecast.db")
+	cfg := server.Config{LeaseGrace: time.Minute, WriteRate: 1e6}
+	e1 := newEnv(t, envOpts{File: path, Cfg: cfg})
+	ctx := testCtx(t)
+	first := make([]wire.Message, n)
+	conns := make([]*client.Conn, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			c, err := client.Dial(ctx, e1.WS, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conns[i], first[i] = c, c.Connected()
+			if _, err := c.Put(ctx, room, fmt.Sprint("k/", i), i, client.WithLease("session")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	e1.stop()
+	for _, c := range conns {
+		<-c.Done()
+	}
+
+	e2 := newEnv(t, envOpts{File: path, Cfg: cfg})
+	f := e2.St.(*store.File)
+	before := f.Commits()
+	var resumed atomic.Int64
+	start := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			c, err := client.Dial(ctx, e2.WS, &client.Options{Session: first[i].Session, Resume: first[i].Resume})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conns[i] = c
+			if c.Connected().Resumed {
+				resumed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	took, commits := time.Since(start), f.Commits()-before
+	for _, c := range conns {
+		c.CloseNow()
+	}
+	if resumed.Load() != n {
+		t.Fatalf("%d of %d resumed", resumed.Load(), n)
+	}
+	t.Logf("%d clients resumed after a restart on the file store in %v; %d record writes in %d commits (fsyncs): %.3f fsyncs per resume",
+		n, took, n, commits, float64(commits)/n)
 }

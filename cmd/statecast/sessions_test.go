@@ -214,7 +214,8 @@ func sessRestart(t *testing.T, crash bool, back, gone int) {
 			t.Fatalf("watcher of %s: %v", sc.key, err)
 		}
 		if !maps.Equal(d, goneKeys) {
-			t.Fatalf("watcher of %s saw the deletes %v, want one of each key of the clients that did not come back %v", sc.key, d, goneKeys)
+			t.Fatalf("watcher of %s saw %d deleted keys (%d deletes of the %d keys of the clients that came back), want one delete of each of the %d keys of the clients that did not",
+				sc.key, len(d), countDeletes(d, clients[:back]), back, gone)
 		}
 	}
 	l, err := (&client.HTTP{URL: node.HTTP()}).List(ctx, room, "")
@@ -246,4 +247,13 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
 	}
+}
+
+// countDeletes counts the deletes in d of the keys of clients.
+func countDeletes(d map[string]int, clients []*sessClient) int {
+	n := 0
+	for _, sc := range clients {
+		n += d[sc.key]
+	}
+	return n
 }
