@@ -246,3 +246,31 @@ func TestSessionResumeFigures(t *testing.T) {
 	t.Logf("%d clients resumed after a restart on the file store in %v; %d record writes in %d commits (fsyncs): %.3f fsyncs per resume",
 		n, took, n, commits, float64(commits)/n)
 }
+
+// TestWSShutdownEndsNoSession: a graceful shutdown held up past the grace
+// (a write in flight) ends no session: the session-bound key of a
+// connection it closed is still in the store. The next start gives the
+// session its grace.
+func TestWSShutdownEndsNoSession(t *testing.T) {
+	const grace = 100 * time.Millisecond
+	bs := &blockingStore{Store: store.NewMemory(store.MemoryConfig{}), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	e := newEnv(t, envOpts{Store: bs, Cfg: server.Config{LeaseGrace: grace}})
+	ctx, room := testCtx(t), "lobby"
+	c := dialCodec(t, e, "json")
+	if _, err := c.Put(ctx, room, "presence/me", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	blocked := dialCodec(t, e, "json")
+	go func() { _, _ = blocked.Put(ctx, "block", "k", 1) }() // holds the shutdown up
+	<-bs.entered
+	stopped := make(chan struct{})
+	go func() { e.stop(); close(stopped) }()
+	waitDone(t, c, 10*time.Second) // closed by the shutdown
+	time.Sleep(5 * grace)          // on purpose: past the grace, the shutdown still going
+	snap, err := bs.Store.Snapshot(ctx, room, "")
+	close(bs.release)
+	<-stopped
+	if err != nil || len(snap.Items) != 1 {
+		t.Fatalf("the session-bound key during a long shutdown: %+v, %v; want it kept", snap.Items, err)
+	}
+}
