@@ -124,14 +124,14 @@ func (c *conn) connect(r *wire.Request) error {
 		return closeWith(wire.CloseUnauthorized, "unauthorized: %v", err)
 	}
 	c.claims.Store(claims)
-	sess, resumed, old := c.s.sessions.open(c, r.Session, r.Resume, claims.Subject)
+	sess, secret, resumed, old := c.s.sessions.open(c, r.Session, r.Resume, claims.Subject)
 	if old != nil {
 		go old.end(wire.CloseSessionReplaced, "session taken over by another connection")
 	}
 	c.mu.Lock()
 	c.sess = sess
 	c.mu.Unlock()
-	msg := &wire.Connected{T: wire.TConnected, V: 1, Session: sess.id, Resume: sess.resume, Resumed: resumed,
+	msg := &wire.Connected{T: wire.TConnected, V: 1, Session: sess.id, Resume: secret, Resumed: resumed,
 		PingMS: c.s.cfg.PingInterval.Milliseconds(), LeaseGraceMS: c.s.cfg.LeaseGrace.Milliseconds()}
 	if c.s.cfg.Auth != nil {
 		msg.ExpiresMS = time.Until(claims.Expiry).Milliseconds()

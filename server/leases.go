@@ -60,7 +60,8 @@ type lease struct {
 	// owner is the subject that granted the lease: only it may keep the
 	// lease alive, revoke it or bind keys to it. A lease adopted by
 	// recover has no known owner (the store keeps none), so nobody may:
-	// it only ends.
+	// it only ends, unless it is a session lease whose session is resumed
+	// (hold), which makes the session's subject its owner again.
 	owner   string
 	adopted bool
 }
@@ -139,17 +140,38 @@ func (l *lessor) grantSession(id, owner string) {
 	l.leases[id] = &lease{keys: make(map[roomKey]uint64), owner: owner}
 }
 
-// hold keeps a session lease alive again (its session was taken over).
-// It reports false when the lease has already ended.
-func (l *lessor) hold(id string) bool {
+// hold keeps a session lease alive again (its session was taken over by
+// a connection of subject owner). A lease that recover adopted (the
+// session was opened by an earlier process) becomes owner's session
+// lease again. It reports false when the lease has already ended.
+func (l *lessor) hold(id, owner string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ls := l.leases[id]
+	if ls == nil || ls.adopted && !ls.deadline.After(time.Now()) {
+		return false // ended, or ending now: its keys are being deleted
+	}
+	if ls.adopted {
+		ls.adopted, ls.owner, ls.ttl = false, owner, 0
+	}
+	ls.deadline = time.Time{}
+	return true
+}
+
+// restoreSession makes sure the session lease id of a session loaded from
+// the store exists until it is resumed or ends: recover adopted it when
+// the session had keys; without keys it is adopted here, empty, with the
+// same grace. It returns the lease's deadline, at which the session ends
+// too.
+func (l *lessor) restoreSession(id string, grace time.Duration) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ls := l.leases[id]
 	if ls == nil {
-		return false
+		ls = &lease{ttl: grace, deadline: time.Now().Add(grace), keys: make(map[roomKey]uint64), adopted: true}
+		l.leases[id] = ls
 	}
-	ls.deadline = time.Time{}
-	return true
+	return ls.deadline
 }
 
 // release lets a session lease end after grace.

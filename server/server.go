@@ -196,8 +196,9 @@ type Server struct {
 }
 
 // New returns a Server. It recovers the leases a previous process left in
-// the store: their keys are deleted after the lease grace unless a client
-// takes them over first.
+// the store, and on a store with store.Sessions its sessions: their keys
+// are deleted after the lease grace unless their client resumes its
+// session first.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Store == nil || cfg.Engine == nil {
 		return nil, errors.New("server: Config.Store and Config.Engine are required")
@@ -221,8 +222,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.leases = newLessor(cfg.Engine, cfg.Store, node, cfg.NodeTimeout, cfg.Logger, m)
 	s.leases.onFence = s.fenced
 	s.leases.maxOwned = cfg.MaxLeases
-	s.sessions = newSessions(s.leases, cfg.LeaseGrace)
+	// Sessions outlive the process on a store that keeps them. On a store
+	// several nodes share, resuming on another node needs the lease
+	// handed over between nodes too (not yet): there they stay per node.
+	kept, _ := cfg.Store.(store.Sessions)
+	if s.leases.nodes != nil {
+		kept = nil
+	}
+	s.sessions = newSessions(s.leases, cfg.LeaseGrace, kept, cfg.StoreTimeout, cfg.Logger)
 	if err := s.leases.recover(ctx, cfg.LeaseGrace); err != nil {
+		s.leases.close()
+		return nil, err
+	}
+	if err := s.sessions.load(ctx); err != nil {
+		s.sessions.close()
 		s.leases.close()
 		return nil, err
 	}
@@ -247,12 +260,19 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Shutdown stops the node gracefully: new writes are refused with
 // unavailable, every connection flushes what it has queued and is closed
-// with 1012 (reconnect elsewhere), then the lease keeper stops. Writes
+// with 1012 (reconnect elsewhere), then the lease keeper stops. No
+// session ends and no leased key is deleted: a session's grace starts at
+// the next start, whose clients resume it (on a store with
+// store.Sessions) or whose recovery ends it. Writes
 // already taken are answered or failed before their socket closes, so no
 // acknowledged write is lost and no unacknowledged one is reported done.
 // It does not close the engine or the store.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	// First, so that the sockets closing below do not start their
+	// sessions' grace: a session ends only when its client has not come
+	// back within the grace after the next start.
+	s.sessions.close()
 	conns := s.connList()
 	// All connections flush and close at once: one peer that does not
 	// answer the close handshake must not hold up the others.
@@ -271,7 +291,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		<-done
 	}
-	s.sessions.close()
 	s.leases.close()
 	return err
 }

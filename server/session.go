@@ -1,35 +1,61 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/statecast/statecast/store"
 )
 
 // sessions maps session ids to sessions. A session outlives its socket by
 // the lease grace, so a client that reconnects quickly (connect with
 // session + resume) keeps its session leases.
+//
+// On a store with store.Sessions, every session also has a record in the
+// store (id, subject, hash of the resume secret), kept in step with each
+// open, resume and end. A node loads the records at start-up: each
+// session gets its grace from then, as its leased keys do (lessor.recover),
+// so a client that comes back within it resumes its session and keeps
+// its keys across a restart, graceful or not. On a single-node store the
+// memory is the authority once loaded: open looks nowhere else.
+//
+// Lock order: session.saveMu, then sessions.mu, then lessor.mu. Store
+// calls hold only saveMu: a file store's fsync must not stall the others.
 type sessions struct {
-	leases *lessor
-	grace  time.Duration
+	leases  *lessor
+	grace   time.Duration
+	st      store.Sessions // nil: sessions live in this process only
+	timeout time.Duration  // bounds each store call
+	log     *slog.Logger
 
-	mu sync.Mutex
-	m  map[string]*session
+	mu     sync.Mutex
+	m      map[string]*session
+	closed bool           // shutting down: nothing ends any more
+	wg     sync.WaitGroup // ends writing their record's delete
 }
 
 type session struct {
 	id      string
-	subject string // the token subject that opened it; only it may resume
-	resume  string // secret the client presents to take the session over
-	lease   string // this session's lease id
-	conn    *conn  // nil while detached
+	subject string   // the token subject that opened it; only it may resume
+	resume  [32]byte // SHA-256 of the secret the client presents to take the session over
+	lease   string   // this session's lease id
+	conn    *conn    // nil while detached
 	timer   *time.Timer
+	ended   bool // gone from sessions.m for good
+
+	// saveMu orders this session's store writes; each writes the state
+	// as of when it runs, so the last one leaves the store in step.
+	saveMu sync.Mutex
 }
 
-func newSessions(l *lessor, grace time.Duration) *sessions {
-	return &sessions{leases: l, grace: grace, m: make(map[string]*session)}
+func newSessions(l *lessor, grace time.Duration, st store.Sessions, timeout time.Duration, log *slog.Logger) *sessions {
+	return &sessions{leases: l, grace: grace, st: st, timeout: timeout, log: log, m: make(map[string]*session)}
 }
 
 func randomID(prefix string) string {
@@ -44,55 +70,140 @@ func randomID(prefix string) string {
 // another subject: that connection gets a new session, and the old one
 // is left as it was (attached, or ending after its grace). old is the
 // connection the session was taken from, to be closed by the caller.
-func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, resumed bool, old *conn) {
+// secret is the session's new resume secret: each open rotates it, and
+// the store's record has its hash before open returns, so a client
+// holding it can resume after a crash.
+func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, secret string, resumed bool, old *conn) {
+	secret = randomID("r_")
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if s = ss.m[id]; s != nil && subtle.ConstantTimeCompare([]byte(s.resume), []byte(resume)) == 1 &&
-		s.subject == subject && ss.leases.hold(s.lease) {
+	presented := sha256.Sum256([]byte(resume))
+	if s = ss.m[id]; s != nil && subtle.ConstantTimeCompare(s.resume[:], presented[:]) == 1 &&
+		s.subject == subject && ss.leases.hold(s.lease, subject) {
 		if s.timer != nil {
 			s.timer.Stop()
 			s.timer = nil
 		}
 		old = s.conn
 		s.conn = c
-		s.resume = randomID("r_")
-		return s, true, old
+		resumed = true
+	} else {
+		s = &session{id: randomID("s_"), subject: subject, conn: c}
+		s.lease = "session:" + s.id
+		ss.m[s.id] = s
+		ss.leases.grantSession(s.lease, subject)
 	}
-	s = &session{id: randomID("s_"), subject: subject, resume: randomID("r_"), conn: c}
-	s.lease = "session:" + s.id
-	ss.m[s.id] = s
-	ss.leases.grantSession(s.lease, subject)
-	return s, false, nil
+	s.resume = sha256.Sum256([]byte(secret))
+	ss.mu.Unlock()
+	ss.persist(s)
+	return s, secret, resumed, old
 }
 
 // detach marks c gone from s; unless a connection takes s over within the
-// grace, the session ends and its lease with it.
+// grace, the session ends and its lease with it. During a shutdown it
+// does nothing: the session's grace starts at the next start.
 func (ss *sessions) detach(s *session, c *conn) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if s.conn != c {
-		return // taken over already
+	if s.conn != c || ss.closed {
+		return // taken over already, or shutting down
 	}
 	s.conn = nil
 	ss.leases.release(s.lease, ss.grace)
-	s.timer = time.AfterFunc(ss.grace, func() {
-		ss.mu.Lock()
-		defer ss.mu.Unlock()
-		if ss.m[s.id] == s && s.conn == nil {
-			delete(ss.m, s.id)
-		}
-	})
+	s.timer = time.AfterFunc(ss.grace, func() { ss.expire(s) })
 }
 
-// close forgets every session. Their leases stay in the store and are
-// ended by the next start's recovery unless taken over.
+// expire ends s unless it was taken over meanwhile, and deletes its
+// record. Its lease ends by its own deadline in the lessor.
+func (ss *sessions) expire(s *session) {
+	ss.mu.Lock()
+	if ss.closed || ss.m[s.id] != s || s.conn != nil {
+		ss.mu.Unlock()
+		return
+	}
+	delete(ss.m, s.id)
+	s.ended = true
+	ss.wg.Add(1)
+	ss.mu.Unlock()
+	defer ss.wg.Done()
+	ss.persist(s)
+}
+
+// persist writes s's record, or deletes it once s has ended.
+func (ss *sessions) persist(s *session) {
+	if ss.st == nil {
+		return
+	}
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	ss.mu.Lock()
+	rec := store.SessionRecord{ID: s.id, Subject: s.subject, ResumeHash: s.resume[:], Lease: s.lease}
+	ended := s.ended
+	ss.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), ss.timeout)
+	defer cancel()
+	var err error
+	if ended {
+		err = ss.st.DeleteSession(ctx, s.id)
+	} else {
+		err = ss.st.SaveSession(ctx, rec)
+	}
+	if err != nil {
+		// The session goes on in this process; only a resume after a
+		// restart fails (a new session), or a stale record is loaded
+		// and ends after its grace.
+		ss.log.Warn("server: cannot write a session record", "session", s.id, "ended", ended, "err", err)
+	}
+}
+
+// load takes over the sessions a previous process left in the store, each
+// detached until its client comes back. It runs at start-up after the
+// lessor's recover: a session whose keys recover adopted gets that lease
+// back on resume; one without keys gets an empty lease. Either way the
+// session and its lease end together, at the recovered deadline.
+func (ss *sessions) load(ctx context.Context) error {
+	if ss.st == nil {
+		return nil
+	}
+	recs, err := ss.st.ListSessions(ctx)
+	if err != nil {
+		return err
+	}
+	var bad []string
+	ss.mu.Lock()
+	for _, rec := range recs {
+		if len(rec.ResumeHash) != sha256.Size || rec.Lease == "" || ss.m[rec.ID] != nil {
+			bad = append(bad, rec.ID)
+			continue
+		}
+		s := &session{id: rec.ID, subject: rec.Subject, lease: rec.Lease}
+		copy(s.resume[:], rec.ResumeHash)
+		deadline := ss.leases.restoreSession(s.lease, ss.grace)
+		s.timer = time.AfterFunc(time.Until(deadline), func() { ss.expire(s) })
+		ss.m[s.id] = s
+	}
+	ss.mu.Unlock()
+	if len(recs) > 0 {
+		ss.log.Info("server: loaded the sessions of a process that is gone; they end after the grace unless resumed", "sessions", len(recs)-len(bad), "grace", ss.grace)
+	}
+	for _, id := range bad {
+		if err := ss.st.DeleteSession(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close stops ending sessions (a shutdown must not) and forgets them.
+// Their records and leases stay in the store for the next start.
 func (ss *sessions) close() {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	ss.closed = true
 	for id, s := range ss.m {
 		if s.timer != nil {
 			s.timer.Stop()
 		}
 		delete(ss.m, id)
 	}
+	ss.mu.Unlock()
+	ss.wg.Wait()
 }

@@ -262,6 +262,10 @@ func initFile(db *bolt.DB) (epoch string, err error) {
 	return epoch, err
 }
 
+// Commits returns how many write transactions (each one fsync) the store
+// has committed since it was opened: for figures and tests.
+func (f *File) Commits() uint64 { return f.commits.Load() }
+
 // Epoch returns the store-wide epoch, fixed when the file was created.
 func (f *File) Epoch() string { return f.epoch }
 

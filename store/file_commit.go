@@ -14,8 +14,9 @@ import (
 type fileReq struct {
 	room  string
 	w     Write
-	size  int          // bytes it adds to a group
-	state atomic.Int32 // reqQueued, then reqTaken (committer) or reqAbandoned (Apply)
+	sess  *sessionWrite // instead of room and w: a session record to write
+	size  int           // bytes it adds to a group
+	state atomic.Int32  // reqQueued, then reqTaken (committer) or reqAbandoned (Apply)
 	done  chan struct{}
 
 	// Set by the committer before done is closed.
@@ -64,7 +65,11 @@ func (f *File) Apply(ctx context.Context, room string, w Write) (Result, error) 
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	req := newFileReq(room, w)
+	return f.submit(ctx, newFileReq(room, w))
+}
+
+// submit queues req for the committer and waits for its outcome.
+func (f *File) submit(ctx context.Context, req *fileReq) (Result, error) {
 	f.mu.RLock()
 	if f.closed {
 		f.mu.RUnlock()
@@ -233,6 +238,9 @@ func (f *File) deliver(live []*fileReq) {
 // left half-written and must be rolled back.
 func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 	r.res, r.err, r.batch = Result{}, nil, nil
+	if r.sess != nil {
+		return r.sess.apply(tx)
+	}
 	rooms := tx.Bucket(bucketRooms)
 	rb := rooms.Bucket([]byte(r.room))
 	m := roomMeta{oldest: 1}

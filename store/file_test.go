@@ -771,3 +771,37 @@ func BenchmarkFileLargeValueLog(b *testing.B) {
 	b.ReportMetric(float64(records), "log-records")
 	b.ReportMetric(float64(st.Size())/(1<<20), "file-MiB")
 }
+
+// TestFileSessionsGroupCommit: session records go through the committer,
+// so saves queued together (a thousand clients resuming after a restart)
+// share one transaction and one fsync, with room writes too.
+func TestFileSessionsGroupCommit(t *testing.T) {
+	f := openFile(t, t.TempDir(), FileConfig{})
+	taken, release := holdCommitter(f)
+	const n = 50
+	var wg sync.WaitGroup
+	errs := make([]error, n+1)
+	wg.Go(func() { _, errs[n] = f.Apply(bg, "r", Put("k", []byte("v"))) })
+	<-taken
+	for i := range n {
+		wg.Go(func() {
+			errs[i] = f.SaveSession(bg, SessionRecord{ID: fmt.Sprint("s_", i), Subject: "sub", ResumeHash: []byte{byte(i)}})
+		})
+	}
+	waitQueued(t, f, n)
+	before := f.commits.Load()
+	release()
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The committer fills the room write's group with what queued behind it.
+	if c := f.commits.Load() - before; c != 1 {
+		t.Errorf("%d commits for 1 write and %d session records queued with it, want 1", c, n)
+	}
+	if recs, err := f.ListSessions(bg); err != nil || len(recs) != n {
+		t.Fatalf("ListSessions: %d records, %v; want %d", len(recs), err, n)
+	}
+}

@@ -33,6 +33,8 @@ type Memory struct {
 	mu     sync.RWMutex
 	rooms  map[string]*memRoom
 	closed bool
+	// sessions are the server's session records (memory_sessions.go).
+	sessions map[string]SessionRecord
 
 	histBytes  atomic.Int64 // EventBytes of every room's history
 	compacting sync.Mutex   // one compaction at a time
@@ -306,7 +308,7 @@ func (m *Memory) Close() error {
 		return ErrClosed
 	}
 	m.closed = true
-	m.rooms = nil
+	m.rooms, m.sessions = nil, nil
 	return nil
 }
 

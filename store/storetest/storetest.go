@@ -81,6 +81,7 @@ func Run(t *testing.T, f Factory) {
 		{"Close", testClose},
 		{"Differential", testDifferential},
 		{"Leases", testLeases},
+		{"Sessions", testSessions},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -1,0 +1,276 @@
+package server_test
+
+// Sessions on a store that keeps them (store.Sessions): they survive a
+// restart of the node on the same file, with their session-bound keys.
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/wire"
+	"github.com/statecast/statecast/store"
+)
+
+// fileAuthEnv starts a node with auth on the file store at path.
+func fileAuthEnv(t *testing.T, path string, grace time.Duration) *env {
+	t.Helper()
+	auth, err := server.NewAuthenticator(server.AuthConfig{HMACSecret: hmacSecret, Leeway: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newEnv(t, envOpts{File: path, Cfg: server.Config{Auth: auth, LeaseGrace: grace}})
+}
+
+// dialAs connects as subject sub, resuming session/resume when set.
+func dialAs(t *testing.T, e *env, sub, session, resume string) *client.Conn {
+	t.Helper()
+	return dial(t, e, &client.Options{Token: tokenFor(t, sub, time.Now().Add(time.Hour), allRooms), Session: session, Resume: resume})
+}
+
+// storedKeys lists the keys of room, read from the store itself.
+func storedKeys(t *testing.T, e *env, room string) []string {
+	t.Helper()
+	snap, err := e.St.Snapshot(context.Background(), room, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range snap.Items {
+		keys = append(keys, kv.Key)
+	}
+	return keys
+}
+
+// sessionRecord returns the store's record of session id.
+func sessionRecord(t *testing.T, e *env, id string) (store.SessionRecord, bool) {
+	t.Helper()
+	rec, ok, err := e.St.(store.Sessions).Session(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec, ok
+}
+
+// TestWSSessionSurvivesRestart: on the file store, a client that comes
+// back within the grace after its node restarted resumes its session
+// (resumed, a new resume secret) and keeps its session-bound keys, which
+// are its lease again: it writes more under "session", and they end with
+// the session once it is gone for the grace. A session without keys
+// resumes too. Shutdown deleted nothing.
+func TestWSSessionSurvivesRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "statecast.db")
+	ctx, room := testCtx(t), "lobby"
+	e1 := fileAuthEnv(t, path, 10*time.Second)
+	alice := dialAs(t, e1, "alice", "", "")
+	if _, err := alice.Put(ctx, room, "presence/alice", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	bob := dialAs(t, e1, "bob", "", "") // no keys
+	a1, b1 := alice.Connected(), bob.Connected()
+	e1.stop()
+
+	const grace = 500 * time.Millisecond
+	e2 := fileAuthEnv(t, path, grace)
+	if got := storedKeys(t, e2, room); !slices.Equal(got, []string{"presence/alice"}) {
+		t.Fatalf("keys after the restart: %v", got)
+	}
+	alice = dialAs(t, e2, "alice", a1.Session, a1.Resume)
+	a2 := alice.Connected()
+	if !a2.Resumed || a2.Session != a1.Session || a2.Resume == a1.Resume || a2.Resume == "" {
+		t.Fatalf("alice after the restart: %+v, want session %s resumed with a new secret", a2, a1.Session)
+	}
+	if _, err := alice.Put(ctx, room, "presence/alice2", 1, client.WithLease("session")); err != nil {
+		t.Fatalf("put under the resumed session's lease: %v", err)
+	}
+	bob = dialAs(t, e2, "bob", b1.Session, b1.Resume)
+	if b2 := bob.Connected(); !b2.Resumed || b2.Session != b1.Session {
+		t.Fatalf("bob after the restart: %+v, want session %s resumed", b2, b1.Session)
+	}
+	time.Sleep(3 * grace) // on purpose: well past the grace
+	if got := storedKeys(t, e2, room); !slices.Equal(got, []string{"presence/alice", "presence/alice2"}) {
+		t.Fatalf("keys after the grace: %v, want both of the resumed session's", got)
+	}
+	// The secret of before the restart is spent.
+	if c := dialAs(t, e2, "alice", a1.Session, a1.Resume); c.Connected().Resumed {
+		t.Fatal("a spent resume secret took the session over")
+	}
+	// The session still ends, with its keys, once its client is gone.
+	alice.CloseNow()
+	waitFor(t, 10*time.Second, "the session's keys to be deleted", func() bool { return len(storedKeys(t, e2, room)) == 0 })
+	waitFor(t, 10*time.Second, "the ended session's record to be deleted", func() bool {
+		_, ok := sessionRecord(t, e2, a1.Session)
+		return !ok
+	})
+}
+
+// TestWSSessionRestartRefusesOthers: after a restart as before it, a
+// session is resumed only with its current secret and by its subject;
+// others get a new session and leave it as it was. A session whose client
+// does not come back ends after the grace: keys and record deleted.
+func TestWSSessionRestartRefusesOthers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "statecast.db")
+	ctx, room := testCtx(t), "lobby"
+	e1 := fileAuthEnv(t, path, 10*time.Second)
+	alice := dialAs(t, e1, "alice", "", "")
+	carol := dialAs(t, e1, "carol", "", "")
+	for _, c := range []*client.Conn{alice, carol} {
+		if _, err := c.Put(ctx, room, "presence/"+c.Connected().Session, 1, client.WithLease("session")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a1, c1 := alice.Connected(), carol.Connected()
+	e1.stop()
+
+	const grace = 500 * time.Millisecond
+	e2 := fileAuthEnv(t, path, grace)
+	if m := dialAs(t, e2, "mallory", a1.Session, a1.Resume).Connected(); m.Resumed || m.Session == a1.Session {
+		t.Fatalf("mallory with alice's secret: %+v, want a new session", m)
+	}
+	if m := dialAs(t, e2, "alice", a1.Session, "r_wrong").Connected(); m.Resumed || m.Session == a1.Session {
+		t.Fatalf("alice with a wrong secret: %+v, want a new session", m)
+	}
+	if m := dialAs(t, e2, "alice", a1.Session, a1.Resume).Connected(); !m.Resumed || m.Session != a1.Session {
+		t.Fatalf("alice with her secret after the others' attempts: %+v, want her session resumed", m)
+	}
+	// Carol never comes back.
+	waitFor(t, 10*time.Second, "carol's key to be deleted", func() bool {
+		return slices.Equal(storedKeys(t, e2, room), []string{"presence/" + a1.Session})
+	})
+	waitFor(t, 10*time.Second, "carol's record to be deleted", func() bool {
+		_, ok := sessionRecord(t, e2, c1.Session)
+		return !ok
+	})
+	if m := dialAs(t, e2, "carol", c1.Session, c1.Resume).Connected(); m.Resumed {
+		t.Fatalf("carol after her session ended: %+v, want a new session", m)
+	}
+}
+
+// TestWSSessionRecord: the store's record of a session follows it: the
+// hash of the current resume secret (never the secret), its subject; it
+// is deleted when the session ends.
+func TestWSSessionRecord(t *testing.T) {
+	const grace = 200 * time.Millisecond
+	e := newEnv(t, envOpts{File: filepath.Join(t.TempDir(), "statecast.db"), Cfg: server.Config{LeaseGrace: grace}})
+	c := dialCodec(t, e, "json")
+	first := c.Connected()
+	c.CloseNow()
+	c = dial(t, e, &client.Options{Session: first.Session, Resume: first.Resume})
+	m := c.Connected()
+	rec, ok := sessionRecord(t, e, m.Session)
+	hash := sha256.Sum256([]byte(m.Resume))
+	if !ok || !m.Resumed || rec.ID != m.Session || rec.Subject != server.AnonymousClaims().Subject || !bytes.Equal(rec.ResumeHash, hash[:]) {
+		t.Fatalf("record %+v (found %v) of %+v, want the hash of the current secret", rec, ok, m)
+	}
+	c.CloseNow()
+	waitFor(t, 10*time.Second, "the ended session's record to be deleted", func() bool {
+		_, ok := sessionRecord(t, e, m.Session)
+		return !ok
+	})
+}
+
+// TestSessionResumeFigures (SESSION_FIGURES=1): n clients, each with a
+// session-bound key, resume at once after their node restarted on the
+// file store: how long until all are resumed, and how many commits (one
+// fsync each) their record writes cost.
+func TestSessionResumeFigures(t *testing.T) {
+	if os.Getenv("SESSION_FIGURES") != "1" {
+		t.Skip("SESSION_FIGURES=1 to measure")
+	}
+	const n, room = 1000, "lobby"
+	path := filepath.Join(t.TempDir(), "statecast.db")
+	cfg := server.Config{LeaseGrace: time.Minute, WriteRate: 1e6}
+	e1 := newEnv(t, envOpts{File: path, Cfg: cfg})
+	ctx := testCtx(t)
+	first := make([]wire.Message, n)
+	conns := make([]*client.Conn, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			c, err := client.Dial(ctx, e1.WS, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conns[i], first[i] = c, c.Connected()
+			if _, err := c.Put(ctx, room, fmt.Sprint("k/", i), i, client.WithLease("session")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	e1.stop()
+	for _, c := range conns {
+		<-c.Done()
+	}
+
+	e2 := newEnv(t, envOpts{File: path, Cfg: cfg})
+	f := e2.St.(*store.File)
+	before := f.Commits()
+	var resumed atomic.Int64
+	start := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			c, err := client.Dial(ctx, e2.WS, &client.Options{Session: first[i].Session, Resume: first[i].Resume})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conns[i] = c
+			if c.Connected().Resumed {
+				resumed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	took, commits := time.Since(start), f.Commits()-before
+	for _, c := range conns {
+		c.CloseNow()
+	}
+	if resumed.Load() != n {
+		t.Fatalf("%d of %d resumed", resumed.Load(), n)
+	}
+	t.Logf("%d clients resumed after a restart on the file store in %v; %d record writes in %d commits (fsyncs): %.3f fsyncs per resume",
+		n, took, n, commits, float64(commits)/n)
+}
+
+// TestWSShutdownEndsNoSession: a graceful shutdown held up past the grace
+// (a write in flight) ends no session: the session-bound key of a
+// connection it closed is still in the store. The next start gives the
+// session its grace.
+func TestWSShutdownEndsNoSession(t *testing.T) {
+	const grace = 100 * time.Millisecond
+	bs := &blockingStore{Store: store.NewMemory(store.MemoryConfig{}), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	e := newEnv(t, envOpts{Store: bs, Cfg: server.Config{LeaseGrace: grace}})
+	ctx, room := testCtx(t), "lobby"
+	c := dialCodec(t, e, "json")
+	if _, err := c.Put(ctx, room, "presence/me", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	blocked := dialCodec(t, e, "json")
+	go func() { _, _ = blocked.Put(ctx, "block", "k", 1) }() // holds the shutdown up
+	<-bs.entered
+	stopped := make(chan struct{})
+	go func() { e.stop(); close(stopped) }()
+	waitDone(t, c, 10*time.Second) // closed by the shutdown
+	time.Sleep(5 * grace)          // on purpose: past the grace, the shutdown still going
+	snap, err := bs.Store.Snapshot(ctx, room, "")
+	close(bs.release)
+	<-stopped
+	if err != nil || len(snap.Items) != 1 {
+		t.Fatalf("the session-bound key during a long shutdown: %+v, %v; want it kept", snap.Items, err)
+	}
+}
