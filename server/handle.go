@@ -124,13 +124,18 @@ func (c *conn) connect(r *wire.Request) error {
 		return closeWith(wire.CloseUnauthorized, "unauthorized: %v", err)
 	}
 	c.claims.Store(claims)
-	sess, secret, resumed, old := c.s.sessions.open(c, r.Session, r.Resume, claims.Subject)
+	sess, secret, resumed, old, err := c.s.sessions.open(c, r.Session, r.Resume, claims.Subject)
 	if old != nil {
 		go old.end(wire.CloseSessionReplaced, "session taken over by another connection")
 	}
 	c.mu.Lock()
-	c.sess = sess
+	c.sess = sess // even on err: the session detaches when this socket ends
 	c.mu.Unlock()
+	if err != nil {
+		// A secret the store does not hold could not resume after a
+		// restart: the client reconnects with the one it presented.
+		return closeWith(websocket.StatusInternalError, "cannot save the session; reconnect")
+	}
 	msg := &wire.Connected{T: wire.TConnected, V: 1, Session: sess.id, Resume: secret, Resumed: resumed,
 		PingMS: c.s.cfg.PingInterval.Milliseconds(), LeaseGraceMS: c.s.cfg.LeaseGrace.Milliseconds()}
 	if c.s.cfg.Auth != nil {

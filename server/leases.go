@@ -148,7 +148,7 @@ func (l *lessor) hold(id, owner string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ls := l.leases[id]
-	if ls == nil || ls.adopted && !ls.deadline.After(time.Now()) {
+	if ls == nil || ls.adopted && !ls.deadline.IsZero() && !ls.deadline.After(time.Now()) {
 		return false // ended, or ending now: its keys are being deleted
 	}
 	if ls.adopted {
@@ -158,11 +158,12 @@ func (l *lessor) hold(id, owner string) bool {
 	return true
 }
 
-// restoreSession makes sure the session lease id of a session loaded from
-// the store exists until it is resumed or ends: recover adopted it when
-// the session had keys; without keys it is adopted here, empty, with the
-// same grace. It returns the lease's deadline, at which the session ends
-// too.
+// restoreSession makes the session lease id of a session loaded from the
+// store wait for its session: recover adopted it with a deadline when the
+// session had keys (without keys it is made here, empty); from now on the
+// session ends it (end), not the deadline, so a session and its keys end
+// in that order. It returns when the session ends unless resumed: at the
+// recovered deadline.
 func (l *lessor) restoreSession(id string, grace time.Duration) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -171,17 +172,24 @@ func (l *lessor) restoreSession(id string, grace time.Duration) time.Time {
 		ls = &lease{ttl: grace, deadline: time.Now().Add(grace), keys: make(map[roomKey]uint64), adopted: true}
 		l.leases[id] = ls
 	}
-	return ls.deadline
+	at := ls.deadline
+	ls.deadline = time.Time{}
+	return at
 }
 
-// release lets a session lease end after grace.
-func (l *lessor) release(id string, grace time.Duration) {
+// end ends the session lease id now and deletes its keys before returning.
+// A session lease has no deadline in the lessor: its session ends it.
+func (l *lessor) end(id string) {
 	l.mu.Lock()
-	if ls := l.leases[id]; ls != nil {
-		ls.deadline = time.Now().Add(grace)
+	ls := l.leases[id]
+	if ls == nil {
+		l.mu.Unlock()
+		return
 	}
+	l.dropLocked(id, ls) // from here on attach cannot reach ls.keys
 	l.mu.Unlock()
-	l.signal()
+	l.metrics.leasesEnded.Inc()
+	l.deleteKeys(ls.keys)
 }
 
 // grant creates a TTL lease of subject owner.

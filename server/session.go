@@ -42,12 +42,16 @@ type sessions struct {
 
 type session struct {
 	id      string
-	subject string   // the token subject that opened it; only it may resume
-	resume  [32]byte // SHA-256 of the secret the client presents to take the session over
-	lease   string   // this session's lease id
-	conn    *conn    // nil while detached
-	timer   *time.Timer
-	ended   bool // gone from sessions.m for good
+	subject string // the token subject that opened it; only it may resume
+	// resume is the SHA-256 of the newest secret issued to the client;
+	// prev that of the secret it last presented, accepted until it
+	// presents the newest: the `connected` carrying a new secret may never
+	// reach it (a dropped socket, a crash, a page reloaded again at once).
+	resume, prev [32]byte
+	lease        string // this session's lease id
+	conn         *conn  // nil while detached
+	timer        *time.Timer
+	ended        bool // gone from sessions.m for good
 
 	// saveMu orders this session's store writes; each writes the state
 	// as of when it runs, so the last one leaves the store in step.
@@ -72,19 +76,22 @@ func randomID(prefix string) string {
 // connection the session was taken from, to be closed by the caller.
 // secret is the session's new resume secret: each open rotates it, and
 // the store's record has its hash before open returns, so a client
-// holding it can resume after a crash.
-func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, secret string, resumed bool, old *conn) {
+// holding it can resume after a crash; err says it could not be saved
+// (the caller must not hand the secret out).
+func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, secret string, resumed bool, old *conn, err error) {
 	secret = randomID("r_")
 	ss.mu.Lock()
 	presented := sha256.Sum256([]byte(resume))
-	if s = ss.m[id]; s != nil && subtle.ConstantTimeCompare(s.resume[:], presented[:]) == 1 &&
-		s.subject == subject && ss.leases.hold(s.lease, subject) {
+	if s = ss.m[id]; s != nil && s.subject == subject &&
+		(subtle.ConstantTimeCompare(s.resume[:], presented[:]) == 1 || subtle.ConstantTimeCompare(s.prev[:], presented[:]) == 1) &&
+		ss.leases.hold(s.lease, subject) {
 		if s.timer != nil {
 			s.timer.Stop()
 			s.timer = nil
 		}
 		old = s.conn
 		s.conn = c
+		s.prev = presented
 		resumed = true
 	} else {
 		s = &session{id: randomID("s_"), subject: subject, conn: c}
@@ -94,8 +101,7 @@ func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, secre
 	}
 	s.resume = sha256.Sum256([]byte(secret))
 	ss.mu.Unlock()
-	ss.persist(s)
-	return s, secret, resumed, old
+	return s, secret, resumed, old, ss.persist(s)
 }
 
 // detach marks c gone from s; unless a connection takes s over within the
@@ -108,12 +114,13 @@ func (ss *sessions) detach(s *session, c *conn) {
 		return // taken over already, or shutting down
 	}
 	s.conn = nil
-	ss.leases.release(s.lease, ss.grace)
 	s.timer = time.AfterFunc(ss.grace, func() { ss.expire(s) })
 }
 
-// expire ends s unless it was taken over meanwhile, and deletes its
-// record. Its lease ends by its own deadline in the lessor.
+// expire ends s unless it was taken over meanwhile: its record first,
+// then its lease and keys. A crash in between leaves keys without a
+// record, which the next start deletes after the grace; never a record
+// whose keys are gone, which a client would resume as an empty session.
 func (ss *sessions) expire(s *session) {
 	ss.mu.Lock()
 	if ss.closed || ss.m[s.id] != s || s.conn != nil {
@@ -125,18 +132,31 @@ func (ss *sessions) expire(s *session) {
 	ss.wg.Add(1)
 	ss.mu.Unlock()
 	defer ss.wg.Done()
-	ss.persist(s)
+	if err := ss.persist(s); err != nil {
+		ss.mu.Lock() // try again later; the session stays resumable meanwhile
+		if !ss.closed && ss.m[s.id] == nil {
+			s.ended = false
+			ss.m[s.id] = s
+			s.timer = time.AfterFunc(time.Second, func() { ss.expire(s) })
+		}
+		ss.mu.Unlock()
+		return
+	}
+	ss.leases.end(s.lease)
 }
 
 // persist writes s's record, or deletes it once s has ended.
-func (ss *sessions) persist(s *session) {
+func (ss *sessions) persist(s *session) error {
 	if ss.st == nil {
-		return
+		return nil
 	}
 	s.saveMu.Lock()
 	defer s.saveMu.Unlock()
 	ss.mu.Lock()
 	rec := store.SessionRecord{ID: s.id, Subject: s.subject, ResumeHash: s.resume[:], Lease: s.lease}
+	if s.prev != ([32]byte{}) {
+		rec.PrevHash = s.prev[:]
+	}
 	ended := s.ended
 	ss.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), ss.timeout)
@@ -148,11 +168,9 @@ func (ss *sessions) persist(s *session) {
 		err = ss.st.SaveSession(ctx, rec)
 	}
 	if err != nil {
-		// The session goes on in this process; only a resume after a
-		// restart fails (a new session), or a stale record is loaded
-		// and ends after its grace.
 		ss.log.Warn("server: cannot write a session record", "session", s.id, "ended", ended, "err", err)
 	}
+	return err
 }
 
 // load takes over the sessions a previous process left in the store, each
@@ -177,6 +195,9 @@ func (ss *sessions) load(ctx context.Context) error {
 		}
 		s := &session{id: rec.ID, subject: rec.Subject, lease: rec.Lease}
 		copy(s.resume[:], rec.ResumeHash)
+		if len(rec.PrevHash) == sha256.Size {
+			copy(s.prev[:], rec.PrevHash)
+		}
 		deadline := ss.leases.restoreSession(s.lease, ss.grace)
 		s.timer = time.AfterFunc(time.Until(deadline), func() { ss.expire(s) })
 		ss.m[s.id] = s

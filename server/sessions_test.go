@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/wire"
@@ -101,7 +103,13 @@ func TestWSSessionSurvivesRestart(t *testing.T) {
 	if got := storedKeys(t, e2, room); !slices.Equal(got, []string{"presence/alice", "presence/alice2"}) {
 		t.Fatalf("keys after the grace: %v, want both of the resumed session's", got)
 	}
-	// The secret of before the restart is spent.
+	// The secret of before the restart is spent once the client has
+	// presented the newest one.
+	alice.CloseNow()
+	alice = dialAs(t, e2, "alice", a1.Session, a2.Resume)
+	if !alice.Connected().Resumed {
+		t.Fatalf("alice with the newest secret: %+v", alice.Connected())
+	}
 	if c := dialAs(t, e2, "alice", a1.Session, a1.Resume); c.Connected().Resumed {
 		t.Fatal("a spent resume secret took the session over")
 	}
@@ -272,5 +280,100 @@ func TestWSShutdownEndsNoSession(t *testing.T) {
 	<-stopped
 	if err != nil || len(snap.Items) != 1 {
 		t.Fatalf("the session-bound key during a long shutdown: %+v, %v; want it kept", snap.Items, err)
+	}
+}
+
+// blockingFile is a file store (with store.Sessions) whose writes to room
+// "block" wait for release.
+type blockingFile struct {
+	*store.File
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingFile) Apply(ctx context.Context, room string, w store.Write) (store.Result, error) {
+	if room == "block" {
+		b.entered <- struct{}{}
+		<-b.release
+	}
+	return b.File.Apply(ctx, room, w)
+}
+
+// TestWSSessionSlowShutdownEndsNothing: a session detached just before a
+// shutdown that lasts longer than the grace keeps its record and its
+// keys: after the restart its client resumes it with its key (the lease
+// once ended on its own deadline in the lessor while the record stayed,
+// so the client resumed an empty session).
+func TestWSSessionSlowShutdownEndsNothing(t *testing.T) {
+	const grace = 300 * time.Millisecond
+	path := filepath.Join(t.TempDir(), "statecast.db")
+	f, err := store.OpenFile(store.FileConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bf := &blockingFile{File: f, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	e1 := newEnv(t, envOpts{Store: bf, Cfg: server.Config{LeaseGrace: grace}})
+	ctx, room := testCtx(t), "lobby"
+	alice := dialCodec(t, e1, "json")
+	if _, err := alice.Put(ctx, room, "presence/alice", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	a1 := alice.Connected()
+	blocked := dialCodec(t, e1, "json")
+	go func() { _, _ = blocked.Put(ctx, "block", "k", 1) }()
+	<-bf.entered
+	alice.CloseNow() // detached: its grace runs
+	time.Sleep(50 * time.Millisecond)
+	stopped := make(chan struct{})
+	go func() { e1.stop(); close(stopped) }()
+	time.Sleep(4 * grace)
+	close(bf.release)
+	<-stopped
+
+	e2 := newEnv(t, envOpts{File: path, Cfg: server.Config{LeaseGrace: 10 * time.Second}})
+	keys := storedKeys(t, e2, room)
+	c := dial(t, e2, &client.Options{Session: a1.Session, Resume: a1.Resume})
+	m := c.Connected()
+	if !m.Resumed || m.Session != a1.Session || len(keys) != 1 {
+		t.Fatalf("after a slow shutdown and a restart: keys %v, resumed %v: want the session resumed with its key", keys, m.Resumed)
+	}
+}
+
+type failingSaves struct {
+	*store.File
+	fail bool
+}
+
+func (f *failingSaves) SaveSession(ctx context.Context, rec store.SessionRecord) error {
+	if f.fail {
+		return context.DeadlineExceeded
+	}
+	return f.File.SaveSession(ctx, rec)
+}
+
+// TestWSSessionUnsavedSecretNotHandedOut: when the store cannot save a
+// resume's new secret, the connect fails (1011) instead of handing out a
+// secret the store does not hold, and the secret the client presented
+// still resumes the session, after a restart too.
+func TestWSSessionUnsavedSecretNotHandedOut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "statecast.db")
+	f, err := store.OpenFile(store.FileConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := &failingSaves{File: f}
+	e1 := newEnv(t, envOpts{Store: fs, Cfg: server.Config{LeaseGrace: 10 * time.Second}})
+	c := dialCodec(t, e1, "json")
+	a1 := c.Connected()
+	c.CloseNow()
+	fs.fail = true
+	_, err = client.Dial(testCtx(t), e1.WS, &client.Options{Session: a1.Session, Resume: a1.Resume})
+	if code := client.CloseCode(err); code != int(websocket.StatusInternalError) {
+		t.Fatalf("connect whose secret cannot be saved: %v (close %d), want 1011", err, code)
+	}
+	e1.stop()
+	e2 := newEnv(t, envOpts{File: path, Cfg: server.Config{LeaseGrace: 10 * time.Second}})
+	if m := dial(t, e2, &client.Options{Session: a1.Session, Resume: a1.Resume}).Connected(); !m.Resumed {
+		t.Fatalf("the secret presented last, after a restart: %+v, want resumed", m)
 	}
 }

@@ -1094,8 +1094,19 @@ func TestWSSessionLeaseSurvivesResume(t *testing.T) {
 	if _, _, err := e.HTTP.Get(ctx, room, "presence/me"); err != nil {
 		t.Fatalf("leased key after a resume within the grace: %v", err)
 	}
-	// The old resume secret was replaced: presenting it again starts a
-	// new session.
+	// The secret last presented stays good until the client presents the
+	// newest (it may never have received it); then it is spent, and
+	// presenting it starts a new session.
+	c2.CloseNow()
+	c2 = dial(t, e, &client.Options{Session: first.Session, Resume: first.Resume})
+	if !c2.Connected().Resumed {
+		t.Fatalf("the secret presented last, before the newest was used: %+v, want resumed", c2.Connected())
+	}
+	c2.CloseNow()
+	c2 = dial(t, e, &client.Options{Session: first.Session, Resume: c2.Connected().Resume})
+	if !c2.Connected().Resumed {
+		t.Fatalf("the newest secret: %+v, want resumed", c2.Connected())
+	}
 	c3 := dial(t, e, &client.Options{Session: first.Session, Resume: first.Resume})
 	if c3.Connected().Resumed || c3.Connected().Session == first.Session {
 		t.Fatalf("a spent resume secret took the session over: %+v", c3.Connected())

@@ -33,8 +33,11 @@ type Sessions interface {
 type SessionRecord struct {
 	ID      string `json:"id"`
 	Subject string `json:"subject"` // only this token subject may resume it
-	// ResumeHash is the SHA-256 of the current resume secret.
+	// ResumeHash is the SHA-256 of the current resume secret; PrevHash
+	// that of the one the client last presented, still accepted until it
+	// presents the current one (it may never have received it).
 	ResumeHash []byte `json:"resume_hash"`
+	PrevHash   []byte `json:"prev_hash,omitempty"`
 	// Lease is the session's lease id as the node names it ("session:<id>").
 	Lease string `json:"lease"`
 }
