@@ -23,7 +23,9 @@ import (
 // session gets its grace from then, as its leased keys do (lessor.recover),
 // so a client that comes back within it resumes its session and keeps
 // its keys across a restart, graceful or not. On a single-node store the
-// memory is the authority once loaded: open looks nowhere else.
+// memory is the authority once loaded: open looks nowhere else. On a
+// store several nodes share (store.SharedSessions) the store's record is
+// the authority and any node resumes any session: session_shared.go.
 //
 // Lock order: session.saveMu, then sessions.mu, then lessor.mu. Store
 // calls hold only saveMu: a file store's fsync must not stall the others.
@@ -33,6 +35,13 @@ type sessions struct {
 	st      store.Sessions // nil: sessions live in this process only
 	timeout time.Duration  // bounds each store call
 	log     *slog.Logger
+
+	// shared: the store several nodes share keeps the sessions
+	// (session_shared.go); st is nil then.
+	shared store.SharedSessions
+	node   string        // this node's name in shared records
+	every  time.Duration // shared: how often due sessions are ended
+	stop   chan struct{}
 
 	mu     sync.Mutex
 	m      map[string]*session
@@ -45,6 +54,7 @@ type session struct {
 	subject string   // the token subject that opened it; only it may resume
 	resume  [32]byte // SHA-256 of the secret the client presents to take the session over
 	lease   string   // this session's lease id
+	gen     int64    // shared: the generation of the record's take it holds
 	conn    *conn    // nil while detached
 	timer   *time.Timer
 	ended   bool // gone from sessions.m for good
@@ -55,7 +65,7 @@ type session struct {
 }
 
 func newSessions(l *lessor, grace time.Duration, st store.Sessions, timeout time.Duration, log *slog.Logger) *sessions {
-	return &sessions{leases: l, grace: grace, st: st, timeout: timeout, log: log, m: make(map[string]*session)}
+	return &sessions{leases: l, grace: grace, st: st, timeout: timeout, log: log, m: make(map[string]*session), stop: make(chan struct{})}
 }
 
 func randomID(prefix string) string {
@@ -75,6 +85,9 @@ func randomID(prefix string) string {
 // holding it can resume after a crash.
 func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, secret string, resumed bool, old *conn) {
 	secret = randomID("r_")
+	if ss.shared != nil {
+		return ss.openShared(c, id, resume, subject, secret)
+	}
 	ss.mu.Lock()
 	presented := sha256.Sum256([]byte(resume))
 	if s = ss.m[id]; s != nil && subtle.ConstantTimeCompare(s.resume[:], presented[:]) == 1 &&
@@ -102,6 +115,10 @@ func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, secre
 // grace, the session ends and its lease with it. During a shutdown it
 // does nothing: the session's grace starts at the next start.
 func (ss *sessions) detach(s *session, c *conn) {
+	if ss.shared != nil {
+		ss.detachShared(s, c)
+		return
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if s.conn != c || ss.closed {
@@ -196,6 +213,10 @@ func (ss *sessions) load(ctx context.Context) error {
 // close stops ending sessions (a shutdown must not) and forgets them.
 // Their records and leases stay in the store for the next start.
 func (ss *sessions) close() {
+	if ss.shared != nil {
+		ss.closeShared()
+		return
+	}
 	ss.mu.Lock()
 	ss.closed = true
 	for id, s := range ss.m {
