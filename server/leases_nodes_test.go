@@ -253,3 +253,56 @@ func TestSessionResumedOnAnotherNode(t *testing.T) {
 		t.Fatalf("events %v, want only the marker: each key deleted once", got)
 	}
 }
+
+// TestSessionOrphansEnd: what a node that died half-way leaves behind on
+// a store with shared sessions ends anyway, each key deleted once: a
+// session still attached to a node gone from the registry (its claimer
+// died before starting its grace), and a key under a session whose
+// record is gone (its ender died before deleting it).
+func TestSessionOrphansEnd(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	ctx, room := testCtx(t), "lobby"
+	const timeout, grace = 500 * time.Millisecond, 200 * time.Millisecond
+	ghost, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "so"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ghost.Close()
+	if err := ghost.SaveSession(ctx, store.SessionRecord{ID: "s_1", Subject: "u", ResumeHash: make([]byte, 32), Lease: "session:s_1", Owner: "gone.1"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "so"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOpts{Store: st, Cfg: server.Config{NodeID: "a", NodeTimeout: timeout, LeaseGrace: grace}})
+	_, next := watchKeys(t, dialCodec(t, e, "json"), room)
+	for _, kv := range [][2]string{{"attached", "session:s_1"}, {"ended", "session:s_2"}} {
+		if _, err := ghost.Apply(ctx, room, store.Write{Ops: []store.Op{{Type: store.OpPut, Key: kv[0], Value: []byte(`1`), Lease: kv[1]}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var deleted []string
+	for len(deleted) < 2 {
+		for _, ev := range next() {
+			if strings.HasPrefix(ev, "delete:") {
+				deleted = append(deleted, ev)
+			}
+		}
+	}
+	slices.Sort(deleted)
+	if !slices.Equal(deleted, []string{"delete:attached", "delete:ended"}) {
+		t.Fatalf("deleted %v, want both orphans", deleted)
+	}
+	if _, ok, err := ghost.Session(ctx, "s_1"); ok || err != nil {
+		t.Fatalf("the dead node's session record is left: %v %v", ok, err)
+	}
+	// Past another orphan sweep: nothing is deleted twice.
+	time.Sleep(30 * timeout / 5)
+	if _, err := ghost.Apply(ctx, room, store.Write{Ops: []store.Op{{Type: store.OpPut, Key: "marker", Value: []byte(`1`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); !slices.Equal(got, []string{"put:marker"}) {
+		t.Fatalf("events %v, want only the marker", got)
+	}
+}
