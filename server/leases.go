@@ -29,6 +29,8 @@ import (
 // one survivor that claims it deletes the keys of its leases: a dead
 // node's leased keys end within nodeTimeout + sweepEvery + one scan. A
 // starting node adopts only the leased keys of nodes that are not alive.
+// Session leases of a store with shared sessions are the exception: they
+// carry no node and end by their session's record (session_shared.go).
 type lessor struct {
 	engine      *rooms.Engine
 	st          store.Store
@@ -38,6 +40,13 @@ type lessor struct {
 	log         *slog.Logger
 	metrics     *metrics
 	onFence     func() // set before recover
+	// onClaim runs when this node won the claim of dead node n, before
+	// its keys are deleted (set before recover).
+	onClaim func(n string)
+	// sharedSessions: session leases belong to the store's session
+	// records, not to a node (server/session.go): stored without a node,
+	// never ended here, skipped by recover, claims and fences.
+	sharedSessions bool
 
 	mu     sync.Mutex
 	leases map[string]*lease
@@ -105,7 +114,18 @@ func newLessor(e *rooms.Engine, st store.Store, node string, nodeTimeout time.Du
 }
 
 // stored is the name under which the store keeps local lease id.
-func (l *lessor) stored(id string) string { return l.node + "/" + id }
+func (l *lessor) stored(id string) string {
+	if l.sharedSessions && strings.HasPrefix(id, "session:") {
+		return id
+	}
+	return l.node + "/" + id
+}
+
+// sharedSession says whether a stored lease name is a session lease kept
+// by the store's session records (no node in it).
+func (l *lessor) sharedSession(stored string) bool {
+	return l.sharedSessions && strings.HasPrefix(stored, "session:") && !strings.Contains(stored, "/")
+}
 
 // local is the lease id of a stored lease name: the local id for this
 // node's leases, the stored name itself for a lease adopted from another.
@@ -175,6 +195,16 @@ func (l *lessor) restoreSession(id string, grace time.Duration) time.Time {
 	at := ls.deadline
 	ls.deadline = time.Time{}
 	return at
+}
+
+// drop forgets lease id without deleting its keys: a shared session
+// lease whose session left this node (it ends by its store record).
+func (l *lessor) drop(id string) {
+	l.mu.Lock()
+	if ls := l.leases[id]; ls != nil {
+		l.dropLocked(id, ls)
+	}
+	l.mu.Unlock()
 }
 
 // end ends the session lease id now and deletes its keys before returning.
@@ -267,7 +297,10 @@ func (l *lessor) attach(id, room, key string, modRev uint64) {
 		ls.keys[roomKey{room, key}] = modRev
 	}
 	l.mu.Unlock()
-	if ls == nil {
+	// A shared session lease missing here left this node (taken over
+	// elsewhere) or ended: its record decides, and the session sweep
+	// deletes keys of ended ones (sessions.sweepOrphans).
+	if ls == nil && !l.sharedSession(id) {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
@@ -299,7 +332,7 @@ func (l *lessor) recover(ctx context.Context, grace time.Duration) error {
 	deadline := time.Now().Add(grace)
 	err := l.st.Leased(ctx, func(room string, kv store.KV) error {
 		n := owner(kv.Lease)
-		if n == l.node || n != "" && alive(n) {
+		if n == l.node || n != "" && alive(n) || l.sharedSession(kv.Lease) {
 			return nil
 		}
 		id := kv.Lease
@@ -392,7 +425,10 @@ func (l *lessor) claim(n string) {
 	if won, err := l.nodes.Claim(ctx, n, l.nodeTimeout); err != nil || !won {
 		return
 	}
-	l.sweep(ctx, "a node stopped beating; deleting its leased keys", func(o string) bool { return o == n })
+	if l.onClaim != nil {
+		l.onClaim(n)
+	}
+	l.sweep(ctx, "a node stopped beating; deleting its leased keys", func(lease string) bool { return owner(lease) == n })
 }
 
 // sweepOrphans deletes the leased keys of nodes that are gone from the
@@ -404,18 +440,19 @@ func (l *lessor) sweepOrphans() {
 	if err != nil {
 		return
 	}
-	l.sweep(ctx, "deleting the leased keys of nodes that are gone", func(o string) bool {
+	l.sweep(ctx, "deleting the leased keys of nodes that are gone", func(lease string) bool {
+		o := owner(lease)
 		return o != "" && o != l.node && !slices.Contains(alive, o)
 	})
 }
 
-// sweep deletes the leased keys whose owner matches, each only if it is
-// still the version its lease wrote: when two nodes sweep the same key,
-// one delete happens.
-func (l *lessor) sweep(ctx context.Context, what string, match func(owner string) bool) {
+// sweep deletes the leased keys whose stored lease name matches, each
+// only if it is still the version its lease wrote: when two nodes sweep
+// the same key, one delete happens.
+func (l *lessor) sweep(ctx context.Context, what string, match func(lease string) bool) {
 	keys := make(map[roomKey]uint64)
 	err := l.st.Leased(ctx, func(room string, kv store.KV) error {
-		if match(owner(kv.Lease)) {
+		if match(kv.Lease) {
 			keys[roomKey{room, kv.Key}] = kv.ModRev
 		}
 		return nil
@@ -431,15 +468,20 @@ func (l *lessor) sweep(ctx context.Context, what string, match func(owner string
 // fence: this node had registered, yet its beat found it unregistered —
 // the others took it for dead (it could not beat for the node timeout)
 // and deleted its leased keys. Its leases end here too, and onFence
-// makes its clients reconnect: their sessions cannot be resumed, so they
-// write what their leases held again.
+// makes its clients reconnect: their sessions cannot be resumed (except
+// on a store with shared sessions, whose grace the claim started), so
+// they write what their leases held again.
 func (l *lessor) fence() {
 	l.log.Error("server: this node was taken for dead by the others (no beat for the node timeout); ending its leases and reconnecting its clients")
 	keys := make(map[roomKey]uint64)
 	l.mu.Lock()
 	for id, ls := range l.leases {
-		for k, rev := range ls.keys {
-			keys[k] = rev
+		// A shared session's keys are its record's: the claim started its
+		// grace, and its client may resume it on any node.
+		if !l.sharedSession(id) {
+			for k, rev := range ls.keys {
+				keys[k] = rev
+			}
 		}
 		l.dropLocked(id, ls)
 	}

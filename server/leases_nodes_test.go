@@ -184,3 +184,125 @@ func TestLeaseRecoveredHasNoOwner(t *testing.T) {
 		return err == nil && len(l.Items) == 0
 	})
 }
+
+// TestSessionResumedOnAnotherNode: on a store several nodes share, a
+// client resumes its session on another node while its old connection is
+// still open. The session's keys stay when the old connection closes
+// (that node no longer owns the session) and past the grace; the old
+// secret no longer resumes anything; once the new connection is gone for
+// the grace, every key of the session, written through either node, is
+// deleted, each once.
+func TestSessionResumedOnAnotherNode(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	ctx, room := testCtx(t), "lobby"
+	const timeout, grace = time.Second, 300 * time.Millisecond
+	node := func(id string) *env {
+		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "rs"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newEnv(t, envOpts{Store: st, Cfg: server.Config{NodeID: id, NodeTimeout: timeout, LeaseGrace: grace}})
+	}
+	a, b := node("a"), node("b")
+	_, next := watchKeys(t, dialCodec(t, b, "json"), room)
+
+	ca := dialCodec(t, a, "json")
+	if _, err := ca.Put(ctx, room, "x", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	first := ca.Connected()
+	cb := dial(t, b, &client.Options{Codec: "json", Session: first.Session, Resume: first.Resume})
+	if got := cb.Connected(); !got.Resumed || got.Session != first.Session {
+		t.Fatalf("resume on node b: %+v, want session %s resumed", got, first.Session)
+	}
+	if _, err := cb.Put(ctx, room, "y", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	ca.CloseNow()
+	// The old secret was rotated by the resume: it resumes nothing.
+	stale := dial(t, a, &client.Options{Codec: "json", Session: first.Session, Resume: first.Resume})
+	if stale.Connected().Resumed {
+		t.Fatal("the secret of before the resume resumed the session again")
+	}
+	stale.CloseNow()
+	time.Sleep(3 * grace)
+	if _, err := cb.Put(ctx, room, "marker", 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"put:x", "put:y", "put:marker"} {
+		if got := next(); !slices.Equal(got, []string{want}) {
+			t.Fatalf("events %v, want %s: the session's keys kept while it is attached on node b", got, want)
+		}
+	}
+
+	cb.CloseNow()
+	var deleted []string
+	for len(deleted) < 2 {
+		deleted = append(deleted, next()...)
+	}
+	slices.Sort(deleted)
+	if !slices.Equal(deleted, []string{"delete:x", "delete:y"}) {
+		t.Fatalf("events %v, want the session's two keys deleted", deleted)
+	}
+	time.Sleep(grace + timeout)
+	cm := dialCodec(t, a, "json")
+	if _, err := cm.Put(ctx, room, "marker", 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); !slices.Equal(got, []string{"put:marker"}) {
+		t.Fatalf("events %v, want only the marker: each key deleted once", got)
+	}
+}
+
+// TestSessionOrphansEnd: what a node that died half-way leaves behind on
+// a store with shared sessions ends anyway, each key deleted once: a
+// session still attached to a node gone from the registry (its claimer
+// died before starting its grace), and a key under a session whose
+// record is gone (its ender died before deleting it).
+func TestSessionOrphansEnd(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	ctx, room := testCtx(t), "lobby"
+	const timeout, grace = 500 * time.Millisecond, 200 * time.Millisecond
+	ghost, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "so"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ghost.Close()
+	if err := ghost.SaveSession(ctx, store.SessionRecord{ID: "s_1", Subject: "u", ResumeHash: make([]byte, 32), Lease: "session:s_1", Owner: "gone.1"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "so"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOpts{Store: st, Cfg: server.Config{NodeID: "a", NodeTimeout: timeout, LeaseGrace: grace}})
+	_, next := watchKeys(t, dialCodec(t, e, "json"), room)
+	for _, kv := range [][2]string{{"attached", "session:s_1"}, {"ended", "session:s_2"}} {
+		if _, err := ghost.Apply(ctx, room, store.Write{Ops: []store.Op{{Type: store.OpPut, Key: kv[0], Value: []byte(`1`), Lease: kv[1]}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var deleted []string
+	for len(deleted) < 2 {
+		for _, ev := range next() {
+			if strings.HasPrefix(ev, "delete:") {
+				deleted = append(deleted, ev)
+			}
+		}
+	}
+	slices.Sort(deleted)
+	if !slices.Equal(deleted, []string{"delete:attached", "delete:ended"}) {
+		t.Fatalf("deleted %v, want both orphans", deleted)
+	}
+	if _, ok, err := ghost.Session(ctx, "s_1"); ok || err != nil {
+		t.Fatalf("the dead node's session record is left: %v %v", ok, err)
+	}
+	// Past another orphan sweep: nothing is deleted twice.
+	time.Sleep(30 * timeout / 5)
+	if _, err := ghost.Apply(ctx, room, store.Write{Ops: []store.Op{{Type: store.OpPut, Key: "marker", Value: []byte(`1`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); !slices.Equal(got, []string{"put:marker"}) {
+		t.Fatalf("events %v, want only the marker", got)
+	}
+}

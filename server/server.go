@@ -223,14 +223,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.leases.onFence = s.fenced
 	s.leases.maxOwned = cfg.MaxLeases
 	// Sessions outlive the process on a store that keeps them. On a store
-	// several nodes share, resuming on another node needs the lease
-	// handed over between nodes too (not yet): there they stay per node.
+	// several nodes share, the store's records are the sessions and any
+	// node resumes any session (session_shared.go); one that keeps no
+	// shared sessions keeps them per node, in memory.
 	kept, _ := cfg.Store.(store.Sessions)
+	shared, _ := cfg.Store.(store.SharedSessions)
 	if s.leases.nodes != nil {
 		kept = nil
 	}
 	s.sessions = newSessions(s.leases, cfg.LeaseGrace, kept, cfg.StoreTimeout, cfg.Logger)
+	if s.leases.nodes != nil && shared != nil {
+		s.sessions.startShared(shared, node, max(cfg.NodeTimeout/5, 100*time.Millisecond))
+	}
 	if err := s.leases.recover(ctx, cfg.LeaseGrace); err != nil {
+		s.sessions.close()
 		s.leases.close()
 		return nil, err
 	}

@@ -23,7 +23,9 @@ import (
 // session gets its grace from then, as its leased keys do (lessor.recover),
 // so a client that comes back within it resumes its session and keeps
 // its keys across a restart, graceful or not. On a single-node store the
-// memory is the authority once loaded: open looks nowhere else.
+// memory is the authority once loaded: open looks nowhere else. On a
+// store several nodes share (store.SharedSessions) the store's record is
+// the authority and any node resumes any session: session_shared.go.
 //
 // Lock order: session.saveMu, then sessions.mu, then lessor.mu. Store
 // calls hold only saveMu: a file store's fsync must not stall the others.
@@ -33,6 +35,13 @@ type sessions struct {
 	st      store.Sessions // nil: sessions live in this process only
 	timeout time.Duration  // bounds each store call
 	log     *slog.Logger
+
+	// shared: the store several nodes share keeps the sessions
+	// (session_shared.go); st is nil then.
+	shared store.SharedSessions
+	node   string        // this node's name in shared records
+	every  time.Duration // shared: how often due sessions are ended
+	stop   chan struct{}
 
 	mu     sync.Mutex
 	m      map[string]*session
@@ -49,6 +58,7 @@ type session struct {
 	// reach it (a dropped socket, a crash, a page reloaded again at once).
 	resume, prev [32]byte
 	lease        string // this session's lease id
+	gen          int64  // shared: the generation of the record's take it holds
 	conn         *conn  // nil while detached
 	timer        *time.Timer
 	ended        bool // gone from sessions.m for good
@@ -59,7 +69,7 @@ type session struct {
 }
 
 func newSessions(l *lessor, grace time.Duration, st store.Sessions, timeout time.Duration, log *slog.Logger) *sessions {
-	return &sessions{leases: l, grace: grace, st: st, timeout: timeout, log: log, m: make(map[string]*session)}
+	return &sessions{leases: l, grace: grace, st: st, timeout: timeout, log: log, m: make(map[string]*session), stop: make(chan struct{})}
 }
 
 func randomID(prefix string) string {
@@ -80,6 +90,10 @@ func randomID(prefix string) string {
 // (the caller must not hand the secret out).
 func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, secret string, resumed bool, old *conn, err error) {
 	secret = randomID("r_")
+	if ss.shared != nil {
+		s, resumed, old, err = ss.openShared(c, id, resume, subject, secret)
+		return s, secret, resumed, old, err
+	}
 	ss.mu.Lock()
 	presented := sha256.Sum256([]byte(resume))
 	if s = ss.m[id]; s != nil && s.subject == subject &&
@@ -108,6 +122,10 @@ func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, secre
 // grace, the session ends and its lease with it. During a shutdown it
 // does nothing: the session's grace starts at the next start.
 func (ss *sessions) detach(s *session, c *conn) {
+	if ss.shared != nil {
+		ss.detachShared(s, c)
+		return
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if s.conn != c || ss.closed {
@@ -217,6 +235,10 @@ func (ss *sessions) load(ctx context.Context) error {
 // close stops ending sessions (a shutdown must not) and forgets them.
 // Their records and leases stay in the store for the next start.
 func (ss *sessions) close() {
+	if ss.shared != nil {
+		ss.closeShared()
+		return
+	}
 	ss.mu.Lock()
 	ss.closed = true
 	for id, s := range ss.m {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // Sessions is implemented by a store that keeps the server's sessions,
@@ -40,6 +41,41 @@ type SessionRecord struct {
 	PrevHash   []byte `json:"prev_hash,omitempty"`
 	// Lease is the session's lease id as the node names it ("session:<id>").
 	Lease string `json:"lease"`
+
+	// SharedSessions only (zero elsewhere). Owner is the node the session
+	// is attached to, or was last; Gen counts its takeovers (the fence of
+	// a detach); Deadline is when a detached session ends, in unix ms of
+	// the store's clock (0 while attached).
+	Owner    string `json:"owner,omitempty"`
+	Gen      int64  `json:"gen,omitempty"`
+	Deadline int64  `json:"deadline,omitempty"`
+}
+
+// SharedSessions is implemented by a store that several nodes share
+// (with Nodes): a session is resumed on whichever node its client
+// reaches. The record is the authority, not any node's memory: every
+// resume is a compare-and-set on it, and a session ends when its record's
+// deadline passes, ended by whichever node takes it out of the store
+// (EndDueSessions), exactly once.
+type SharedSessions interface {
+	Sessions
+	// TakeSession hands session id to node when its record has subject
+	// and the resume hash old, and has not passed its deadline: the
+	// record gets the hash new, owner node, Gen+1 and no deadline. ok is
+	// false otherwise (no record, another secret or subject, ended);
+	// prev is the owner before.
+	TakeSession(ctx context.Context, id, subject string, old, new []byte, node string) (rec SessionRecord, prev string, ok bool, err error)
+	// DetachSession starts the grace of session id if it is still
+	// attached at generation gen: its deadline becomes now + grace.
+	DetachSession(ctx context.Context, id string, gen int64, grace time.Duration) (bool, error)
+	// SessionOwners returns the nodes that own attached sessions.
+	SessionOwners(ctx context.Context) ([]string, error)
+	// ReleaseSessions starts the grace of every session attached to one
+	// of the dead nodes, and returns how many.
+	ReleaseSessions(ctx context.Context, dead []string, grace time.Duration) (int, error)
+	// EndDueSessions removes up to max records whose deadline has passed
+	// and returns them: of nodes racing, each record goes to one.
+	EndDueSessions(ctx context.Context, max int) ([]SessionRecord, error)
 }
 
 func encodeSession(rec SessionRecord) ([]byte, error) { return json.Marshal(rec) }

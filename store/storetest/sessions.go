@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/statecast/statecast/store"
 )
@@ -89,5 +91,122 @@ func testSessions(t *testing.T, s *suite) {
 			}
 			diff(t, "ListSessions after reopen", want, list(t, s.openDir(t, dir, Config{}).(store.Sessions)))
 		}},
+		namedTest{"Shared", func(t *testing.T) { testSharedSessions(t, s) }},
 	)
+}
+
+// testSharedSessions: on a store several nodes share, a resume is a
+// compare-and-set on the resume hash (of two takes with one secret, one
+// wins), a detach is fenced by the generation of the take it follows,
+// and each session whose deadline passed is ended by one caller only.
+func testSharedSessions(t *testing.T, s *suite) {
+	ss, ok := s.open(t, Config{}).(store.SharedSessions)
+	if !ok {
+		t.Skip("the store does not implement store.SharedSessions")
+	}
+	save := func(id, owner string) {
+		t.Helper()
+		if err := ss.SaveSession(bg, store.SessionRecord{ID: id, Subject: "alice", ResumeHash: []byte("h0"), Lease: "session:" + id, Owner: owner}); err != nil {
+			t.Fatalf("SaveSession: %v", err)
+		}
+	}
+	take := func(id, sub, old, new, node string) (store.SessionRecord, string, bool) {
+		t.Helper()
+		rec, prev, ok, err := ss.TakeSession(bg, id, sub, []byte(old), []byte(new), node)
+		if err != nil {
+			t.Fatalf("TakeSession: %v", err)
+		}
+		return rec, prev, ok
+	}
+	save("s_a", "n1")
+	if _, _, ok := take("s_a", "alice", "wrong", "h1", "n2"); ok {
+		t.Fatal("taken with a wrong secret")
+	}
+	if _, _, ok := take("s_a", "bob", "h0", "h1", "n2"); ok {
+		t.Fatal("taken by another subject")
+	}
+	if _, _, ok := take("s_none", "alice", "h0", "h1", "n2"); ok {
+		t.Fatal("a missing session taken")
+	}
+	// Two nodes resume with one secret at once: one wins.
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, _, ok, err := ss.TakeSession(bg, "s_a", "alice", []byte("h0"), []byte("h1"), fmt.Sprint("n", 2+i)); ok && err == nil {
+				wins.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := wins.Load(); n != 1 {
+		t.Fatalf("%d of 8 takes with one secret won, want 1", n)
+	}
+	rec, prev, ok := take("s_a", "alice", "h1", "h2", "n9")
+	if !ok || prev == "n1" || prev == "" || rec.Owner != "n9" || rec.Gen != 2 || rec.Deadline != 0 || string(rec.ResumeHash) != "h2" {
+		t.Fatalf("take: %+v prev %q ok %v", rec, prev, ok)
+	}
+	if owners, err := ss.SessionOwners(bg); err != nil || len(owners) != 1 || owners[0] != "n9" {
+		t.Fatalf("SessionOwners: %v %v", owners, err)
+	}
+	// A detach of an earlier generation (the connection it was taken
+	// from) leaves the session attached.
+	if ok, err := ss.DetachSession(bg, "s_a", 1, time.Millisecond); ok || err != nil {
+		t.Fatalf("a stale detach: %v %v", ok, err)
+	}
+	if ok, err := ss.DetachSession(bg, "s_a", 2, time.Hour); !ok || err != nil {
+		t.Fatalf("detach: %v %v", ok, err)
+	}
+	if got, _, _ := ss.Session(bg, "s_a"); got.Deadline == 0 {
+		t.Fatalf("a detached session has no deadline: %+v", got)
+	}
+	if ended, err := ss.EndDueSessions(bg, 100); err != nil || len(ended) != 0 {
+		t.Fatalf("EndDueSessions before the deadline: %v %v", ended, err)
+	}
+	// Within the grace it can be resumed: attached again, no deadline.
+	if rec, _, ok := take("s_a", "alice", "h2", "h3", "n1"); !ok || rec.Deadline != 0 || rec.Gen != 3 {
+		t.Fatalf("resume within the grace: %+v %v", rec, ok)
+	}
+	// The sessions of a dead node start their grace.
+	save("s_b", "n1")
+	save("s_c", "n7")
+	if n, err := ss.ReleaseSessions(bg, []string{"n1"}, time.Millisecond); err != nil || n != 2 {
+		t.Fatalf("ReleaseSessions: %d %v, want 2", n, err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, _, ok := take("s_b", "alice", "h0", "h1", "n2"); ok {
+		t.Fatal("a session past its deadline taken")
+	}
+	// Many nodes end the due sessions at once: each once.
+	ended := make(chan string, 16)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			recs, err := ss.EndDueSessions(bg, 100)
+			if err != nil {
+				t.Errorf("EndDueSessions: %v", err)
+			}
+			for _, r := range recs {
+				ended <- r.ID + " " + r.Lease
+			}
+		}()
+	}
+	wg.Wait()
+	close(ended)
+	var got []string
+	for e := range ended {
+		got = append(got, e)
+	}
+	sort.Strings(got)
+	diff(t, "ended sessions", []string{"s_a session:s_a", "s_b session:s_b"}, got)
+	diff(t, "records left", []string{"s_c"}, func() (ids []string) {
+		l, _ := ss.ListSessions(bg)
+		for _, r := range l {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}())
 }

@@ -1,0 +1,278 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"slices"
+	"time"
+
+	"github.com/statecast/statecast/store"
+)
+
+// Sessions on a store several nodes share (store.SharedSessions: Redis).
+//
+// The record in the store is the session; a node's memory only holds
+// the sessions attached to it. A record names its owner node, a
+// generation and, once detached, a deadline of the store's clock:
+//
+//   - open with session + resume is a compare-and-set on the record
+//     (TakeSession: same subject, the hash of the presented secret, not
+//     past its deadline) on whichever node the client reaches: it becomes
+//     the owner, the generation moves on, the secret rotates. Of two
+//     nodes resuming with one secret one wins; the other opens a new
+//     session.
+//   - the session's lease is named "session:<id>" on its keys, with no
+//     node in it (lessor.stored): a takeover rewrites no key, a dead
+//     node's claim and the orphan sweep of node leases skip it, and no
+//     node ends it from memory.
+//   - a detach (socket closed, or SIGTERM) starts the grace in the record
+//     if the record is still at the generation this node took: the node
+//     it was taken from no longer can.
+//   - the claim of a dead node starts the grace of the sessions it owned
+//     (ReleaseSessions); so does any node, every orphanEvery ticks, for
+//     owners that are not alive (a claimer that died half-way).
+//   - every node, every tick, takes the records past their deadline out
+//     of the store (EndDueSessions: each goes to one node) and deletes
+//     their keys, each only if still the version its lease wrote: one
+//     delete event per key across the cluster.
+//
+// A connection that stays open on a node after its session was resumed
+// on another is not closed (its node is not told); whatever it writes
+// under the session belongs to the session, and its detach is a no-op.
+
+// orphanEvery: ticks between sweeps of sessions left by dead owners and
+// of session keys whose record is gone.
+const orphanEvery = 25
+
+// startShared turns the shared mode on and starts the sweeper.
+func (ss *sessions) startShared(st store.SharedSessions, node string, every time.Duration) {
+	ss.shared, ss.node, ss.every = st, node, every
+	ss.leases.sharedSessions = true
+	ss.leases.onClaim = func(n string) { ss.release([]string{n}) }
+	ss.wg.Add(1)
+	go ss.sweep()
+}
+
+func (ss *sessions) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), ss.timeout)
+}
+
+func (ss *sessions) openShared(c *conn, id, resume, subject, secret string) (s *session, resumed bool, old *conn, err error) {
+	hash := sha256.Sum256([]byte(secret))
+	if id != "" && resume != "" {
+		presented := sha256.Sum256([]byte(resume))
+		ctx, cancel := ss.ctx()
+		rec, _, ok, err := ss.shared.TakeSession(ctx, id, subject, presented[:], hash[:], ss.node)
+		cancel()
+		if err != nil {
+			ss.log.Warn("server: cannot resume a session from the store; opening a new one", "session", id, "err", err)
+		}
+		if ok {
+			ss.mu.Lock()
+			if s = ss.m[id]; s == nil {
+				s = &session{id: id, subject: subject, lease: rec.Lease}
+				ss.m[id] = s
+				ss.leases.grantSession(s.lease, subject)
+			}
+			old, s.conn, s.gen, s.resume = s.conn, c, rec.Gen, hash
+			ss.mu.Unlock()
+			return s, true, old, nil // the take saved the new hash
+		}
+	}
+	s = &session{id: randomID("s_"), subject: subject, conn: c, resume: hash}
+	s.lease = "session:" + s.id
+	ss.mu.Lock()
+	ss.m[s.id] = s
+	ss.mu.Unlock()
+	ss.leases.grantSession(s.lease, subject)
+	ctx, cancel := ss.ctx()
+	defer cancel()
+	rec := store.SessionRecord{ID: s.id, Subject: subject, ResumeHash: hash[:], Lease: s.lease, Owner: ss.node}
+	if err = ss.shared.SaveSession(ctx, rec); err != nil {
+		// Without a record the session cannot be resumed: the caller
+		// closes the connection (1011) instead of handing its secret out.
+		ss.log.Warn("server: cannot write a session record", "session", s.id, "err", err)
+	}
+	return s, false, nil, err
+}
+
+// detachShared starts the session's grace in the store, unless another
+// connection (here or on another node) took it over meanwhile.
+func (ss *sessions) detachShared(s *session, c *conn) {
+	ss.mu.Lock()
+	if s.conn != c || ss.closed {
+		ss.mu.Unlock()
+		return
+	}
+	s.conn = nil
+	if ss.m[s.id] == s {
+		delete(ss.m, s.id)
+	}
+	ss.leases.drop(s.lease)
+	gen := s.gen
+	ss.wg.Add(1)
+	ss.mu.Unlock()
+	go func() {
+		defer ss.wg.Done()
+		ss.detachRecord(s.id, gen)
+	}()
+}
+
+func (ss *sessions) detachRecord(id string, gen int64) {
+	ctx, cancel := ss.ctx()
+	defer cancel()
+	if _, err := ss.shared.DetachSession(ctx, id, gen, ss.grace); err != nil {
+		// The owner is alive and the record attached: it ends only if
+		// this node dies (ReleaseSessions) or its client resumes it.
+		ss.log.Warn("server: cannot start a session's grace in the store", "session", id, "err", err)
+	}
+}
+
+// closeShared (shutdown) starts the grace of every session attached
+// here: its client resumes it on any node, or it ends after the grace.
+func (ss *sessions) closeShared() {
+	ss.mu.Lock()
+	if ss.closed {
+		ss.mu.Unlock()
+		return
+	}
+	ss.closed = true
+	close(ss.stop)
+	var attached []*session
+	for id, s := range ss.m {
+		if s.conn != nil {
+			attached = append(attached, s)
+		}
+		delete(ss.m, id)
+	}
+	ss.mu.Unlock()
+	// One timeout for all: with Redis unreachable the shutdown must not
+	// wait for each. A session left attached starts its grace when the
+	// others find this node dead (ReleaseSessions).
+	ctx, cancel := ss.ctx()
+	defer cancel()
+	for _, s := range attached {
+		if _, err := ss.shared.DetachSession(ctx, s.id, s.gen, ss.grace); err != nil {
+			ss.log.Warn("server: cannot start the grace of the sessions at shutdown; the others start it once this node is found dead", "sessions", len(attached), "err", err)
+			break
+		}
+	}
+	ss.wg.Wait()
+}
+
+// sweep ends the due sessions every tick, and looks for orphans every
+// orphanEvery ticks.
+func (ss *sessions) sweep() {
+	defer ss.wg.Done()
+	t := time.NewTicker(ss.every)
+	defer t.Stop()
+	for tick := 1; ; tick++ {
+		select {
+		case <-ss.stop:
+			return
+		case <-t.C:
+		}
+		ss.endDue()
+		if tick%orphanEvery == 0 {
+			ss.sweepOrphans()
+		}
+	}
+}
+
+// endDue takes the sessions past their deadline out of the store and
+// deletes their keys (one scan of the leased keys for all of them).
+func (ss *sessions) endDue() {
+	ended := make(map[string]bool)
+	for {
+		ctx, cancel := ss.ctx()
+		recs, err := ss.shared.EndDueSessions(ctx, 1000)
+		cancel()
+		if err != nil {
+			ss.log.Warn("server: cannot end the due sessions", "err", err)
+		}
+		for _, rec := range recs {
+			ended[rec.Lease] = true
+		}
+		if len(recs) < 1000 {
+			break
+		}
+	}
+	if len(ended) == 0 {
+		return
+	}
+	// If this node dies before the keys are deleted, the orphan sweep of
+	// another deletes them: their record is gone.
+	ss.leases.sweep(ss.leases.ctx, "sessions ended after the grace; deleting their keys", func(lease string) bool { return ended[lease] })
+}
+
+// release starts the grace of the sessions attached to dead nodes.
+func (ss *sessions) release(dead []string) {
+	ctx, cancel := ss.ctx()
+	defer cancel()
+	n, err := ss.shared.ReleaseSessions(ctx, dead, ss.grace)
+	if err != nil {
+		ss.log.Warn("server: cannot start the grace of a dead node's sessions", "nodes", dead, "err", err)
+	} else if n > 0 {
+		ss.log.Info("server: sessions of a node that is gone end after the grace unless resumed", "sessions", n, "nodes", dead)
+	}
+}
+
+// sweepOrphans releases the sessions of owners that are not alive (their
+// claimer died before releasing them) and deletes the keys of session
+// leases whose record is gone (their ender died before deleting them).
+func (ss *sessions) sweepOrphans() {
+	l := ss.leases
+	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
+	defer cancel()
+	// Owners first, then the registry: a node registers before it opens
+	// a session, so an owner not alive in the later read is dead.
+	owners, err := ss.shared.SessionOwners(ctx)
+	if err != nil {
+		return
+	}
+	alive, _, err := l.nodes.Registered(ctx, l.nodeTimeout)
+	if err != nil {
+		return
+	}
+	var dead []string
+	for _, o := range owners {
+		if o != ss.node && !slices.Contains(alive, o) {
+			dead = append(dead, o)
+		}
+	}
+	if len(dead) > 0 {
+		ss.release(dead)
+	}
+	// Keys first, then the records: a record is written before its
+	// session can bind a key, so a key whose record is missing in the
+	// later read belongs to an ended session.
+	leased := make(map[string]map[roomKey]uint64)
+	if err := l.st.Leased(ctx, func(room string, kv store.KV) error {
+		if l.sharedSession(kv.Lease) {
+			if leased[kv.Lease] == nil {
+				leased[kv.Lease] = make(map[roomKey]uint64)
+			}
+			leased[kv.Lease][roomKey{room, kv.Key}] = kv.ModRev
+		}
+		return nil
+	}); err != nil || len(leased) == 0 {
+		return
+	}
+	recs, err := ss.shared.ListSessions(ctx)
+	if err != nil {
+		return
+	}
+	for _, rec := range recs {
+		delete(leased, rec.Lease)
+	}
+	keys := make(map[roomKey]uint64)
+	for _, ks := range leased {
+		for k, rev := range ks {
+			keys[k] = rev
+		}
+	}
+	if len(keys) > 0 {
+		ss.log.Info("server: deleting the keys of sessions that ended", "keys", len(keys))
+		l.deleteKeys(keys)
+	}
+}

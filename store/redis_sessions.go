@@ -1,0 +1,276 @@
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Session records on Redis. Three keys under one hash tag, {sessions},
+// so that every script stays in one slot of a Redis Cluster:
+//
+//	<prefix>:{sessions}:rec    HASH  id -> record (JSON, SessionRecord)
+//	<prefix>:{sessions}:due    ZSET  id -> deadline (detached sessions)
+//	<prefix>:{sessions}:owned  HASH  id -> owner node (attached sessions)
+//
+// Room keys are <prefix>:{room}:meta|kv|log|ch: no suffix is shared, so a
+// room named "sessions" does not collide. Times are the Redis server's
+// (TIME), as in the node registry. Scripts that change a record run on
+// the write client, which never retries: a retry after a lost reply
+// would find the record already changed.
+
+var _ SharedSessions = (*Redis)(nil)
+
+const sessionScriptHead = redisNow + `
+local function attached(r) return not r.deadline or tonumber(r.deadline) == 0 end
+`
+
+var (
+	// take: KEYS rec, due, owned; ARGV id, subject, old hash, new hash (base64), node.
+	takeScript = redis.NewScript(sessionScriptHead + `
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return {0} end
+local r = cjson.decode(v)
+if r.subject ~= ARGV[2] or r.resume_hash ~= ARGV[3] then return {0} end
+if not attached(r) and tonumber(r.deadline) <= now then return {0} end
+local prev = r.owner or ''
+r.resume_hash = ARGV[4]
+r.owner = ARGV[5]
+r.gen = (tonumber(r.gen) or 0) + 1
+r.deadline = nil
+v = cjson.encode(r)
+redis.call('HSET', KEYS[1], ARGV[1], v)
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[5])
+return {1, prev, v}`)
+	// detach: KEYS rec, due, owned; ARGV id, gen, grace ms.
+	detachScript = redis.NewScript(sessionScriptHead + `
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return 0 end
+local r = cjson.decode(v)
+if (tonumber(r.gen) or 0) ~= tonumber(ARGV[2]) or not attached(r) then return 0 end
+r.deadline = now + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(r))
+redis.call('ZADD', KEYS[2], r.deadline, ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+return 1`)
+	// release: KEYS rec, due, owned; ARGV grace ms, dead node...
+	releaseScript = redis.NewScript(sessionScriptHead + `
+local dead = {}
+for i = 2, #ARGV do dead[ARGV[i]] = true end
+local owned = redis.call('HGETALL', KEYS[3])
+local n = 0
+for i = 1, #owned, 2 do
+  local id, node = owned[i], owned[i + 1]
+  if dead[node] then
+    redis.call('HDEL', KEYS[3], id)
+    local v = redis.call('HGET', KEYS[1], id)
+    if v then
+      local r = cjson.decode(v)
+      if r.owner == node and attached(r) then
+        r.deadline = now + tonumber(ARGV[1])
+        redis.call('HSET', KEYS[1], id, cjson.encode(r))
+        redis.call('ZADD', KEYS[2], r.deadline, id)
+        n = n + 1
+      end
+    end
+  end
+end
+return n`)
+	// endDue: KEYS rec, due, owned; ARGV max. Returns the records removed.
+	endDueScript = redis.NewScript(sessionScriptHead + `
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+local out = {}
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[2], id)
+  local v = redis.call('HGET', KEYS[1], id)
+  if v then
+    local r = cjson.decode(v)
+    if not attached(r) and tonumber(r.deadline) <= now then
+      redis.call('HDEL', KEYS[1], id)
+      redis.call('HDEL', KEYS[3], id)
+      out[#out + 1] = v
+    end
+  end
+end
+return out`)
+)
+
+func (s *Redis) sessionKeys() []string {
+	p := s.cfg.Prefix + ":{sessions}:"
+	return []string{p + "rec", p + "due", p + "owned"}
+}
+
+// SaveSession writes rec (a new session, or a single-node rewrite) with
+// its index entries.
+func (s *Redis) SaveSession(ctx context.Context, rec SessionRecord) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	v, err := encodeSession(rec)
+	if err != nil {
+		return err
+	}
+	k := s.sessionKeys()
+	_, err = s.rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, k[0], rec.ID, v)
+		if rec.Deadline > 0 {
+			p.ZAdd(ctx, k[1], redis.Z{Score: float64(rec.Deadline), Member: rec.ID})
+		} else {
+			p.ZRem(ctx, k[1], rec.ID)
+		}
+		if rec.Owner != "" && rec.Deadline == 0 {
+			p.HSet(ctx, k[2], rec.ID, rec.Owner)
+		} else {
+			p.HDel(ctx, k[2], rec.ID)
+		}
+		return nil
+	})
+	return err
+}
+
+func (s *Redis) Session(ctx context.Context, id string) (SessionRecord, bool, error) {
+	if err := s.begin(); err != nil {
+		return SessionRecord{}, false, err
+	}
+	defer s.mu.RUnlock()
+	v, err := s.rc.HGet(ctx, s.sessionKeys()[0], id).Result()
+	if err == redis.Nil {
+		return SessionRecord{}, false, nil
+	}
+	if err != nil {
+		return SessionRecord{}, false, err
+	}
+	rec, err := decodeSession([]byte(v))
+	return rec, err == nil, err
+}
+
+func (s *Redis) DeleteSession(ctx context.Context, id string) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	k := s.sessionKeys()
+	_, err := s.rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, k[0], id)
+		p.ZRem(ctx, k[1], id)
+		p.HDel(ctx, k[2], id)
+		return nil
+	})
+	return err
+}
+
+// ListSessions reads the records in HSCAN pages (one HGETALL of many
+// sessions would stall Redis for everyone).
+func (s *Redis) ListSessions(ctx context.Context) ([]SessionRecord, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	all := make(map[string]string)
+	for cursor := uint64(0); ; {
+		page, next, err := s.rc.HScan(ctx, s.sessionKeys()[0], cursor, "", redisPage).Result()
+		if err != nil {
+			return nil, fmt.Errorf("store: redis: listing sessions: %w", err)
+		}
+		for i := 0; i+1 < len(page); i += 2 {
+			all[page[i]] = page[i+1]
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	out := make([]SessionRecord, 0, len(all))
+	for _, v := range all {
+		rec, err := decodeSession([]byte(v))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+func (s *Redis) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string) (SessionRecord, string, bool, error) {
+	if err := s.begin(); err != nil {
+		return SessionRecord{}, "", false, err
+	}
+	defer s.mu.RUnlock()
+	b64 := base64.StdEncoding.EncodeToString
+	v, err := takeScript.Run(ctx, s.wc, s.sessionKeys(), id, subject, b64(old), b64(new), node).Slice()
+	if err != nil || len(v) < 3 {
+		return SessionRecord{}, "", false, err
+	}
+	prev, _ := v[1].(string)
+	enc, _ := v[2].(string)
+	rec, err := decodeSession([]byte(enc))
+	return rec, prev, err == nil, err
+}
+
+func (s *Redis) DetachSession(ctx context.Context, id string, gen int64, grace time.Duration) (bool, error) {
+	if err := s.begin(); err != nil {
+		return false, err
+	}
+	defer s.mu.RUnlock()
+	n, err := detachScript.Run(ctx, s.wc, s.sessionKeys(), id, gen, grace.Milliseconds()).Int()
+	return n == 1, err
+}
+
+func (s *Redis) SessionOwners(ctx context.Context) ([]string, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	vals, err := s.rc.HVals(ctx, s.sessionKeys()[2]).Result()
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[string]bool)
+	var out []string
+	for _, n := range vals {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func (s *Redis) ReleaseSessions(ctx context.Context, dead []string, grace time.Duration) (int, error) {
+	if len(dead) == 0 {
+		return 0, nil
+	}
+	if err := s.begin(); err != nil {
+		return 0, err
+	}
+	defer s.mu.RUnlock()
+	args := []any{grace.Milliseconds()}
+	for _, n := range dead {
+		args = append(args, n)
+	}
+	return releaseScript.Run(ctx, s.wc, s.sessionKeys(), args...).Int()
+}
+
+func (s *Redis) EndDueSessions(ctx context.Context, max int) ([]SessionRecord, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	v, err := endDueScript.Run(ctx, s.wc, s.sessionKeys(), max).StringSlice()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SessionRecord, 0, len(v))
+	for _, enc := range v {
+		rec, err := decodeSession([]byte(enc))
+		if err != nil {
+			return out, err
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
