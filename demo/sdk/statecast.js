@@ -36,6 +36,13 @@ var TooLargeError = class extends StatecastError {
     this.name = "TooLargeError";
   }
 };
+var InvalidValueError = class extends StatecastError {
+  constructor(path, what) {
+    super("invalid_value", `${path} is ${what}, which JSON cannot carry as it is; not sent`);
+    this.name = "InvalidValueError";
+    this.path = path;
+  }
+};
 var RateLimitedError = class extends StatecastError {
   constructor(message) {
     super("rate_limited", message);
@@ -306,6 +313,11 @@ var Presence = class extends Emitter {
   }
   /** Sets this client's presence value (any JSON value). */
   set(value) {
+    try {
+      checkValue(value, "value");
+    } catch (e) {
+      return Promise.reject(e);
+    }
     this.value = value;
     this.active = true;
     return this.sync();
@@ -347,22 +359,36 @@ var Room = class {
     const list = prefixes === void 0 ? [] : typeof prefixes === "string" ? [prefixes] : [...prefixes];
     return this.client._watch(this.name, list);
   }
-  /** Writes `value` (any JSON value) at `key`. Resolves with the committed revision. */
+  /**
+   * Writes `value` (a JSON value: see {@link InvalidValueError} for what is
+   * refused) at `key`. Resolves with the committed revision; every failure is
+   * a rejection with a typed error.
+   */
   put(key, value, opts = {}) {
-    if (value === void 0) return Promise.reject(new TypeError("put: value must not be undefined (use delete)"));
-    return this.client._write(this.name, { t: "put", key, value, if_rev: opts.ifModRev, lease: opts.lease }, opts);
+    return this.write(() => (checkValue(value, "value"), { t: "put", key, value, if_rev: opts.ifModRev, lease: opts.lease }), opts);
   }
   /** Deletes `key`. Deleting a missing key writes nothing and resolves with the current revision. */
   delete(key, opts = {}) {
-    return this.client._write(this.name, { t: "del", key, if_rev: opts.ifModRev }, opts);
+    return this.write(() => ({ t: "del", key, if_rev: opts.ifModRev }), opts);
   }
   /** Applies a transaction at one revision, or rejects with ConflictError when a condition fails. */
   txn(txn, opts = {}) {
-    const ops = txn.ops.map(
-      (o) => o.type === "put" ? { op: "put", key: o.key, value: o.value, lease: o.lease } : { op: "del", key: o.key }
-    );
-    const conds = txn.if?.map((c) => ({ key: c.key, mod_rev: c.modRev }));
-    return this.client._write(this.name, { t: "txn", if: conds, ops }, opts);
+    return this.write(() => {
+      if (!Array.isArray(txn?.ops)) throw new InvalidValueError("txn.ops", "not an array");
+      const ops = txn.ops.map(
+        (o, i) => o.type === "put" ? (checkValue(o.value, `txn.ops[${i}].value`), { op: "put", key: o.key, value: o.value, lease: o.lease }) : { op: "del", key: o.key }
+      );
+      const conds = txn.if?.map((c) => ({ key: c.key, mod_rev: c.modRev }));
+      return { t: "txn", if: conds, ops };
+    }, opts);
+  }
+  /** Builds the message and sends it; whatever throws becomes a rejection (never a synchronous throw). */
+  write(msg, opts) {
+    try {
+      return this.client._write(this.name, msg(), opts);
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
   /**
    * This room's presence: this client's value under `presence/<clientId>`
@@ -372,6 +398,29 @@ var Room = class {
     return this.pres ?? (this.pres = new Presence(this));
   }
 };
+function checkValue(v, path, seen = []) {
+  switch (typeof v) {
+    case "string":
+    case "boolean":
+      return;
+    case "number":
+      if (isFinite(v)) return;
+      throw new InvalidValueError(path, String(v));
+    case "object": {
+      if (v === null) return;
+      if (seen.includes(v)) throw new InvalidValueError(path, "a cycle");
+      const proto = Object.getPrototypeOf(v);
+      if (!Array.isArray(v) && proto !== null && Object.getPrototypeOf(proto) !== null)
+        throw new InvalidValueError(path, `a ${v.constructor?.name || "non-plain object"}`);
+      seen.push(v);
+      if (Array.isArray(v)) for (let i = 0; i < v.length; i++) checkValue(v[i], `${path}[${i}]`, seen);
+      else for (const [k, x] of Object.entries(v)) if (x !== void 0) checkValue(x, `${path}.${k}`, seen);
+      seen.pop();
+      return;
+    }
+  }
+  throw new InvalidValueError(path, v === void 0 ? "undefined" : `a ${typeof v}`);
+}
 
 // src/watch.ts
 var Watch = class extends Emitter {
@@ -759,7 +808,12 @@ var Client = class extends Emitter {
   request(msg, write, timeoutMs) {
     if (this.stopped) return Promise.reject(new NotConnectedError("the client is disconnected"));
     const id = this.nextId++;
-    const frame = this.codec.encode({ ...msg, id });
+    let frame;
+    try {
+      frame = this.codec.encode({ ...msg, id });
+    } catch (e) {
+      return Promise.reject(asError(e));
+    }
     const limit = this.o.maxFrameBytes ?? 1 << 20;
     if (frameTooLarge(frame, limit)) return Promise.reject(new TooLargeError(`the message is larger than ${limit} bytes; not sent`));
     return new Promise((resolve, reject) => {
@@ -1092,6 +1146,7 @@ export {
   ClosedError,
   ConflictError,
   ForbiddenError,
+  InvalidValueError,
   NotConnectedError,
   OutcomeUnknownError,
   PRESENCE_PREFIX,

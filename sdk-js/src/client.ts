@@ -232,7 +232,12 @@ export class Client extends Emitter<ClientEvents> {
   private request(msg: Record<string, unknown>, write: boolean, timeoutMs: number): Promise<ServerMessage> {
     if (this.stopped) return Promise.reject(new NotConnectedError('the client is disconnected'));
     const id = this.nextId++;
-    const frame = this.codec.encode({ ...msg, id });
+    let frame: string | Uint8Array;
+    try {
+      frame = this.codec.encode({ ...msg, id });
+    } catch (e) {
+      return Promise.reject(asError(e));
+    }
     const limit = this.o.maxFrameBytes ?? 1 << 20;
     if (frameTooLarge(frame, limit)) return Promise.reject(new TooLargeError(`the message is larger than ${limit} bytes; not sent`));
     return new Promise((resolve, reject) => {

@@ -43,6 +43,7 @@ export {
   UnauthorizedError,
   ForbiddenError,
   TooLargeError,
+  InvalidValueError,
   RateLimitedError,
   NotConnectedError,
   OutcomeUnknownError,

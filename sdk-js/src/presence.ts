@@ -1,5 +1,5 @@
 import { Emitter } from './emitter.js';
-import type { Room, WriteResult } from './room.js';
+import { checkValue, type Room, type WriteResult } from './room.js';
 import type { Watch } from './watch.js';
 
 /** Events of {@link Presence}. `id` is the other client's presence id. */
@@ -82,6 +82,11 @@ export class Presence<V = unknown> extends Emitter<PresenceEvents<V>> {
 
   /** Sets this client's presence value (any JSON value). */
   set(value: V): Promise<WriteResult> {
+    try {
+      checkValue(value, 'value'); // refused before it replaces the current value
+    } catch (e) {
+      return Promise.reject(e);
+    }
     this.value = value;
     this.active = true;
     return this.sync();
