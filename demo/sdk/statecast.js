@@ -74,6 +74,14 @@ var ClosedError = class extends StatecastError {
     this.closeCode = closeCode;
   }
 };
+var ListenerError = class extends StatecastError {
+  constructor(event, cause) {
+    super("listener", `a "${event}" listener threw: ${cause instanceof Error ? cause.message : String(cause)}`);
+    this.name = "ListenerError";
+    this.event = event;
+    this.cause = cause;
+  }
+};
 function errorFromReply(m) {
   const msg = m.message || m.code || "error";
   switch (m.code) {
@@ -261,9 +269,9 @@ var Emitter = class {
       try {
         fn(event);
       } catch (err) {
-        setTimeout(() => {
-          throw err;
-        });
+        const onError = this.listeners["error"];
+        if (type !== "error" && onError?.length) this.emit("error", new ListenerError(String(type), err));
+        else console.error(`statecast: a "${String(type)}" listener threw`, err);
       }
     }
   }
@@ -1147,6 +1155,7 @@ export {
   ConflictError,
   ForbiddenError,
   InvalidValueError,
+  ListenerError,
   NotConnectedError,
   OutcomeUnknownError,
   PRESENCE_PREFIX,

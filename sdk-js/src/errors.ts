@@ -131,6 +131,24 @@ export class ClosedError extends StatecastError {
   }
 }
 
+/**
+ * An application listener threw while the SDK emitted `event`; emitted as an
+ * `error` event of the same emitter (or logged with console.error when it has
+ * no `error` listener). The SDK goes on as if the listener had returned.
+ */
+export class ListenerError extends StatecastError {
+  /** The event whose listener threw. */
+  readonly event: string;
+  /** What it threw. */
+  readonly cause: unknown;
+  constructor(event: string, cause: unknown) {
+    super('listener', `a "${event}" listener threw: ${cause instanceof Error ? cause.message : String(cause)}`);
+    this.name = 'ListenerError';
+    this.event = event;
+    this.cause = cause;
+  }
+}
+
 /** @internal The typed error for a server `err` reply. */
 export function errorFromReply(m: ServerMessage): StatecastError {
   const msg = m.message || m.code || 'error';

@@ -49,5 +49,6 @@ export {
   OutcomeUnknownError,
   TimeoutError,
   ClosedError,
+  ListenerError,
 } from './errors.js';
 export type { Listener } from './emitter.js';
