@@ -261,6 +261,10 @@ var Emitter = class {
     const i = list ? list.indexOf(fn) : -1;
     if (i >= 0) list.splice(i, 1);
   }
+  /** The number of listeners of `type` (to check that cleanup removed them). */
+  listenerCount(type) {
+    return this.listeners[type]?.length ?? 0;
+  }
   /** @internal Calls the listeners of `type` with `event`. */
   emit(type, event) {
     const list = this.listeners[type];
@@ -285,6 +289,7 @@ var Presence = class extends Emitter {
     super();
     this.active = false;
     this.chain = Promise.resolve();
+    this.disposed = false;
     this.room = room;
     this.id = room.client.clientId;
     this.key = PRESENCE_PREFIX + this.id;
@@ -301,7 +306,7 @@ var Presence = class extends Emitter {
       }
       if (any) this.emit("change", this.others);
     });
-    room.client.on("connected", (e) => {
+    this.offConnected = room.client.on("connected", (e) => {
       if (!e.resumed && this.active && this.session !== void 0 && this.session !== e.session) void this.sync().catch(() => {
       });
     });
@@ -336,7 +341,22 @@ var Presence = class extends Emitter {
     this.active = false;
     return this.sync();
   }
+  /**
+   * Ends this presence object: clears this client's value if it was set
+   * (others see it leave), closes the watch and removes its client listener.
+   * `room.presence()` then returns a new one. Later `set`/`clear` reject.
+   */
+  dispose() {
+    if (this.disposed) return;
+    if (this.active) void this.clear().catch(() => {
+    });
+    this.disposed = true;
+    this.offConnected();
+    this.watch.close();
+    this.room._forget(this);
+  }
   sync() {
+    if (this.disposed) return Promise.reject(new StatecastError("closed", "this presence was disposed"));
     if (this.queued) return this.queued;
     const p = this.chain.then(async () => {
       this.queued = void 0;
@@ -404,6 +424,10 @@ var Room = class {
    */
   presence() {
     return this.pres ?? (this.pres = new Presence(this));
+  }
+  /** @internal A disposed presence is no longer handed out. */
+  _forget(p) {
+    if (this.pres === p) this.pres = void 0;
   }
 };
 function checkValue(v, path, seen = []) {

@@ -43,6 +43,11 @@ export class Emitter<Events extends object> {
     if (i >= 0) list!.splice(i, 1);
   }
 
+  /** The number of listeners of `type` (to check that cleanup removed them). */
+  listenerCount<K extends keyof Events>(type: K): number {
+    return this.listeners[type]?.length ?? 0;
+  }
+
   /** @internal Calls the listeners of `type` with `event`. */
   protected emit<K extends keyof Events>(type: K, event: Events[K]): void {
     const list = this.listeners[type];

@@ -1,4 +1,5 @@
 import { Emitter } from './emitter.js';
+import { StatecastError } from './errors.js';
 import { checkValue, type Room, type WriteResult } from './room.js';
 import type { Watch } from './watch.js';
 
@@ -40,6 +41,8 @@ export class Presence<V = unknown> extends Emitter<PresenceEvents<V>> {
   private chain: Promise<unknown> = Promise.resolve();
   private queued: Promise<WriteResult> | undefined;
   private session: string | undefined;
+  private readonly offConnected: () => void;
+  private disposed = false;
 
   /** @internal Use `room.presence()`. */
   constructor(room: Room) {
@@ -60,7 +63,7 @@ export class Presence<V = unknown> extends Emitter<PresenceEvents<V>> {
       }
       if (any) this.emit('change', this.others);
     });
-    room.client.on('connected', (e) => {
+    this.offConnected = room.client.on('connected', (e) => {
       if (!e.resumed && this.active && this.session !== undefined && this.session !== e.session) void this.sync().catch(() => {});
     });
   }
@@ -99,7 +102,22 @@ export class Presence<V = unknown> extends Emitter<PresenceEvents<V>> {
     return this.sync();
   }
 
+  /**
+   * Ends this presence object: clears this client's value if it was set
+   * (others see it leave), closes the watch and removes its client listener.
+   * `room.presence()` then returns a new one. Later `set`/`clear` reject.
+   */
+  dispose(): void {
+    if (this.disposed) return;
+    if (this.active) void this.clear().catch(() => {});
+    this.disposed = true;
+    this.offConnected();
+    this.watch.close();
+    this.room._forget(this);
+  }
+
   private sync(): Promise<WriteResult> {
+    if (this.disposed) return Promise.reject(new StatecastError('closed', 'this presence was disposed'));
     if (this.queued) return this.queued;
     const p = this.chain.then(async () => {
       this.queued = undefined;

@@ -120,6 +120,11 @@ export class Room {
   presence<V = unknown>(): Presence<V> {
     return (this.pres ??= new Presence<any>(this));
   }
+
+  /** @internal A disposed presence is no longer handed out. */
+  _forget(p: Presence<any>): void {
+    if (this.pres === p) this.pres = undefined;
+  }
 }
 
 /**

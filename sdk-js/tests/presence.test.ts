@@ -102,3 +102,33 @@ test('presence: others, join, update and leave (own key excluded), also across a
     await done();
   }
 });
+
+test('presence: dispose() removes its client listener, closes its watch and clears its value; 50 rooms leave no listener behind (issue 13, defect 3)', async () => {
+  const { c, conn, done } = await setup();
+  try {
+    const base = c.listenerCount('connected');
+    const ps = Array.from({ length: 50 }, (_, i) => c.room(`r${i}`).presence());
+    assert.equal(c.listenerCount('connected'), base + 50);
+    for (const p of ps) p.dispose();
+    assert.equal(c.listenerCount('connected'), base, 'every presence removed its listener');
+    assert.ok(ps.every((p) => p.watch.status === 'closed'));
+
+    const room = c.room('r');
+    const p = room.presence();
+    await conn.sub({ t: 'snapshot', epoch: 'e', rev: 1, reason: 'initial', items: [] });
+    const set = p.set('here');
+    const m = await conn.next('put');
+    conn.send({ t: 'ok', id: m.id, rev: 2 });
+    await set;
+    p.dispose();
+    p.dispose(); // idempotent
+    const d = await conn.next('del');
+    assert.equal(d.key, m.key, 'a set value is cleared: others see this client leave');
+    conn.send({ t: 'ok', id: d.id, rev: 3 });
+    await assert.rejects(p.set('again'), { code: 'closed' });
+    assert.notEqual(room.presence(), p, 'the room hands out a new presence after dispose');
+    assert.equal(c.listenerCount('connected'), base + 1);
+  } finally {
+    await done();
+  }
+});
