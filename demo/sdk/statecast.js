@@ -722,10 +722,6 @@ var Client = class extends Emitter {
     this.onWake = () => {
       if (globalThis.document?.visibilityState !== "hidden") this.probe();
     };
-    const WS = o.WebSocket ?? globalThis.WebSocket;
-    if (!WS) throw new TypeError('statecast: no WebSocket available; pass the WebSocket option (e.g. from the "ws" package)');
-    this.WS = WS;
-    this.url = wsURL(o.url);
     this.codec = o.codec ?? jsonCodec;
     this.clock = o.clock ?? realClock;
     this.random = o.random ?? Math.random;
@@ -737,6 +733,14 @@ var Client = class extends Emitter {
     this.clientId = o.clientId ?? this.takeSaved() ?? randomId();
     this.tokens = new Tokens(o.token, this.clock);
     if (o.autoConnect !== false) this.connect();
+  }
+  /** The WebSocket URL (as given while it cannot be resolved yet: a relative URL outside a page). */
+  get url() {
+    try {
+      return wsURL(this.o.url);
+    } catch {
+      return this.o.url;
+    }
   }
   /** The connection's status. */
   get status() {
@@ -898,6 +902,19 @@ var Client = class extends Emitter {
   }
   async open() {
     const seq = ++this.seq;
+    const WS = this.o.WebSocket ?? globalThis.WebSocket;
+    let url = "";
+    let bad = WS ? "" : 'no WebSocket available; pass the WebSocket option (e.g. from the "ws" package)';
+    try {
+      url = wsURL(this.o.url);
+    } catch {
+      bad || (bad = `cannot resolve the URL "${this.o.url}": a relative URL needs a page to resolve against; pass an absolute one`);
+    }
+    if (bad) {
+      await 0;
+      if (seq === this.seq) this.stop(new StatecastError("invalid_option", bad));
+      return;
+    }
     let token;
     try {
       token = await this.tokens.forConnect();
@@ -910,7 +927,7 @@ var Client = class extends Emitter {
     if (seq !== this.seq) return;
     let ws;
     try {
-      ws = new this.WS(this.url, [this.codec.subprotocol]);
+      ws = new WS(url, [this.codec.subprotocol]);
     } catch (e) {
       return this.stop(asError(e));
     }

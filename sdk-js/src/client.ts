@@ -63,11 +63,8 @@ export function createClient(options: ClientOptions): Client {
  * {@link NotConnectedError} (never sent). See README.md.
  */
 export class Client extends Emitter<ClientEvents> {
-  /** The WebSocket URL connected to. */
-  readonly url: string;
   /** This client's presence id. */
   readonly clientId: string;
-  private readonly WS: WebSocketConstructor;
   private readonly codec: Codec;
   private readonly clock: Clock;
   private readonly random: () => number;
@@ -102,10 +99,8 @@ export class Client extends Emitter<ClientEvents> {
   /** @internal Use {@link createClient}. */
   constructor(private readonly o: ClientOptions) {
     super();
-    const WS = o.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
-    if (!WS) throw new TypeError('statecast: no WebSocket available; pass the WebSocket option (e.g. from the "ws" package)');
-    this.WS = WS;
-    this.url = wsURL(o.url);
+    // Nothing here may throw or touch the network (server rendering): the
+    // WebSocket and a relative URL are resolved when connecting.
     this.codec = o.codec ?? jsonCodec;
     this.clock = o.clock ?? realClock;
     this.random = o.random ?? Math.random;
@@ -117,6 +112,15 @@ export class Client extends Emitter<ClientEvents> {
     this.clientId = o.clientId ?? this.takeSaved() ?? randomId();
     this.tokens = new Tokens(o.token, this.clock);
     if (o.autoConnect !== false) this.connect();
+  }
+
+  /** The WebSocket URL (as given while it cannot be resolved yet: a relative URL outside a page). */
+  get url(): string {
+    try {
+      return wsURL(this.o.url);
+    } catch {
+      return this.o.url;
+    }
   }
 
   /** The connection's status. */
@@ -299,6 +303,19 @@ export class Client extends Emitter<ClientEvents> {
 
   private async open(): Promise<void> {
     const seq = ++this.seq;
+    const WS = this.o.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+    let url = '';
+    let bad = WS ? '' : 'no WebSocket available; pass the WebSocket option (e.g. from the "ws" package)';
+    try {
+      url = wsURL(this.o.url);
+    } catch {
+      bad ||= `cannot resolve the URL "${this.o.url}": a relative URL needs a page to resolve against; pass an absolute one`;
+    }
+    if (bad) {
+      await 0; // after the constructor returned (autoConnect), so that its error listeners hear it
+      if (seq === this.seq) this.stop(new StatecastError('invalid_option', bad));
+      return;
+    }
     let token: string | undefined;
     try {
       token = await this.tokens.forConnect();
@@ -311,7 +328,7 @@ export class Client extends Emitter<ClientEvents> {
     if (seq !== this.seq) return;
     let ws: WebSocketLike;
     try {
-      ws = new this.WS(this.url, [this.codec.subprotocol]);
+      ws = new WS!(url, [this.codec.subprotocol]);
     } catch (e) {
       return this.stop(asError(e));
     }
