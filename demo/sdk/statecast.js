@@ -304,7 +304,9 @@ var Presence = class extends Emitter {
         else if (c.prevEntry) this.emit("update", { id, value: c.value, prev: c.prev });
         else this.emit("join", { id, value: c.value });
       }
-      if (any) this.emit("change", this.others);
+      if (!any) return;
+      this.snap = void 0;
+      this.emit("change", this.others);
     });
     this.offConnected = room.client.on("connected", (e) => {
       if (!e.resumed && this.active && this.session !== void 0 && this.session !== e.session) void this.sync().catch(() => {
@@ -315,8 +317,15 @@ var Presence = class extends Emitter {
   get self() {
     return this.value;
   }
-  /** Everyone else present, by presence id. */
+  /**
+   * Everyone else present, by presence id: a snapshot that keeps its identity
+   * until someone else joins, updates or leaves (for `useSyncExternalStore`).
+   * Do not change it.
+   */
   get others() {
+    return this.snap ?? (this.snap = this.collect());
+  }
+  collect() {
     const m = /* @__PURE__ */ new Map();
     for (const e of this.watch.entries()) {
       const id = e.key.slice(PRESENCE_PREFIX.length);
@@ -506,9 +515,14 @@ var Watch = class extends Emitter {
   has(key) {
     return this.view.has(key);
   }
-  /** Every entry of the view, sorted by key. */
+  /**
+   * Every entry of the view, sorted by key: a frozen array of frozen entries
+   * that keeps its identity until the view changes (a snapshot for React's
+   * `useSyncExternalStore`). An entry keeps its identity while its key is
+   * unchanged. Values are not frozen; do not change them.
+   */
   entries() {
-    return [...this.view.values()].sort((a, b) => cmp(a.key, b.key));
+    return this.snap ?? (this.snap = Object.freeze([...this.view.values()].sort((a, b) => cmp(a.key, b.key))));
   }
   /** Resolves once the watch has a view (its first `sync`); rejects if it is closed first. */
   ready() {
@@ -584,9 +598,10 @@ var Watch = class extends Emitter {
     const changes = [];
     for (const it of m.items ?? []) {
       const e = toEntry(it);
-      next.set(e.key, e);
       const o = this.view.get(e.key);
-      if (!o || o.modRev !== e.modRev || !same && !sameEntry(o, e)) changes.push(change("put", e.key, e, o, m.rev, cause));
+      const changed = !o || o.modRev !== e.modRev || !same && !sameEntry(o, e);
+      if (changed) changes.push(change("put", e.key, e, o, m.rev, cause));
+      next.set(e.key, changed ? e : o);
     }
     for (const [key, o] of this.view) if (!next.has(key)) changes.push(change("delete", key, void 0, o, m.rev, cause));
     changes.sort((a, b) => cmp(a.key, b.key));
@@ -622,6 +637,7 @@ var Watch = class extends Emitter {
     this.deliver(changes, m.rev, cause);
   }
   deliver(changes, rev, cause) {
+    if (changes.length) this.snap = void 0;
     for (const c of changes) this.emit("change", c);
     if (changes.length) this.emit("changes", { rev, cause, changes });
   }
@@ -644,14 +660,14 @@ function cmp(a, b) {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 function toEntry(it) {
-  return {
+  return Object.freeze({
     key: it.key,
     value: it.value,
     createRev: it.create_rev ?? 0,
     modRev: it.mod_rev,
     version: it.version ?? 0,
     lease: !!it.lease
-  };
+  });
 }
 function change(type, key, e, o, rev, cause) {
   return { type, key, value: e?.value, prev: o?.value, entry: e, prevEntry: o, rev, cause };

@@ -43,6 +43,8 @@ export class Presence<V = unknown> extends Emitter<PresenceEvents<V>> {
   private session: string | undefined;
   private readonly offConnected: () => void;
   private disposed = false;
+  /** others, kept until someone else changes. */
+  private snap: ReadonlyMap<string, V> | undefined;
 
   /** @internal Use `room.presence()`. */
   constructor(room: Room) {
@@ -61,7 +63,9 @@ export class Presence<V = unknown> extends Emitter<PresenceEvents<V>> {
         else if (c.prevEntry) this.emit('update', { id, value: c.value as V, prev: c.prev as V });
         else this.emit('join', { id, value: c.value as V });
       }
-      if (any) this.emit('change', this.others);
+      if (!any) return;
+      this.snap = undefined;
+      this.emit('change', this.others);
     });
     this.offConnected = room.client.on('connected', (e) => {
       if (!e.resumed && this.active && this.session !== undefined && this.session !== e.session) void this.sync().catch(() => {});
@@ -73,8 +77,16 @@ export class Presence<V = unknown> extends Emitter<PresenceEvents<V>> {
     return this.value;
   }
 
-  /** Everyone else present, by presence id. */
+  /**
+   * Everyone else present, by presence id: a snapshot that keeps its identity
+   * until someone else joins, updates or leaves (for `useSyncExternalStore`).
+   * Do not change it.
+   */
   get others(): ReadonlyMap<string, V> {
+    return (this.snap ??= this.collect());
+  }
+
+  private collect(): ReadonlyMap<string, V> {
     const m = new Map<string, V>();
     for (const e of this.watch.entries()) {
       const id = e.key.slice(PRESENCE_PREFIX.length);

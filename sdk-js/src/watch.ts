@@ -110,6 +110,8 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   readonly prefixes: readonly string[];
   private st: WatchStatus = 'pending';
   private view = new Map<string, Entry<V>>();
+  /** entries(), kept until the view changes. */
+  private snap: readonly Entry<V>[] | undefined;
   private r = 0;
   private ep: string | undefined;
   private started = false;
@@ -165,9 +167,14 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   has(key: string): boolean {
     return this.view.has(key);
   }
-  /** Every entry of the view, sorted by key. */
-  entries(): Entry<V>[] {
-    return [...this.view.values()].sort((a, b) => cmp(a.key, b.key));
+  /**
+   * Every entry of the view, sorted by key: a frozen array of frozen entries
+   * that keeps its identity until the view changes (a snapshot for React's
+   * `useSyncExternalStore`). An entry keeps its identity while its key is
+   * unchanged. Values are not frozen; do not change them.
+   */
+  entries(): readonly Entry<V>[] {
+    return (this.snap ??= Object.freeze([...this.view.values()].sort((a, b) => cmp(a.key, b.key))));
   }
 
   /** Resolves once the watch has a view (its first `sync`); rejects if it is closed first. */
@@ -252,9 +259,10 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     const changes: ChangeEvent<V>[] = [];
     for (const it of m.items ?? []) {
       const e = toEntry<V>(it);
-      next.set(e.key, e);
       const o = this.view.get(e.key);
-      if (!o || o.modRev !== e.modRev || (!same && !sameEntry(o, e))) changes.push(change('put', e.key, e, o, m.rev, cause));
+      const changed = !o || o.modRev !== e.modRev || (!same && !sameEntry(o, e));
+      if (changed) changes.push(change('put', e.key, e, o, m.rev, cause));
+      next.set(e.key, changed ? e : o); // unchanged: the same entry object (snapshot identity)
     }
     for (const [key, o] of this.view) if (!next.has(key)) changes.push(change('delete', key, undefined, o, m.rev, cause));
     changes.sort((a, b) => cmp(a.key, b.key));
@@ -292,6 +300,7 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   }
 
   private deliver(changes: ChangeEvent<V>[], rev: number, cause: ChangeCause): void {
+    if (changes.length) this.snap = undefined;
     for (const c of changes) this.emit('change', c);
     if (changes.length) this.emit('changes', { rev, cause, changes });
   }
@@ -318,14 +327,14 @@ function cmp(a: string, b: string): number {
 }
 
 function toEntry<V>(it: WireItem | WireEvent): Entry<V> {
-  return {
+  return Object.freeze({
     key: it.key,
     value: it.value as V,
     createRev: it.create_rev ?? 0,
     modRev: it.mod_rev,
     version: it.version ?? 0,
     lease: !!it.lease,
-  };
+  });
 }
 
 function change<V>(type: 'put' | 'delete', key: string, e: Entry<V> | undefined, o: Entry<V> | undefined, rev: number, cause: ChangeCause): ChangeEvent<V> {

@@ -132,3 +132,25 @@ test('presence: dispose() removes its client listener, closes its watch and clea
     await done();
   }
 });
+
+test('presence: others keeps its identity until someone else changes (issue 13, defect 7)', async () => {
+  const { c, conn, done } = await setup();
+  try {
+    const p = c.room('r').presence<string>();
+    const it = (id: string, v: string, rev: number) => ({ key: `presence/${id}`, value: v, create_rev: rev, mod_rev: rev, version: 1, lease: true });
+    const s = await conn.sub({ t: 'snapshot', epoch: 'e', rev: 1, reason: 'initial', items: [it('ann', 'a', 1)] });
+    await until(() => p.others.size === 1);
+    const o1 = p.others;
+    assert.equal(p.others, o1, 'same object until something changes');
+    conn.send({ t: 'progress', s: s.id, rev: 2 });
+    await sleep(20);
+    assert.equal(p.others, o1);
+    conn.send({ t: 'events', s: s.id, rev: 3, events: [{ type: 'put', ...it('bob', 'b', 3) }] });
+    await until(() => p.others.size === 2);
+    assert.notEqual(p.others, o1);
+    assert.equal(p.others, p.others);
+    assert.deepEqual([...o1], [['ann', 'a']], 'an earlier snapshot is not changed afterwards');
+  } finally {
+    await done();
+  }
+});
