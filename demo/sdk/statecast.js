@@ -476,6 +476,8 @@ var Watch = class extends Emitter {
     this.replaying = false;
     this.replayed = 0;
     this.waiters = [];
+    /** ready() calls waiting for the first view, failed when the client stops. */
+    this.readies = [];
     /** @internal Current subscription id on the socket (0: none). */
     this._sub = 0;
     /** @internal Retries of a subscription the server ended. */
@@ -524,17 +526,28 @@ var Watch = class extends Emitter {
   entries() {
     return this.snap ?? (this.snap = Object.freeze([...this.view.values()].sort((a, b) => cmp(a.key, b.key))));
   }
-  /** Resolves once the watch has a view (its first `sync`); rejects if it is closed first. */
+  /**
+   * Resolves once the watch has a view (its first `sync`), at once if it has
+   * one. Rejects if the watch is closed first, and with NotConnectedError if
+   * the client is or becomes `disconnected` (`close()`, a fatal close) first.
+   */
   ready() {
     if (this.started) return Promise.resolve();
     if (this.st === "closed") return Promise.reject(this.err ?? new StatecastError("closed", "watch closed"));
+    if (this.owner.status === "disconnected") return Promise.reject(new NotConnectedError("the client is disconnected"));
     return new Promise((resolve, reject) => {
+      const done = (err) => {
+        offs.forEach((f) => f());
+        this.readies = this.readies.filter((f) => f !== done);
+        err ? reject(err) : resolve();
+      };
       const offs = [
-        this.on("sync", () => (offs.forEach((f) => f()), resolve())),
+        this.on("sync", () => done()),
         this.on("status", ({ status }) => {
-          if (status === "closed") offs.forEach((f) => f()), reject(this.err ?? new StatecastError("closed", "watch closed"));
+          if (status === "closed") done(this.err ?? new StatecastError("closed", "watch closed"));
         })
       ];
+      this.readies.push(done);
     });
   }
   /** Stops watching; the view stays readable but is no longer updated. */
@@ -555,11 +568,14 @@ var Watch = class extends Emitter {
     this.replayed = 0;
     if (this.started) this.setStatus("syncing");
   }
-  /** @internal The socket is gone. */
-  _offline() {
+  /** @internal The socket is gone; `stopped`: the client stopped (disconnected, no reconnect). */
+  _offline(stopped = false) {
     this._sub = 0;
     this.replaying = false;
     if (this.st !== "closed") this.setStatus(this.started ? "stale" : "pending");
+    if (!stopped) return;
+    for (const fail of this.readies.slice()) fail(new NotConnectedError("the client is disconnected"));
+    for (const w of this.waiters.splice(0)) w.done();
   }
   /** @internal The server refused the subscription for good. */
   _fail(err) {
@@ -1130,7 +1146,7 @@ var Client = class extends Emitter {
   halt() {
     this.clock.clearTimeout(this.timers.retry);
     this.timers.retry = void 0;
-    for (const w of this.watches) w._offline();
+    for (const w of this.watches) w._offline(true);
     this.setStatus("disconnected");
     const q = this.queue;
     this.queue = [];

@@ -527,7 +527,7 @@ export class Client extends Emitter<ClientEvents> {
   private halt(): void {
     this.clock.clearTimeout(this.timers.retry);
     this.timers.retry = undefined;
-    for (const w of this.watches) w._offline();
+    for (const w of this.watches) w._offline(true);
     this.setStatus('disconnected');
     const q = this.queue;
     this.queue = [];

@@ -300,3 +300,26 @@ test('watch: entries() is an immutable snapshot that keeps its identity until th
     await done();
   }
 });
+
+test('watch: ready() settles when the client closes before the first view: NotConnectedError; a read-your-writes wait resolves (issue 13, defect 8)', { timeout: 5000 }, async () => {
+  const { c, conn, w, done } = await setup();
+  try {
+    const ready = assert.rejects(w.ready(), { name: 'NotConnectedError' });
+    const room = c.room('doc:1');
+    const other = room.watch('x/');
+    const s = await conn.next('sub', (m) => m.prefixes?.[0] === 'x/');
+    conn.send({ t: 'ok', id: s.id }, { t: 'snapshot', s: s.id, epoch: 'e', rev: 1, reason: 'initial', items: [] });
+    await other.ready();
+    const write = room.put('x/k', 1, { waitFor: other });
+    const m = await conn.next('put');
+    conn.send({ t: 'ok', id: m.id, rev: 5 }); // acknowledged; the watch has not seen rev 5 yet
+    await sleep(20);
+    c.close();
+    await ready;
+    assert.deepEqual(await write, { rev: 5 }, 'the write committed: its wait ends with the client');
+    await other.ready(); // a watch with a view stays ready
+    await assert.rejects(room.watch('y/').ready(), { name: 'NotConnectedError' }, 'a closed client: at once');
+  } finally {
+    await done();
+  }
+});
