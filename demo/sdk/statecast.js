@@ -131,6 +131,18 @@ var Tokens = class {
     this.use(token);
     return token;
   }
+  /**
+   * The `sub` claim of the token in use (read, not verified: the server
+   * verifies it). Undefined when there is no token or it has no readable
+   * `sub`; null while a token callback has not given a token yet.
+   */
+  get subject() {
+    const callback = typeof this.source === "function";
+    const token = callback ? this.token : this.source;
+    if (token === void 0) return callback ? null : void 0;
+    const sub = jwtClaims(token)?.sub;
+    return typeof sub === "string" && sub !== "" ? sub : void 0;
+  }
   /** A new token from the callback, to refresh the open connection's. */
   async renew() {
     return this.source({ reason: "refresh" });
@@ -158,11 +170,15 @@ function refreshDelay(expiresMs) {
   return Math.max(expiresMs - 45e3, expiresMs * 0.75);
 }
 function jwtLifetime(token) {
+  const { exp, iat } = jwtClaims(token) ?? {};
+  if (typeof exp !== "number") return void 0;
+  return (typeof iat === "number" ? exp - iat : exp - Date.now() / 1e3) * 1e3;
+}
+function jwtClaims(token) {
   try {
     const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
-    const { exp, iat } = JSON.parse(atob(part));
-    if (typeof exp !== "number") return void 0;
-    return (typeof iat === "number" ? exp - iat : exp - Date.now() / 1e3) * 1e3;
+    const claims = JSON.parse(new TextDecoder().decode(Uint8Array.from(atob(part), (c) => c.charCodeAt(0))));
+    return claims && typeof claims === "object" ? claims : void 0;
   } catch {
     return void 0;
   }
@@ -291,8 +307,6 @@ var Presence = class extends Emitter {
     this.chain = Promise.resolve();
     this.disposed = false;
     this.room = room;
-    this.id = room.client.clientId;
-    this.key = PRESENCE_PREFIX + this.id;
     this.watch = room.watch(PRESENCE_PREFIX);
     this.watch.on("changes", ({ changes }) => {
       let any = false;
@@ -312,6 +326,20 @@ var Presence = class extends Emitter {
       if (!e.resumed && this.active && this.session !== void 0 && this.session !== e.session) void this.sync().catch(() => {
       });
     });
+  }
+  /**
+   * The key this client's presence is written at, `presence/<user>/<clientId>`
+   * (see the class). Fixed once known; undefined while a token callback has
+   * not given the first token.
+   */
+  get key() {
+    const user = this.k === void 0 ? this.room.client._presenceUser() : void 0;
+    if (user !== void 0) this.k = `${PRESENCE_PREFIX}${user}/${this.room.client.clientId}`;
+    return this.k;
+  }
+  /** This client's presence id, `<user>/<clientId>`: its key without `presence/`. */
+  get id() {
+    return this.key?.slice(PRESENCE_PREFIX.length);
   }
   /** This client's presence value (undefined when not set). */
   get self() {
@@ -368,7 +396,11 @@ var Presence = class extends Emitter {
     if (this.disposed) return Promise.reject(new StatecastError("closed", "this presence was disposed"));
     if (this.queued) return this.queued;
     const p = this.chain.then(async () => {
-      this.queued = void 0;
+      try {
+        await this.room.client._presenceUserKnown();
+      } finally {
+        this.queued = void 0;
+      }
       const res = this.active ? await this.room.put(this.key, this.value, { lease: "session" }) : await this.room.delete(this.key);
       this.session = this.room.client.session?.session;
       return res;
@@ -428,8 +460,9 @@ var Room = class {
     }
   }
   /**
-   * This room's presence: this client's value under `presence/<clientId>`
-   * (a session-leased key) and everyone else's. Cached per room.
+   * This room's presence: this client's value under
+   * `presence/<token sub>/<clientId>` (a session-leased key; see
+   * {@link Presence}) and everyone else's. Cached per room until disposed.
    */
   presence() {
     return this.pres ?? (this.pres = new Presence(this));
@@ -846,6 +879,24 @@ var Client = class extends Emitter {
         err ? reject(err) : resolve();
       };
     });
+  }
+  /**
+   * @internal The user part of this client's presence key: the subject of
+   * its token, else (no token, or no `sub` in it) its clientId; undefined
+   * while a token callback has not given the first token.
+   */
+  _presenceUser() {
+    const sub = this.tokens.subject;
+    return sub === null ? void 0 : sub ?? this.clientId;
+  }
+  /** @internal Waits until {@link _presenceUser} is known (a first token, by connecting). */
+  async _presenceUserKnown() {
+    if (this._presenceUser() !== void 0) return;
+    try {
+      await this.ready(this.timeout);
+    } catch {
+      throw new NotConnectedError("not connected: the presence key (from the token) is not known yet; nothing was written");
+    }
   }
   /** @internal Creates a watch (Room.watch). */
   _watch(room, prefixes) {

@@ -204,6 +204,26 @@ export class Client extends Emitter<ClientEvents> {
     });
   }
 
+  /**
+   * @internal The user part of this client's presence key: the subject of
+   * its token, else (no token, or no `sub` in it) its clientId; undefined
+   * while a token callback has not given the first token.
+   */
+  _presenceUser(): string | undefined {
+    const sub = this.tokens.subject;
+    return sub === null ? undefined : (sub ?? this.clientId);
+  }
+
+  /** @internal Waits until {@link _presenceUser} is known (a first token, by connecting). */
+  async _presenceUserKnown(): Promise<void> {
+    if (this._presenceUser() !== undefined) return;
+    try {
+      await this.ready(this.timeout);
+    } catch {
+      throw new NotConnectedError('not connected: the presence key (from the token) is not known yet; nothing was written');
+    }
+  }
+
   /** @internal Creates a watch (Room.watch). */
   _watch<V>(room: string, prefixes: string[]): Watch<V> {
     const w = new Watch<V>(this, room, prefixes);

@@ -3,7 +3,7 @@ import { StatecastError } from './errors.js';
 import { checkValue, type Room, type WriteResult } from './room.js';
 import type { Watch } from './watch.js';
 
-/** Events of {@link Presence}. `id` is the other client's presence id. */
+/** Events of {@link Presence}. `id` is the other client's presence id, `<user>/<clientId>`. */
 export interface PresenceEvents<V> {
   /** Someone appeared in the room. */
   join: { id: string; value: V };
@@ -20,8 +20,11 @@ export const PRESENCE_PREFIX = 'presence/';
 
 /**
  * Presence in one room: this client's value, kept under
- * `presence/<clientId>` as a session-leased key (the server deletes it
- * shortly after this client's session ends), and everyone else's.
+ * `presence/<user>/<clientId>` as a session-leased key (the server deletes it
+ * shortly after this client's session ends), and everyone else's. `<user>` is
+ * the `sub` of the client's token, so that the grant
+ * `presence/{sub}/` (rw) covers it and nothing of another subject; without a
+ * token or a `sub` in it, the clientId. Each client (tab) has its own key.
  *
  * `set` and `clear` are latest-wins: calls made while an earlier presence
  * write is in flight are merged into one write of the latest state, and
@@ -29,13 +32,10 @@ export const PRESENCE_PREFIX = 'presence/';
  * session (the lease ended), the current value is written again by itself.
  */
 export class Presence<V = unknown> extends Emitter<PresenceEvents<V>> {
-  /** This client's presence id (`client.clientId`). */
-  readonly id: string;
-  /** The key this client's presence is written at. */
-  readonly key: string;
   /** The watch of `presence/` behind this object. */
   readonly watch: Watch<V>;
   private readonly room: Room;
+  private k: string | undefined;
   private value: V | undefined;
   private active = false;
   private chain: Promise<unknown> = Promise.resolve();
@@ -50,8 +50,6 @@ export class Presence<V = unknown> extends Emitter<PresenceEvents<V>> {
   constructor(room: Room) {
     super();
     this.room = room;
-    this.id = room.client.clientId;
-    this.key = PRESENCE_PREFIX + this.id;
     this.watch = room.watch<V>(PRESENCE_PREFIX);
     this.watch.on('changes', ({ changes }) => {
       let any = false;
@@ -70,6 +68,22 @@ export class Presence<V = unknown> extends Emitter<PresenceEvents<V>> {
     this.offConnected = room.client.on('connected', (e) => {
       if (!e.resumed && this.active && this.session !== undefined && this.session !== e.session) void this.sync().catch(() => {});
     });
+  }
+
+  /**
+   * The key this client's presence is written at, `presence/<user>/<clientId>`
+   * (see the class). Fixed once known; undefined while a token callback has
+   * not given the first token.
+   */
+  get key(): string | undefined {
+    const user = this.k === undefined ? this.room.client._presenceUser() : undefined;
+    if (user !== undefined) this.k = `${PRESENCE_PREFIX}${user}/${this.room.client.clientId}`;
+    return this.k;
+  }
+
+  /** This client's presence id, `<user>/<clientId>`: its key without `presence/`. */
+  get id(): string | undefined {
+    return this.key?.slice(PRESENCE_PREFIX.length);
   }
 
   /** This client's presence value (undefined when not set). */
@@ -132,10 +146,14 @@ export class Presence<V = unknown> extends Emitter<PresenceEvents<V>> {
     if (this.disposed) return Promise.reject(new StatecastError('closed', 'this presence was disposed'));
     if (this.queued) return this.queued;
     const p = this.chain.then(async () => {
-      this.queued = undefined;
+      try {
+        await this.room.client._presenceUserKnown();
+      } finally {
+        this.queued = undefined; // calls until here merged into this write
+      }
       const res = this.active
-        ? await this.room.put(this.key, this.value, { lease: 'session' })
-        : await this.room.delete(this.key);
+        ? await this.room.put(this.key!, this.value, { lease: 'session' })
+        : await this.room.delete(this.key!);
       this.session = this.room.client.session?.session;
       return res;
     });

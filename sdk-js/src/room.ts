@@ -114,8 +114,9 @@ export class Room {
   }
 
   /**
-   * This room's presence: this client's value under `presence/<clientId>`
-   * (a session-leased key) and everyone else's. Cached per room.
+   * This room's presence: this client's value under
+   * `presence/<token sub>/<clientId>` (a session-leased key; see
+   * {@link Presence}) and everyone else's. Cached per room until disposed.
    */
   presence<V = unknown>(): Presence<V> {
     return (this.pres ??= new Presence<any>(this));
