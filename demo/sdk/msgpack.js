@@ -1450,6 +1450,8 @@ function decodeMulti(buffer, options) {
 }
 
 // src/msgpack.ts
+if (typeof decodeMulti !== "function" || typeof encode !== "function")
+  throw new Error("@statecast/sdk/msgpack needs the optional peer dependency @msgpack/msgpack 3.x: npm install @msgpack/msgpack");
 var msgpackCodec = {
   subprotocol: "statecast.v1.msgpack",
   encode: (message) => encode(message, { ignoreUndefined: true }),

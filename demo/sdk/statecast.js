@@ -36,6 +36,13 @@ var TooLargeError = class extends StatecastError {
     this.name = "TooLargeError";
   }
 };
+var InvalidValueError = class extends StatecastError {
+  constructor(path, what) {
+    super("invalid_value", `${path} is ${what}, which JSON cannot carry as it is; not sent`);
+    this.name = "InvalidValueError";
+    this.path = path;
+  }
+};
 var RateLimitedError = class extends StatecastError {
   constructor(message) {
     super("rate_limited", message);
@@ -65,6 +72,14 @@ var ClosedError = class extends StatecastError {
     super("closed", `connection closed (${closeCode})${reason ? ": " + reason : ""}`);
     this.name = "ClosedError";
     this.closeCode = closeCode;
+  }
+};
+var ListenerError = class extends StatecastError {
+  constructor(event, cause) {
+    super("listener", `a "${event}" listener threw: ${cause instanceof Error ? cause.message : String(cause)}`);
+    this.name = "ListenerError";
+    this.event = event;
+    this.cause = cause;
   }
 };
 function errorFromReply(m) {
@@ -116,6 +131,18 @@ var Tokens = class {
     this.use(token);
     return token;
   }
+  /**
+   * The `sub` claim of the token in use (read, not verified: the server
+   * verifies it). Undefined when there is no token or it has no readable
+   * `sub`; null while a token callback has not given a token yet.
+   */
+  get subject() {
+    const callback = typeof this.source === "function";
+    const token = callback ? this.token : this.source;
+    if (token === void 0) return callback ? null : void 0;
+    const sub = jwtClaims(token)?.sub;
+    return typeof sub === "string" && sub !== "" ? sub : void 0;
+  }
   /** A new token from the callback, to refresh the open connection's. */
   async renew() {
     return this.source({ reason: "refresh" });
@@ -143,11 +170,15 @@ function refreshDelay(expiresMs) {
   return Math.max(expiresMs - 45e3, expiresMs * 0.75);
 }
 function jwtLifetime(token) {
+  const { exp, iat } = jwtClaims(token) ?? {};
+  if (typeof exp !== "number") return void 0;
+  return (typeof iat === "number" ? exp - iat : exp - Date.now() / 1e3) * 1e3;
+}
+function jwtClaims(token) {
   try {
     const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
-    const { exp, iat } = JSON.parse(atob(part));
-    if (typeof exp !== "number") return void 0;
-    return (typeof iat === "number" ? exp - iat : exp - Date.now() / 1e3) * 1e3;
+    const claims = JSON.parse(new TextDecoder().decode(Uint8Array.from(atob(part), (c) => c.charCodeAt(0))));
+    return claims && typeof claims === "object" ? claims : void 0;
   } catch {
     return void 0;
   }
@@ -246,6 +277,10 @@ var Emitter = class {
     const i = list ? list.indexOf(fn) : -1;
     if (i >= 0) list.splice(i, 1);
   }
+  /** The number of listeners of `type` (to check that cleanup removed them). */
+  listenerCount(type) {
+    return this.listeners[type]?.length ?? 0;
+  }
   /** @internal Calls the listeners of `type` with `event`. */
   emit(type, event) {
     const list = this.listeners[type];
@@ -254,9 +289,9 @@ var Emitter = class {
       try {
         fn(event);
       } catch (err) {
-        setTimeout(() => {
-          throw err;
-        });
+        const onError = this.listeners["error"];
+        if (type !== "error" && onError?.length) this.emit("error", new ListenerError(String(type), err));
+        else console.error(`statecast: a "${String(type)}" listener threw`, err);
       }
     }
   }
@@ -270,9 +305,8 @@ var Presence = class extends Emitter {
     super();
     this.active = false;
     this.chain = Promise.resolve();
+    this.disposed = false;
     this.room = room;
-    this.id = room.client.clientId;
-    this.key = PRESENCE_PREFIX + this.id;
     this.watch = room.watch(PRESENCE_PREFIX);
     this.watch.on("changes", ({ changes }) => {
       let any = false;
@@ -284,19 +318,42 @@ var Presence = class extends Emitter {
         else if (c.prevEntry) this.emit("update", { id, value: c.value, prev: c.prev });
         else this.emit("join", { id, value: c.value });
       }
-      if (any) this.emit("change", this.others);
+      if (!any) return;
+      this.snap = void 0;
+      this.emit("change", this.others);
     });
-    room.client.on("connected", (e) => {
+    this.offConnected = room.client.on("connected", (e) => {
       if (!e.resumed && this.active && this.session !== void 0 && this.session !== e.session) void this.sync().catch(() => {
       });
     });
+  }
+  /**
+   * The key this client's presence is written at, `presence/<user>/<clientId>`
+   * (see the class). Fixed once known; undefined while a token callback has
+   * not given the first token.
+   */
+  get key() {
+    const user = this.k === void 0 ? this.room.client._presenceUser() : void 0;
+    if (user !== void 0) this.k = `${PRESENCE_PREFIX}${user}/${this.room.client.clientId}`;
+    return this.k;
+  }
+  /** This client's presence id, `<user>/<clientId>`: its key without `presence/`. */
+  get id() {
+    return this.key?.slice(PRESENCE_PREFIX.length);
   }
   /** This client's presence value (undefined when not set). */
   get self() {
     return this.value;
   }
-  /** Everyone else present, by presence id. */
+  /**
+   * Everyone else present, by presence id: a snapshot that keeps its identity
+   * until someone else joins, updates or leaves (for `useSyncExternalStore`).
+   * Do not change it.
+   */
   get others() {
+    return this.snap ?? (this.snap = this.collect());
+  }
+  collect() {
     const m = /* @__PURE__ */ new Map();
     for (const e of this.watch.entries()) {
       const id = e.key.slice(PRESENCE_PREFIX.length);
@@ -306,6 +363,11 @@ var Presence = class extends Emitter {
   }
   /** Sets this client's presence value (any JSON value). */
   set(value) {
+    try {
+      checkValue(value, "value");
+    } catch (e) {
+      return Promise.reject(e);
+    }
     this.value = value;
     this.active = true;
     return this.sync();
@@ -316,10 +378,29 @@ var Presence = class extends Emitter {
     this.active = false;
     return this.sync();
   }
+  /**
+   * Ends this presence object: clears this client's value if it was set
+   * (others see it leave), closes the watch and removes its client listener.
+   * `room.presence()` then returns a new one. Later `set`/`clear` reject.
+   */
+  dispose() {
+    if (this.disposed) return;
+    if (this.active) void this.clear().catch(() => {
+    });
+    this.disposed = true;
+    this.offConnected();
+    this.watch.close();
+    this.room._forget(this);
+  }
   sync() {
+    if (this.disposed) return Promise.reject(new StatecastError("closed", "this presence was disposed"));
     if (this.queued) return this.queued;
     const p = this.chain.then(async () => {
-      this.queued = void 0;
+      try {
+        await this.room.client._presenceUserKnown();
+      } finally {
+        this.queued = void 0;
+      }
       const res = this.active ? await this.room.put(this.key, this.value, { lease: "session" }) : await this.room.delete(this.key);
       this.session = this.room.client.session?.session;
       return res;
@@ -347,31 +428,73 @@ var Room = class {
     const list = prefixes === void 0 ? [] : typeof prefixes === "string" ? [prefixes] : [...prefixes];
     return this.client._watch(this.name, list);
   }
-  /** Writes `value` (any JSON value) at `key`. Resolves with the committed revision. */
+  /**
+   * Writes `value` (a JSON value: see {@link InvalidValueError} for what is
+   * refused) at `key`. Resolves with the committed revision; every failure is
+   * a rejection with a typed error.
+   */
   put(key, value, opts = {}) {
-    if (value === void 0) return Promise.reject(new TypeError("put: value must not be undefined (use delete)"));
-    return this.client._write(this.name, { t: "put", key, value, if_rev: opts.ifModRev, lease: opts.lease }, opts);
+    return this.write(() => (checkValue(value, "value"), { t: "put", key, value, if_rev: opts.ifModRev, lease: opts.lease }), opts);
   }
   /** Deletes `key`. Deleting a missing key writes nothing and resolves with the current revision. */
   delete(key, opts = {}) {
-    return this.client._write(this.name, { t: "del", key, if_rev: opts.ifModRev }, opts);
+    return this.write(() => ({ t: "del", key, if_rev: opts.ifModRev }), opts);
   }
   /** Applies a transaction at one revision, or rejects with ConflictError when a condition fails. */
   txn(txn, opts = {}) {
-    const ops = txn.ops.map(
-      (o) => o.type === "put" ? { op: "put", key: o.key, value: o.value, lease: o.lease } : { op: "del", key: o.key }
-    );
-    const conds = txn.if?.map((c) => ({ key: c.key, mod_rev: c.modRev }));
-    return this.client._write(this.name, { t: "txn", if: conds, ops }, opts);
+    return this.write(() => {
+      if (!Array.isArray(txn?.ops)) throw new InvalidValueError("txn.ops", "not an array");
+      const ops = txn.ops.map(
+        (o, i) => o.type === "put" ? (checkValue(o.value, `txn.ops[${i}].value`), { op: "put", key: o.key, value: o.value, lease: o.lease }) : { op: "del", key: o.key }
+      );
+      const conds = txn.if?.map((c) => ({ key: c.key, mod_rev: c.modRev }));
+      return { t: "txn", if: conds, ops };
+    }, opts);
+  }
+  /** Builds the message and sends it; whatever throws becomes a rejection (never a synchronous throw). */
+  write(msg, opts) {
+    try {
+      return this.client._write(this.name, msg(), opts);
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
   /**
-   * This room's presence: this client's value under `presence/<clientId>`
-   * (a session-leased key) and everyone else's. Cached per room.
+   * This room's presence: this client's value under
+   * `presence/<token sub>/<clientId>` (a session-leased key; see
+   * {@link Presence}) and everyone else's. Cached per room until disposed.
    */
   presence() {
     return this.pres ?? (this.pres = new Presence(this));
   }
+  /** @internal A disposed presence is no longer handed out. */
+  _forget(p) {
+    if (this.pres === p) this.pres = void 0;
+  }
 };
+function checkValue(v, path, seen = []) {
+  switch (typeof v) {
+    case "string":
+    case "boolean":
+      return;
+    case "number":
+      if (isFinite(v)) return;
+      throw new InvalidValueError(path, String(v));
+    case "object": {
+      if (v === null) return;
+      if (seen.includes(v)) throw new InvalidValueError(path, "a cycle");
+      const proto = Object.getPrototypeOf(v);
+      if (!Array.isArray(v) && proto !== null && Object.getPrototypeOf(proto) !== null)
+        throw new InvalidValueError(path, `a ${v.constructor?.name || "non-plain object"}`);
+      seen.push(v);
+      if (Array.isArray(v)) for (let i = 0; i < v.length; i++) checkValue(v[i], `${path}[${i}]`, seen);
+      else for (const [k, x] of Object.entries(v)) if (x !== void 0) checkValue(x, `${path}.${k}`, seen);
+      seen.pop();
+      return;
+    }
+  }
+  throw new InvalidValueError(path, v === void 0 ? "undefined" : `a ${typeof v}`);
+}
 
 // src/watch.ts
 var Watch = class extends Emitter {
@@ -386,6 +509,8 @@ var Watch = class extends Emitter {
     this.replaying = false;
     this.replayed = 0;
     this.waiters = [];
+    /** ready() calls waiting for the first view, failed when the client stops. */
+    this.readies = [];
     /** @internal Current subscription id on the socket (0: none). */
     this._sub = 0;
     /** @internal Retries of a subscription the server ended. */
@@ -425,21 +550,37 @@ var Watch = class extends Emitter {
   has(key) {
     return this.view.has(key);
   }
-  /** Every entry of the view, sorted by key. */
+  /**
+   * Every entry of the view, sorted by key: a frozen array of frozen entries
+   * that keeps its identity until the view changes (a snapshot for React's
+   * `useSyncExternalStore`). An entry keeps its identity while its key is
+   * unchanged. Values are not frozen; do not change them.
+   */
   entries() {
-    return [...this.view.values()].sort((a, b) => cmp(a.key, b.key));
+    return this.snap ?? (this.snap = Object.freeze([...this.view.values()].sort((a, b) => cmp(a.key, b.key))));
   }
-  /** Resolves once the watch has a view (its first `sync`); rejects if it is closed first. */
+  /**
+   * Resolves once the watch has a view (its first `sync`), at once if it has
+   * one. Rejects if the watch is closed first, and with NotConnectedError if
+   * the client is or becomes `disconnected` (`close()`, a fatal close) first.
+   */
   ready() {
     if (this.started) return Promise.resolve();
     if (this.st === "closed") return Promise.reject(this.err ?? new StatecastError("closed", "watch closed"));
+    if (this.owner.status === "disconnected") return Promise.reject(new NotConnectedError("the client is disconnected"));
     return new Promise((resolve, reject) => {
+      const done = (err) => {
+        offs.forEach((f) => f());
+        this.readies = this.readies.filter((f) => f !== done);
+        err ? reject(err) : resolve();
+      };
       const offs = [
-        this.on("sync", () => (offs.forEach((f) => f()), resolve())),
+        this.on("sync", () => done()),
         this.on("status", ({ status }) => {
-          if (status === "closed") offs.forEach((f) => f()), reject(this.err ?? new StatecastError("closed", "watch closed"));
+          if (status === "closed") done(this.err ?? new StatecastError("closed", "watch closed"));
         })
       ];
+      this.readies.push(done);
     });
   }
   /** Stops watching; the view stays readable but is no longer updated. */
@@ -460,11 +601,14 @@ var Watch = class extends Emitter {
     this.replayed = 0;
     if (this.started) this.setStatus("syncing");
   }
-  /** @internal The socket is gone. */
-  _offline() {
+  /** @internal The socket is gone; `stopped`: the client stopped (disconnected, no reconnect). */
+  _offline(stopped = false) {
     this._sub = 0;
     this.replaying = false;
     if (this.st !== "closed") this.setStatus(this.started ? "stale" : "pending");
+    if (!stopped) return;
+    for (const fail of this.readies.slice()) fail(new NotConnectedError("the client is disconnected"));
+    for (const w of this.waiters.splice(0)) w.done();
   }
   /** @internal The server refused the subscription for good. */
   _fail(err) {
@@ -503,9 +647,10 @@ var Watch = class extends Emitter {
     const changes = [];
     for (const it of m.items ?? []) {
       const e = toEntry(it);
-      next.set(e.key, e);
       const o = this.view.get(e.key);
-      if (!o || o.modRev !== e.modRev || !same && !sameEntry(o, e)) changes.push(change("put", e.key, e, o, m.rev, cause));
+      const changed = !o || o.modRev !== e.modRev || !same && !sameEntry(o, e);
+      if (changed) changes.push(change("put", e.key, e, o, m.rev, cause));
+      next.set(e.key, changed ? e : o);
     }
     for (const [key, o] of this.view) if (!next.has(key)) changes.push(change("delete", key, void 0, o, m.rev, cause));
     changes.sort((a, b) => cmp(a.key, b.key));
@@ -541,6 +686,7 @@ var Watch = class extends Emitter {
     this.deliver(changes, m.rev, cause);
   }
   deliver(changes, rev, cause) {
+    if (changes.length) this.snap = void 0;
     for (const c of changes) this.emit("change", c);
     if (changes.length) this.emit("changes", { rev, cause, changes });
   }
@@ -563,14 +709,14 @@ function cmp(a, b) {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 function toEntry(it) {
-  return {
+  return Object.freeze({
     key: it.key,
     value: it.value,
     createRev: it.create_rev ?? 0,
     modRev: it.mod_rev,
     version: it.version ?? 0,
     lease: !!it.lease
-  };
+  });
 }
 function change(type, key, e, o, rev, cause) {
   return { type, key, value: e?.value, prev: o?.value, entry: e, prevEntry: o, rev, cause };
@@ -641,10 +787,6 @@ var Client = class extends Emitter {
     this.onWake = () => {
       if (globalThis.document?.visibilityState !== "hidden") this.probe();
     };
-    const WS = o.WebSocket ?? globalThis.WebSocket;
-    if (!WS) throw new TypeError('statecast: no WebSocket available; pass the WebSocket option (e.g. from the "ws" package)');
-    this.WS = WS;
-    this.url = wsURL(o.url);
     this.codec = o.codec ?? jsonCodec;
     this.clock = o.clock ?? realClock;
     this.random = o.random ?? Math.random;
@@ -656,6 +798,14 @@ var Client = class extends Emitter {
     this.clientId = o.clientId ?? this.takeSaved() ?? randomId();
     this.tokens = new Tokens(o.token, this.clock);
     if (o.autoConnect !== false) this.connect();
+  }
+  /** The WebSocket URL (as given while it cannot be resolved yet: a relative URL outside a page). */
+  get url() {
+    try {
+      return wsURL(this.o.url);
+    } catch {
+      return this.o.url;
+    }
   }
   /** The connection's status. */
   get status() {
@@ -730,6 +880,24 @@ var Client = class extends Emitter {
       };
     });
   }
+  /**
+   * @internal The user part of this client's presence key: the subject of
+   * its token, else (no token, or no `sub` in it) its clientId; undefined
+   * while a token callback has not given the first token.
+   */
+  _presenceUser() {
+    const sub = this.tokens.subject;
+    return sub === null ? void 0 : sub ?? this.clientId;
+  }
+  /** @internal Waits until {@link _presenceUser} is known (a first token, by connecting). */
+  async _presenceUserKnown() {
+    if (this._presenceUser() !== void 0) return;
+    try {
+      await this.ready(this.timeout);
+    } catch {
+      throw new NotConnectedError("not connected: the presence key (from the token) is not known yet; nothing was written");
+    }
+  }
   /** @internal Creates a watch (Room.watch). */
   _watch(room, prefixes) {
     const w = new Watch(this, room, prefixes);
@@ -759,7 +927,12 @@ var Client = class extends Emitter {
   request(msg, write, timeoutMs) {
     if (this.stopped) return Promise.reject(new NotConnectedError("the client is disconnected"));
     const id = this.nextId++;
-    const frame = this.codec.encode({ ...msg, id });
+    let frame;
+    try {
+      frame = this.codec.encode({ ...msg, id });
+    } catch (e) {
+      return Promise.reject(asError(e));
+    }
     const limit = this.o.maxFrameBytes ?? 1 << 20;
     if (frameTooLarge(frame, limit)) return Promise.reject(new TooLargeError(`the message is larger than ${limit} bytes; not sent`));
     return new Promise((resolve, reject) => {
@@ -812,6 +985,19 @@ var Client = class extends Emitter {
   }
   async open() {
     const seq = ++this.seq;
+    const WS = this.o.WebSocket ?? globalThis.WebSocket;
+    let url = "";
+    let bad = WS ? "" : 'no WebSocket available; pass the WebSocket option (e.g. from the "ws" package)';
+    try {
+      url = wsURL(this.o.url);
+    } catch {
+      bad || (bad = `cannot resolve the URL "${this.o.url}": a relative URL needs a page to resolve against; pass an absolute one`);
+    }
+    if (bad) {
+      await 0;
+      if (seq === this.seq) this.stop(new StatecastError("invalid_option", bad));
+      return;
+    }
     let token;
     try {
       token = await this.tokens.forConnect();
@@ -824,7 +1010,7 @@ var Client = class extends Emitter {
     if (seq !== this.seq) return;
     let ws;
     try {
-      ws = new this.WS(this.url, [this.codec.subprotocol]);
+      ws = new WS(url, [this.codec.subprotocol]);
     } catch (e) {
       return this.stop(asError(e));
     }
@@ -1011,7 +1197,7 @@ var Client = class extends Emitter {
   halt() {
     this.clock.clearTimeout(this.timers.retry);
     this.timers.retry = void 0;
-    for (const w of this.watches) w._offline();
+    for (const w of this.watches) w._offline(true);
     this.setStatus("disconnected");
     const q = this.queue;
     this.queue = [];
@@ -1092,6 +1278,8 @@ export {
   ClosedError,
   ConflictError,
   ForbiddenError,
+  InvalidValueError,
+  ListenerError,
   NotConnectedError,
   OutcomeUnknownError,
   PRESENCE_PREFIX,

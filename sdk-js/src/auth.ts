@@ -46,6 +46,19 @@ export class Tokens {
     return token;
   }
 
+  /**
+   * The `sub` claim of the token in use (read, not verified: the server
+   * verifies it). Undefined when there is no token or it has no readable
+   * `sub`; null while a token callback has not given a token yet.
+   */
+  get subject(): string | undefined | null {
+    const callback = typeof this.source === 'function';
+    const token = callback ? this.token : (this.source as string | undefined);
+    if (token === undefined) return callback ? null : undefined;
+    const sub = jwtClaims(token)?.sub;
+    return typeof sub === 'string' && sub !== '' ? sub : undefined;
+  }
+
   /** A new token from the callback, to refresh the open connection's. */
   async renew(): Promise<string> {
     return (this.source as TokenProvider)({ reason: 'refresh' });
@@ -83,11 +96,17 @@ export function refreshDelay(expiresMs: number): number {
  * from now, in case this clock and the issuer's disagree), else `exp − now`.
  */
 function jwtLifetime(token: string): number | undefined {
+  const { exp, iat } = jwtClaims(token) ?? {};
+  if (typeof exp !== 'number') return undefined;
+  return (typeof iat === 'number' ? exp - iat : exp - Date.now() / 1000) * 1000;
+}
+
+/** A JWT's payload claims, read without verifying; undefined if it is not a JWT. */
+function jwtClaims(token: string): Record<string, unknown> | undefined {
   try {
     const part = token.split('.')[1]!.replace(/-/g, '+').replace(/_/g, '/');
-    const { exp, iat } = JSON.parse(atob(part)) as { exp?: unknown; iat?: unknown };
-    if (typeof exp !== 'number') return undefined;
-    return (typeof iat === 'number' ? exp - iat : exp - Date.now() / 1000) * 1000;
+    const claims = JSON.parse(new TextDecoder().decode(Uint8Array.from(atob(part), (c) => c.charCodeAt(0)))) as unknown;
+    return claims && typeof claims === 'object' ? (claims as Record<string, unknown>) : undefined;
   } catch {
     return undefined;
   }

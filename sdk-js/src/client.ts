@@ -63,11 +63,8 @@ export function createClient(options: ClientOptions): Client {
  * {@link NotConnectedError} (never sent). See README.md.
  */
 export class Client extends Emitter<ClientEvents> {
-  /** The WebSocket URL connected to. */
-  readonly url: string;
   /** This client's presence id. */
   readonly clientId: string;
-  private readonly WS: WebSocketConstructor;
   private readonly codec: Codec;
   private readonly clock: Clock;
   private readonly random: () => number;
@@ -102,10 +99,8 @@ export class Client extends Emitter<ClientEvents> {
   /** @internal Use {@link createClient}. */
   constructor(private readonly o: ClientOptions) {
     super();
-    const WS = o.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
-    if (!WS) throw new TypeError('statecast: no WebSocket available; pass the WebSocket option (e.g. from the "ws" package)');
-    this.WS = WS;
-    this.url = wsURL(o.url);
+    // Nothing here may throw or touch the network (server rendering): the
+    // WebSocket and a relative URL are resolved when connecting.
     this.codec = o.codec ?? jsonCodec;
     this.clock = o.clock ?? realClock;
     this.random = o.random ?? Math.random;
@@ -117,6 +112,15 @@ export class Client extends Emitter<ClientEvents> {
     this.clientId = o.clientId ?? this.takeSaved() ?? randomId();
     this.tokens = new Tokens(o.token, this.clock);
     if (o.autoConnect !== false) this.connect();
+  }
+
+  /** The WebSocket URL (as given while it cannot be resolved yet: a relative URL outside a page). */
+  get url(): string {
+    try {
+      return wsURL(this.o.url);
+    } catch {
+      return this.o.url;
+    }
   }
 
   /** The connection's status. */
@@ -200,6 +204,26 @@ export class Client extends Emitter<ClientEvents> {
     });
   }
 
+  /**
+   * @internal The user part of this client's presence key: the subject of
+   * its token, else (no token, or no `sub` in it) its clientId; undefined
+   * while a token callback has not given the first token.
+   */
+  _presenceUser(): string | undefined {
+    const sub = this.tokens.subject;
+    return sub === null ? undefined : (sub ?? this.clientId);
+  }
+
+  /** @internal Waits until {@link _presenceUser} is known (a first token, by connecting). */
+  async _presenceUserKnown(): Promise<void> {
+    if (this._presenceUser() !== undefined) return;
+    try {
+      await this.ready(this.timeout);
+    } catch {
+      throw new NotConnectedError('not connected: the presence key (from the token) is not known yet; nothing was written');
+    }
+  }
+
   /** @internal Creates a watch (Room.watch). */
   _watch<V>(room: string, prefixes: string[]): Watch<V> {
     const w = new Watch<V>(this, room, prefixes);
@@ -232,7 +256,12 @@ export class Client extends Emitter<ClientEvents> {
   private request(msg: Record<string, unknown>, write: boolean, timeoutMs: number): Promise<ServerMessage> {
     if (this.stopped) return Promise.reject(new NotConnectedError('the client is disconnected'));
     const id = this.nextId++;
-    const frame = this.codec.encode({ ...msg, id });
+    let frame: string | Uint8Array;
+    try {
+      frame = this.codec.encode({ ...msg, id });
+    } catch (e) {
+      return Promise.reject(asError(e));
+    }
     const limit = this.o.maxFrameBytes ?? 1 << 20;
     if (frameTooLarge(frame, limit)) return Promise.reject(new TooLargeError(`the message is larger than ${limit} bytes; not sent`));
     return new Promise((resolve, reject) => {
@@ -294,6 +323,19 @@ export class Client extends Emitter<ClientEvents> {
 
   private async open(): Promise<void> {
     const seq = ++this.seq;
+    const WS = this.o.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+    let url = '';
+    let bad = WS ? '' : 'no WebSocket available; pass the WebSocket option (e.g. from the "ws" package)';
+    try {
+      url = wsURL(this.o.url);
+    } catch {
+      bad ||= `cannot resolve the URL "${this.o.url}": a relative URL needs a page to resolve against; pass an absolute one`;
+    }
+    if (bad) {
+      await 0; // after the constructor returned (autoConnect), so that its error listeners hear it
+      if (seq === this.seq) this.stop(new StatecastError('invalid_option', bad));
+      return;
+    }
     let token: string | undefined;
     try {
       token = await this.tokens.forConnect();
@@ -306,7 +348,7 @@ export class Client extends Emitter<ClientEvents> {
     if (seq !== this.seq) return;
     let ws: WebSocketLike;
     try {
-      ws = new this.WS(this.url, [this.codec.subprotocol]);
+      ws = new WS!(url, [this.codec.subprotocol]);
     } catch (e) {
       return this.stop(asError(e));
     }
@@ -505,7 +547,7 @@ export class Client extends Emitter<ClientEvents> {
   private halt(): void {
     this.clock.clearTimeout(this.timers.retry);
     this.timers.retry = undefined;
-    for (const w of this.watches) w._offline();
+    for (const w of this.watches) w._offline(true);
     this.setStatus('disconnected');
     const q = this.queue;
     this.queue = [];

@@ -1,3 +1,5 @@
+import { ListenerError } from './errors.js';
+
 /** A listener of one event type. */
 export type Listener<T> = (event: T) => void;
 
@@ -6,8 +8,10 @@ export type Listener<T> = (event: T) => void;
  *
  * Listeners run synchronously, in the order they were added, and in the wire
  * order of the messages that caused them. A listener that throws does not
- * stop the others or the SDK: its error is rethrown from a fresh task, where
- * it shows up as an uncaught error.
+ * stop the others or the SDK: its error is emitted as a {@link ListenerError}
+ * on this emitter's `error` event, or logged with console.error when nothing
+ * listens to `error` (never rethrown: an uncaught exception would end a Node
+ * process).
  */
 export class Emitter<Events extends object> {
   /**
@@ -39,6 +43,11 @@ export class Emitter<Events extends object> {
     if (i >= 0) list!.splice(i, 1);
   }
 
+  /** The number of listeners of `type` (to check that cleanup removed them). */
+  listenerCount<K extends keyof Events>(type: K): number {
+    return this.listeners[type]?.length ?? 0;
+  }
+
   /** @internal Calls the listeners of `type` with `event`. */
   protected emit<K extends keyof Events>(type: K, event: Events[K]): void {
     const list = this.listeners[type];
@@ -47,9 +56,9 @@ export class Emitter<Events extends object> {
       try {
         fn(event);
       } catch (err) {
-        setTimeout(() => {
-          throw err;
-        });
+        const onError = this.listeners['error' as K];
+        if (type !== 'error' && onError?.length) this.emit('error' as K, new ListenerError(String(type), err) as Events[K]);
+        else console.error(`statecast: a "${String(type)}" listener threw`, err);
       }
     }
   }

@@ -62,6 +62,22 @@ export class TooLargeError extends StatecastError {
   }
 }
 
+/**
+ * A value JSON cannot carry as it is (a BigInt, Map, Set, Date or other class
+ * instance, function, symbol, NaN or ±Infinity, undefined in an array or as
+ * the value, a cycle): refused before sending, nothing written. `path` says
+ * where (`value.a[2]`).
+ */
+export class InvalidValueError extends StatecastError {
+  /** Where in the value the offending part is. */
+  readonly path: string;
+  constructor(path: string, what: string) {
+    super('invalid_value', `${path} is ${what}, which JSON cannot carry as it is; not sent`);
+    this.name = 'InvalidValueError';
+    this.path = path;
+  }
+}
+
 /** Too many writes per second on this connection; nothing was written. Retry after a delay. */
 export class RateLimitedError extends StatecastError {
   constructor(message: string) {
@@ -112,6 +128,24 @@ export class ClosedError extends StatecastError {
     super('closed', `connection closed (${closeCode})${reason ? ': ' + reason : ''}`);
     this.name = 'ClosedError';
     this.closeCode = closeCode;
+  }
+}
+
+/**
+ * An application listener threw while the SDK emitted `event`; emitted as an
+ * `error` event of the same emitter (or logged with console.error when it has
+ * no `error` listener). The SDK goes on as if the listener had returned.
+ */
+export class ListenerError extends StatecastError {
+  /** The event whose listener threw. */
+  readonly event: string;
+  /** What it threw. */
+  readonly cause: unknown;
+  constructor(event: string, cause: unknown) {
+    super('listener', `a "${event}" listener threw: ${cause instanceof Error ? cause.message : String(cause)}`);
+    this.name = 'ListenerError';
+    this.event = event;
+    this.cause = cause;
   }
 }
 

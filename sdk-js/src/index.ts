@@ -43,10 +43,12 @@ export {
   UnauthorizedError,
   ForbiddenError,
   TooLargeError,
+  InvalidValueError,
   RateLimitedError,
   NotConnectedError,
   OutcomeUnknownError,
   TimeoutError,
   ClosedError,
+  ListenerError,
 } from './errors.js';
 export type { Listener } from './emitter.js';

@@ -1,4 +1,5 @@
 import type { Client } from './client.js';
+import { InvalidValueError } from './errors.js';
 import { Presence } from './presence.js';
 import type { Watch } from './watch.js';
 
@@ -77,31 +78,82 @@ export class Room {
     return this.client._watch<V>(this.name, list);
   }
 
-  /** Writes `value` (any JSON value) at `key`. Resolves with the committed revision. */
+  /**
+   * Writes `value` (a JSON value: see {@link InvalidValueError} for what is
+   * refused) at `key`. Resolves with the committed revision; every failure is
+   * a rejection with a typed error.
+   */
   put(key: string, value: unknown, opts: PutOptions = {}): Promise<WriteResult> {
-    if (value === undefined) return Promise.reject(new TypeError('put: value must not be undefined (use delete)'));
-    return this.client._write(this.name, { t: 'put', key, value, if_rev: opts.ifModRev, lease: opts.lease }, opts);
+    return this.write(() => (checkValue(value, 'value'), { t: 'put', key, value, if_rev: opts.ifModRev, lease: opts.lease }), opts);
   }
 
   /** Deletes `key`. Deleting a missing key writes nothing and resolves with the current revision. */
   delete(key: string, opts: DeleteOptions = {}): Promise<WriteResult> {
-    return this.client._write(this.name, { t: 'del', key, if_rev: opts.ifModRev }, opts);
+    return this.write(() => ({ t: 'del', key, if_rev: opts.ifModRev }), opts);
   }
 
   /** Applies a transaction at one revision, or rejects with ConflictError when a condition fails. */
   txn(txn: Txn, opts: WriteOptions = {}): Promise<WriteResult> {
-    const ops = txn.ops.map((o) =>
-      o.type === 'put' ? { op: 'put', key: o.key, value: o.value, lease: o.lease } : { op: 'del', key: o.key },
-    );
-    const conds = txn.if?.map((c) => ({ key: c.key, mod_rev: c.modRev }));
-    return this.client._write(this.name, { t: 'txn', if: conds, ops }, opts);
+    return this.write(() => {
+      if (!Array.isArray(txn?.ops)) throw new InvalidValueError('txn.ops', 'not an array');
+      const ops = txn.ops.map((o, i) =>
+        o.type === 'put' ? (checkValue(o.value, `txn.ops[${i}].value`), { op: 'put', key: o.key, value: o.value, lease: o.lease }) : { op: 'del', key: o.key },
+      );
+      const conds = txn.if?.map((c) => ({ key: c.key, mod_rev: c.modRev }));
+      return { t: 'txn', if: conds, ops };
+    }, opts);
+  }
+
+  /** Builds the message and sends it; whatever throws becomes a rejection (never a synchronous throw). */
+  private write(msg: () => Record<string, unknown>, opts: WriteOptions): Promise<WriteResult> {
+    try {
+      return this.client._write(this.name, msg(), opts);
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
 
   /**
-   * This room's presence: this client's value under `presence/<clientId>`
-   * (a session-leased key) and everyone else's. Cached per room.
+   * This room's presence: this client's value under
+   * `presence/<token sub>/<clientId>` (a session-leased key; see
+   * {@link Presence}) and everyone else's. Cached per room until disposed.
    */
   presence<V = unknown>(): Presence<V> {
     return (this.pres ??= new Presence<any>(this));
   }
+
+  /** @internal A disposed presence is no longer handed out. */
+  _forget(p: Presence<any>): void {
+    if (this.pres === p) this.pres = undefined;
+  }
+}
+
+/**
+ * Throws InvalidValueError where JSON would fail on `v` or silently change it
+ * (a Map stored as `{}`, a Date as a string, NaN as null). An object property
+ * that is undefined is left out, as JSON does.
+ */
+export function checkValue(v: unknown, path: string, seen: object[] = []): void {
+  switch (typeof v) {
+    case 'string':
+    case 'boolean':
+      return;
+    case 'number':
+      if (isFinite(v)) return;
+      throw new InvalidValueError(path, String(v));
+    case 'object': {
+      if (v === null) return;
+      if (seen.includes(v)) throw new InvalidValueError(path, 'a cycle');
+      const proto = Object.getPrototypeOf(v);
+      // Plain objects (of any realm) and arrays; a Map, Set, Date or class instance is not JSON.
+      if (!Array.isArray(v) && proto !== null && Object.getPrototypeOf(proto) !== null)
+        throw new InvalidValueError(path, `a ${(v as object).constructor?.name || 'non-plain object'}`);
+      seen.push(v);
+      if (Array.isArray(v)) for (let i = 0; i < v.length; i++) checkValue(v[i], `${path}[${i}]`, seen);
+      else for (const [k, x] of Object.entries(v)) if (x !== undefined) checkValue(x, `${path}.${k}`, seen);
+      seen.pop();
+      return;
+    }
+  }
+  throw new InvalidValueError(path, v === undefined ? 'undefined' : `a ${typeof v}`);
 }

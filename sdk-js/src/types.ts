@@ -49,7 +49,9 @@ export interface ClientOptions {
   /**
    * The server's WebSocket endpoint, e.g. `wss://example.com/v1/ws`. An
    * `http(s)` URL is turned into `ws(s)`, a bare origin gets `/v1/ws`, and in
-   * browsers a relative URL resolves against the page.
+   * browsers a relative URL resolves against the page. Resolved when
+   * connecting: a relative URL without a page (Node, server rendering) is an
+   * `error` event then, never a throw at construction.
    */
   url: string;
   /** A token, or a function returning one (see {@link TokenProvider}). */

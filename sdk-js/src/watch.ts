@@ -1,5 +1,5 @@
 import { Emitter } from './emitter.js';
-import { StatecastError } from './errors.js';
+import { NotConnectedError, StatecastError } from './errors.js';
 import type { SubMessage, WireEvent, WireItem } from './protocol.js';
 
 /** A key with its value and revisions (etcd's KeyValue). */
@@ -89,6 +89,7 @@ export interface WatchEvents<V> {
 
 /** @internal What a watch needs from its client. */
 export interface WatchOwner {
+  readonly status: string;
   _unwatch(w: Watch<any>): void;
 }
 
@@ -110,6 +111,8 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   readonly prefixes: readonly string[];
   private st: WatchStatus = 'pending';
   private view = new Map<string, Entry<V>>();
+  /** entries(), kept until the view changes. */
+  private snap: readonly Entry<V>[] | undefined;
   private r = 0;
   private ep: string | undefined;
   private started = false;
@@ -117,6 +120,8 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   private replayed = 0;
   private err: StatecastError | undefined;
   private waiters: { rev: number; epoch: string | undefined; done: () => void }[] = [];
+  /** ready() calls waiting for the first view, failed when the client stops. */
+  private readies: ((e: StatecastError) => void)[] = [];
   /** @internal Current subscription id on the socket (0: none). */
   _sub = 0;
   /** @internal Retries of a subscription the server ended. */
@@ -165,22 +170,38 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   has(key: string): boolean {
     return this.view.has(key);
   }
-  /** Every entry of the view, sorted by key. */
-  entries(): Entry<V>[] {
-    return [...this.view.values()].sort((a, b) => cmp(a.key, b.key));
+  /**
+   * Every entry of the view, sorted by key: a frozen array of frozen entries
+   * that keeps its identity until the view changes (a snapshot for React's
+   * `useSyncExternalStore`). An entry keeps its identity while its key is
+   * unchanged. Values are not frozen; do not change them.
+   */
+  entries(): readonly Entry<V>[] {
+    return (this.snap ??= Object.freeze([...this.view.values()].sort((a, b) => cmp(a.key, b.key))));
   }
 
-  /** Resolves once the watch has a view (its first `sync`); rejects if it is closed first. */
+  /**
+   * Resolves once the watch has a view (its first `sync`), at once if it has
+   * one. Rejects if the watch is closed first, and with NotConnectedError if
+   * the client is or becomes `disconnected` (`close()`, a fatal close) first.
+   */
   ready(): Promise<void> {
     if (this.started) return Promise.resolve();
     if (this.st === 'closed') return Promise.reject(this.err ?? new StatecastError('closed', 'watch closed'));
+    if (this.owner.status === 'disconnected') return Promise.reject(new NotConnectedError('the client is disconnected'));
     return new Promise((resolve, reject) => {
+      const done = (err?: StatecastError) => {
+        offs.forEach((f) => f());
+        this.readies = this.readies.filter((f) => f !== done);
+        err ? reject(err) : resolve();
+      };
       const offs = [
-        this.on('sync', () => (offs.forEach((f) => f()), resolve())),
+        this.on('sync', () => done()),
         this.on('status', ({ status }) => {
-          if (status === 'closed') offs.forEach((f) => f()), reject(this.err ?? new StatecastError('closed', 'watch closed'));
+          if (status === 'closed') done(this.err ?? new StatecastError('closed', 'watch closed'));
         }),
       ];
+      this.readies.push(done);
     });
   }
 
@@ -205,11 +226,15 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     if (this.started) this.setStatus('syncing');
   }
 
-  /** @internal The socket is gone. */
-  _offline(): void {
+  /** @internal The socket is gone; `stopped`: the client stopped (disconnected, no reconnect). */
+  _offline(stopped = false): void {
     this._sub = 0;
     this.replaying = false;
     if (this.st !== 'closed') this.setStatus(this.started ? 'stale' : 'pending');
+    if (!stopped) return;
+    // Nothing more will arrive: settle what waits for it instead of leaving it hanging.
+    for (const fail of this.readies.slice()) fail(new NotConnectedError('the client is disconnected'));
+    for (const w of this.waiters.splice(0)) w.done(); // the writes committed; the view just will not show them
   }
 
   /** @internal The server refused the subscription for good. */
@@ -252,9 +277,10 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     const changes: ChangeEvent<V>[] = [];
     for (const it of m.items ?? []) {
       const e = toEntry<V>(it);
-      next.set(e.key, e);
       const o = this.view.get(e.key);
-      if (!o || o.modRev !== e.modRev || (!same && !sameEntry(o, e))) changes.push(change('put', e.key, e, o, m.rev, cause));
+      const changed = !o || o.modRev !== e.modRev || (!same && !sameEntry(o, e));
+      if (changed) changes.push(change('put', e.key, e, o, m.rev, cause));
+      next.set(e.key, changed ? e : o); // unchanged: the same entry object (snapshot identity)
     }
     for (const [key, o] of this.view) if (!next.has(key)) changes.push(change('delete', key, undefined, o, m.rev, cause));
     changes.sort((a, b) => cmp(a.key, b.key));
@@ -292,6 +318,7 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   }
 
   private deliver(changes: ChangeEvent<V>[], rev: number, cause: ChangeCause): void {
+    if (changes.length) this.snap = undefined;
     for (const c of changes) this.emit('change', c);
     if (changes.length) this.emit('changes', { rev, cause, changes });
   }
@@ -318,14 +345,14 @@ function cmp(a: string, b: string): number {
 }
 
 function toEntry<V>(it: WireItem | WireEvent): Entry<V> {
-  return {
+  return Object.freeze({
     key: it.key,
     value: it.value as V,
     createRev: it.create_rev ?? 0,
     modRev: it.mod_rev,
     version: it.version ?? 0,
     lease: !!it.lease,
-  };
+  });
 }
 
 function change<V>(type: 'put' | 'delete', key: string, e: Entry<V> | undefined, o: Entry<V> | undefined, rev: number, cause: ChangeCause): ChangeEvent<V> {

@@ -69,16 +69,33 @@ test('auth: an expired token (4002) makes the callback give a new one, and the c
   assert.equal(closes[0]!.code, 4002);
 });
 
-test('auth: a write outside the grants is forbidden; presence under presence/{sub} is allowed', async () => {
-  const grants = [
-    { room: 'auth:*', access: 'r' },
-    { room: 'auth:*', prefix: 'presence/{sub}', access: 'rw' },
-  ];
-  const c = client({ token: jwt('cat', 600, grants), clientId: 'cat' });
-  const room = c.room('auth:p');
-  await assert.rejects(room.put('games/1', 1), ForbiddenError);
-  await room.presence().set({ here: true });
-  await until(() => room.presence().watch.has('presence/cat'));
+// Exactly the grants README.md ("Auth") recommends.
+const README_GRANTS = [
+  { room: 'lobby:*', prefix: '', access: 'r' },
+  { room: 'lobby:*', prefix: 'presence/{sub}/', access: 'rw' },
+  { room: 'doc:{sub}', access: 'rw' },
+];
+
+test('auth: presence works under the README\'s grants (presence/{sub}/), for a token callback and a static token; others are seen (issue 13, defect 1)', async () => {
+  const a = client({ token: () => jwt('alice', 600, README_GRANTS) });
+  const b = client({ token: jwt('bob', 600, README_GRANTS) });
+  const pa = a.room('lobby:eu').presence<{ name: string }>();
+  const pb = b.room('lobby:eu').presence<{ name: string }>();
+  await pa.set({ name: 'Alice' });
+  await pb.set({ name: 'Bob' });
+  assert.equal(pa.key, `presence/alice/${a.clientId}`);
+  assert.equal(pb.key, `presence/bob/${b.clientId}`);
+  await until(() => pa.others.size === 1 && pb.others.size === 1, 'each sees the other');
+  assert.deepEqual([...pb.others], [[`alice/${a.clientId}`, { name: 'Alice' }]]);
+  await pa.set({ name: 'Alice 2' }); // an update under the same key
+  await until(() => pb.others.get(pa.id!)?.name === 'Alice 2', 'update');
+  await pa.clear();
+  await until(() => pb.others.size === 0, 'leave');
+  // The grants keep their promise: nothing outside the subject's own presence, nor a subject that is a prefix of another.
+  const al = client({ token: jwt('al', 600, README_GRANTS) });
+  await assert.rejects(al.room('lobby:eu').put('presence/alice/x', 1), ForbiddenError);
+  await assert.rejects(al.room('lobby:eu').put('games/1', 1), ForbiddenError);
+  await al.room('lobby:eu').presence().set('here');
 });
 
 test('auth: writes over the rate limit reject with RateLimitedError, the others succeed', async () => {

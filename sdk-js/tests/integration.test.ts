@@ -163,19 +163,19 @@ test('integration: presence join, update and leave across two clients (JSON and 
   const leaves = record(pa, 'leave');
   await pa.set({ name: 'Alice' });
   await pb.set({ name: 'Bob' });
-  await until(() => pa.others.has('bob') && pb.others.has('alice'), 'both present');
-  assert.deepEqual([...pa.others], [['bob', { name: 'Bob' }]]);
-  assert.deepEqual([...pb.others], [['alice', { name: 'Alice' }]]);
-  assert.equal(pa.watch.entry('presence/bob')!.lease, true, 'presence is session-leased');
-  assert.deepEqual(joins, [{ id: 'bob', value: { name: 'Bob' } }]);
+  await until(() => pa.others.has('bob/bob') && pb.others.has('alice/alice'), 'both present');
+  assert.deepEqual([...pa.others], [['bob/bob', { name: 'Bob' }]]);
+  assert.deepEqual([...pb.others], [['alice/alice', { name: 'Alice' }]]);
+  assert.equal(pa.watch.entry('presence/bob/bob')!.lease, true, 'presence is session-leased');
+  assert.deepEqual(joins, [{ id: 'bob/bob', value: { name: 'Bob' } }]);
 
   await pb.set({ name: 'Bob', away: true });
   await until(() => updates.length === 1);
-  assert.deepEqual(updates[0], { id: 'bob', value: { name: 'Bob', away: true }, prev: { name: 'Bob' } });
+  assert.deepEqual(updates[0], { id: 'bob/bob', value: { name: 'Bob', away: true }, prev: { name: 'Bob' } });
 
   await pb.clear();
   await until(() => leaves.length === 1);
-  assert.deepEqual(leaves[0], { id: 'bob', prev: { name: 'Bob', away: true } });
+  assert.deepEqual(leaves[0], { id: 'bob/bob', prev: { name: 'Bob', away: true } });
   await pb.set({ name: 'Bob again' });
   await until(() => joins.length === 2);
 
@@ -232,7 +232,7 @@ test('integration: a page reload resumes the session from sessionStore: same pre
     await a.room(room).put('games/ann', { host: 'Ann' }, { lease: 'session' });
     const wb = b.room(room).watch();
     await wb.ready();
-    const annKey = 'presence/' + a.clientId;
+    const annKey = `presence/${a.clientId}/${a.clientId}`; // no token: the clientId is the user too
     assert.ok(wb.has(annKey) && wb.has('games/ann'));
     const seen = record(wb, 'change');
 

@@ -271,3 +271,55 @@ test('watch: a subscription in flight when the socket drops is sent again on the
     await done();
   }
 });
+
+test('watch: entries() is an immutable snapshot that keeps its identity until the view changes (useSyncExternalStore) (issue 13, defect 7)', async () => {
+  const { srv, conn, w, done } = await setup();
+  try {
+    const s = await conn.sub({ t: 'snapshot', epoch: 'e', rev: 2, reason: 'initial', items: [item('a', 1, 1), item('b', { x: 1 }, 2)] });
+    await until(() => w.size === 2);
+    const e1 = w.entries();
+    assert.equal(w.entries(), e1, 'same array until something changes');
+    assert.ok(Object.isFrozen(e1) && e1.every((e) => Object.isFrozen(e)), 'frozen');
+    const b = w.entry('b');
+    conn.send({ t: 'progress', s: s.id, rev: 3 }, { t: 'events', s: s.id, rev: 2, events: [put('a', 9, 2)] }); // no change: a progress mark, a duplicate
+    await sleep(20);
+    assert.equal(w.entries(), e1);
+    conn.send({ t: 'events', s: s.id, rev: 4, events: [put('a', 2, 4, 1, 2)] });
+    await until(() => w.get('a') === 2);
+    const e2 = w.entries();
+    assert.notEqual(e2, e1, 'a change gives a new snapshot');
+    assert.equal(w.entries(), e2);
+    assert.equal(w.entry('b'), b, 'an unchanged entry keeps its identity');
+    // A resync snapshot equal to the view changes nothing, identities included.
+    const next = await reconnect(srv, conn);
+    await next.sub({ t: 'snapshot', epoch: 'e', rev: 5, reason: 'compacted', items: [item('a', 2, 4, 1, 2), item('b', { x: 1 }, 2)] });
+    await until(() => w.rev === 5);
+    assert.equal(w.entries(), e2);
+    assert.equal(w.entry('b'), b);
+  } finally {
+    await done();
+  }
+});
+
+test('watch: ready() settles when the client closes before the first view: NotConnectedError; a read-your-writes wait resolves (issue 13, defect 8)', { timeout: 5000 }, async () => {
+  const { c, conn, w, done } = await setup();
+  try {
+    const ready = assert.rejects(w.ready(), { name: 'NotConnectedError' });
+    const room = c.room('doc:1');
+    const other = room.watch('x/');
+    const s = await conn.next('sub', (m) => m.prefixes?.[0] === 'x/');
+    conn.send({ t: 'ok', id: s.id }, { t: 'snapshot', s: s.id, epoch: 'e', rev: 1, reason: 'initial', items: [] });
+    await other.ready();
+    const write = room.put('x/k', 1, { waitFor: other });
+    const m = await conn.next('put');
+    conn.send({ t: 'ok', id: m.id, rev: 5 }); // acknowledged; the watch has not seen rev 5 yet
+    await sleep(20);
+    c.close();
+    await ready;
+    assert.deepEqual(await write, { rev: 5 }, 'the write committed: its wait ends with the client');
+    await other.ready(); // a watch with a view stays ready
+    await assert.rejects(room.watch('y/').ready(), { name: 'NotConnectedError' }, 'a closed client: at once');
+  } finally {
+    await done();
+  }
+});

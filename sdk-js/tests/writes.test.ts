@@ -15,6 +15,7 @@ import {
   TimeoutError,
   TooLargeError,
   UnauthorizedError,
+  InvalidValueError,
   type ClientOptions,
 } from '../dist/index.js';
 import { FakeServer } from './support/fake-server.js';
@@ -60,7 +61,7 @@ test('writes: put, delete, conditional put and txn on the wire; resolve with the
     conn.send({ t: 'ok', id: m4.id, rev: 6 });
     assert.deepEqual(await p4, { rev: 6 });
 
-    await assert.rejects(room.put('k', undefined), TypeError);
+    await assert.rejects(room.put('k', undefined), InvalidValueError);
   } finally {
     await done();
   }
@@ -188,6 +189,45 @@ test('writes: read-your-writes resolves only once the watch applied the write\'s
     assert.deepEqual(await p, { rev: 4 });
     assert.equal(w.get('k'), 'v');
     await assert.rejects(room.put('k', 1, { waitFor: room.client.room('other').watch() }), TypeError);
+  } finally {
+    await done();
+  }
+});
+
+test('writes: a value JSON cannot represent as given is refused, unsent, as a rejected promise with InvalidValueError (issue 13, defect 2)', async () => {
+  const { conn, room, done } = await setup();
+  try {
+    const cyclic: any = { a: 1 };
+    cyclic.self = cyclic;
+    const bad: [string, () => Promise<unknown>][] = [
+      ['bigint', () => room.put('k', 10n)],
+      ['nested bigint', () => room.put('k', { n: [1, 2n] })],
+      ['Map', () => room.put('k', new Map([['a', 1]]))],
+      ['Set', () => room.put('k', { s: new Set([1]) })],
+      ['Date', () => room.put('k', new Date(0))],
+      ['class instance', () => room.put('k', new (class P { x = 1 })())],
+      ['function', () => room.put('k', { f: () => 1 })],
+      ['symbol', () => room.put('k', Symbol('s'))],
+      ['NaN', () => room.put('k', NaN)],
+      ['Infinity', () => room.put('k', { x: -Infinity })],
+      ['undefined in an array', () => room.put('k', [1, undefined])],
+      ['undefined', () => room.put('k', undefined)],
+      ['cycle', () => room.put('k', cyclic)],
+      ['txn value', () => room.txn({ ops: [{ type: 'put', key: 'a', value: 1n }] })],
+      ['txn without ops', () => room.txn({} as any)],
+    ];
+    for (const [what, write] of bad) {
+      let p: Promise<unknown> | undefined;
+      assert.doesNotThrow(() => void (p = write()), `${what}: no synchronous throw`);
+      await assert.rejects(p!, (e: any) => e instanceof InvalidValueError && e.code === 'invalid_value', what);
+    }
+    // What JSON keeps as it is goes through; an undefined property is left out, as in JSON.
+    const ok = room.put('k', { a: [1, 'x', null, true, { b: -0.5 }], u: undefined, o: Object.create(null) });
+    const m = await conn.next('put');
+    assert.deepEqual(m.value, { a: [1, 'x', null, true, { b: -0.5 }], o: {} });
+    conn.send({ t: 'ok', id: m.id, rev: 2 });
+    await ok;
+    assert.equal(conn.all('put').length + conn.all('txn').length, 1, 'nothing refused was sent');
   } finally {
     await done();
   }
