@@ -12,7 +12,7 @@
 //	{"sub": "alice", "exp": 1767225600,
 //	 "statecast": {"grants": [
 //	   {"room": "lobby:*", "prefix": "",               "access": "r"},
-//	   {"room": "lobby:*", "prefix": "presence/{sub}", "access": "rw"},
+//	   {"room": "lobby:*", "prefix": "presence/{sub}/", "access": "rw"},
 //	   {"room": "doc:{sub}",                           "access": "rw"}]}}
 //
 // The registered claims:
