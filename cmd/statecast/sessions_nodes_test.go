@@ -72,15 +72,7 @@ func sessAcrossNodes(t *testing.T, crash, cluster bool) {
 			}
 		}
 		sc.conn, sc.first, on[i] = conn, conn.Connected(), node
-		sc.mu.Lock()
-		from := sc.view.Position()
-		sc.mu.Unlock()
-		sub, err := conn.Subscribe(ctx, room, client.SubscribeOptions{From: from})
-		if err != nil {
-			return err
-		}
-		sc.watch(ctx, sub)
-		return nil
+		return sc.follow(ctx, conn, room)
 	}
 	err := inParallel(n, func(i int) error {
 		clients[i] = &sessClient{key: fmt.Sprint("k/", i), view: client.NewView(), deletes: map[string]int{}}

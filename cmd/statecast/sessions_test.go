@@ -36,7 +36,17 @@ type sessClient struct {
 	watching chan struct{} // closed when the watcher has stopped
 }
 
-func (sc *sessClient) watch(ctx context.Context, sub *client.Subscription) {
+// follow subscribes conn to room from where the client's view is (a
+// snapshot the first time, a resume after) and applies what arrives until
+// the connection ends.
+func (sc *sessClient) follow(ctx context.Context, conn *client.Conn, room string) error {
+	sc.mu.Lock()
+	from := sc.view.Position()
+	sc.mu.Unlock()
+	sub, err := conn.Subscribe(ctx, room, client.SubscribeOptions{From: from})
+	if err != nil {
+		return err
+	}
 	sc.watching = make(chan struct{})
 	go func() {
 		defer close(sc.watching)
@@ -57,6 +67,7 @@ func (sc *sessClient) watch(ctx context.Context, sub *client.Subscription) {
 			sc.mu.Unlock()
 		}
 	}()
+	return nil
 }
 
 // state returns how many keys the view holds, its deletes and its error.
@@ -129,12 +140,7 @@ func sessRestart(t *testing.T, crash bool, back, gone int) {
 		if _, err := c.Put(ctx, room, sc.key, i, client.WithLease("session")); err != nil {
 			return err
 		}
-		sub, err := c.Subscribe(ctx, room, client.SubscribeOptions{})
-		if err != nil {
-			return err
-		}
-		sc.watch(ctx, sub)
-		return nil
+		return sc.follow(ctx, c, room)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -171,15 +177,7 @@ func sessRestart(t *testing.T, crash bool, back, gone int) {
 		if c.Connected().Resumed && c.Connected().Session == sc.first.Session {
 			resumed.Add(1)
 		}
-		sc.mu.Lock()
-		from := sc.view.Position()
-		sc.mu.Unlock()
-		sub, err := c.Subscribe(ctx, room, client.SubscribeOptions{From: from})
-		if err != nil {
-			return err
-		}
-		sc.watch(ctx, sub)
-		return nil
+		return sc.follow(ctx, c, room)
 	})
 	took := time.Since(restarted)
 	if err != nil {
