@@ -684,7 +684,7 @@ func TestFileLogBytesMissingOrStale(t *testing.T) {
 				mustApply(t, f, "r", Put(fmt.Sprintf("k%02d", i), value))
 			}
 			full, _ := logSizes(t, f, "r")
-			one := full / 10 // the records are all the same size
+			one := full / 10 // the records are about the same size (times vary by a byte or two)
 			if err := f.db.Update(func(tx *bolt.Tx) error { return tc.plant(roomBucket(tx, "r")) }); err != nil {
 				t.Fatal(err)
 			}
@@ -704,8 +704,8 @@ func TestFileLogBytesMissingOrStale(t *testing.T) {
 			}
 			mustApply(t, f, "r", Put("k10", value))
 			sum, stored := logSizes(t, f, "r")
-			if want := (roomMeta{head: 11, oldest: 8, bytes: 4 * one}); stored == nil || *stored != want || sum != want.bytes {
-				t.Errorf("after a write: log of %d bytes, stored total %+v, want %+v", sum, stored, want)
+			if want := (roomMeta{head: 11, oldest: 8, bytes: sum}); stored == nil || *stored != want || logRecords(t, f, "r") != 4 {
+				t.Errorf("after a write: log of %d bytes in %d records, stored total %+v, want %+v", sum, logRecords(t, f, "r"), stored, want)
 			}
 		})
 	}
