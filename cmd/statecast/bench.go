@@ -26,8 +26,9 @@ import (
 
 // statecast bench drives a running server over real sockets and reports
 // delivered messages per second, end-to-end latency, loss, and the
-// server's CPU and memory; it drives the reference broadcast server
-// (../shared/ceiling) the same way, so figures can be set against it.
+// server's CPU and memory; it drives a reference broadcast server (the
+// "ceiling", a separate program given with --ceiling-bin) the same way,
+// so figures can be set against it.
 
 const benchUsage = `usage:
   statecast bench SCENARIO [flags]
@@ -130,7 +131,7 @@ func parseBenchFlags(args []string, compare bool, errOut io.Writer) (*benchConfi
 		fs.Var(&c.subURLs, "sub-url", "statecast: subscribers connect to these nodes in turn (repeatable); the writer stays on --url")
 		fs.IntVar(&c.redisPID, "redis-pid", 0, "redis-server process id: report its CPU per write")
 	} else {
-		fs.StringVar(&c.ceilingBin, "ceiling-bin", "", "the ceiling binary (cd ../shared/ceiling && go build -o /tmp/ceiling .)")
+		fs.StringVar(&c.ceilingBin, "ceiling-bin", "", "the reference broadcast server's binary (the ceiling)")
 		fs.StringVar(&c.statecastBin, "statecast-bin", "", "the statecast binary")
 		fs.StringVar(&c.ceilingArgs, "ceiling-args", "", "extra flags for the ceiling")
 		fs.StringVar(&c.statecastArgs, "statecast-args", "", "extra flags for statecast serve")
