@@ -59,7 +59,7 @@ package store
 //
 // Fan-in (redis_follow.go): sharded pub/sub for live delivery, the room's
 // stream for gaps, and a sequencer per followed room on every node -- the
-// study's recommendation (shared/redis-notes.md). Its figures: one
+// recommendation of a measured design study made for this backend. Its figures: one
 // SSUBSCRIBE connection delivers at p50 ~180 us for 2000 events/s with ~45
 // us of Redis CPU per event, the same for 1, 100 or 1000 rooms; one
 // multi-key XREAD over 1000 rooms costs 785 us and 285 us (and cannot span
