@@ -3,6 +3,7 @@ package store
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 )
 
 // plan turns w into the events it would commit at revision head+1, given
@@ -42,15 +43,33 @@ func plan(w Write, head uint64, get func(key string) (KV, bool, error)) ([]Event
 			if ok {
 				kv.CreateRev, kv.Version = cur.CreateRev, cur.Version+1
 			}
-			events = append(events, Event{Type: OpPut, KV: kv, Prev: prev})
+			events = append(events, Event{Type: OpPut, KV: kv, Prev: prev, Wid: w.Wid})
 		case OpDelete:
 			if !ok {
 				continue // deleting a missing key writes nothing
 			}
-			events = append(events, Event{Type: OpDelete, KV: KV{Key: op.Key, ModRev: rev}, Prev: prev})
+			events = append(events, Event{Type: OpDelete, KV: KV{Key: op.Key, ModRev: rev}, Prev: prev, Wid: w.Wid})
 		}
 	}
 	return events, nil
+}
+
+// seenWid checks w's write id before w is planned, in the same atomic
+// step as its commit. committed looks the id up among the room's
+// remembered ids, which cover the revisions from oldest on. It returns the
+// revision the id committed at (dup), or ErrWidCompacted when the id is
+// unknown but the first attempt may have committed before oldest.
+func seenWid(w Write, oldest uint64, committed func(wid string) (uint64, bool, error)) (rev uint64, dup bool, err error) {
+	if w.Wid == "" {
+		return 0, false, nil
+	}
+	if rev, dup, err = committed(w.Wid); dup || err != nil {
+		return rev, dup, err
+	}
+	if w.Since != nil && *w.Since < oldest-1 { // oldest >= 1; since+1 may overflow
+		return 0, false, fmt.Errorf("%w (oldest retained revision %d, write first sent after %d)", ErrWidCompacted, oldest, *w.Since)
+	}
+	return 0, false, nil
 }
 
 // NewEpoch returns a fresh random epoch id.

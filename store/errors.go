@@ -16,11 +16,16 @@ var (
 	ErrCrossRoom     = errors.New("store: condition on a key of another room")
 	ErrInvalidOp     = errors.New("store: invalid operation")
 	ErrEmptyWrite    = errors.New("store: write has no operations and no conditions")
+	ErrInvalidWid    = errors.New("store: invalid write id")
 	ErrClosed        = errors.New("store: closed")
 	// ErrUnavailable: the store could not be reached, so the write was
 	// not sent and nothing was written (unlike a write that failed in
 	// flight, whose outcome is unknown).
 	ErrUnavailable = errors.New("store: unreachable; nothing was written")
+	// ErrWidCompacted: a write's id (Write.Wid) is not remembered, and
+	// the history since its first attempt (Write.Since) is compacted, so
+	// whether that attempt committed cannot be told. Nothing was written.
+	ErrWidCompacted = errors.New("store: write id not found and the room's history since the write was first sent has been compacted; whether it committed is unknown")
 	// ErrCompacted matches any *CompactedError.
 	ErrCompacted = errors.New("store: required revision has been compacted")
 	// ErrConflict matches any *ConflictError.

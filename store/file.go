@@ -112,6 +112,8 @@ const (
 //	rooms/<room>/logbytes → logBytes record: the size of the retained log
 //	rooms/<room>/kv/<key> → kv record
 //	rooms/<room>/log/<rev as 8-byte big endian> → batch record
+//	rooms/<room>/wids/<wid> → uvarint(rev): the write ids of the logged
+//	                          batches (created by the first write with one)
 var (
 	bucketMeta  = []byte("meta")
 	bucketRooms = []byte("rooms")
@@ -124,6 +126,7 @@ var (
 	keyLogBytes = []byte("logbytes")
 	bucketKV    = []byte("kv")
 	bucketLog   = []byte("log")
+	bucketWids  = []byte("wids")
 )
 
 // OpenFile opens (creating when missing) the database at cfg.Path and

@@ -18,6 +18,8 @@ import (
 //
 //	kv record:    tagKV    kvBody
 //	batch record: tagBatch varint(unix seconds) uvarint(nanos) uvarint(n) event*n
+//	              or, for a write with a client write id (its events' Wid):
+//	              tagBatchWid varint(unix seconds) uvarint(nanos) uvarint(len(wid)) wid uvarint(n) event*n
 //	event:        type uvarint(len(key)) key kvBody hasPrev(0|1) [kvBody of Prev]
 //	meta record:  tagMeta  uvarint(head) uvarint(oldest) uvarint(retained events)
 //	logBytes:     tagLogBytes uvarint(head) uvarint(oldest) uvarint(bytes of log records oldest..head)
@@ -31,7 +33,10 @@ import (
 const (
 	tagKV    byte = 0xA1
 	tagBatch byte = 0xB1
-	tagMeta  byte = 0xC1
+	// tagBatchWid: a batch with a write id. A batch without one keeps
+	// tagBatch, byte for byte as before, so older binaries still read it.
+	tagBatchWid byte = 0xB2
+	tagMeta     byte = 0xC1
 	// tagLogBytes: the record is new in this format, beside (not in) the
 	// meta record, whose strict decoding older binaries still apply.
 	tagLogBytes byte = 0xD1
@@ -82,9 +87,18 @@ func encodeBatch(b *Batch) []byte {
 			size += kvBodySize(ev.Prev)
 		}
 	}
-	dst := append(make([]byte, 0, size), tagBatch)
+	wid := batchWid(b.Events)
+	tag := tagBatch
+	if wid != "" {
+		tag, size = tagBatchWid, size+binary.MaxVarintLen64+len(wid)
+	}
+	dst := append(make([]byte, 0, size), tag)
 	dst = binary.AppendVarint(dst, b.Time.Unix())
 	dst = appendUvarint(dst, uint64(b.Time.Nanosecond()))
+	if wid != "" {
+		dst = appendUvarint(dst, uint64(len(wid)))
+		dst = append(dst, wid...)
+	}
 	dst = appendUvarint(dst, uint64(len(b.Events)))
 	for i := range b.Events {
 		ev := &b.Events[i]
@@ -241,12 +255,24 @@ func decodeKV(key string, data []byte) (KV, error) {
 	return kv, nil
 }
 
-// batchHeader decodes what retention needs: the commit time and the
-// number of events, without touching the events themselves.
-func (d *decoder) batchHeader() (time.Time, uint64) {
-	d.tag(tagBatch, "batch")
+// batchHeader decodes what retention needs: the commit time, the write id
+// and the number of events, without touching the events themselves.
+func (d *decoder) batchHeader() (time.Time, string, uint64) {
+	withWid := len(d.b) > 0 && d.b[0] == tagBatchWid
+	if withWid {
+		d.b = d.b[1:]
+	} else {
+		d.tag(tagBatch, "batch")
+	}
 	sec := d.varint("time")
 	nsec := d.uvarint("time")
+	var wid string
+	if withWid {
+		wid = string(d.raw(d.uvarint("wid length"), "wid"))
+		if d.err == nil && wid == "" {
+			d.fail("empty wid")
+		}
+	}
 	n := d.uvarint("event count")
 	if d.err == nil && nsec >= uint64(time.Second) {
 		d.fail("time nanoseconds out of range")
@@ -255,21 +281,28 @@ func (d *decoder) batchHeader() (time.Time, uint64) {
 		d.fail("event count larger than the record")
 	}
 	if d.err != nil {
-		return time.Time{}, 0
+		return time.Time{}, "", 0
 	}
-	return time.Unix(sec, int64(nsec)), n
+	return time.Unix(sec, int64(nsec)), wid, n
 }
 
 func decodeBatchHeader(data []byte) (time.Time, uint64, error) {
 	d := decoder{b: data}
-	t, n := d.batchHeader()
+	t, _, n := d.batchHeader()
 	return t, n, d.err
+}
+
+// decodeBatchWid returns the write id of a batch record, "" for none.
+func decodeBatchWid(data []byte) (string, error) {
+	d := decoder{b: data}
+	_, wid, _ := d.batchHeader()
+	return wid, d.err
 }
 
 // decodeBatch decodes the batch committed at rev under epoch.
 func decodeBatch(epoch string, rev uint64, data []byte) (Batch, error) {
 	d := decoder{b: data}
-	t, n := d.batchHeader()
+	t, wid, n := d.batchHeader()
 	b := Batch{Epoch: epoch, Rev: rev, Time: t}
 	if d.err != nil {
 		return Batch{}, d.err
@@ -277,6 +310,7 @@ func decodeBatch(epoch string, rev uint64, data []byte) (Batch, error) {
 	b.Events = make([]Event, n)
 	for i := range b.Events {
 		ev := &b.Events[i]
+		ev.Wid = wid
 		ev.Type = OpType(d.byte1("event type"))
 		if d.err == nil && ev.Type != OpPut && ev.Type != OpDelete {
 			d.fail("unknown event type")

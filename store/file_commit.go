@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -244,14 +245,22 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 	rooms := tx.Bucket(bucketRooms)
 	rb := rooms.Bucket([]byte(r.room))
 	m := roomMeta{oldest: 1}
-	var kvb, logb *bolt.Bucket
+	var kvb, logb, widb *bolt.Bucket
 	if rb != nil {
 		var err error
 		if m, err = readWindow(rb); err != nil {
 			r.err = fmt.Errorf("room %q: %w", r.room, err)
 			return false, nil
 		}
-		kvb, logb = rb.Bucket(bucketKV), rb.Bucket(bucketLog)
+		kvb, logb, widb = rb.Bucket(bucketKV), rb.Bucket(bucketLog), rb.Bucket(bucketWids)
+	}
+	// The ids of the logged batches oldest..head are in widb (this
+	// transaction's earlier writes included).
+	if rev, dup, err := seenWid(r.w, m.oldest, func(wid string) (uint64, bool, error) {
+		return storedWid(widb, wid)
+	}); dup || err != nil {
+		r.res, r.err = Result{Epoch: f.epoch, Rev: rev, Dup: dup}, err
+		return false, nil
 	}
 	events, err := plan(r.w, m.head, func(key string) (KV, bool, error) {
 		if kvb == nil {
@@ -302,6 +311,12 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 		r.err = fmt.Errorf("room %q: %w", r.room, err)
 		return false, nil
 	}
+	logged := m.oldest <= b.Rev // retention may drop even the new batch
+	forget, err := droppedWids(widb, logb, oldOldest, min(m.oldest-1, oldHead))
+	if err != nil {
+		r.err = fmt.Errorf("room %q: %w", r.room, err)
+		return false, nil
+	}
 
 	if rb == nil {
 		if rb, err = rooms.CreateBucket([]byte(r.room)); err != nil {
@@ -325,13 +340,21 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 			return false, &fatalError{err}
 		}
 	}
-	if m.oldest <= b.Rev { // retention may drop even the new batch
+	if logged {
 		if err := logb.Put(revKey(b.Rev), rec); err != nil {
+			return false, &fatalError{err}
+		}
+		if err := rememberWid(rb, &widb, r.w.Wid, b.Rev); err != nil {
 			return false, &fatalError{err}
 		}
 	}
 	for rev := oldOldest; rev < m.oldest && rev <= oldHead; rev++ {
 		if err := logb.Delete(revKey(rev)); err != nil {
+			return false, &fatalError{err}
+		}
+	}
+	for _, wid := range forget {
+		if err := widb.Delete([]byte(wid)); err != nil {
 			return false, &fatalError{err}
 		}
 	}
@@ -346,4 +369,56 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 	r.res = Result{Epoch: f.epoch, Rev: b.Rev, Events: events}
 	r.batch = &b
 	return true, nil
+}
+
+// storedWid looks a write id up in a room's wids bucket (nil: none yet).
+func storedWid(widb *bolt.Bucket, wid string) (uint64, bool, error) {
+	if widb == nil {
+		return 0, false, nil
+	}
+	v := widb.Get([]byte(wid))
+	if v == nil {
+		return 0, false, nil
+	}
+	rev, n := binary.Uvarint(v)
+	if n != len(v) {
+		return 0, false, fmt.Errorf("%w: write id %q has a bad revision", ErrCorrupt, wid)
+	}
+	return rev, true, nil
+}
+
+// droppedWids reads the write ids of the logged revisions from..to, which
+// retention is about to delete: their ids go with them. A room that never
+// had a write id (no wids bucket) reads nothing.
+func droppedWids(widb, logb *bolt.Bucket, from, to uint64) ([]string, error) {
+	if widb == nil {
+		return nil, nil
+	}
+	var out []string
+	for rev := from; rev <= to; rev++ {
+		wid, err := decodeBatchWid(logb.Get(revKey(rev)))
+		if err != nil {
+			return nil, fmt.Errorf("revision %d: %w", rev, err)
+		}
+		if wid != "" {
+			out = append(out, wid)
+		}
+	}
+	return out, nil
+}
+
+// rememberWid records that wid ("" for none) committed at rev, creating
+// the room's wids bucket on its first use.
+func rememberWid(rb *bolt.Bucket, widb **bolt.Bucket, wid string, rev uint64) error {
+	if wid == "" {
+		return nil
+	}
+	if *widb == nil {
+		b, err := rb.CreateBucket(bucketWids)
+		if err != nil {
+			return err
+		}
+		*widb = b
+	}
+	return (*widb).Put([]byte(wid), binary.AppendUvarint(nil, rev))
 }

@@ -51,6 +51,9 @@ type memRoom struct {
 	bytes     int64         // EventBytes of hist
 	total     *atomic.Int64 // the store's histBytes
 	followers map[*func(Batch)]struct{}
+	// wids maps the write ids of the retained batches to their revision;
+	// nil until a write carries one.
+	wids map[string]uint64
 }
 
 // NewMemory returns an empty Memory store with a fresh epoch.
@@ -108,6 +111,12 @@ func (m *Memory) Apply(ctx context.Context, room string, w Write) (Result, error
 func (m *Memory) apply(r *memRoom, room string, w Write) (Result, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if rev, dup, err := seenWid(w, r.oldestLocked(), func(wid string) (uint64, bool, error) {
+		rev, ok := r.wids[wid]
+		return rev, ok, nil
+	}); dup || err != nil {
+		return Result{Epoch: m.epoch, Rev: rev, Dup: dup}, err
+	}
 	events, err := plan(w, r.rev, func(k string) (KV, bool, error) {
 		kv, ok := r.kv[k]
 		return kv, ok, nil
@@ -131,6 +140,12 @@ func (m *Memory) apply(r *memRoom, room string, w Write) (Result, error) {
 	n := BatchBytes(b.Events)
 	r.bytes += n
 	r.total.Add(n)
+	if w.Wid != "" {
+		if r.wids == nil {
+			r.wids = make(map[string]uint64)
+		}
+		r.wids[w.Wid] = r.rev
+	}
 	r.trimLocked(m.cfg.Retention.For(room), b.Time)
 	for fn := range r.followers {
 		(*fn)(b)
@@ -149,6 +164,9 @@ func (r *memRoom) dropOldestLocked() {
 	r.events -= len(r.hist[0].Events)
 	r.bytes -= n
 	r.total.Add(-n)
+	if wid := batchWid(r.hist[0].Events); wid != "" {
+		delete(r.wids, wid)
+	}
 	r.hist[0] = Batch{}
 	r.hist = r.hist[1:]
 }

@@ -8,7 +8,9 @@ package store
 //
 //	<prefix>:{room}:meta  HASH    rev, epoch, events (retained), floor, tag
 //	<prefix>:{room}:kv    HASH    key -> "<mod>,<create>,<version>,<n>:<lease><n>:<value>"
-//	<prefix>:{room}:log   STREAM  ID "<rev>-0"; d = batch, n = events, t = unix ms
+//	<prefix>:{room}:log   STREAM  ID "<rev>-0"; d = batch, n = events, t = unix ms,
+//	                              w = the write id (Write.Wid) when it has one
+//	<prefix>:{room}:wids  ZSET    write id -> revision, of the log's entries
 //	<prefix>:{room}:ch    sharded pub/sub channel carrying the same batch bytes
 //
 // Writes. One script per write (lua/apply.lua, "#!lua" so that Redis
@@ -17,7 +19,11 @@ package store
 // then writes: XADD first (the only write that can fail on data: a stream
 // whose top ID is ahead of meta's rev), then kv, retention, meta and
 // SPUBLISH, none of which can fail. A failed script leaves nothing
-// half-written (tested by making XADD fail). The write client
+// half-written (tested by making XADD fail). A write with an id first
+// looks it up in wids, in the same script, so two nodes sending the same
+// write concurrently apply it once; the entries of the ids leave wids
+// whenever retention trims them from the log (by the w field, so a write
+// without an id pays nothing for it). The write client
 // never retries (MaxRetries -1): a timeout or a dropped connection during
 // a write is returned as an error that is neither a *ConflictError nor
 // bad input, which the server reports as outcome_unknown. go-redis runs
@@ -322,11 +328,11 @@ func OpenRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 // Limits returns the limits the store enforces (with defaults filled in).
 func (s *Redis) Limits() Limits { return s.cfg.Limits.WithDefaults() }
 
-type redisKeys struct{ meta, kv, log, ch string }
+type redisKeys struct{ meta, kv, log, wids, ch string }
 
 func (s *Redis) keys(room string) redisKeys {
 	base := s.cfg.Prefix + ":{" + room + "}:"
-	return redisKeys{base + "meta", base + "kv", base + "log", base + "ch"}
+	return redisKeys{base + "meta", base + "kv", base + "log", base + "wids", base + "ch"}
 }
 
 // roomOfChannel inverts keys(room).ch.
@@ -409,9 +415,13 @@ func (s *Redis) Apply(ctx context.Context, room string, w Write) (Result, error)
 		ch = ""
 	}
 	tag := s.id + "." + strconv.FormatUint(s.seq.Add(1), 36)
-	args := make([]any, 0, 9+2*len(w.Conds)+4*len(w.Ops))
+	since := ""
+	if w.Since != nil {
+		since = strconv.FormatUint(*w.Since, 10)
+	}
+	args := make([]any, 0, 11+2*len(w.Conds)+4*len(w.Ops))
 	args = append(args, NewEpoch(), strconv.FormatInt(now.UnixMilli(), 10), ret.MaxEvents, cut, ch, tag,
-		redisMetaTTL.Milliseconds(), len(w.Conds))
+		redisMetaTTL.Milliseconds(), w.Wid, since, len(w.Conds))
 	for _, c := range w.Conds {
 		args = append(args, c.Key, strconv.FormatUint(c.ModRev, 10))
 	}
@@ -429,7 +439,7 @@ func (s *Redis) Apply(ctx context.Context, room string, w Write) (Result, error)
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
-	reply, err := applyScript.Run(wctx, s.wc, []string{k.meta, k.kv, k.log}, args...).Slice()
+	reply, err := applyScript.Run(wctx, s.wc, []string{k.meta, k.kv, k.log, k.wids}, args...).Slice()
 	if err != nil {
 		if notSent(err) {
 			return Result{}, fmt.Errorf("%w: redis write to room %q: %v", ErrUnavailable, room, err)
@@ -457,6 +467,11 @@ func (s *Redis) Apply(ctx context.Context, room string, w Write) (Result, error)
 	case "CONFLICT":
 		mr, _ := strconv.ParseUint(str(4), 10, 64)
 		return Result{}, &ConflictError{Key: str(3), ModRev: mr, Rev: rev}
+	case "DUP":
+		at, _ := strconv.ParseUint(str(3), 10, 64)
+		return Result{Epoch: str(1), Rev: at, Dup: true}, nil
+	case "UNKNOWN":
+		return Result{}, fmt.Errorf("%w (oldest retained revision %s, write first sent after %s)", ErrWidCompacted, str(3), since)
 	}
 	return Result{}, fmt.Errorf("store: redis write to room %q: unexpected reply %v", room, reply)
 }
@@ -493,7 +508,7 @@ func parseMeta(v []any) redisMeta {
 
 // initRoom gives a room without meta an epoch (lua/init.lua).
 func (s *Redis) initRoom(ctx context.Context, k redisKeys) (epoch string, rev uint64, err error) {
-	v, err := initScript.Run(ctx, s.rc, []string{k.meta, k.kv, k.log}, NewEpoch(), redisMetaTTL.Milliseconds()).StringSlice()
+	v, err := initScript.Run(ctx, s.rc, []string{k.meta, k.kv, k.log, k.wids}, NewEpoch(), redisMetaTTL.Milliseconds()).StringSlice()
 	if err != nil {
 		return "", 0, fmt.Errorf("store: redis: creating the epoch of a room: %w", err)
 	}
@@ -534,7 +549,7 @@ func expired(m redis.XMessage, ret Retention, now time.Time) bool {
 func (s *Redis) trim(ctx context.Context, room string, k redisKeys, now time.Time) (uint64, error) {
 	ret := s.cfg.Retention.For(room)
 	cut, _ := cutoff(ret, now)
-	v, err := trimScript.Run(ctx, s.rc, []string{k.meta, k.log}, strconv.FormatInt(cut, 10), ret.MaxEvents).Text()
+	v, err := trimScript.Run(ctx, s.rc, []string{k.meta, k.log, k.wids}, strconv.FormatInt(cut, 10), ret.MaxEvents).Text()
 	if err != nil {
 		return 0, fmt.Errorf("store: redis: trimming room %q: %w", room, err)
 	}

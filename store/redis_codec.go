@@ -20,7 +20,11 @@ import (
 // bytes):
 //
 //	B1<len>:<epoch><rev>;<unix ms>;<len>:<tag><len>:<prev tag><n>;<event>*n
+//	B2<len>:<epoch><rev>;<unix ms>;<len>:<tag><len>:<prev tag><len>:<wid><n>;<event>*n
 //
+// (B2 for a write with an id, Write.Wid; B1, as before there were ids,
+// for one without, so every entry a node of an earlier version wrote reads
+// the same and such a node still reads the writes without an id.)
 // where an event is P<len>:<key><record> (a put) or D<len>:<key><rev>; (a
 // delete), followed by p<record> (the key before the change) or x (none).
 // tag is unique per write; prev tag is the tag of the revision before it,
@@ -140,7 +144,7 @@ func decodeRedisKV(key, rec string) (KV, error) {
 // decodeRedisBatch decodes a batch as written by apply.lua.
 func decodeRedisBatch(s string) (redisBatch, error) {
 	d := redisDecoder{s: s}
-	if len(s) < 2 || s[:2] != "B1" {
+	if len(s) < 2 || s[:2] != "B1" && s[:2] != "B2" {
 		return redisBatch{}, fmt.Errorf("%w: unknown batch format", errRedisCodec)
 	}
 	d.i = 2
@@ -150,6 +154,10 @@ func decodeRedisBatch(s string) (redisBatch, error) {
 	b.Time = time.UnixMilli(d.int(';', "time"))
 	b.tag = d.str("tag")
 	b.prevTag = d.str("prev tag")
+	var wid string
+	if s[1] == '2' {
+		wid = d.str("wid")
+	}
 	n := d.uint(';', "event count")
 	if d.err == nil && n > uint64(len(s)) {
 		d.fail("event count")
@@ -159,7 +167,7 @@ func decodeRedisBatch(s string) (redisBatch, error) {
 	}
 	b.Events = make([]Event, 0, n)
 	for range n {
-		var ev Event
+		ev := Event{Wid: wid}
 		switch d.byte("event type") {
 		case 'P':
 			ev.Type = OpPut

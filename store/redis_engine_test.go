@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redistest"
+	"github.com/statecast/statecast/store/storetest"
 )
 
 // TestRedisTwoNodesEpochReset: two nodes (an engine on its own Redis store
@@ -101,5 +103,57 @@ func TestRedisTwoNodesEpochReset(t *testing.T) {
 	}
 	if m := must(w2, rooms.KindEvents); m.Rev != 1 {
 		t.Fatalf("first event of the new epoch at rev %d, want 1", m.Rev)
+	}
+}
+
+// TestRedisWidAcrossNodes: one write sent with one id through two store
+// clients, and through two nodes (engines), of one Redis at once -- an
+// original still in flight on node A while its resend reaches node B --
+// applies once: every send names the same revision, and a watcher on B
+// sees one event, carrying the id.
+func TestRedisWidAcrossNodes(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	open := func() store.Store {
+		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: srv.URL(), CheckInterval: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	sa, sb := open(), open()
+	storetest.ConcurrentSendsApplyOnce(t, "stores", sa.Apply, sb.Apply)
+	if bs, err := sb.History(ctx, "stores", 1, 0); err != nil || len(bs) != 1 {
+		t.Errorf("History after the sends: %d batches, %v; want 1", len(bs), err)
+	}
+
+	a, b := rooms.New(open(), rooms.Config{}), rooms.New(open(), rooms.Config{})
+	t.Cleanup(func() { a.Close(); b.Close() })
+	w, err := b.Watch(ctx, "nodes", rooms.WatchOptions{From: &rooms.Position{Rev: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	storetest.ConcurrentSendsApplyOnce(t, "nodes", a.Apply, b.Apply)
+	if _, err := a.Apply(ctx, "nodes", store.Put("after", []byte("1"))); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(got) < 2 {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := w.Next(c)
+		cancel()
+		if err != nil {
+			t.Fatalf("watcher on node B after %v: %v", got, err)
+		}
+		if m.Kind == rooms.KindEvents {
+			for _, ev := range m.Change.Events {
+				got = append(got, fmt.Sprintf("%d %s wid=%q", m.Rev, ev.KV.Key, ev.Wid))
+			}
+		}
+	}
+	if want := []string{`1 k wid="once"`, `2 after wid=""`}; !reflect.DeepEqual(got, want) {
+		t.Errorf("watcher on node B saw %q, want %q", got, want)
 	}
 }

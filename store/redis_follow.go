@@ -383,7 +383,7 @@ func (v *redisView) divergedLocked(why string) {
 		}
 		s.log.Error("store: redis: room history diverged from what this node delivered; starting a new epoch", "room", v.room, "why", why,
 			"epoch", v.epoch, "delivered_rev", v.rev, "redis_rev", m.rev)
-		out, err := reepochScript.Run(ctx, s.rc, []string{v.k.meta, v.k.log}, m.epoch, fmt.Sprint(m.rev), m.tag, NewEpoch()).StringSlice()
+		out, err := reepochScript.Run(ctx, s.rc, []string{v.k.meta, v.k.log, v.k.wids}, m.epoch, fmt.Sprint(m.rev), m.tag, NewEpoch()).StringSlice()
 		if err != nil || len(out) != 3 {
 			break
 		}

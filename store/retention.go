@@ -34,12 +34,12 @@ type Retention struct {
 	MaxBytes int64
 }
 
-// EventBytes is what an event costs a history: its key, value and
-// previous value, plus EventOverhead. A previous value is often shared
+// EventBytes is what an event costs a history: its key, value, write id
+// and previous value, plus EventOverhead. A previous value is often shared
 // with an older event's value; counting it anyway keeps the sum an upper
 // bound of the memory the history pins, whatever the backend.
 func EventBytes(ev *Event) int64 {
-	n := int64(EventOverhead + len(ev.KV.Key) + len(ev.KV.Value) + len(ev.KV.Lease))
+	n := int64(EventOverhead + len(ev.KV.Key) + len(ev.KV.Value) + len(ev.KV.Lease) + len(ev.Wid))
 	if ev.Prev != nil {
 		n += int64(len(ev.Prev.Value) + len(ev.Prev.Lease))
 	}

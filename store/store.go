@@ -110,6 +110,22 @@ type Cond struct {
 type Write struct {
 	Conds []Cond
 	Ops   []Op
+	// Wid, when set, is the client's id of this write (ValidWid), which
+	// makes it idempotent within the room: Apply checks it and commits in
+	// one atomic step, so a write whose Wid already committed in the room
+	// is not applied again and Apply returns that commit's revision with
+	// Dup set. The store remembers a room's wids for as long as it
+	// retains the revisions that carried them. Every event of the write
+	// carries it. A write that failed or changed nothing is not
+	// remembered: a repeat is evaluated again.
+	Wid string
+	// Since, with Wid, is a revision of the room seen before the write was
+	// first sent: that attempt can only have committed after it. When the
+	// store does not know Wid and no longer retains the revision after
+	// Since, it cannot tell whether that attempt committed: Apply fails
+	// with ErrWidCompacted and writes nothing. Without Since, an unknown
+	// Wid is applied.
+	Since *uint64
 }
 
 // Put returns a Write that sets key to value.
@@ -139,6 +155,9 @@ type Event struct {
 	KV   KV
 	// Prev is the key before this change, nil when it did not exist.
 	Prev *KV
+	// Wid is the client write id of the write that made the change
+	// (Write.Wid), "" for none; every event of a batch has the same.
+	Wid string
 }
 
 // Batch is everything one revision changed: one put, one delete, or all
@@ -157,6 +176,17 @@ type Result struct {
 	// when the write changed nothing.
 	Rev    uint64
 	Events []Event // nil when nothing changed
+	// Dup: the write's Wid had already committed, at Rev; nothing was
+	// applied now.
+	Dup bool
+}
+
+// batchWid is the client write id the events of one batch carry.
+func batchWid(evs []Event) string {
+	if len(evs) == 0 {
+		return ""
+	}
+	return evs[0].Wid
 }
 
 // Snapshot is a consistent view of a room (or a prefix of it).

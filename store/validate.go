@@ -18,6 +18,8 @@ const (
 	defaultMaxValueBytes = 256 << 10
 	defaultMaxOps        = 256
 	maxRoomBytes         = 128
+	// MaxWidBytes bounds a write id (Write.Wid).
+	MaxWidBytes = 64
 )
 
 // WithDefaults returns l with zero fields set to their defaults.
@@ -54,6 +56,21 @@ func ValidRoom(name string) error {
 	return nil
 }
 
+// ValidWid reports whether wid is a valid write id: 1 to MaxWidBytes
+// bytes of printable ASCII without space (0x21-0x7e), so it is safe in a
+// header, a log line and every store's encoding.
+func ValidWid(wid string) error {
+	if wid == "" || len(wid) > MaxWidBytes {
+		return fmt.Errorf("%w: must be 1 to %d bytes, got %d", ErrInvalidWid, MaxWidBytes, len(wid))
+	}
+	for i := 0; i < len(wid); i++ {
+		if c := wid[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("%w: byte %d is %#02x (allowed: printable ASCII 0x21-0x7e)", ErrInvalidWid, i, c)
+		}
+	}
+	return nil
+}
+
 // ValidKey reports whether key is a valid key under l: non-empty, valid
 // UTF-8, no NUL byte, at most MaxKeyBytes.
 func (l Limits) ValidKey(key string) error {
@@ -83,6 +100,13 @@ func (l Limits) Validate(room string, w Write) error {
 	}
 	if len(w.Ops) == 0 && len(w.Conds) == 0 {
 		return ErrEmptyWrite
+	}
+	if w.Wid != "" {
+		if err := ValidWid(w.Wid); err != nil {
+			return err
+		}
+	} else if w.Since != nil {
+		return fmt.Errorf("%w: since is given without a write id", ErrInvalidWid)
 	}
 	if n := len(w.Ops) + len(w.Conds); n > l.MaxOps {
 		return fmt.Errorf("%w: %d exceeds the limit of %d", ErrTooManyOps, n, l.MaxOps)

@@ -3,7 +3,9 @@
 --
 -- KEYS[1] meta  HASH  rev, epoch, events (retained), floor, tag
 -- KEYS[2] kv    HASH  key -> record "mod,create,version,<n>:lease<n>:value"
--- KEYS[3] log   STREAM  ID "<rev>-0"; fields d (batch), n (events), t (unix ms)
+-- KEYS[3] log   STREAM  ID "<rev>-0"; fields d (batch), n (events), t (unix ms),
+--                w (the write id, only when the write has one)
+-- KEYS[4] wids  ZSET    write id -> revision, for every entry of log that has one
 -- ARGV[1] epoch to create when meta is missing
 -- ARGV[2] commit time, unix ms (decimal)
 -- ARGV[3] events retained at most
@@ -11,14 +13,17 @@
 -- ARGV[5] channel to SPUBLISH the batch on ('' = none)
 -- ARGV[6] this write's tag (unique per write)
 -- ARGV[7] TTL in ms of a meta created without a write
--- ARGV[8] number of conditions, then that many (key, mod_rev)
+-- ARGV[8] the write's id ('' = none)
+-- ARGV[9] with an id: a revision seen before the write was first sent ('' = none)
+-- ARGV[10] number of conditions, then that many (key, mod_rev)
 -- then the number of ops, then that many (type 'P'|'D', key, value, lease)
 --
 -- Every read and check runs before the first write; the first write is DEL
 -- (only for a room whose meta is missing) or XADD, which cannot fail after
 -- the checks, so an error leaves nothing half-written. Returns
--- {'OK', epoch, rev, batch} | {'NOOP', epoch, rev} | {'CONFLICT', epoch, rev, key, mod_rev}.
-local meta, kv, log = KEYS[1], KEYS[2], KEYS[3]
+-- {'OK', epoch, rev, batch} | {'NOOP', epoch, rev} | {'CONFLICT', epoch, rev, key, mod_rev}
+-- | {'DUP', epoch, rev, the id's revision} | {'UNKNOWN', epoch, rev, oldest logged revision}.
+local meta, kv, log, wids = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function fmt(n) return string.format('%d', n) end
 
 local m = redis.call('HMGET', meta, 'rev', 'epoch', 'events', 'floor', 'tag')
@@ -40,12 +45,27 @@ local function cur(key)
 end
 
 local function init()
-  redis.call('DEL', kv, log)
+  redis.call('DEL', kv, log, wids)
   redis.call('HSET', meta, 'epoch', epoch, 'rev', '0', 'events', '0', 'floor', '1')
   redis.call('PEXPIRE', meta, ARGV[7])
 end
 
-local a = 8
+-- A write id already in wids committed at that revision: nothing more to
+-- do. An unknown one with since: its first attempt may have committed at
+-- a revision trimmed from log (and from wids with it) after since.
+local wid, since = ARGV[8], ARGV[9]
+if wid ~= '' and not fresh then
+  local at = redis.call('ZSCORE', wids, wid)
+  if at then return {'DUP', epoch, fmt(rev), fmt(tonumber(at))} end
+  if since ~= '' then
+    local first = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
+    local oldest = rev + 1
+    if first then oldest = tonumber(string.match(first[1], '^(%d+)')) end
+    if oldest > tonumber(since) + 1 then return {'UNKNOWN', epoch, fmt(rev), fmt(oldest)} end
+  end
+end
+
+local a = 10
 local ncond = tonumber(ARGV[a]); a = a + 1
 for _ = 1, ncond do
   local key, want = ARGV[a], ARGV[a + 1]; a = a + 2
@@ -90,11 +110,20 @@ if n == 0 then
 end
 
 local tag = ARGV[6]
-local batch = 'B1' .. fmt(#epoch) .. ':' .. epoch .. fmt(newrev) .. ';' .. ARGV[2] .. ';' ..
-  fmt(#tag) .. ':' .. tag .. fmt(#prevtag) .. ':' .. prevtag .. fmt(n) .. ';' .. table.concat(body)
+local head = 'B1' .. fmt(#epoch) .. ':' .. epoch .. fmt(newrev) .. ';' .. ARGV[2] .. ';' ..
+  fmt(#tag) .. ':' .. tag .. fmt(#prevtag) .. ':' .. prevtag
+if wid ~= '' then
+  head = 'B2' .. string.sub(head, 3) .. fmt(#wid) .. ':' .. wid
+end
+local batch = head .. fmt(n) .. ';' .. table.concat(body)
 
-if fresh then redis.call('DEL', kv, log) end
-redis.call('XADD', log, fmt(newrev) .. '-0', 'd', batch, 'n', fmt(n), 't', ARGV[2])
+if fresh then redis.call('DEL', kv, log, wids) end
+if wid ~= '' then
+  redis.call('XADD', log, fmt(newrev) .. '-0', 'd', batch, 'n', fmt(n), 't', ARGV[2], 'w', wid)
+  redis.call('ZADD', wids, newrev, wid)
+else
+  redis.call('XADD', log, fmt(newrev) .. '-0', 'd', batch, 'n', fmt(n), 't', ARGV[2])
+end
 if #puts > 0 then redis.call('HSET', kv, unpack(puts)) end
 if #dels > 0 then redis.call('HDEL', kv, unpack(dels)) end
 
@@ -110,10 +139,11 @@ while true do
   local e = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
   if not e then break end
   local r = tonumber(string.match(e[1], '^(%d+)'))
-  local en, et = 0, 0
+  local en, et, ew = 0, 0, nil
   local f = e[2]
   for j = 1, #f, 2 do
-    if f[j] == 'n' then en = tonumber(f[j + 1]) elseif f[j] == 't' then et = tonumber(f[j + 1]) end
+    if f[j] == 'n' then en = tonumber(f[j + 1]) elseif f[j] == 't' then et = tonumber(f[j + 1])
+    elseif f[j] == 'w' then ew = f[j + 1] end
   end
   if not (r < floor or total > maxev or (cutoff and et < cutoff)) then break end
   if r >= floor then total = total - en end
@@ -123,6 +153,7 @@ while true do
     break
   end
   redis.call('XTRIM', log, 'MINID', fmt(r + 1))
+  if ew then redis.call('ZREM', wids, ew) end
 end
 
 redis.call('HSET', meta, 'rev', fmt(newrev), 'epoch', epoch, 'events', fmt(total), 'floor', fmt(floor), 'tag', tag)

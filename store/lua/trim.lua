@@ -1,7 +1,8 @@
 #!lua
 -- trim.lua: apply age (and count) retention to a room's log on read, as
 -- apply.lua does on write, when a reader found its oldest entry expired.
--- KEYS[1] meta, KEYS[2] log; ARGV[1] age cutoff (unix ms), ARGV[2] events
+-- KEYS[1] meta, KEYS[2] log, KEYS[3] wids (the write ids of log's
+-- entries, which go with them); ARGV[1] age cutoff (unix ms), ARGV[2] events
 -- retained at most. Returns the oldest replayable revision, or false when
 -- the room has no meta.
 local function fmt(n) return string.format('%d', n) end
@@ -18,10 +19,11 @@ while true do
   local e = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
   if not e then break end
   local r = tonumber(string.match(e[1], '^(%d+)'))
-  local en, et = 0, 0
+  local en, et, ew = 0, 0, nil
   local f = e[2]
   for j = 1, #f, 2 do
-    if f[j] == 'n' then en = tonumber(f[j + 1]) elseif f[j] == 't' then et = tonumber(f[j + 1]) end
+    if f[j] == 'n' then en = tonumber(f[j + 1]) elseif f[j] == 't' then et = tonumber(f[j + 1])
+    elseif f[j] == 'w' then ew = f[j + 1] end
   end
   if not (r < floor or total > maxev or et < cutoff) then
     oldest = r
@@ -34,6 +36,7 @@ while true do
     break
   end
   redis.call('XTRIM', log, 'MINID', fmt(r + 1))
+  if ew then redis.call('ZREM', KEYS[3], ew) end
 end
 redis.call('HSET', KEYS[1], 'events', fmt(total), 'floor', fmt(floor))
 return fmt(oldest)
