@@ -46,7 +46,7 @@ func wireEvents(evs []store.Event, prev bool) []wire.Event {
 	out := make([]wire.Event, len(evs))
 	for i, ev := range evs {
 		e := &out[i]
-		e.Key, e.ModRev = ev.KV.Key, ev.KV.ModRev
+		e.Key, e.ModRev, e.Wid = ev.KV.Key, ev.KV.ModRev, ev.Wid
 		if ev.Type == store.OpPut {
 			e.Type, e.Value = "put", wire.Value(ev.KV.Value)
 			e.CreateRev, e.Version, e.Lease = ev.KV.CreateRev, ev.KV.Version, ev.KV.Lease != ""

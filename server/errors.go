@@ -42,8 +42,12 @@ func errorOf(err error, write bool) *Error {
 		return newError(wire.CodeInvalidKey, err.Error())
 	case errors.Is(err, store.ErrValueTooLarge), errors.Is(err, store.ErrTooManyOps):
 		return newError(wire.CodeTooLarge, err.Error())
-	case errors.Is(err, store.ErrInvalidOp), errors.Is(err, store.ErrEmptyWrite), errors.Is(err, store.ErrCrossRoom):
+	case errors.Is(err, store.ErrInvalidOp), errors.Is(err, store.ErrEmptyWrite), errors.Is(err, store.ErrCrossRoom),
+		errors.Is(err, store.ErrInvalidWid):
 		return newError(wire.CodeBadRequest, err.Error())
+	case errors.Is(err, store.ErrWidCompacted):
+		return newError(wire.CodeOutcomeUnknown, "wid not found, and the room's history since the revision given in since has been compacted: "+
+			"whether the write was applied before cannot be told; it was not applied now")
 	case errors.Is(err, store.ErrClosed), errors.Is(err, rooms.ErrClosed):
 		return newError(wire.CodeUnavailable, "server is shutting down")
 	case errors.Is(err, rooms.ErrUnsynced):

@@ -329,12 +329,13 @@ func (c *conn) write(r *wire.Request) {
 		c.replyErr(r.ID, errorOf(err, false))
 		return
 	}
+	w.Wid, w.Since = r.Wid, r.Since
 	res, err := c.s.apply(c.ctx, r.Room, w, c.claims.Load())
 	if err != nil {
 		c.replyErr(r.ID, errorOf(err, true))
 		return
 	}
-	c.reply(&wire.OK{T: wire.TOK, ID: r.ID, Rev: res.Rev})
+	c.reply(&wire.OK{T: wire.TOK, ID: r.ID, Rev: res.Rev, Dup: res.Dup})
 }
 
 // toWrite turns a put, del or txn request into a store write, resolving

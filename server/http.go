@@ -60,6 +60,7 @@ func (s *Server) apiRoutes(g *echo.Group) {
 
 type revReply struct {
 	Rev uint64 `json:"rev"`
+	Dup bool   `json:"dup,omitempty"` // a repeated Idempotency-Key: nothing applied now
 }
 
 type listReply struct {
@@ -313,13 +314,50 @@ func leaseParam(id string) error {
 	return nil
 }
 
-// httpCommit sends w through the one write path and answers {"rev"}.
+// httpCommit sends w, with the request's write id, through the one write
+// path and answers {"rev"}, with "dup":true when the id had committed.
 func (s *Server) httpCommit(c echo.Context, claims *Claims, room string, w store.Write) error {
+	var err error
+	if w.Wid, w.Since, err = idempotency(c.Request().Header); err != nil {
+		return err
+	}
 	res, err := s.apply(c.Request().Context(), room, w, claims)
 	if err != nil {
 		return errorOf(err, true)
 	}
-	return replyJSON(c, revReply{Rev: res.Rev})
+	return replyJSON(c, revReply{Rev: res.Rev, Dup: res.Dup})
+}
+
+// idempotency reads a write's id from the Idempotency-Key header (as is,
+// or quoted as a structured-field string) and, optionally, the revision
+// seen before it was first sent from Idempotency-Since: the wid and since
+// of a WebSocket write (PROTOCOL.md §6).
+func idempotency(h http.Header) (wid string, since *uint64, err error) {
+	keys := h.Values("Idempotency-Key")
+	s := h.Get("Idempotency-Since")
+	switch {
+	case len(keys) == 0 && s != "":
+		return "", nil, newError(wire.CodeBadRequest, "Idempotency-Since needs an Idempotency-Key")
+	case len(keys) == 0:
+		return "", nil, nil
+	case len(keys) > 1:
+		return "", nil, newError(wire.CodeBadRequest, "one Idempotency-Key at most")
+	}
+	wid = keys[0]
+	if len(wid) >= 2 && wid[0] == '"' && wid[len(wid)-1] == '"' {
+		wid = wid[1 : len(wid)-1]
+	}
+	if err := store.ValidWid(wid); err != nil {
+		return "", nil, newError(wire.CodeBadRequest, "Idempotency-Key: "+err.Error())
+	}
+	if s == "" {
+		return wid, nil, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return "", nil, newError(wire.CodeBadRequest, "Idempotency-Since must be a revision (an unsigned integer)")
+	}
+	return wid, &n, nil
 }
 
 // keyWrite is what a PUT or DELETE of one key shares: its caller's

@@ -672,3 +672,55 @@ func TestHTTPLeaseLimit(t *testing.T) {
 	e.do(t, "POST", "/v1/leases", `{"ttl_ms":60000}`).want(t, 200, nil)
 	e.do(t, "POST", "/v1/leases", `{"ttl_ms":60000}`).wantErr(t, 413, "too_large")
 }
+
+// TestHTTPIdempotencyKey: an HTTP write's Idempotency-Key is its wid: a
+// repeat answers 200 with the original revision and "dup":true and writes
+// nothing; with Idempotency-Since, an unknown key whose history is
+// compacted is outcome_unknown; a bad key or since is bad_request.
+func TestHTTPIdempotencyKey(t *testing.T) {
+	e := newAPIEnv(t, apiOpts{retention: store.RetentionPolicy{Default: store.Retention{MaxEvents: 3}}})
+	type dupRev struct {
+		Rev uint64 `json:"rev"`
+		Dup bool   `json:"dup"`
+	}
+	write := func(method, path, body string, hdr ...string) dupRev {
+		t.Helper()
+		var r dupRev
+		e.do(t, method, path, body, hdr...).want(t, 200, &r)
+		return r
+	}
+	writes := []struct{ method, path, body string }{
+		{"PUT", "/v1/rooms/r/kv/k", `1`},
+		{"DELETE", "/v1/rooms/r/kv/k", ""},
+		{"POST", "/v1/rooms/r/txn", `{"ops":[{"op":"put","key":"t","value":2}]}`},
+	}
+	for i, w := range writes {
+		key := fmt.Sprint("c1-", i)
+		first := write(w.method, w.path, w.body, "Idempotency-Key", key, "Idempotency-Since", fmt.Sprint(i))
+		if first != (dupRev{Rev: uint64(i + 1)}) {
+			t.Fatalf("%s %s: %+v, want applied at %d", w.method, w.path, first, i+1)
+		}
+		for _, k := range []string{key, `"` + key + `"`} { // as is, and as a structured-field string
+			if again := write(w.method, w.path, w.body, "Idempotency-Key", k); again != (dupRev{Rev: first.Rev, Dup: true}) {
+				t.Errorf("%s %s repeated with key %s: %+v, want dup at %d", w.method, w.path, k, again, first.Rev)
+			}
+		}
+	}
+	if l := e.list(t, "r", ""); l.Rev != 3 {
+		t.Fatalf("room at %d after repeats, want 3", l.Rev)
+	}
+	e.put(t, "r", "k", `2`) // 4: revisions 2..4 retained
+	e.do(t, "PUT", "/v1/rooms/r/kv/k", `1`, "Idempotency-Key", "lost", "Idempotency-Since", "0").wantErr(t, 504, "outcome_unknown")
+	for _, hdr := range [][]string{
+		{"Idempotency-Key", ""},
+		{"Idempotency-Key", "a b"},
+		{"Idempotency-Key", strings.Repeat("k", 65)},
+		{"Idempotency-Since", "1"},
+		{"Idempotency-Key", "ok", "Idempotency-Since", "-1"},
+	} {
+		e.do(t, "PUT", "/v1/rooms/r/kv/k", `1`, hdr...).wantErr(t, 400, "bad_request")
+	}
+	if l := e.list(t, "r", ""); l.Rev != 4 {
+		t.Errorf("room at %d after refused writes, want 4", l.Rev)
+	}
+}

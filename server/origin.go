@@ -68,7 +68,7 @@ func (s *Server) originGuard(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			h.Set(echo.HeaderAccessControlAllowOrigin, origin)
 			h.Set(echo.HeaderAccessControlAllowMethods, "GET, HEAD, PUT, DELETE, POST")
-			h.Set(echo.HeaderAccessControlAllowHeaders, "Authorization, Content-Type, If-Match, Last-Event-ID")
+			h.Set(echo.HeaderAccessControlAllowHeaders, "Authorization, Content-Type, If-Match, Idempotency-Key, Idempotency-Since, Last-Event-ID")
 			h.Set(echo.HeaderAccessControlMaxAge, corsMaxAge)
 			return c.NoContent(http.StatusNoContent)
 		}

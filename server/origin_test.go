@@ -160,7 +160,7 @@ func TestCORS(t *testing.T) {
 			t.Errorf("Access-Control-Allow-Methods %q lacks %s", r.header.Get("Access-Control-Allow-Methods"), m)
 		}
 	}
-	for _, h := range []string{"Authorization", "Content-Type", "If-Match", "Last-Event-ID"} {
+	for _, h := range []string{"Authorization", "Content-Type", "If-Match", "Idempotency-Key", "Idempotency-Since", "Last-Event-ID"} {
 		if !strings.Contains(r.header.Get("Access-Control-Allow-Headers"), h) {
 			t.Errorf("Access-Control-Allow-Headers %q lacks %s", r.header.Get("Access-Control-Allow-Headers"), h)
 		}

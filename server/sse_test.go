@@ -459,7 +459,7 @@ func TestSSEBadParams(t *testing.T) {
 // The encoding of every message kind, byte for byte.
 func TestSSEEncoding(t *testing.T) {
 	put := store.Event{Type: store.OpPut, KV: store.KV{Key: "k", Value: []byte(`{"a":"<b>"}`), CreateRev: 2, ModRev: 9, Version: 3, Lease: "ttl_x"}}
-	del := store.Event{Type: store.OpDelete, KV: store.KV{Key: "d", ModRev: 9}}
+	del := store.Event{Type: store.OpDelete, KV: store.KV{Key: "d", ModRev: 9}, Wid: "c1-9"}
 	msgs := []rooms.Message{
 		{Kind: rooms.KindSnapshot, Rev: 7, Epoch: "e1", Reason: rooms.ReasonSlow, Items: []store.KV{put.KV}},
 		{Kind: rooms.KindEvents, Rev: 9, Change: &rooms.Change{Rev: 9, Events: []store.Event{put}}},
@@ -476,7 +476,7 @@ func TestSSEEncoding(t *testing.T) {
 		}
 	}
 	putJSON := `{"type":"put","key":"k","value":{"a":"<b>"},"create_rev":2,"mod_rev":9,"version":3,"lease":true}`
-	delJSON := `{"type":"delete","key":"d","mod_rev":9}`
+	delJSON := `{"type":"delete","key":"d","mod_rev":9,"wid":"c1-9"}`
 	want := "id: 7\nevent: reset\ndata: " + `{"epoch":"e1","rev":7,"reason":"slow","items":[{"key":"k","value":{"a":"<b>"},"create_rev":2,"mod_rev":9,"version":3,"lease":true}]}` + "\n\n" +
 		"id: 9\nevent: put\ndata: {\"rev\":9,\"events\":[" + putJSON + "]}\n\n" +
 		"id: 9\nevent: delete\ndata: {\"rev\":9,\"events\":[" + delJSON + "]}\n\n" +

@@ -27,8 +27,8 @@ func testEvents() []Event {
 	return []Event{
 		{Type: "put", Key: "games/7", Value: Value(richValue), CreateRev: 12, ModRev: 58, Version: 6, Lease: true,
 			Prev: &Item{Value: Value(`{"players":2}`), CreateRev: 12, ModRev: 57, Version: 5}},
-		{Type: "delete", Key: "games/9", ModRev: 58},
-		{Type: "put", Key: "k", Value: Value(`null`), CreateRev: 58, ModRev: 58, Version: 1},
+		{Type: "delete", Key: "games/9", ModRev: 58, Wid: "c1-42"},
+		{Type: "put", Key: "k", Value: Value(`null`), CreateRev: 58, ModRev: 58, Version: 1, Wid: "c1-42"},
 	}
 }
 
@@ -53,6 +53,7 @@ func serverMessages() []struct {
 			Message{T: TConnected, V: 1, Session: "s_1", Resume: "r_2", PingMS: 25000, LeaseGraceMS: 5000}},
 		{"ok", &OK{T: TOK, ID: 2, Rev: 51}, Message{T: TOK, ID: 2, Rev: 51}},
 		{"ok-max", &OK{T: TOK, ID: 1<<64 - 1, Rev: 1<<64 - 1}, Message{T: TOK, ID: 1<<64 - 1, Rev: 1<<64 - 1}},
+		{"ok-dup", &OK{T: TOK, ID: 2, Rev: 51, Dup: true}, Message{T: TOK, ID: 2, Rev: 51, Dup: true}},
 		{"err", &Err{T: TErr, ID: 2, Code: CodeConflict, Message: `condition failed on key "games/7"`, Key: "games/7", ModRev: ptr(uint64(48)), Rev: ptr(uint64(50))},
 			Message{T: TErr, ID: 2, Code: CodeConflict, Message: `condition failed on key "games/7"`, Key: "games/7", ModRev: 48, Rev: 50}},
 		{"synced", &Mark{T: TSynced, S: 1, Rev: 64}, Message{T: TSynced, S: 1, Rev: 64}},
@@ -82,9 +83,10 @@ func clientRequests() []Request {
 		{T: TUnsub, ID: 9, Sub: 1},
 		{T: TPut, ID: 2, Room: "lobby:eu", Key: "games/7", Value: Value(richValue), IfRev: u64(57), Lease: "session"},
 		{T: TPut, ID: 3, Room: "r", Key: "k", Value: Value(`null`), IfRev: u64(0)},
-		{T: TDel, ID: 3, Room: "lobby:eu", Key: "games/9", IfRev: u64(12)},
+		{T: TDel, ID: 3, Room: "lobby:eu", Key: "games/9", IfRev: u64(12), Wid: "c1-43", Since: u64(0)},
 		{T: TTxn, ID: 4, Room: "doc:42", If: []Cond{{Key: "title", ModRev: 7}, {Key: "new", ModRev: 0}},
-			Ops: []TxnOp{{Op: "put", Key: "title", Value: Value(`"Plan"`), Lease: "l_1"}, {Op: "del", Key: "items/3"}}},
+			Ops: []TxnOp{{Op: "put", Key: "title", Value: Value(`"Plan"`), Lease: "l_1"}, {Op: "del", Key: "items/3"}},
+			Wid: "c1-44", Since: u64(41)},
 	}
 }
 
@@ -161,6 +163,10 @@ func TestExactEncoding(t *testing.T) {
 		{&Request{T: TPut, ID: 1, Key: "<&>", Value: Value(`{"a":"<b>"}`), IfRev: u64(0)},
 			`{"t":"put","id":1,"key":"<&>","value":{"a":"<b>"},"if_rev":0}`,
 			[]byte("\x85\xa1t\xa3put\xa2id\x01\xa3key\xa3<&>\xa5value\x81\xa1a\xa3<b>\xa6if_rev\x00")},
+		{&OK{T: TOK, ID: 2, Rev: 51, Dup: true}, `{"t":"ok","id":2,"rev":51,"dup":true}`,
+			[]byte("\x84\xa1t\xa2ok\xa2id\x02\xa3rev\x33\xa3dup\xc3")},
+		{&Event{Type: "delete", Key: "k", ModRev: 9, Wid: "w"}, `{"type":"delete","key":"k","mod_rev":9,"wid":"w"}`,
+			[]byte("\x84\xa4type\xa6delete\xa3key\xa1k\xa7mod_rev\x09\xa3wid\xa1w")},
 		{&Item{Key: "k"}, `{"key":"k","value":null,"create_rev":0,"mod_rev":0,"version":0}`,
 			[]byte("\x85\xa3key\xa1k\xa5value\xc0\xaacreate_rev\x00\xa7mod_rev\x00\xa7version\x00")},
 	} {
@@ -430,6 +436,7 @@ func TestRejections(t *testing.T) {
 		{"msgpack/id-negative-int64", Msgpack, mpFrame(t, "t", "put", "id", []byte{0xd3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfb}), ErrDecode},
 		{"msgpack/sub-negative", Msgpack, mpFrame(t, "t", "unsub", "id", 5, "sub", -1), ErrDecode},
 		{"msgpack/if-rev-negative", Msgpack, mpFrame(t, "t", "del", "id", 5, "key", "k", "if_rev", int8(-100)), ErrDecode},
+		{"msgpack/since-negative", Msgpack, mpFrame(t, "t", "put", "id", 5, "key", "k", "value", 1, "wid", "w", "since", -1), ErrDecode},
 		{"msgpack/from-rev-negative", Msgpack, mpFrame(t, "t", "sub", "id", 5, "from", map[string]any{"epoch": "e", "rev": -7}), ErrDecode},
 		{"msgpack/id-negative-bad-key", Msgpack, mpFrame(t, "t", "put", "id", -5, "key", "\xff", "value", 1), ErrDecode},
 		{"msgpack/mod-rev-negative", Msgpack, mpFrame(t, "t", "txn", "id", 5, "if", []any{map[string]any{"key": "k", "mod_rev": int64(-1 << 40)}}), ErrDecode},

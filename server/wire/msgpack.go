@@ -84,7 +84,7 @@ func (c msgpackCodec) checkRequest(msg []byte, r *Request) error {
 	// A wrapped negative is 2^63 or more; only then look at the ints.
 	const wrapped = 1 << 63
 	high := r.ID >= wrapped || r.Sub >= wrapped || (r.IfRev != nil && *r.IfRev >= wrapped) ||
-		(r.From != nil && r.From.Rev >= wrapped)
+		(r.From != nil && r.From.Rev >= wrapped) || (r.Since != nil && *r.Since >= wrapped)
 	for _, cond := range r.If {
 		high = high || cond.ModRev >= wrapped
 	}
@@ -94,6 +94,8 @@ func (c msgpackCodec) checkRequest(msg []byte, r *Request) error {
 		}
 	}
 	keys := append([]string{r.Key}, r.Prefixes...)
+	// Not wid: any byte outside printable ASCII there is bad_request, as
+	// in JSON (store.ValidWid).
 	others := []string{r.T, r.Token, r.Session, r.Resume, r.Room, r.Lease}
 	if r.From != nil {
 		others = append(others, r.From.Epoch)
@@ -123,6 +125,7 @@ type unsignedFields struct {
 	ID    unsigned `json:"id"`
 	Sub   unsigned `json:"sub"`
 	IfRev unsigned `json:"if_rev"`
+	Since unsigned `json:"since"`
 	From  struct {
 		Rev unsigned `json:"rev"`
 	} `json:"from"`

@@ -30,6 +30,10 @@ type Request struct {
 	Sub      uint64    `json:"sub,omitempty"`
 	If       []Cond    `json:"if,omitempty"`
 	Ops      []TxnOp   `json:"ops,omitempty"`
+	// Wid is a write's client write id (PROTOCOL.md §6); Since, with it,
+	// a revision the client had seen before it first sent the write.
+	Wid   string  `json:"wid,omitempty"`
+	Since *uint64 `json:"since,omitempty"`
 }
 
 // Position is a subscription's resume point.
@@ -100,6 +104,7 @@ type Event struct {
 	Version   uint64 `json:"version,omitempty"`
 	Lease     bool   `json:"lease,omitempty"`
 	Prev      *Item  `json:"prev,omitempty"` // Key left empty
+	Wid       string `json:"wid,omitempty"`  // the client write id of the write
 }
 
 // Message is any server → client message, for clients to decode into;
@@ -124,6 +129,7 @@ type Message struct {
 	PingMS       int64   `json:"ping_ms,omitempty"`
 	LeaseGraceMS int64   `json:"lease_grace_ms,omitempty"`
 	ExpiresMS    int64   `json:"expires_ms,omitempty"`
+	Dup          bool    `json:"dup,omitempty"`
 }
 
 // The server → client messages, one type each.
@@ -145,6 +151,9 @@ type OK struct {
 	T   string `json:"t"` // "ok"
 	ID  uint64 `json:"id"`
 	Rev uint64 `json:"rev,omitempty"`
+	// Dup: the write's wid had already committed, at Rev; nothing was
+	// applied now.
+	Dup bool `json:"dup,omitempty"`
 }
 
 // Err answers a request that failed.
