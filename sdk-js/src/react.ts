@@ -134,11 +134,8 @@ export interface RoomHooks<W, R> {
    * level or `useCallback`). Throws the watch's error (to an error boundary)
    * if the server refused the subscription before it had a view.
    */
-  useWatch<P extends string, T = readonly Entry<ValuesUnder<R, P>>[]>(
-    prefix: P,
-    select?: (entries: readonly Entry<ValuesUnder<R, P>>[]) => T,
-    isEqual?: (a: T, b: T) => boolean,
-  ): T | undefined;
+  useWatch<P extends string>(prefix: P): readonly Entry<ValuesUnder<R, P>>[] | undefined;
+  useWatch<P extends string, T>(prefix: P, select: (entries: readonly Entry<ValuesUnder<R, P>>[]) => T, isEqual?: (a: T, b: T) => boolean): T | undefined;
   /**
    * The entry at `key` (the same object while the key is unchanged), null
    * when absent, undefined while loading. It subscribes to `key` as a prefix:

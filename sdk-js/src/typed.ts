@@ -109,10 +109,10 @@ export interface RoomType<W, R> {
  * belongs to its longest matching prefix; a key no schema covers is not
  * validated.
  */
-export function defineRoom<M extends object>(schemas?: { [P in keyof M]?: StandardSchema<M[P]> }): RoomType<M, M>;
 export function defineRoom<S extends Record<string, StandardSchema<any, any>>>(
   schemas: S,
 ): RoomType<{ [P in keyof S]: SchemaIn<S[P]> }, { [P in keyof S]: SchemaOut<S[P]> }>;
+export function defineRoom<M extends object>(schemas?: { [P in keyof M]?: StandardSchema<M[P]> }): RoomType<M, M>;
 export function defineRoom(schemas: Record<string, StandardSchema<unknown, unknown> | undefined> = {}): RoomType<any, any> {
   const checks = new Checks(schemas);
   // One typed object per room and per watch, so they keep their identity (React deps, snapshots).
