@@ -57,8 +57,15 @@ export function StatecastProvider({ client, connect = true, lingerMs = 1000, chi
   return createElement(ClientContext.Provider, { value }, children);
 }
 
+/** Props of {@link RoomProvider}. */
+export interface RoomProviderProps {
+  /** The room's name. */
+  id: string;
+  children?: ReactNode;
+}
+
 /** Makes the room `id` the one the hooks below it use. */
-export function RoomProvider({ id, children }: { id: string; children?: ReactNode }): ReactElement {
+export function RoomProvider({ id, children }: RoomProviderProps): ReactElement {
   const room = useClient().room(id); // cached per name; creating a Room has no side effect
   return createElement(RoomContext.Provider, { value: room }, children);
 }
