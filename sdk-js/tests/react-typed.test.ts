@@ -6,30 +6,20 @@ import { mount } from './support/react.js';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Component, createElement as h, type ReactNode } from 'react';
-import WebSocket from 'ws';
-import { createClient, ForbiddenError, type Client, type Entry } from '../dist/index.js';
+import { ForbiddenError, type Client, type Entry } from '../dist/index.js';
 import { createRoomHooks, RoomProvider, StatecastProvider, useWatch } from '../dist/react.js';
 import { defineRoom } from '../dist/typed.js';
-import { FakeServer } from './support/fake-server.js';
+import { connectedClient } from './support/fake-server.js';
 import { isTodo, schema, type Todo } from './support/schemas.js';
 import { until } from './support/util.js';
 
 const item = (key: string, value: unknown, mod: number) => ({ key, value, create_rev: mod, mod_rev: mod, version: 1 });
 const last = <T>(xs: T[]) => xs[xs.length - 1];
 
-async function setup() {
-  const srv = await FakeServer.start();
-  const c = createClient({ url: srv.url, WebSocket, sessionStore: false });
-  const conn = await srv.nextConn();
-  await conn.accept();
-  await until(() => c.status === 'connected');
-  return { c, conn, done: async () => (c.close(), await srv.close()) };
-}
-
 const tree = (c: Client, child: ReactNode) => h(StatecastProvider, { client: c }, h(RoomProvider, { id: 'board:1' }, child));
 
 test('react typed: useWatch and useEntry of a typed room leave out what the schema refuses, without throwing', async () => {
-  const { c, conn, done } = await setup();
+  const { c, conn, done } = await connectedClient();
   try {
     const { useWatch: useTodos, useEntry: useTodo } = createRoomHooks(defineRoom({ 'todo/': schema<Todo>(isTodo) }));
     const lists: (readonly Entry<Todo>[] | undefined)[] = [];
@@ -72,7 +62,7 @@ class Boundary extends Component<{ children?: ReactNode; caught: unknown[] }, { 
 }
 
 test('react: a subscription the server refuses before any view is thrown to the nearest error boundary', async () => {
-  const { c, conn, done } = await setup();
+  const { c, conn, done } = await connectedClient();
   const logged = console.error;
   console.error = () => {}; // React logs what a boundary caught
   try {

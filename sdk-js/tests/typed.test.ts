@@ -5,26 +5,15 @@
 // and the typed snapshot keeps its identity.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import WebSocket from 'ws';
-import { createClient } from '../dist/index.js';
 import { defineRoom, SchemaError, type StandardSchema } from '../dist/typed.js';
-import { FakeServer } from './support/fake-server.js';
+import { connectedClient } from './support/fake-server.js';
 import { isMeta, isTodo, schema, type Todo } from './support/schemas.js';
 import { until } from './support/util.js';
 
 const item = (key: string, value: unknown, mod: number) => ({ key, value, create_rev: mod, mod_rev: mod, version: 1 });
 
-async function setup() {
-  const srv = await FakeServer.start();
-  const c = createClient({ url: srv.url, WebSocket, sessionStore: false });
-  const conn = await srv.nextConn();
-  await conn.accept();
-  await until(() => c.status === 'connected');
-  return { c, conn, done: async () => (c.close(), await srv.close()) };
-}
-
 test('typed: a write its schema refuses rejects with SchemaError (with the issues) and is not sent; the longest prefix decides', async () => {
-  const { c, conn, done } = await setup();
+  const { c, conn, done } = await connectedClient();
   try {
     const Board = defineRoom({ 'todo/': schema<Todo>(isTodo), 'todo/meta': schema<{ title: string }>(isMeta) });
     const board = Board.of(c.room('board:1'));
@@ -45,7 +34,7 @@ test('typed: a write its schema refuses rejects with SchemaError (with the issue
 });
 
 test('typed: an asynchronous schema is refused with SchemaError, never awaited (writes keep their order)', async () => {
-  const { c, conn, done } = await setup();
+  const { c, conn, done } = await connectedClient();
   try {
     const later: StandardSchema<number> = { '~standard': { version: 1, vendor: 'test', validate: async (v) => ({ value: v as number }) } };
     const board = defineRoom({ 'n/': later }).of(c.room('board:1'));
@@ -57,7 +46,7 @@ test('typed: an asynchronous schema is refused with SchemaError, never awaited (
 });
 
 test('typed: reads are validated once per entry; an invalid entry is left out with its issues; the snapshot keeps its identity', async () => {
-  const { c, conn, done } = await setup();
+  const { c, conn, done } = await connectedClient();
   try {
     const todo = schema<Todo, Todo & { checked: boolean }>(isTodo, (t) => ({ ...t, checked: t.done })); // an output that differs from the input
     const Board = defineRoom({ 'todo/': todo });
@@ -88,7 +77,7 @@ test('typed: reads are validated once per entry; an invalid entry is left out wi
 });
 
 test('typed: a room typed without schemas is not validated and its views are the watch\'s own arrays', async () => {
-  const { c, conn, done } = await setup();
+  const { c, conn, done } = await connectedClient();
   try {
     const w = defineRoom<{ 'todo/': Todo }>().of(c.room('board:1')).watch('todo/');
     await conn.sub({ t: 'snapshot', epoch: 'e1', rev: 1, reason: 'initial', items: [item('todo/1', { text: 'milk', done: true }, 1)] });
