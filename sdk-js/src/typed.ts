@@ -155,13 +155,10 @@ export class Checks {
 
   /** The entry as its schema reads it, validated once per entry object (watches keep it while the key is unchanged). */
   read(e: Entry<unknown>): Checked {
-    let c = this.reads.get(e);
-    if (c === undefined) {
+    return cached(this.reads, e, () => {
       const r = this.validate(e.key, e.value);
-      c = r.issues ?? (r.value === e.value ? e : Object.freeze({ ...e, value: r.value }));
-      this.reads.set(e, c);
-    }
-    return c;
+      return r.issues ?? (r.value === e.value ? e : Object.freeze({ ...e, value: r.value }));
+    });
   }
 
   private validate(key: string, value: unknown): SchemaResult<unknown> {
