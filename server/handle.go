@@ -407,8 +407,8 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow writing %q in room %q", op.Key, room))
 		}
 		if op.Lease != "" {
-			if u := s.leases.usable(op.Lease, claims.Subject); u != leaseOK {
-				return store.Result{}, leaseErr(op.Lease, u)
+			if err := s.leaseUsable(ctx, op.Lease, claims); err != nil {
+				return store.Result{}, err
 			}
 		}
 	}

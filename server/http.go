@@ -509,7 +509,12 @@ func (s *Server) handleLeaseGrant(c echo.Context) error {
 	if req.TTLMS < minLeaseTTL.Milliseconds() || req.TTLMS > maxLeaseTTL.Milliseconds() {
 		return newError(wire.CodeBadRequest, fmt.Sprintf("ttl_ms must be between %d and %d", minLeaseTTL.Milliseconds(), maxLeaseTTL.Milliseconds()))
 	}
-	id, ok := s.leases.grant(time.Duration(req.TTLMS)*time.Millisecond, claims.Subject)
+	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.StoreTimeout)
+	defer cancel()
+	id, ok, err := s.leases.grant(ctx, time.Duration(req.TTLMS)*time.Millisecond, claims.Subject)
+	if err != nil {
+		return leaseStoreErr("grant", err)
+	}
 	if !ok {
 		return newError(wire.CodeTooLarge, fmt.Sprintf("at most %d TTL leases per subject: revoke one or let one expire", s.cfg.MaxLeases))
 	}
@@ -518,6 +523,25 @@ func (s *Server) handleLeaseGrant(c echo.Context) error {
 
 func noLease(id string) *Error {
 	return newError(wire.CodeNotFound, fmt.Sprintf("lease %q does not exist or has ended", id))
+}
+
+// leaseStoreErr is the answer when the store that keeps the leases failed.
+func leaseStoreErr(what string, err error) *Error {
+	return newError(wire.CodeUnavailable, fmt.Sprintf("the store that keeps the leases did not answer (%v); retry the %s", err, what))
+}
+
+// leaseUsable says whether claims' subject may write under lease id.
+func (s *Server) leaseUsable(ctx context.Context, id string, claims *Claims) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	defer cancel()
+	u, err := s.leases.usable(ctx, id, claims.Subject)
+	if err != nil {
+		return newError(wire.CodeUnavailable, fmt.Sprintf("the store is unreachable: cannot check lease %q; nothing was written", id))
+	}
+	if u != leaseOK {
+		return leaseErr(id, u)
+	}
+	return nil
 }
 
 // leaseErr is the answer to a lease that cannot be used: not found, or
@@ -554,7 +578,12 @@ func (s *Server) handleLeaseKeepAlive(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ttl, u := s.leases.keepAlive(id, claims.Subject)
+	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.StoreTimeout)
+	defer cancel()
+	ttl, u, err := s.leases.keepAlive(ctx, id, claims.Subject)
+	if err != nil {
+		return leaseStoreErr("keep-alive", err)
+	}
 	if u != leaseOK {
 		return leaseErr(id, u)
 	}
@@ -571,7 +600,12 @@ func (s *Server) handleLeaseRevoke(c echo.Context) error {
 	if err := s.httpAllowWrite(c.Request(), c.Response().Header(), claims); err != nil {
 		return err
 	}
-	n, u := s.leases.revoke(id, claims.Subject)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), s.cfg.StoreTimeout)
+	defer cancel()
+	n, u, err := s.leases.revoke(ctx, id, claims.Subject)
+	if err != nil {
+		return leaseStoreErr("revoke", err)
+	}
 	if u != leaseOK {
 		return leaseErr(id, u)
 	}

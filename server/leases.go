@@ -47,6 +47,9 @@ type lessor struct {
 	// records, not to a node (server/session.go): stored without a node,
 	// never ended here, skipped by recover, claims and fences.
 	sharedSessions bool
+	// shared keeps the TTL leases when the store several nodes share
+	// keeps them (leases_shared.go); nil: this node's memory does.
+	shared store.SharedLeases
 
 	mu     sync.Mutex
 	leases map[string]*lease
@@ -107,6 +110,9 @@ func newLessor(e *rooms.Engine, st store.Store, node string, nodeTimeout time.Du
 	l := &lessor{engine: e, st: st, node: node, nodeTimeout: nodeTimeout, log: log, metrics: m,
 		leases: make(map[string]*lease), owned: make(map[string]int), wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	l.nodes, _ = st.(store.Nodes)
+	if l.nodes != nil {
+		l.shared, _ = st.(store.SharedLeases)
+	}
 	l.ctx, l.halt = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.run()
@@ -115,7 +121,7 @@ func newLessor(e *rooms.Engine, st store.Store, node string, nodeTimeout time.Du
 
 // stored is the name under which the store keeps local lease id.
 func (l *lessor) stored(id string) string {
-	if l.sharedSessions && strings.HasPrefix(id, "session:") {
+	if l.sharedSessions && strings.HasPrefix(id, "session:") || l.sharedTTL(id) {
 		return id
 	}
 	return l.node + "/" + id
@@ -125,6 +131,18 @@ func (l *lessor) stored(id string) string {
 // by the store's session records (no node in it).
 func (l *lessor) sharedSession(stored string) bool {
 	return l.sharedSessions && strings.HasPrefix(stored, "session:") && !strings.Contains(stored, "/")
+}
+
+// sharedTTL says whether a stored lease name is a TTL lease kept by the
+// store's lease records (no node in it).
+func (l *lessor) sharedTTL(stored string) bool {
+	return l.shared != nil && strings.HasPrefix(stored, ttlLeasePrefix) && !strings.Contains(stored, "/")
+}
+
+// ofStore says whether a stored lease name belongs to a record of the
+// store rather than to a node: no node's recovery, claim or fence ends it.
+func (l *lessor) ofStore(stored string) bool {
+	return l.sharedSession(stored) || l.sharedTTL(stored)
 }
 
 // local is the lease id of a stored lease name: the local id for this
@@ -222,19 +240,24 @@ func (l *lessor) end(id string) {
 	l.deleteKeys(ls.keys)
 }
 
-// grant creates a TTL lease of subject owner.
-func (l *lessor) grant(ttl time.Duration, owner string) (string, bool) {
-	id := randomID("ttl_")
+// grant creates a TTL lease of subject owner; false when owner holds
+// maxOwned already.
+func (l *lessor) grant(ctx context.Context, ttl time.Duration, owner string) (string, bool, error) {
+	id := randomID(ttlLeasePrefix)
+	if l.shared != nil {
+		ok, err := l.shared.GrantLease(ctx, id, owner, ttl, l.maxOwned)
+		return id, ok, err
+	}
 	l.mu.Lock()
 	if l.owned[owner] >= l.maxOwned {
 		l.mu.Unlock()
-		return "", false
+		return "", false, nil
 	}
 	l.owned[owner]++
 	l.leases[id] = &lease{ttl: ttl, deadline: time.Now().Add(ttl), keys: make(map[roomKey]uint64), owner: owner}
 	l.mu.Unlock()
 	l.signal()
-	return id, true
+	return id, true, nil
 }
 
 // dropLocked forgets lease id (ls), giving its owner's count back.
@@ -248,7 +271,11 @@ func (l *lessor) dropLocked(id string, ls *lease) {
 }
 
 // keepAlive renews the TTL lease id of subject owner.
-func (l *lessor) keepAlive(id, owner string) (time.Duration, leaseUse) {
+func (l *lessor) keepAlive(ctx context.Context, id, owner string) (time.Duration, leaseUse, error) {
+	if l.sharedTTL(id) {
+		holder, ttl, err := l.shared.KeepAliveLease(ctx, id, owner)
+		return ttl, holderUse(holder, owner), err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ls := l.leases[id]
@@ -256,41 +283,52 @@ func (l *lessor) keepAlive(id, owner string) (time.Duration, leaseUse) {
 		ls = nil // a session lease is kept alive by its session
 	}
 	if u := ls.use(owner); u != leaseOK {
-		return 0, u
+		return 0, u, nil
 	}
 	ls.deadline = time.Now().Add(ls.ttl)
-	return ls.ttl, leaseOK
+	return ls.ttl, leaseOK, nil
 }
 
 // revoke ends a lease now and deletes its keys before returning (as etcd's
 // LeaseRevoke does), so a caller that revoked sees them gone. It returns
 // how many keys the lease held. Only its owner may revoke it.
-func (l *lessor) revoke(id, owner string) (int, leaseUse) {
+func (l *lessor) revoke(ctx context.Context, id, owner string) (int, leaseUse, error) {
+	if l.sharedTTL(id) {
+		return l.revokeShared(ctx, id, owner)
+	}
 	l.mu.Lock()
 	ls := l.leases[id]
 	if u := ls.use(owner); u != leaseOK {
 		l.mu.Unlock()
-		return 0, u
+		return 0, u, nil
 	}
 	l.dropLocked(id, ls) // from here on attach cannot reach ls.keys
 	l.mu.Unlock()
 	l.metrics.leasesEnded.Inc()
 	n := len(ls.keys)
 	l.deleteKeys(ls.keys)
-	return n, leaseOK
+	return n, leaseOK, nil
 }
 
 // usable says whether subject owner may bind keys to lease id.
-func (l *lessor) usable(id, owner string) leaseUse {
+func (l *lessor) usable(ctx context.Context, id, owner string) (leaseUse, error) {
+	if l.sharedTTL(id) {
+		holder, err := l.shared.LeaseHolder(ctx, id)
+		return holderUse(holder, owner), err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.leases[id].use(owner)
+	return l.leases[id].use(owner), nil
 }
 
 // attach records that key was written at modRev under lease id. When the
 // lease ended between the write's check and now, the key is deleted at
 // once, so it cannot outlive its lease.
 func (l *lessor) attach(id, room, key string, modRev uint64) {
+	if l.sharedTTL(id) {
+		l.attachShared(id, room, key, modRev)
+		return
+	}
 	l.mu.Lock()
 	ls := l.leases[id]
 	if ls != nil {
@@ -332,7 +370,7 @@ func (l *lessor) recover(ctx context.Context, grace time.Duration) error {
 	deadline := time.Now().Add(grace)
 	err := l.st.Leased(ctx, func(room string, kv store.KV) error {
 		n := owner(kv.Lease)
-		if n == l.node || n != "" && alive(n) || l.sharedSession(kv.Lease) {
+		if n == l.node || n != "" && alive(n) || l.ofStore(kv.Lease) {
 			return nil
 		}
 		id := kv.Lease
@@ -355,6 +393,10 @@ func (l *lessor) recover(ctx context.Context, grace time.Duration) error {
 	if l.nodes != nil && err == nil {
 		l.wg.Add(1)
 		go l.beat()
+	}
+	if l.shared != nil && err == nil {
+		l.wg.Add(1)
+		go l.endShared()
 	}
 	return err
 }

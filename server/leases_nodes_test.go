@@ -306,3 +306,145 @@ func TestSessionOrphansEnd(t *testing.T) {
 		t.Fatalf("events %v, want only the marker", got)
 	}
 }
+
+// TestTTLLeasesAcrossNodes: on a store several nodes share, a TTL lease
+// granted through one node is kept alive, written under and revoked
+// through any other, by its subject only, and outlives the node that
+// granted it; left alone, it ends once across the cluster: each of its
+// keys is deleted by exactly one delete event.
+func TestTTLLeasesAcrossNodes(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	ctx, room := testCtx(t), "lobby"
+	auth, err := server.NewAuthenticator(server.AuthConfig{HMACSecret: hmacSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeout, ttl = time.Second, 1500 * time.Millisecond
+	node := func(id string) *env {
+		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "tl"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newEnv(t, envOpts{Store: st, Cfg: server.Config{NodeID: id, NodeTimeout: timeout, Auth: auth}})
+	}
+	a, b, c := node("a"), node("b"), node("c")
+	alice := tokenFor(t, "alice", time.Now().Add(time.Hour), allRooms)
+	as := func(e *env, tok string) *client.HTTP { return &client.HTTP{URL: e.TS.URL, Token: tok} }
+	onA, onB, onC := as(a, alice), as(b, alice), as(c, alice)
+	mallory := as(b, tokenFor(t, "mallory", time.Now().Add(time.Hour), allRooms))
+	_, next := watchKeys(t, dial(t, c, &client.Options{Token: alice}), room)
+
+	id, err := onA.GrantLease(ctx, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := onB.Put(ctx, room, "games/1", json.RawMessage(`1`), nil, id); err != nil {
+		t.Fatalf("put under a lease granted by another node: %v", err)
+	}
+	if got := next(); !slices.Equal(got, []string{"put:games/1"}) {
+		t.Fatalf("events %v, want the put", got)
+	}
+	// Node a, which granted it, stops; keep-alives through b and c keep
+	// the lease past three TTLs.
+	a.stop()
+	for i := range 9 {
+		time.Sleep(ttl / 3)
+		if err := []*client.HTTP{onB, onC}[i%2].KeepAlive(ctx, id); err != nil {
+			t.Fatalf("keep-alive %d through another node: %v", i, err)
+		}
+	}
+	if _, err := onC.Put(ctx, room, "games/2", json.RawMessage(`2`), nil, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); !slices.Equal(got, []string{"put:games/2"}) {
+		t.Fatalf("events %v, want only games/2's put: the lease outlived its TTL and its granting node", got)
+	}
+	// Only its subject may use it, on any node.
+	for what, err := range map[string]error{
+		"keep-alive": mallory.KeepAlive(ctx, id),
+		"revoke":     mallory.Revoke(ctx, id),
+		"put":        func() error { _, err := mallory.Put(ctx, room, "x", json.RawMessage(`1`), nil, id); return err }(),
+	} {
+		if !errors.Is(err, client.ErrForbidden) {
+			t.Errorf("%s by another subject: %v, want forbidden", what, err)
+		}
+	}
+	// Revoked through node c: its keys are gone when the revoke returns.
+	if err := onC.Revoke(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	l, err := onB.List(ctx, room, "games/")
+	if err != nil || len(l.Items) != 0 {
+		t.Fatalf("after the revoke: %v items (%v), want none", l.Items, err)
+	}
+	if got := append(next(), next()...); !slices.Equal(sorted(got), []string{"delete:games/1", "delete:games/2"}) {
+		t.Fatalf("events %v, want both keys deleted", got)
+	}
+	if err := onB.KeepAlive(ctx, id); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("keep-alive of a revoked lease: %v, want not found", err)
+	}
+
+	// A lease left alone ends after its TTL: its key is deleted once,
+	// though two nodes race to end it.
+	id2, err := onB.GrantLease(ctx, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := onC.Put(ctx, room, "games/3", json.RawMessage(`3`), nil, id2); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); !slices.Equal(got, []string{"put:games/3"}) {
+		t.Fatalf("events %v, want games/3's put", got)
+	}
+	start := time.Now()
+	if got := next(); !slices.Equal(got, []string{"delete:games/3"}) {
+		t.Fatalf("events %v, want games/3 deleted when its lease ended", got)
+	}
+	if took, bound := time.Since(start), ttl+2*time.Second; took > bound {
+		t.Errorf("the key was deleted %v after its write, want within %v", took, bound)
+	}
+	time.Sleep(timeout)
+	if _, err := onB.Put(ctx, room, "marker", json.RawMessage(`1`), nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); !slices.Equal(got, []string{"put:marker"}) {
+		t.Fatalf("events %v, want only the marker: one delete per key", got)
+	}
+
+	// Half-done ends, as a node that died leaves them: a key written
+	// under a lease that ended before the key was listed, and a lease
+	// taken out of the store whose keys were never deleted. The orphan
+	// sweep of the live nodes ends both.
+	ghost, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "tl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ghost.Close()
+	res, err := ghost.Apply(ctx, room, store.Write{Ops: []store.Op{
+		{Type: store.OpPut, Key: "games/unlisted", Value: []byte(`1`), Lease: "ttl_gone"},
+		{Type: store.OpPut, Key: "games/ended", Value: []byte(`1`), Lease: "ttl_ended"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := ghost.GrantLease(ctx, "ttl_ended", "alice", 100*time.Millisecond, 10); !ok || err != nil {
+		t.Fatalf("grant: %v %v", ok, err)
+	}
+	if ok, err := ghost.AttachLease(ctx, "ttl_ended", store.LeaseKey{Room: room, Key: "games/ended", ModRev: res.Rev}); !ok || err != nil {
+		t.Fatalf("attach: %v %v", ok, err)
+	}
+	// The ghost takes the lease out of the store the moment it is due,
+	// racing the live nodes, which may win.
+	waitFor(t, 5*time.Second, "the lease to end", func() bool {
+		h, _ := ghost.LeaseHolder(ctx, "ttl_ended")
+		_, _ = ghost.EndDueLeases(ctx, 10)
+		return h == ""
+	})
+	if got := next(); !slices.Equal(got, []string{"put:games/ended", "put:games/unlisted"}) && !slices.Equal(got, []string{"put:games/unlisted", "put:games/ended"}) {
+		t.Fatalf("events %v, want the ghost's puts", got)
+	}
+	if got := append(next(), next()...); !slices.Equal(sorted(got), []string{"delete:games/ended", "delete:games/unlisted"}) {
+		t.Fatalf("events %v, want both orphaned keys deleted", got)
+	}
+}
+
+func sorted(s []string) []string { slices.Sort(s); return s }

@@ -243,36 +243,13 @@ func (ss *sessions) sweepOrphans() {
 	if len(dead) > 0 {
 		ss.release(dead)
 	}
-	// Keys first, then the records: a record is written before its
-	// session can bind a key, so a key whose record is missing in the
-	// later read belongs to an ended session.
-	leased := make(map[string]map[roomKey]uint64)
-	if err := l.st.Leased(ctx, func(room string, kv store.KV) error {
-		if l.sharedSession(kv.Lease) {
-			if leased[kv.Lease] == nil {
-				leased[kv.Lease] = make(map[roomKey]uint64)
-			}
-			leased[kv.Lease][roomKey{room, kv.Key}] = kv.ModRev
+	// A record is written before its session can bind a key.
+	l.sweepEnded(ctx, "deleting the keys of sessions that ended", l.sharedSession, func(ctx context.Context) ([]string, error) {
+		recs, err := ss.shared.ListSessions(ctx)
+		names := make([]string, len(recs))
+		for i, rec := range recs {
+			names[i] = rec.Lease
 		}
-		return nil
-	}); err != nil || len(leased) == 0 {
-		return
-	}
-	recs, err := ss.shared.ListSessions(ctx)
-	if err != nil {
-		return
-	}
-	for _, rec := range recs {
-		delete(leased, rec.Lease)
-	}
-	keys := make(map[roomKey]uint64)
-	for _, ks := range leased {
-		for k, rev := range ks {
-			keys[k] = rev
-		}
-	}
-	if len(keys) > 0 {
-		ss.log.Info("server: deleting the keys of sessions that ended", "keys", len(keys))
-		l.deleteKeys(keys)
-	}
+		return names, err
+	})
 }

@@ -82,6 +82,7 @@ func Run(t *testing.T, f Factory) {
 		{"Differential", testDifferential},
 		{"Leases", testLeases},
 		{"Sessions", testSessions},
+		{"SharedLeases", testSharedLeases},
 		{"Wids", testWids},
 	}
 	for _, g := range groups {

@@ -1,8 +1,10 @@
 // An in-process scripted statecast server (a `ws` WebSocketServer) for unit
 // tests: the test accepts connections, reads what the client sent and
 // answers exactly what it wants, when it wants.
-import { WebSocketServer, type WebSocket } from 'ws';
+import WebSocketClient, { WebSocketServer, type WebSocket } from 'ws';
 import { decodeMulti, encode } from '@msgpack/msgpack';
+import { createClient } from '../../dist/index.js';
+import { until } from './util.js';
 
 export type Msg = Record<string, any>;
 
@@ -133,4 +135,14 @@ export class FakeServer {
     for (const c of this.conns) c.ws.terminate();
     await new Promise((r) => this.wss.close(r));
   }
+}
+
+/** A fake server and a client connected to it (its connection accepted); `done()` closes both. */
+export async function connectedClient() {
+  const srv = await FakeServer.start();
+  const c = createClient({ url: srv.url, WebSocket: WebSocketClient, sessionStore: false });
+  const conn = await srv.nextConn();
+  await conn.accept();
+  await until(() => c.status === 'connected');
+  return { c, conn, done: async () => (c.close(), await srv.close()) };
 }

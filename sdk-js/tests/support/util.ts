@@ -37,10 +37,10 @@ export class FakeClock implements Clock {
   }
 }
 
-/** Waits until cond() is true (polling every 5 ms). */
-export async function until(cond: () => boolean, what = 'condition', timeoutMs = 5000): Promise<void> {
+/** Waits until cond() is (or resolves to) true, polling every 5 ms. */
+export async function until(cond: () => boolean | Promise<boolean>, what = 'condition', timeoutMs = 5000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
+  while (!(await cond())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await sleep(5);
   }

@@ -1,0 +1,290 @@
+/**
+ * React bindings (`@statecast/sdk/react`, React ≥ 18): a provider for the
+ * client, one for a room, and hooks built on `useSyncExternalStore`.
+ *
+ * ```tsx
+ * const client = createClient({ url: '/v1/ws', autoConnect: false });
+ * <StatecastProvider client={client}>
+ *   <RoomProvider id="board:1"><Todos /></RoomProvider>
+ * </StatecastProvider>
+ * function Todos() {
+ *   const todos = useWatch('todo/');            // undefined while loading
+ *   return todos ? <ul>{todos.map((e) => <li key={e.key}>{String(e.value)}</li>)}</ul> : <p>loading…</p>;
+ * }
+ * ```
+ *
+ * Nothing connects or subscribes during render: the provider connects in an
+ * effect, and a hook's server subscription is taken when React subscribes
+ * (an effect). Server rendering renders the loading state. Subscriptions are
+ * shared per (room, prefix) and counted; the last release ends one only
+ * after `lingerMs`, so StrictMode's subscribe → unsubscribe → subscribe (and
+ * a quick remount) never reaches the server.
+ * @packageDocumentation
+ */
+import { createContext, createElement, useCallback, useContext, useEffect, useMemo, useRef, useSyncExternalStore, type ReactElement, type ReactNode } from 'react';
+import type { Client } from './client.js';
+import type { Presence } from './presence.js';
+import type { Room } from './room.js';
+import type { ConnectionStatus } from './types.js';
+import type { Entry, Watch } from './watch.js';
+import { cached, defineRoom, type RoomType, type TypedRoom, type ValueAt, type ValuesUnder } from './typed.js';
+
+interface ClientContextValue {
+  client: Client;
+  lingerMs: number;
+}
+
+const ClientContext = createContext<ClientContextValue | null>(null);
+const RoomContext = createContext<Room | null>(null);
+
+/** Props of {@link StatecastProvider}. */
+export interface StatecastProviderProps {
+  /** The client; create it once (outside render, or in `useState`), with `autoConnect: false` for server rendering. */
+  client: Client;
+  /** Connect in an effect when mounted (default true). The provider never closes the client: that is the application's. */
+  connect?: boolean;
+  /** How long a subscription no component uses is kept before it ends, in ms (default 1000). */
+  lingerMs?: number;
+  children?: ReactNode;
+}
+
+/** Makes a client available to the hooks below it, and connects it once mounted. */
+export function StatecastProvider({ client, connect = true, lingerMs = 1000, children }: StatecastProviderProps): ReactElement {
+  useEffect(() => {
+    if (connect) client.connect();
+  }, [client, connect]);
+  const value = useMemo(() => ({ client, lingerMs }), [client, lingerMs]);
+  return createElement(ClientContext.Provider, { value }, children);
+}
+
+/** Props of {@link RoomProvider}. */
+export interface RoomProviderProps {
+  /** The room's name. */
+  id: string;
+  children?: ReactNode;
+}
+
+/** Makes the room `id` the one the hooks below it use. */
+export function RoomProvider({ id, children }: RoomProviderProps): ReactElement {
+  const room = useClient().room(id); // cached per name; creating a Room has no side effect
+  return createElement(RoomContext.Provider, { value: room }, children);
+}
+
+function useClientContext(): ClientContextValue {
+  const ctx = useContext(ClientContext);
+  if (!ctx) throw new Error('statecast: this hook needs a <StatecastProvider client={…}> above it');
+  return ctx;
+}
+
+/** The client of the nearest {@link StatecastProvider}. */
+export function useClient(): Client {
+  return useClientContext().client;
+}
+
+/** The room `id`, or without `id` the one of the nearest {@link RoomProvider}. */
+export function useRoom(id?: string): Room {
+  const client = useClient();
+  const room = useContext(RoomContext);
+  if (id !== undefined) return client.room(id);
+  if (!room) throw new Error('statecast: useRoom() without an id needs a <RoomProvider id={…}> above it');
+  return room;
+}
+
+/** The client's connection status (`connecting` on the server and while hydrating). */
+export function useStatus(): ConnectionStatus {
+  const client = useClient();
+  const subscribe = useCallback((cb: () => void) => client.on('status', cb), [client]);
+  return useSyncExternalStore(subscribe, () => client.status, () => 'connecting');
+}
+
+/**
+ * The others present in the current room (a Map by presence id, the same
+ * object until someone joins, updates or leaves), undefined while loading.
+ * With `value`, this client is present with it while the component is
+ * mounted (written again when it changes as JSON). The room's presence is
+ * held by the hooks: it is disposed (this client leaves) `lingerMs` after the
+ * last component using it unmounts.
+ */
+export function usePresence<V = unknown>(value?: V): ReadonlyMap<string, V> | undefined {
+  const room = useRoom();
+  const { lingerMs } = useClientContext();
+  const json = value === undefined ? undefined : JSON.stringify(value);
+  useEffect(() => {
+    if (json === undefined) return;
+    const [p, release] = hold(room, PRESENCE, lingerMs);
+    p.set(JSON.parse(json)).catch((e) => console.error('statecast: usePresence could not set this client\'s presence', e));
+    return release;
+  }, [room, lingerMs, json]);
+  const subscribe = useCallback(
+    (cb: () => void) => {
+      const [p, release] = hold(room, PRESENCE, lingerMs);
+      return all([p.on('change', cb), p.watch.on('status', cb), release]);
+    },
+    [room, lingerMs],
+  );
+  const get = useCallback(() => {
+    const p = peek(room, PRESENCE);
+    return p && loaded(p.watch) ? (p.others as ReadonlyMap<string, V>) : undefined;
+  }, [room]);
+  return useSyncExternalStore(subscribe, get, serverSnapshot);
+}
+
+/** The hooks of rooms of one type (see {@link createRoomHooks}). */
+export interface RoomHooks<W, R> {
+  /** The room `id` (or the {@link RoomProvider}'s), typed. */
+  useRoom(id?: string): TypedRoom<W, R>;
+  /**
+   * The entries under `prefix` (sorted by key, frozen, the same array until
+   * one of them changes), or `select` of them; undefined while loading. The
+   * component re-renders only when the selection changes by `isEqual`
+   * (default `Object.is`): pass stable `select`/`isEqual` functions (module
+   * level or `useCallback`). Throws the watch's error (to an error boundary)
+   * if the server refused the subscription before it had a view.
+   */
+  useWatch<P extends string>(prefix: P): readonly Entry<ValuesUnder<R, P>>[] | undefined;
+  useWatch<P extends string, T>(prefix: P, select: (entries: readonly Entry<ValuesUnder<R, P>>[]) => T, isEqual?: (a: T, b: T) => boolean): T | undefined;
+  /**
+   * The entry at `key` (the same object while the key is unchanged), null
+   * when absent, undefined while loading. It subscribes to `key` as a prefix:
+   * for many keys, `useWatch` their common prefix instead.
+   */
+  useEntry<K extends string>(key: K): Entry<ValueAt<R, K>> | null | undefined;
+}
+
+/**
+ * Hooks typed by a room type from `defineRoom` (entries validated by its
+ * schemas, if any: an entry a schema refuses is left out, never thrown):
+ * `const { useWatch, useEntry, useRoom } = createRoomHooks(Board)`.
+ */
+export function createRoomHooks<W, R>(type: RoomType<W, R>): RoomHooks<W, R> {
+  const entriesOf = (w: Watch<unknown>) => type.view(w).entries();
+  return {
+    useRoom: (id?: string) => type.of(useRoom(id)),
+    useWatch<T>(prefix: string, select?: (entries: readonly Entry<unknown>[]) => T, isEqual: (a: T, b: T) => boolean = Object.is) {
+      const [subscribe, get] = useWatchStore(prefix, entriesOf);
+      return useSelected(subscribe, get, select, isEqual);
+    },
+    useEntry(key: string) {
+      const read = useCallback((w: Watch<unknown>) => type.view(w).entry(key) ?? null, [key]);
+      return useSyncExternalStore(...useWatchStore(key, read), serverSnapshot);
+    },
+  } as RoomHooks<W, R>;
+}
+
+/**
+ * The subscribe and getSnapshot of `read` of the room's shared watch of
+ * `prefix`: undefined while the watch has no view (or no component holds
+ * it), and its error thrown if the server refused it before it had one.
+ */
+function useWatchStore<T>(prefix: string, read: (w: Watch<unknown>) => T): [(cb: () => void) => () => void, () => T | undefined] {
+  const room = useRoom();
+  const { lingerMs } = useClientContext();
+  const subscribe = useCallback(
+    (cb: () => void) => {
+      const [w, release] = hold(room, prefix, lingerMs);
+      return all([w.on('changes', cb), w.on('status', cb), release]);
+    },
+    [room, prefix, lingerMs],
+  );
+  const get = useCallback(() => {
+    const w = peek(room, prefix);
+    if (w && !loaded(w) && w.error) throw w.error;
+    return w && loaded(w) ? read(w) : undefined;
+  }, [room, prefix, read]);
+  return [subscribe, get];
+}
+
+const untyped = createRoomHooks(defineRoom<Record<string, unknown>>());
+/** {@link RoomHooks.useWatch} of an untyped room (values `unknown`). */
+export const useWatch = untyped.useWatch;
+/** {@link RoomHooks.useEntry} of an untyped room (values `unknown`). */
+export const useEntry = untyped.useEntry;
+
+/**
+ * useSyncExternalStore with a selection that keeps its identity while
+ * `isEqual` says it is unchanged (so a new array from `select` does not
+ * re-render, or loop); no selection while loading (undefined).
+ */
+function useSelected<S, T>(
+  subscribe: (cb: () => void) => () => void,
+  get: () => S | undefined,
+  select: ((s: S) => T) | undefined,
+  isEqual: (a: T, b: T) => boolean,
+): T | undefined {
+  const committed = useRef<T | undefined>(undefined);
+  const getSelection = useMemo(() => {
+    let memo: { snap: S | undefined; sel: T | undefined } | undefined;
+    return () => {
+      const snap = get();
+      if (memo && memo.snap === snap) return memo.sel;
+      const prev = memo ? memo.sel : committed.current;
+      let sel = snap === undefined ? undefined : select ? select(snap) : (snap as unknown as T);
+      if (prev !== undefined && sel !== undefined && isEqual(prev, sel)) sel = prev;
+      memo = { snap, sel };
+      return sel;
+    };
+  }, [get, select, isEqual]);
+  const value = useSyncExternalStore(subscribe, getSelection, serverSnapshot);
+  useEffect(() => {
+    committed.current = value;
+  });
+  return value;
+}
+
+const serverSnapshot = () => undefined;
+
+/** A watch has a view once its first snapshot came (an empty room's too). */
+function loaded(w: Watch<unknown>): boolean {
+  return w.epoch !== undefined;
+}
+
+/** The calls of fns, as one function. */
+function all(fns: (() => void)[]): () => void {
+  return () => fns.forEach((f) => f());
+}
+
+/**
+ * What the hooks hold in a room: a watch per prefix, and the presence under a
+ * name no prefix can have (a NUL is not allowed in one).
+ */
+const PRESENCE = '\0presence';
+type HeldName = typeof PRESENCE | (string & {});
+type Holdable<N> = N extends typeof PRESENCE ? Presence<unknown> : Watch<unknown>;
+
+interface Held {
+  value: Watch<unknown> | Presence<unknown>;
+  refs: number;
+  timer?: ReturnType<typeof setTimeout>;
+}
+
+const held = new WeakMap<Room, Map<string, Held>>();
+
+/**
+ * Takes a reference on a room's watch of `name` (or its presence), opening it
+ * on the first. The last release ends it only `lingerMs` later, and a new
+ * reference meanwhile keeps it: the server never sees a subscription end
+ * and start again for StrictMode's double mount or a quick remount.
+ */
+function hold<N extends HeldName>(room: Room, name: N, lingerMs: number): [Holdable<N>, () => void] {
+  const byName = cached(held, room, () => new Map<string, Held>());
+  const h: Held = cached(byName, name, () => ({ value: name === PRESENCE ? room.presence() : room.watch(name), refs: 0 }));
+  clearTimeout(h.timer);
+  h.refs++;
+  let released = false;
+  const release = () => {
+    if (released) return;
+    released = true;
+    if (--h.refs > 0) return;
+    h.timer = setTimeout(() => {
+      byName.delete(name);
+      if ('dispose' in h.value) h.value.dispose();
+      else h.value.close();
+    }, lingerMs);
+  };
+  return [h.value as Holdable<N>, release];
+}
+
+/** What hold() holds now, without taking it (for reading during render). */
+function peek<N extends HeldName>(room: Room, name: N): Holdable<N> | undefined {
+  return held.get(room)?.get(name)?.value as Holdable<N> | undefined;
+}

@@ -1,0 +1,175 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/statecast/statecast/store"
+)
+
+// TTL leases on a store several nodes share (store.SharedLeases: Redis).
+//
+// The record in the store is the lease; no node holds it in memory. A
+// keep-alive, a revoke or a write under the lease goes to the store on
+// whichever node the client reaches, so a client moved to another node
+// by a deploy keeps its lease, and a node's death or restart ends none.
+// Keys carry the lease id with no node in it (lessor.stored): no node's
+// recovery, claim or fence touches them.
+//
+//   - a write under a lease first asks the store whether the lease is
+//     alive and the writer's (usable), then lists the key with the record
+//     (attachShared). If the lease ended in between, the list refuses the
+//     key and the writer deletes it at once: a key never outlives its lease.
+//   - every node, every tick, takes the leases past their deadline out of
+//     the store (EndDueLeases: each goes to one node) and deletes their
+//     listed keys, each only if still the version its lease wrote: one
+//     delete event per key across the cluster. A node that dies half-way
+//     leaves the list to the next orphan sweep of any node.
+//   - a key written under a lease whose listing never happened (its node
+//     died between the write and the listing) is found by the orphan sweep
+//     too: it scans the leased keys for lease names the store no longer has.
+
+// holderUse says whether owner may use a lease whose holder is holder
+// ("" when it has ended).
+func holderUse(holder, owner string) leaseUse {
+	switch holder {
+	case "":
+		return leaseMissing
+	case owner:
+		return leaseOK
+	}
+	return leaseNotOwner
+}
+
+// revokeShared ends lease id in the store and deletes its keys before
+// returning, as a local revoke does.
+func (l *lessor) revokeShared(ctx context.Context, id, owner string) (int, leaseUse, error) {
+	holder, keys, err := l.shared.RevokeLease(ctx, id, owner)
+	if u := holderUse(holder, owner); err != nil || u != leaseOK {
+		return 0, u, err
+	}
+	l.metrics.leasesEnded.Inc()
+	l.endKeys(id, keys)
+	return len(keys), leaseOK, nil
+}
+
+// attachShared lists key with lease id in the store, or deletes it when
+// the lease ended since the write's check.
+func (l *lessor) attachShared(id, room, key string, modRev uint64) {
+	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+	defer cancel()
+	ok, err := l.shared.AttachLease(ctx, id, store.LeaseKey{Room: room, Key: key, ModRev: modRev})
+	switch {
+	case err != nil:
+		// The orphan sweep finds the key if the lease ends unlisted.
+		l.log.Warn("server: cannot list a key with its lease; the orphan sweep will end it with the lease", "lease", id, "room", room, "key", key, "err", err)
+	case !ok:
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			l.deleteKeys(map[roomKey]uint64{{room, key}: modRev})
+		}()
+	}
+}
+
+// endKeys deletes the listed keys of an ended lease, then forgets the
+// list. A list left behind (store unreachable) is finished by an orphan
+// sweep.
+func (l *lessor) endKeys(id string, keys []store.LeaseKey) {
+	m := make(map[roomKey]uint64, len(keys))
+	for _, k := range keys {
+		m[roomKey{k.Room, k.Key}] = k.ModRev
+	}
+	l.deleteKeys(m)
+	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+	defer cancel()
+	if err := l.shared.ForgetLeaseKeys(ctx, id); err != nil {
+		l.log.Warn("server: cannot forget the key list of an ended lease; an orphan sweep will", "lease", id, "err", err)
+	}
+}
+
+// endShared ends the due leases every tick, and sweeps orphans every
+// orphanEvery ticks.
+func (l *lessor) endShared() {
+	defer l.wg.Done()
+	t := time.NewTicker(max(l.nodeTimeout/5, 100*time.Millisecond))
+	defer t.Stop()
+	for tick := 1; ; tick++ {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		l.endLeases(l.shared.EndDueLeases)
+		if tick%orphanEvery == 0 {
+			l.endLeases(l.shared.EndedLeaseKeys)
+			l.sweepUnlisted()
+		}
+	}
+}
+
+// endLeases deletes the keys of the leases next returns, a page at a time.
+func (l *lessor) endLeases(next func(context.Context, int) (map[string][]store.LeaseKey, error)) {
+	const page = 1000
+	for {
+		ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+		ended, err := next(ctx, page)
+		cancel()
+		if err != nil {
+			l.log.Warn("server: cannot end the due leases", "err", err)
+			return
+		}
+		for id, keys := range ended {
+			l.metrics.leasesEnded.Inc()
+			l.endKeys(id, keys)
+		}
+		if len(ended) < page {
+			return
+		}
+	}
+}
+
+// sweepUnlisted deletes keys written under a TTL lease the store no
+// longer has, which no key list named (their writer died before listing
+// them).
+func (l *lessor) sweepUnlisted() {
+	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
+	defer cancel()
+	l.sweepEnded(ctx, "deleting keys of TTL leases that ended", l.sharedTTL, l.shared.LeaseIDs)
+}
+
+// sweepEnded deletes the keys whose stored lease name matches but is not
+// among the names live returns. Keys first, then the live names: a lease
+// exists before a key is written under it, so a name missing from the
+// later read belongs to a lease that has ended.
+func (l *lessor) sweepEnded(ctx context.Context, what string, match func(string) bool, live func(context.Context) ([]string, error)) {
+	leased := make(map[string]map[roomKey]uint64)
+	if err := l.st.Leased(ctx, func(room string, kv store.KV) error {
+		if match(kv.Lease) {
+			if leased[kv.Lease] == nil {
+				leased[kv.Lease] = make(map[roomKey]uint64)
+			}
+			leased[kv.Lease][roomKey{room, kv.Key}] = kv.ModRev
+		}
+		return nil
+	}); err != nil || len(leased) == 0 {
+		return
+	}
+	names, err := live(ctx)
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		delete(leased, n)
+	}
+	keys := make(map[roomKey]uint64)
+	for _, ks := range leased {
+		for k, rev := range ks {
+			keys[k] = rev
+		}
+	}
+	if len(keys) > 0 {
+		l.log.Info("server: "+what, "keys", len(keys))
+		l.deleteKeys(keys)
+	}
+}

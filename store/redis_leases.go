@@ -1,0 +1,243 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TTL leases on Redis. Every key under one hash tag, {leases}, so that
+// each script stays in one slot of a Redis Cluster:
+//
+//	<prefix>:{leases}:rec      HASH  id -> {"holder","ttl_ms"}
+//	<prefix>:{leases}:due      ZSET  id -> deadline (unix ms, Redis clock)
+//	<prefix>:{leases}:held     HASH  holder -> leases held
+//	<prefix>:{leases}:k:<id>   HASH  room NUL key -> mod_rev written under the lease
+//	<prefix>:{leases}:ended    SET   ids whose keys are still being deleted
+//
+// A lease is alive while its record exists and its deadline is ahead.
+// Ending one (revoke, or the deadline) moves its id from rec to ended in
+// one script; the node that ended it deletes its keys, then forgets the
+// list. A node that dies half-way leaves the id in ended for any node
+// to finish (EndedLeaseKeys). Scripts run on the write client, which
+// never retries.
+
+var _ SharedLeases = (*Redis)(nil)
+
+const leaseScriptHead = redisNow + `
+local function alive(id)
+  local v = redis.call('HGET', KEYS[1], id)
+  if not v then return nil end
+  local d = redis.call('ZSCORE', KEYS[2], id)
+  if not d or tonumber(d) <= now then return nil end
+  return cjson.decode(v)
+end
+local function finish(id, r)
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+  if redis.call('HINCRBY', KEYS[3], r.holder, -1) <= 0 then redis.call('HDEL', KEYS[3], r.holder) end
+  redis.call('SADD', KEYS[4], id)
+  return redis.call('HGETALL', ARGV[1] .. id)
+end
+`
+
+var (
+	// All take KEYS rec, due, held, ended and ARGV[1] the key-list prefix.
+	// grant: ARGV id, holder, ttl ms, max.
+	grantLeaseScript = redis.NewScript(leaseScriptHead + `
+if tonumber(redis.call('HGET', KEYS[3], ARGV[3]) or '0') >= tonumber(ARGV[5]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[2], cjson.encode({holder = ARGV[3], ttl_ms = tonumber(ARGV[4])}))
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[2])
+redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
+return 1`)
+	// keepAlive: ARGV id, holder. Returns {holder, ttl ms}.
+	keepAliveLeaseScript = redis.NewScript(leaseScriptHead + `
+local r = alive(ARGV[2])
+if not r then return {'', 0} end
+if r.holder == ARGV[3] then redis.call('ZADD', KEYS[2], now + r.ttl_ms, ARGV[2]) end
+return {r.holder, r.ttl_ms}`)
+	// holder: ARGV id.
+	leaseHolderScript = redis.NewScript(leaseScriptHead + `
+local r = alive(ARGV[2])
+if not r then return '' end
+return r.holder`)
+	// revoke: ARGV id, holder. Returns {holder, keys...}.
+	revokeLeaseScript = redis.NewScript(leaseScriptHead + `
+local r = alive(ARGV[2])
+if not r then return {''} end
+if r.holder ~= ARGV[3] then return {r.holder} end
+return {r.holder, finish(ARGV[2], r)}`)
+	// attach: ARGV id, room NUL key, mod_rev.
+	attachLeaseScript = redis.NewScript(leaseScriptHead + `
+if not alive(ARGV[2]) then return 0 end
+redis.call('HSET', ARGV[1] .. ARGV[2], ARGV[3], ARGV[4])
+return 1`)
+	// endDue: ARGV max. Returns {id, keys, id, keys, ...}.
+	endDueLeasesScript = redis.NewScript(leaseScriptHead + `
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))) do
+  local v = redis.call('HGET', KEYS[1], id)
+  if v then
+    out[#out + 1] = id
+    out[#out + 1] = finish(id, cjson.decode(v))
+  else
+    redis.call('ZREM', KEYS[2], id)
+  end
+end
+return out`)
+	// forget: ARGV id.
+	forgetLeaseScript = redis.NewScript(leaseScriptHead + `
+redis.call('DEL', ARGV[1] .. ARGV[2])
+return redis.call('SREM', KEYS[4], ARGV[2])`)
+	// ended: ARGV max. Returns {id, keys, ...} of ended leases.
+	endedLeasesScript = redis.NewScript(leaseScriptHead + `
+local out = {}
+for _, id in ipairs(redis.call('SRANDMEMBER', KEYS[4], tonumber(ARGV[2]))) do
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('HGETALL', ARGV[1] .. id)
+end
+return out`)
+)
+
+func (s *Redis) leaseKeys() ([]string, string) {
+	p := s.cfg.Prefix + ":{leases}:"
+	return []string{p + "rec", p + "due", p + "held", p + "ended"}, p + "k:"
+}
+
+// runLease runs a lease script with the lease keys and the key-list prefix.
+func (s *Redis) runLease(ctx context.Context, sc *redis.Script, args ...any) (any, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	keys, list := s.leaseKeys()
+	return sc.Run(ctx, s.wc, keys, append([]any{list}, args...)...).Result()
+}
+
+func (s *Redis) GrantLease(ctx context.Context, id, holder string, ttl time.Duration, max int) (bool, error) {
+	v, err := s.runLease(ctx, grantLeaseScript, id, holder, ttl.Milliseconds(), max)
+	n, _ := v.(int64)
+	return n == 1, err
+}
+
+func (s *Redis) KeepAliveLease(ctx context.Context, id, holder string) (string, time.Duration, error) {
+	v, err := s.runLease(ctx, keepAliveLeaseScript, id, holder)
+	if err != nil {
+		return "", 0, err
+	}
+	out, _ := v.([]any)
+	if len(out) != 2 {
+		return "", 0, fmt.Errorf("%w: lease keep-alive reply %v", ErrCorrupt, v)
+	}
+	h, _ := out[0].(string)
+	ms, _ := out[1].(int64)
+	return h, time.Duration(ms) * time.Millisecond, nil
+}
+
+func (s *Redis) LeaseHolder(ctx context.Context, id string) (string, error) {
+	v, err := s.runLease(ctx, leaseHolderScript, id)
+	h, _ := v.(string)
+	return h, err
+}
+
+func (s *Redis) RevokeLease(ctx context.Context, id, holder string) (string, []LeaseKey, error) {
+	v, err := s.runLease(ctx, revokeLeaseScript, id, holder)
+	if err != nil {
+		return "", nil, err
+	}
+	out, _ := v.([]any)
+	if len(out) == 0 {
+		return "", nil, fmt.Errorf("%w: lease revoke reply %v", ErrCorrupt, v)
+	}
+	h, _ := out[0].(string)
+	if len(out) < 2 {
+		return h, nil, nil
+	}
+	keys, err := decodeLeaseKeys(out[1])
+	return h, keys, err
+}
+
+func (s *Redis) AttachLease(ctx context.Context, id string, k LeaseKey) (bool, error) {
+	v, err := s.runLease(ctx, attachLeaseScript, id, k.Room+"\x00"+k.Key, k.ModRev)
+	n, _ := v.(int64)
+	return n == 1, err
+}
+
+func (s *Redis) EndDueLeases(ctx context.Context, max int) (map[string][]LeaseKey, error) {
+	v, err := s.runLease(ctx, endDueLeasesScript, max)
+	if err != nil {
+		return nil, err
+	}
+	return decodeLeaseLists(v)
+}
+
+func (s *Redis) ForgetLeaseKeys(ctx context.Context, id string) error {
+	_, err := s.runLease(ctx, forgetLeaseScript, id)
+	return err
+}
+
+func (s *Redis) EndedLeaseKeys(ctx context.Context, max int) (map[string][]LeaseKey, error) {
+	v, err := s.runLease(ctx, endedLeasesScript, max)
+	if err != nil {
+		return nil, err
+	}
+	return decodeLeaseLists(v)
+}
+
+// LeaseIDs reads the records in HSCAN pages, like ListSessions.
+func (s *Redis) LeaseIDs(ctx context.Context) ([]string, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	keys, _ := s.leaseKeys()
+	var ids []string
+	for cursor := uint64(0); ; {
+		page, next, err := s.rc.HScan(ctx, keys[0], cursor, "", redisPage).Result()
+		if err != nil {
+			return nil, fmt.Errorf("store: redis: listing leases: %w", err)
+		}
+		for i := 0; i+1 < len(page); i += 2 {
+			ids = append(ids, page[i])
+		}
+		if cursor = next; cursor == 0 {
+			return ids, nil
+		}
+	}
+}
+
+// decodeLeaseLists reads {id, {field, value, ...}, ...}.
+func decodeLeaseLists(v any) (map[string][]LeaseKey, error) {
+	out, _ := v.([]any)
+	m := make(map[string][]LeaseKey, len(out)/2)
+	for i := 0; i+1 < len(out); i += 2 {
+		id, _ := out[i].(string)
+		keys, err := decodeLeaseKeys(out[i+1])
+		if err != nil {
+			return m, err
+		}
+		m[id] = keys
+	}
+	return m, nil
+}
+
+// decodeLeaseKeys reads an HGETALL of a key list: room NUL key -> mod_rev.
+func decodeLeaseKeys(v any) ([]LeaseKey, error) {
+	flat, _ := v.([]any)
+	keys := make([]LeaseKey, 0, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		f, _ := flat[i].(string)
+		rv, _ := flat[i+1].(string)
+		room, key, ok := strings.Cut(f, "\x00")
+		rev, err := strconv.ParseUint(rv, 10, 64)
+		if !ok || err != nil {
+			return keys, fmt.Errorf("%w: lease key list entry %q", ErrCorrupt, f)
+		}
+		keys = append(keys, LeaseKey{Room: room, Key: key, ModRev: rev})
+	}
+	return keys, nil
+}
