@@ -402,11 +402,12 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 	if err := store.ValidRoom(room); err != nil {
 		return store.Result{}, err
 	}
-	for _, op := range w.Ops {
+	for i, op := range w.Ops {
 		if !claims.CanWrite(room, op.Key) {
 			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow writing %q in room %q", op.Key, room))
 		}
-		if op.Lease != "" {
+		// Each lease once (on Redis a check is a round trip).
+		if op.Lease != "" && !slices.ContainsFunc(w.Ops[:i], func(o store.Op) bool { return o.Lease == op.Lease }) {
 			if err := s.leaseUsable(ctx, op.Lease, claims); err != nil {
 				return store.Result{}, err
 			}

@@ -513,7 +513,7 @@ func (s *Server) handleLeaseGrant(c echo.Context) error {
 	defer cancel()
 	id, ok, err := s.leases.grant(ctx, time.Duration(req.TTLMS)*time.Millisecond, claims.Subject)
 	if err != nil {
-		return leaseStoreErr("grant", err)
+		return s.leaseStoreErr("grant", err)
 	}
 	if !ok {
 		return newError(wire.CodeTooLarge, fmt.Sprintf("at most %d TTL leases per subject: revoke one or let one expire", s.cfg.MaxLeases))
@@ -525,9 +525,17 @@ func noLease(id string) *Error {
 	return newError(wire.CodeNotFound, fmt.Sprintf("lease %q does not exist or has ended", id))
 }
 
-// leaseStoreErr is the answer when the store that keeps the leases failed.
-func leaseStoreErr(what string, err error) *Error {
-	return newError(wire.CodeUnavailable, fmt.Sprintf("the store that keeps the leases did not answer (%v); retry the %s", err, what))
+// leaseStoreErr is the answer when the store that keeps the leases (on
+// Redis) failed during op; the store's own error is logged, not sent.
+func (s *Server) leaseStoreErr(op string, err error) *Error {
+	s.cfg.Logger.Warn("server: the store failed during a lease "+op, "err", err)
+	switch {
+	case errors.Is(err, store.ErrClosed):
+		return newError(wire.CodeUnavailable, "server is shutting down")
+	case (op == "grant" || op == "revoke") && errors.Is(err, context.DeadlineExceeded):
+		return newError(wire.CodeOutcomeUnknown, fmt.Sprintf("the store did not confirm the lease %s in time; it may or may not have happened", op))
+	}
+	return newError(wire.CodeUnavailable, fmt.Sprintf("the store that keeps the leases did not answer; nothing changed: retry the %s", op))
 }
 
 // leaseUsable says whether claims' subject may write under lease id.
@@ -536,7 +544,7 @@ func (s *Server) leaseUsable(ctx context.Context, id string, claims *Claims) err
 	defer cancel()
 	u, err := s.leases.usable(ctx, id, claims.Subject)
 	if err != nil {
-		return newError(wire.CodeUnavailable, fmt.Sprintf("the store is unreachable: cannot check lease %q; nothing was written", id))
+		return s.leaseStoreErr("check", err)
 	}
 	if u != leaseOK {
 		return leaseErr(id, u)
@@ -582,7 +590,7 @@ func (s *Server) handleLeaseKeepAlive(c echo.Context) error {
 	defer cancel()
 	ttl, u, err := s.leases.keepAlive(ctx, id, claims.Subject)
 	if err != nil {
-		return leaseStoreErr("keep-alive", err)
+		return s.leaseStoreErr("keep-alive", err)
 	}
 	if u != leaseOK {
 		return leaseErr(id, u)
@@ -604,7 +612,7 @@ func (s *Server) handleLeaseRevoke(c echo.Context) error {
 	defer cancel()
 	n, u, err := s.leases.revoke(ctx, id, claims.Subject)
 	if err != nil {
-		return leaseStoreErr("revoke", err)
+		return s.leaseStoreErr("revoke", err)
 	}
 	if u != leaseOK {
 		return leaseErr(id, u)

@@ -273,8 +273,8 @@ func (l *lessor) dropLocked(id string, ls *lease) {
 // keepAlive renews the TTL lease id of subject owner.
 func (l *lessor) keepAlive(ctx context.Context, id, owner string) (time.Duration, leaseUse, error) {
 	if l.sharedTTL(id) {
-		holder, ttl, err := l.shared.KeepAliveLease(ctx, id, owner)
-		return ttl, holderUse(holder, owner), err
+		st, err := l.shared.KeepAliveLease(ctx, id, owner)
+		return st.TTL, stateUse(st, owner), err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -313,8 +313,8 @@ func (l *lessor) revoke(ctx context.Context, id, owner string) (int, leaseUse, e
 // usable says whether subject owner may bind keys to lease id.
 func (l *lessor) usable(ctx context.Context, id, owner string) (leaseUse, error) {
 	if l.sharedTTL(id) {
-		holder, err := l.shared.LeaseHolder(ctx, id)
-		return holderUse(holder, owner), err
+		st, err := l.shared.Lease(ctx, id)
+		return stateUse(st, owner), err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -332,7 +332,9 @@ func (l *lessor) attach(id, room, key string, modRev uint64) {
 	l.mu.Lock()
 	ls := l.leases[id]
 	if ls != nil {
-		ls.keys[roomKey{room, key}] = modRev
+		// Two writes of one key can attach out of order: keep the later.
+		k := roomKey{room, key}
+		ls.keys[k] = max(ls.keys[k], modRev)
 	}
 	l.mu.Unlock()
 	// A shared session lease missing here left this node (taken over

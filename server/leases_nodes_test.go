@@ -435,9 +435,9 @@ func TestTTLLeasesAcrossNodes(t *testing.T) {
 	// The ghost takes the lease out of the store the moment it is due,
 	// racing the live nodes, which may win.
 	waitFor(t, 5*time.Second, "the lease to end", func() bool {
-		h, _ := ghost.LeaseHolder(ctx, "ttl_ended")
+		st, _ := ghost.Lease(ctx, "ttl_ended")
 		_, _ = ghost.EndDueLeases(ctx, 10)
-		return h == ""
+		return !st.Alive
 	})
 	if got := next(); !slices.Equal(got, []string{"put:games/ended", "put:games/unlisted"}) && !slices.Equal(got, []string{"put:games/unlisted", "put:games/ended"}) {
 		t.Fatalf("events %v, want the ghost's puts", got)
@@ -448,3 +448,34 @@ func TestTTLLeasesAcrossNodes(t *testing.T) {
 }
 
 func sorted(s []string) []string { slices.Sort(s); return s }
+
+// TestTTLLeaseAnonymousAcrossNodes: without auth every client is the
+// anonymous subject (""), a holder like any other on Redis too.
+func TestTTLLeaseAnonymousAcrossNodes(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	ctx := testCtx(t)
+	node := func(id string) *env {
+		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "ta"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newEnv(t, envOpts{Store: st, Cfg: server.Config{NodeID: id, NodeTimeout: time.Second}})
+	}
+	a, b := node("a"), node("b")
+	id, err := a.HTTP.GrantLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.HTTP.KeepAlive(ctx, id); err != nil {
+		t.Fatalf("keep-alive through another node: %v", err)
+	}
+	if _, err := b.HTTP.Put(ctx, "r", "k", json.RawMessage(`1`), nil, id); err != nil {
+		t.Fatalf("put under the lease through another node: %v", err)
+	}
+	if err := a.HTTP.Revoke(ctx, id); err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	if l, err := b.HTTP.List(ctx, "r", ""); err != nil || len(l.Items) != 0 {
+		t.Fatalf("after the revoke: %v (%v), want no key", l.Items, err)
+	}
+}

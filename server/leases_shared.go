@@ -29,23 +29,22 @@ import (
 //     died between the write and the listing) is found by the orphan sweep
 //     too: it scans the leased keys for lease names the store no longer has.
 
-// holderUse says whether owner may use a lease whose holder is holder
-// ("" when it has ended).
-func holderUse(holder, owner string) leaseUse {
-	switch holder {
-	case "":
+// stateUse says whether owner may use a lease in state st.
+func stateUse(st store.LeaseState, owner string) leaseUse {
+	switch {
+	case !st.Alive:
 		return leaseMissing
-	case owner:
-		return leaseOK
+	case st.Holder != owner:
+		return leaseNotOwner
 	}
-	return leaseNotOwner
+	return leaseOK
 }
 
 // revokeShared ends lease id in the store and deletes its keys before
 // returning, as a local revoke does.
 func (l *lessor) revokeShared(ctx context.Context, id, owner string) (int, leaseUse, error) {
-	holder, keys, err := l.shared.RevokeLease(ctx, id, owner)
-	if u := holderUse(holder, owner); err != nil || u != leaseOK {
+	st, keys, err := l.shared.RevokeLease(ctx, id, owner)
+	if u := stateUse(st, owner); err != nil || u != leaseOK {
 		return 0, u, err
 	}
 	l.metrics.leasesEnded.Inc()
@@ -54,21 +53,19 @@ func (l *lessor) revokeShared(ctx context.Context, id, owner string) (int, lease
 }
 
 // attachShared lists key with lease id in the store, or deletes it when
-// the lease ended since the write's check.
+// the lease ended since the write's check, before the write is answered.
+// It runs to its end even while the node shuts down: a write that
+// committed must be listed, or its key would outlive the lease until an
+// orphan sweep.
 func (l *lessor) attachShared(id, room, key string, modRev uint64) {
-	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ok, err := l.shared.AttachLease(ctx, id, store.LeaseKey{Room: room, Key: key, ModRev: modRev})
 	switch {
 	case err != nil:
-		// The orphan sweep finds the key if the lease ends unlisted.
 		l.log.Warn("server: cannot list a key with its lease; the orphan sweep will end it with the lease", "lease", id, "room", room, "key", key, "err", err)
 	case !ok:
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			l.deleteKeys(map[roomKey]uint64{{room, key}: modRev})
-		}()
+		l.deleteKeys(map[roomKey]uint64{{room, key}: modRev})
 	}
 }
 
@@ -88,27 +85,40 @@ func (l *lessor) endKeys(id string, keys []store.LeaseKey) {
 	}
 }
 
-// endShared ends the due leases every tick, and sweeps orphans every
-// orphanEvery ticks.
+// endShared ends the due leases every tick. The orphan sweeps run in
+// their own goroutine: a long scan must not delay the ends.
 func (l *lessor) endShared() {
 	defer l.wg.Done()
-	t := time.NewTicker(max(l.nodeTimeout/5, 100*time.Millisecond))
+	every := max(l.nodeTimeout/5, 100*time.Millisecond)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		t := time.NewTicker(orphanEvery * every)
+		defer t.Stop()
+		for {
+			select {
+			case <-l.stop:
+				return
+			case <-t.C:
+			}
+			l.endLeases(l.shared.EndedLeaseKeys)
+			l.sweepUnlisted()
+		}
+	}()
+	t := time.NewTicker(every)
 	defer t.Stop()
-	for tick := 1; ; tick++ {
+	for {
 		select {
 		case <-l.stop:
 			return
 		case <-t.C:
 		}
 		l.endLeases(l.shared.EndDueLeases)
-		if tick%orphanEvery == 0 {
-			l.endLeases(l.shared.EndedLeaseKeys)
-			l.sweepUnlisted()
-		}
 	}
 }
 
-// endLeases deletes the keys of the leases next returns, a page at a time.
+// endLeases deletes the keys of the leases next returns, a page at a
+// time, until none is left or the lessor stops.
 func (l *lessor) endLeases(next func(context.Context, int) (map[string][]store.LeaseKey, error)) {
 	const page = 1000
 	for {
@@ -116,14 +126,16 @@ func (l *lessor) endLeases(next func(context.Context, int) (map[string][]store.L
 		ended, err := next(ctx, page)
 		cancel()
 		if err != nil {
-			l.log.Warn("server: cannot end the due leases", "err", err)
+			if l.ctx.Err() == nil {
+				l.log.Warn("server: cannot end the due leases", "err", err)
+			}
 			return
 		}
 		for id, keys := range ended {
 			l.metrics.leasesEnded.Inc()
 			l.endKeys(id, keys)
 		}
-		if len(ended) < page {
+		if len(ended) < page || l.ctx.Err() != nil {
 			return
 		}
 	}

@@ -20,16 +20,16 @@ type SharedLeases interface {
 	// when holder already holds max leases.
 	GrantLease(ctx context.Context, id, holder string, ttl time.Duration, max int) (bool, error)
 	// KeepAliveLease moves the deadline of lease id to now + its TTL if
-	// holder holds it. It returns the lease's holder ("" when it has
-	// ended or never existed; nothing changes unless it is holder) and TTL.
-	KeepAliveLease(ctx context.Context, id, holder string) (string, time.Duration, error)
-	// LeaseHolder returns the holder of lease id, "" when it has ended.
-	LeaseHolder(ctx context.Context, id string) (string, error)
-	// RevokeLease ends lease id now if holder holds it, and returns its
-	// holder as KeepAliveLease does and the keys written under it, which
-	// the caller deletes (each only if still the version written under
-	// the lease) and then forgets with ForgetLeaseKeys.
-	RevokeLease(ctx context.Context, id, holder string) (string, []LeaseKey, error)
+	// holder holds it, and returns what it found (nothing changes unless
+	// the lease is alive and holder's).
+	KeepAliveLease(ctx context.Context, id, holder string) (LeaseState, error)
+	// Lease returns the state of lease id.
+	Lease(ctx context.Context, id string) (LeaseState, error)
+	// RevokeLease ends lease id now if holder holds it, and returns what
+	// it found and the keys written under it, which the caller deletes
+	// (each only if still the version written under the lease) and then
+	// forgets with ForgetLeaseKeys.
+	RevokeLease(ctx context.Context, id, holder string) (LeaseState, []LeaseKey, error)
 	// AttachLease lists key of room, written at modRev, under lease id.
 	// It is false when the lease has ended: the caller deletes the key,
 	// which must not outlive its lease.
@@ -46,6 +46,14 @@ type SharedLeases interface {
 	EndedLeaseKeys(ctx context.Context, max int) (map[string][]LeaseKey, error)
 	// LeaseIDs returns the ids of every lease not yet ended.
 	LeaseIDs(ctx context.Context) ([]string, error)
+}
+
+// LeaseState is a lease as an operation found it: Alive is false when it
+// has ended or never existed. Holder may be "" (an anonymous subject).
+type LeaseState struct {
+	Alive  bool
+	Holder string
+	TTL    time.Duration
 }
 
 // LeaseKey is a key written under a lease, at ModRev.

@@ -39,14 +39,16 @@ end
 local function finish(id, r)
   redis.call('HDEL', KEYS[1], id)
   redis.call('ZREM', KEYS[2], id)
-  if redis.call('HINCRBY', KEYS[3], r.holder, -1) <= 0 then redis.call('HDEL', KEYS[3], r.holder) end
+  if r.holder and redis.call('HINCRBY', KEYS[3], r.holder, -1) <= 0 then redis.call('HDEL', KEYS[3], r.holder) end
   redis.call('SADD', KEYS[4], id)
   return redis.call('HGETALL', ARGV[1] .. id)
 end
 `
 
 var (
-	// All take KEYS rec, due, held, ended and ARGV[1] the key-list prefix.
+	// All take KEYS rec, due, held, ended and ARGV[1] the key-list prefix;
+	// those reading a lease return {0} when it is not alive, else {1,
+	// holder, ttl ms, ...} (an anonymous holder is "").
 	// grant: ARGV id, holder, ttl ms, max.
 	grantLeaseScript = redis.NewScript(leaseScriptHead + `
 if tonumber(redis.call('HGET', KEYS[3], ARGV[3]) or '0') >= tonumber(ARGV[5]) then return 0 end
@@ -54,36 +56,43 @@ redis.call('HSET', KEYS[1], ARGV[2], cjson.encode({holder = ARGV[3], ttl_ms = to
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[2])
 redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
 return 1`)
-	// keepAlive: ARGV id, holder. Returns {holder, ttl ms}.
+	// keepAlive: ARGV id, holder.
 	keepAliveLeaseScript = redis.NewScript(leaseScriptHead + `
 local r = alive(ARGV[2])
-if not r then return {'', 0} end
+if not r then return {0} end
 if r.holder == ARGV[3] then redis.call('ZADD', KEYS[2], now + r.ttl_ms, ARGV[2]) end
-return {r.holder, r.ttl_ms}`)
-	// holder: ARGV id.
-	leaseHolderScript = redis.NewScript(leaseScriptHead + `
+return {1, r.holder, r.ttl_ms}`)
+	// lease: ARGV id.
+	leaseScript = redis.NewScript(leaseScriptHead + `
 local r = alive(ARGV[2])
-if not r then return '' end
-return r.holder`)
-	// revoke: ARGV id, holder. Returns {holder, keys...}.
+if not r then return {0} end
+return {1, r.holder, r.ttl_ms}`)
+	// revoke: ARGV id, holder. Returns {1, holder, ttl ms, keys} when revoked.
 	revokeLeaseScript = redis.NewScript(leaseScriptHead + `
 local r = alive(ARGV[2])
-if not r then return {''} end
-if r.holder ~= ARGV[3] then return {r.holder} end
-return {r.holder, finish(ARGV[2], r)}`)
-	// attach: ARGV id, room NUL key, mod_rev.
+if not r then return {0} end
+if r.holder ~= ARGV[3] then return {1, r.holder, r.ttl_ms} end
+return {1, r.holder, r.ttl_ms, finish(ARGV[2], r)}`)
+	// attach: ARGV id, room NUL key, mod_rev. A key written twice under
+	// the lease keeps its later revision, whatever order the attaches
+	// arrive in (decimal strings: longer is larger, else compare).
 	attachLeaseScript = redis.NewScript(leaseScriptHead + `
 if not alive(ARGV[2]) then return 0 end
-redis.call('HSET', ARGV[1] .. ARGV[2], ARGV[3], ARGV[4])
+local cur = redis.call('HGET', ARGV[1] .. ARGV[2], ARGV[3])
+if not cur or #cur < #ARGV[4] or (#cur == #ARGV[4] and cur < ARGV[4]) then
+  redis.call('HSET', ARGV[1] .. ARGV[2], ARGV[3], ARGV[4])
+end
 return 1`)
-	// endDue: ARGV max. Returns {id, keys, id, keys, ...}.
+	// endDue: ARGV max. Returns {id, keys, id, keys, ...}. A record that
+	// cannot be read ends too, rather than stopping every end.
 	endDueLeasesScript = redis.NewScript(leaseScriptHead + `
 local out = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))) do
   local v = redis.call('HGET', KEYS[1], id)
   if v then
+    local ok, r = pcall(cjson.decode, v)
     out[#out + 1] = id
-    out[#out + 1] = finish(id, cjson.decode(v))
+    out[#out + 1] = finish(id, ok and r or {})
   else
     redis.call('ZREM', KEYS[2], id)
   end
@@ -108,67 +117,71 @@ func (s *Redis) leaseKeys() ([]string, string) {
 	return []string{p + "rec", p + "due", p + "held", p + "ended"}, p + "k:"
 }
 
-// runLease runs a lease script with the lease keys and the key-list prefix.
-func (s *Redis) runLease(ctx context.Context, sc *redis.Script, args ...any) (any, error) {
+// runLease runs a lease script with the lease keys and the key-list
+// prefix, on c: the write client (never retried) for scripts that change
+// anything.
+func (s *Redis) runLease(ctx context.Context, c redis.Scripter, sc *redis.Script, args ...any) (any, error) {
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
 	defer s.mu.RUnlock()
 	keys, list := s.leaseKeys()
-	return sc.Run(ctx, s.wc, keys, append([]any{list}, args...)...).Result()
+	return sc.Run(ctx, c, keys, append([]any{list}, args...)...).Result()
 }
 
 func (s *Redis) GrantLease(ctx context.Context, id, holder string, ttl time.Duration, max int) (bool, error) {
-	v, err := s.runLease(ctx, grantLeaseScript, id, holder, ttl.Milliseconds(), max)
+	v, err := s.runLease(ctx, s.wc, grantLeaseScript, id, holder, ttl.Milliseconds(), max)
 	n, _ := v.(int64)
 	return n == 1, err
 }
 
-func (s *Redis) KeepAliveLease(ctx context.Context, id, holder string) (string, time.Duration, error) {
-	v, err := s.runLease(ctx, keepAliveLeaseScript, id, holder)
-	if err != nil {
-		return "", 0, err
-	}
-	out, _ := v.([]any)
-	if len(out) != 2 {
-		return "", 0, fmt.Errorf("%w: lease keep-alive reply %v", ErrCorrupt, v)
-	}
-	h, _ := out[0].(string)
-	ms, _ := out[1].(int64)
-	return h, time.Duration(ms) * time.Millisecond, nil
+func (s *Redis) KeepAliveLease(ctx context.Context, id, holder string) (LeaseState, error) {
+	v, err := s.runLease(ctx, s.wc, keepAliveLeaseScript, id, holder)
+	st, _, err := decodeLeaseState(v, err)
+	return st, err
 }
 
-func (s *Redis) LeaseHolder(ctx context.Context, id string) (string, error) {
-	v, err := s.runLease(ctx, leaseHolderScript, id)
-	h, _ := v.(string)
-	return h, err
+func (s *Redis) Lease(ctx context.Context, id string) (LeaseState, error) {
+	v, err := s.runLease(ctx, s.rc, leaseScript, id)
+	st, _, err := decodeLeaseState(v, err)
+	return st, err
 }
 
-func (s *Redis) RevokeLease(ctx context.Context, id, holder string) (string, []LeaseKey, error) {
-	v, err := s.runLease(ctx, revokeLeaseScript, id, holder)
+func (s *Redis) RevokeLease(ctx context.Context, id, holder string) (LeaseState, []LeaseKey, error) {
+	v, err := s.runLease(ctx, s.wc, revokeLeaseScript, id, holder)
+	st, rest, err := decodeLeaseState(v, err)
+	if err != nil || len(rest) == 0 {
+		return st, nil, err
+	}
+	keys, err := decodeLeaseKeys(rest[0])
+	return st, keys, err
+}
+
+// decodeLeaseState reads {0} or {1, holder, ttl ms, rest...}.
+func decodeLeaseState(v any, err error) (LeaseState, []any, error) {
 	if err != nil {
-		return "", nil, err
+		return LeaseState{}, nil, err
 	}
 	out, _ := v.([]any)
-	if len(out) == 0 {
-		return "", nil, fmt.Errorf("%w: lease revoke reply %v", ErrCorrupt, v)
+	if len(out) == 1 && out[0] == int64(0) {
+		return LeaseState{}, nil, nil
 	}
-	h, _ := out[0].(string)
-	if len(out) < 2 {
-		return h, nil, nil
+	if len(out) < 3 || out[0] != int64(1) {
+		return LeaseState{}, nil, fmt.Errorf("%w: lease script reply %v", ErrCorrupt, v)
 	}
-	keys, err := decodeLeaseKeys(out[1])
-	return h, keys, err
+	h, _ := out[1].(string)
+	ms, _ := out[2].(int64)
+	return LeaseState{Alive: true, Holder: h, TTL: time.Duration(ms) * time.Millisecond}, out[3:], nil
 }
 
 func (s *Redis) AttachLease(ctx context.Context, id string, k LeaseKey) (bool, error) {
-	v, err := s.runLease(ctx, attachLeaseScript, id, k.Room+"\x00"+k.Key, k.ModRev)
+	v, err := s.runLease(ctx, s.wc, attachLeaseScript, id, k.Room+"\x00"+k.Key, k.ModRev)
 	n, _ := v.(int64)
 	return n == 1, err
 }
 
 func (s *Redis) EndDueLeases(ctx context.Context, max int) (map[string][]LeaseKey, error) {
-	v, err := s.runLease(ctx, endDueLeasesScript, max)
+	v, err := s.runLease(ctx, s.wc, endDueLeasesScript, max)
 	if err != nil {
 		return nil, err
 	}
@@ -176,12 +189,12 @@ func (s *Redis) EndDueLeases(ctx context.Context, max int) (map[string][]LeaseKe
 }
 
 func (s *Redis) ForgetLeaseKeys(ctx context.Context, id string) error {
-	_, err := s.runLease(ctx, forgetLeaseScript, id)
+	_, err := s.runLease(ctx, s.wc, forgetLeaseScript, id)
 	return err
 }
 
 func (s *Redis) EndedLeaseKeys(ctx context.Context, max int) (map[string][]LeaseKey, error) {
-	v, err := s.runLease(ctx, endedLeasesScript, max)
+	v, err := s.runLease(ctx, s.rc, endedLeasesScript, max)
 	if err != nil {
 		return nil, err
 	}

@@ -29,11 +29,14 @@ func testSharedLeases(t *testing.T, s *suite) {
 	}
 	holder := func(id string) string {
 		t.Helper()
-		h, err := ls.LeaseHolder(bg, id)
+		st, err := ls.Lease(bg, id)
 		if err != nil {
-			t.Fatalf("LeaseHolder: %v", err)
+			t.Fatalf("Lease: %v", err)
 		}
-		return h
+		if !st.Alive {
+			return "(ended)"
+		}
+		return st.Holder
 	}
 	attach := func(id, key string, rev uint64) bool {
 		t.Helper()
@@ -55,29 +58,37 @@ func testSharedLeases(t *testing.T, s *suite) {
 	if h := holder("ttl_a"); h != "alice" {
 		t.Fatalf("holder of ttl_a = %q, want alice", h)
 	}
-	if h, _, _ := ls.KeepAliveLease(bg, "ttl_a", "bob"); h != "alice" {
-		t.Fatalf("keep-alive by another subject: holder %q, want alice", h)
+	if st, _ := ls.KeepAliveLease(bg, "ttl_a", "bob"); !st.Alive || st.Holder != "alice" {
+		t.Fatalf("keep-alive by another subject: %+v, want alive, held by alice", st)
 	}
-	if h, ttl, err := ls.KeepAliveLease(bg, "ttl_a", "alice"); h != "alice" || ttl != time.Minute || err != nil {
-		t.Fatalf("keep-alive = %q, %v, %v; want alice, 1m", h, ttl, err)
+	if st, err := ls.KeepAliveLease(bg, "ttl_a", "alice"); st != (store.LeaseState{Alive: true, Holder: "alice", TTL: time.Minute}) || err != nil {
+		t.Fatalf("keep-alive = %+v, %v; want alice's, 1m", st, err)
 	}
-	if !attach("ttl_a", "k1", 5) || !attach("ttl_a", "k2", 6) || !attach("ttl_a", "k1", 7) {
+	// k1 is written at 7 after 5, but the attaches arrive the other way.
+	if !attach("ttl_a", "k1", 7) || !attach("ttl_a", "k2", 6) || !attach("ttl_a", "k1", 5) {
 		t.Fatal("attach to a live lease refused")
 	}
-	if h, keys, _ := ls.RevokeLease(bg, "ttl_a", "bob"); h != "alice" || len(keys) != 0 {
-		t.Fatalf("revoke by another subject: %q %v", h, keys)
+	if st, keys, _ := ls.RevokeLease(bg, "ttl_a", "bob"); st.Holder != "alice" || len(keys) != 0 {
+		t.Fatalf("revoke by another subject: %+v %v", st, keys)
 	}
-	h, keys, err := ls.RevokeLease(bg, "ttl_a", "alice")
+	st, keys, err := ls.RevokeLease(bg, "ttl_a", "alice")
 	sort.Slice(keys, func(i, j int) bool { return keys[i].Key < keys[j].Key })
-	if err != nil || h != "alice" {
-		t.Fatalf("revoke: %q %v", h, err)
+	if err != nil || !st.Alive || st.Holder != "alice" {
+		t.Fatalf("revoke: %+v %v", st, err)
 	}
-	diff(t, "the revoked lease's keys", []store.LeaseKey{{Room: "r", Key: "k1", ModRev: 7}, {Room: "r", Key: "k2", ModRev: 6}}, keys)
-	if holder("ttl_a") != "" || attach("ttl_a", "k3", 8) {
+	diff(t, "the revoked lease's keys (each at its latest revision)", []store.LeaseKey{{Room: "r", Key: "k1", ModRev: 7}, {Room: "r", Key: "k2", ModRev: 6}}, keys)
+	if holder("ttl_a") != "(ended)" || attach("ttl_a", "k3", 8) {
 		t.Fatal("a revoked lease is still alive")
 	}
-	if h, _, _ := ls.RevokeLease(bg, "ttl_a", "alice"); h != "" {
+	if st, _, _ := ls.RevokeLease(bg, "ttl_a", "alice"); st.Alive {
 		t.Fatal("a lease revoked twice")
+	}
+	// An anonymous holder ("") is a holder like any other.
+	if !grant("ttl_anon", "", time.Minute) || holder("ttl_anon") != "" {
+		t.Fatal("an anonymous lease is not alive")
+	}
+	if st, _, err := ls.RevokeLease(bg, "ttl_anon", ""); !st.Alive || err != nil {
+		t.Fatalf("revoke of an anonymous lease: %+v %v", st, err)
 	}
 	if !grant("ttl_c", "alice", time.Minute) {
 		t.Fatal("the revoke did not give the holder's count back")
@@ -90,7 +101,7 @@ func testSharedLeases(t *testing.T, s *suite) {
 	}
 	for range 6 {
 		time.Sleep(100 * time.Millisecond)
-		if h, _, _ := ls.KeepAliveLease(bg, "ttl_d", "bob"); h != "bob" {
+		if st, _ := ls.KeepAliveLease(bg, "ttl_d", "bob"); st.Holder != "bob" || !st.Alive {
 			t.Fatal("a lease kept alive ended")
 		}
 	}
@@ -113,7 +124,7 @@ func testSharedLeases(t *testing.T, s *suite) {
 	}
 	wg.Wait()
 	diff(t, "leases ended", map[string][][]store.LeaseKey{"ttl_d": {{{Room: "r", Key: "kd", ModRev: 9}}}}, got)
-	if holder("ttl_d") != "" {
+	if holder("ttl_d") != "(ended)" {
 		t.Fatal("an ended lease is still alive")
 	}
 	ids, err := ls.LeaseIDs(bg)
@@ -129,7 +140,7 @@ func testSharedLeases(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	diff(t, "ended leases not yet forgotten", map[string][]store.LeaseKey{
-		"ttl_a": keys, "ttl_d": {{Room: "r", Key: "kd", ModRev: 9}},
+		"ttl_a": keys, "ttl_anon": {}, "ttl_d": {{Room: "r", Key: "kd", ModRev: 9}},
 	}, sortedLists(pending))
 	for id := range pending {
 		if err := ls.ForgetLeaseKeys(bg, id); err != nil {
