@@ -64,9 +64,10 @@ export function launch() {
  * Opens path as the user `name` in a new browser context (its own storage:
  * another user) and waits until the page is connected. With `route`, the
  * page's socket goes through a socketSwitch, returned as `sw`. `errors`
- * collects the page's uncaught errors.
+ * collects the page's uncaught errors. `wait: false` does not wait for a
+ * connection (the landing page and the inspector have none).
  */
-export async function openAs(browser, base, path, name, { viewport = { width: 1200, height: 760 }, route = false } = {}) {
+export async function openAs(browser, base, path, name, { viewport = { width: 1200, height: 760 }, route = false, wait = !path.startsWith('/inspector') } = {}) {
   const context = await browser.newContext({ viewport });
   const page = await context.newPage();
   page.setDefaultTimeout(TIMEOUT);
@@ -74,12 +75,12 @@ export async function openAs(browser, base, path, name, { viewport = { width: 12
   page.on('pageerror', (e) => errors.push(String(e)));
   const sw = route ? await socketSwitch(page) : undefined;
   await page.goto(`${base}${path}${path.includes('?') ? '&' : '?'}name=${encodeURIComponent(name)}`);
-  if (!path.startsWith('/inspector')) await status(page, 'connected');
+  if (wait) await status(page, 'connected');
   return { context, page, errors, sw };
 }
 
-/** Waits until the page's connection badge shows `s`. */
-export const status = (page, s) => page.getByTestId('status').filter({ hasText: new RegExp(`^${s}$`) }).waitFor();
+/** Waits until the page's connection badge is in the client status `s` (connecting, connected, reconnecting, disconnected). */
+export const status = (page, s) => page.locator(`[data-testid=badge][data-status=${s}]`).waitFor();
 
 /**
  * Routes the page's statecast socket through the test: `cut()` closes it
