@@ -40,6 +40,24 @@ async function addCards(page, texts) {
   }
 }
 
+/** The badge's parts, e.g. { status: 'live', keys: '2 keys', rev: 'rev 2', sync: '' }. Runs in the page. */
+function readBadge() {
+  const part = (id) => document.querySelector(`[data-testid=badge] [data-testid=${id}]`)?.textContent ?? '';
+  return { status: part('status'), keys: part('keys'), rev: part('rev'), sync: part('last-sync') };
+}
+
+/** Waits until the page's badge shows `want` (each part a string or a RegExp); returns what it shows, else fails with that. */
+async function badgeShows(page, want) {
+  const matches = (seen) => Object.entries(want).every(([k, w]) => (w instanceof RegExp ? w.test(seen[k]) : seen[k] === w));
+  let seen;
+  for (const end = Date.now() + TIMEOUT; Date.now() < end; await page.waitForTimeout(50)) {
+    seen = await page.evaluate(readBadge);
+    if (matches(seen)) return seen;
+  }
+  assert.fail(`the badge shows ${JSON.stringify(seen)}, not ${JSON.stringify(want, (k, v) => (v instanceof RegExp ? String(v) : v))}`);
+}
+const revOf = (badge) => Number(badge.rev.replace('rev ', ''));
+
 async function setTitle(page, text) {
   const title = page.getByTestId('title');
   await title.fill(text);
@@ -80,6 +98,32 @@ test('edits by A appear for B; a title both changed shows both versions and B pi
     await conflict.waitFor({ state: 'detached' });
     await until(a.page, (v) => v.title === 'Lisbon, long weekend');
     assert.deepEqual(await view(b.page), await view(a.page));
+    assert.deepEqual([...a.errors, ...b.errors], []);
+  } finally {
+    await a.context.close();
+    await b.context.close();
+  }
+});
+
+test('the badge shows the live state: keys and revision as events arrive, reconnecting while cut off, then how it caught up', async () => {
+  const room = '/doc.html?room=doc:e2e-badge';
+  const a = await openAs(browser, srv.url, room, 'Ann', { route: true });
+  const b = await openAs(browser, srv.url, room, 'Ben');
+  try {
+    // The room's revision also counts presence writes: the test compares revisions.
+    const REV = /^rev \d+$/;
+    const empty = await badgeShows(a.page, { status: 'live', keys: '0 keys', rev: REV, sync: '' });
+    await addCards(b.page, ['one', 'two']);
+    const two = await badgeShows(a.page, { status: 'live', keys: '2 keys', rev: REV, sync: '' });
+    assert.ok(revOf(two) >= revOf(empty) + 2, `rev ${revOf(empty)}, then ${revOf(two)} after two writes`);
+    await a.sw.cut();
+    await badgeShows(a.page, { status: 'reconnecting…', keys: '2 keys', rev: two.rev, sync: '' });
+    await addCards(b.page, ['three']);
+    await until(b.page, (v) => v.cards.length === 3);
+    a.sw.restore();
+    await a.page.getByRole('button', { name: 'Retry now' }).click({ timeout: 2000 }).catch(() => {}); // else the backoff (≤ 5 s) does it
+    const back = await badgeShows(a.page, { status: 'live', keys: '3 keys', rev: REV, sync: /^resumed by replay of \d+ events?$/ });
+    assert.ok(revOf(back) > revOf(two), `rev ${revOf(back)} after the reconnect`);
     assert.deepEqual([...a.errors, ...b.errors], []);
   } finally {
     await a.context.close();
