@@ -13,12 +13,15 @@ const room = client.room(roomName('lobby:demo'));
 const watch = room.watch(['games/', 'seats/']);
 const presence = room.presence();
 const busy = new Set(); // games with a join or leave in flight
+const quitting = new Set(); // games this tab is leaving or closing
+let held = new Map(); // game id → { name, role: 'host' | 'seat' }: what this tab had at the last change
 let filter = 'all';
 
 presence.set({ name: me.name, color: me.color }).catch(() => {});
 mountWho($('who'), (name) => presence.set({ name, color: me.color }).catch(() => {}));
 mountBadge($('badge'), client, watch);
-const notice = (text, kind) => notify($('notice'), text, kind);
+let losses = []; // told by tellLosses since the last other notice: a replay tells them one revision at a time
+const notice = (text, kind) => ((losses = []), notify($('notice'), text, kind));
 
 /** The games in the view, each with its seats (host first). */
 function games() {
@@ -95,6 +98,7 @@ async function leave(g) {
   const seat = mySeat(g);
   if (!seat) return;
   busy.add(g.id);
+  quitting.add(g.id);
   render();
   try {
     await room.delete(seat.key, { ifModRev: seat.modRev, waitFor: watch });
@@ -103,16 +107,20 @@ async function leave(g) {
     notice(`Could not leave: ${e.message}`, 'error');
   } finally {
     busy.delete(g.id);
+    quitting.delete(g.id);
     render();
   }
 }
 
 async function close(g) {
+  quitting.add(g.id);
   try {
     await room.delete(g.key, { waitFor: watch });
     notice(`You closed “${g.name}”.`);
   } catch (e) {
     notice(`Could not close the game: ${e.message}`, 'error');
+  } finally {
+    quitting.delete(g.id);
   }
 }
 
@@ -160,6 +168,29 @@ function renderOnline() {
       p.you ? h('span', { class: 'tag you' }, 'you') : null)));
 }
 
+/**
+ * Tells this user when a game they host or sit in is gone without their
+ * leaving or closing it: its host left (the game ended with the host's
+ * session) or closed it, or this tab was away longer than the lease grace,
+ * so its session and the keys bound to it ended.
+ */
+function tellLosses(all) {
+  const now = new Map();
+  for (const g of all) {
+    if (g.hostId === client.clientId) now.set(g.id, { name: g.name, role: 'host' });
+    else if (mySeat(g)) now.set(g.id, { name: g.name, role: 'seat' });
+  }
+  const told = losses.length;
+  for (const [id, was] of held) {
+    if (now.has(id) || quitting.has(id)) continue;
+    if (was.role === 'host') losses.push(`Your game “${was.name}” has ended: this tab was offline longer than the lease grace.`);
+    else if (all.some((g) => g.id === id)) losses.push(`You lost your seat in “${was.name}”: this tab was offline longer than the lease grace.`);
+    else losses.push(`“${was.name}” has ended: its host left or closed it. Your seat is free.`);
+  }
+  held = now;
+  if (losses.length > told) notify($('notice'), losses.join(' '), 'error');
+}
+
 /** Seats of games that are gone (their host left) are ours to free. */
 function sweepOrphanSeats() {
   const live = new Set(games().map((g) => g.id));
@@ -175,6 +206,7 @@ $('create').addEventListener('submit', (ev) => {
 });
 watch.on('changes', () => {
   sweepOrphanSeats();
+  tellLosses(games());
   render();
 });
 presence.on('change', renderOnline);

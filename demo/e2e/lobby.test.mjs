@@ -18,6 +18,12 @@ after(async () => {
 
 const game = (page, name) => page.getByTestId('game').filter({ hasText: name });
 
+/** The seat keys of a lobby room, read over HTTP. */
+async function seats(room) {
+  const res = await fetch(`${srv.url}/v1/rooms/${room}/kv?prefix=seats/`);
+  return (await res.json()).items;
+}
+
 async function createGame(page, name, mode, max) {
   await page.getByLabel('Game name').fill(name);
   await page.getByLabel('Mode', { exact: true }).selectOption(mode);
@@ -100,5 +106,54 @@ test('two players race for the last seat: exactly one gets it, the other is told
     assert.deepEqual([...a.errors, ...b.errors, ...c.errors], []);
   } finally {
     for (const u of [a, b, c]) await u.context.close();
+  }
+});
+
+test("a seated player is told when the host's game disappears, and their seat is freed", async () => {
+  const room = `/lobby.html?room=lobby:e2e-gone`;
+  const a = await openAs(browser, srv.url, room, 'Ann');
+  const b = await openAs(browser, srv.url, room, 'Ben');
+  try {
+    await createGame(a.page, 'Picnic', 'coop', 4);
+    await game(b.page, 'Picnic').getByRole('button', { name: 'Join' }).click();
+    await b.page.getByTestId('notice').getByText('You joined “Picnic”').waitFor();
+
+    await a.page.close(); // the host leaves: the game ends a lease grace later
+    await game(b.page, 'Picnic').waitFor({ state: 'detached', timeout: GRACE_MS + TIMEOUT });
+    await b.page.getByTestId('notice').filter({ hasText: /^“Picnic” has ended: its host left or closed it\. Your seat is free\.$/ }).waitFor();
+    for (let i = 0; (await seats('lobby:e2e-gone')).length; i++) {
+      assert.ok(i < 100, "Ben's seat in the game that ended was not freed");
+      await b.page.waitForTimeout(50);
+    }
+    assert.deepEqual([...a.errors, ...b.errors], []);
+  } finally {
+    await a.context.close();
+    await b.context.close();
+  }
+});
+
+test('a player away longer than the lease grace is told that their game and their seat are gone', async () => {
+  const room = `/lobby.html?room=lobby:e2e-away`;
+  const a = await openAs(browser, srv.url, room, 'Ann');
+  const b = await openAs(browser, srv.url, room, 'Ben', { route: true });
+  try {
+    await createGame(a.page, 'Theirs', 'ffa', 4);
+    await createGame(b.page, 'Mine', 'duel', 2);
+    await game(b.page, 'Theirs').getByRole('button', { name: 'Join' }).click();
+    await game(a.page, 'Theirs').getByText('2/4 players').waitFor();
+
+    await b.sw.cut();
+    await game(a.page, 'Mine').waitFor({ state: 'detached', timeout: GRACE_MS + TIMEOUT }); // Ben's session ended
+    await game(a.page, 'Theirs').getByText('1/4 players').waitFor();
+    b.sw.restore();
+    await b.page.getByRole('button', { name: 'Retry now' }).click({ timeout: 2000 }).catch(() => {}); // else the backoff (≤ 5 s) does it
+    await b.page.getByTestId('notice').filter({ hasText: 'Your game “Mine” has ended: this tab was offline longer than the lease grace.' })
+      .filter({ hasText: 'You lost your seat in “Theirs”: this tab was offline longer than the lease grace.' }).waitFor()
+      .catch(async (e) => assert.fail(`${e.message}\nthe notice: ${await b.page.getByTestId('notice').textContent()}`));
+    await game(b.page, 'Theirs').getByRole('button', { name: 'Join' }).waitFor();
+    assert.deepEqual([...a.errors, ...b.errors], []);
+  } finally {
+    await a.context.close();
+    await b.context.close();
   }
 });
