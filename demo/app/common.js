@@ -68,7 +68,7 @@ export function notify(el, text, kind = 'info') {
   el.textContent = text;
 }
 
-const plural = (n, one) => `${n} ${one}${n === 1 ? '' : 's'}`;
+export const plural = (n, one) => `${n} ${one}${n === 1 ? '' : 's'}`;
 
 const STATES = { connecting: 'connecting…', reconnecting: 'reconnecting…', disconnected: 'disconnected' };
 

@@ -105,6 +105,64 @@ test('edits by A appear for B; a title both changed shows both versions and B pi
   }
 });
 
+test('what B adds and edits while offline stays, marked unsaved, and is written when the connection returns', async () => {
+  const room = '/doc.html?room=doc:e2e-offline';
+  const a = await openAs(browser, srv.url, room, 'Ann');
+  const b = await openAs(browser, srv.url, room, 'Ben', { route: true });
+  try {
+    await addCards(a.page, ['Book flights', 'Pack']);
+    await until(b.page, (v) => v.cards.length === 2);
+    await b.sw.cut();
+    await status(b.page, 'reconnecting');
+    await addCards(b.page, ['Buy sunscreen']);
+    await b.page.getByTestId('done').first().check();
+    await setTitle(b.page, 'Lisbon');
+    const offline = { title: 'Lisbon', cards: ['[x] Book flights', '[ ] Pack', '[ ] Buy sunscreen'] };
+    await until(b.page, (v, want) => JSON.stringify(v) === JSON.stringify(want), offline);
+    assert.equal(await b.page.getByTestId('new-card').inputValue(), '', 'the input is free for the next card');
+    assert.equal(await b.page.locator('[data-testid=card].unsaved').count(), 2, 'the new card and the checked one are marked unsaved');
+    await b.page.getByTestId('unsaved').getByText(/^Offline: 3 changes not saved yet\./).waitFor();
+
+    // Past the SDK's 10 s request timeout, when a write that waits for the connection fails.
+    await b.page.waitForTimeout(10_500);
+    assert.deepEqual(await view(b.page), offline, 'nothing was lost');
+    assert.equal(await b.page.getByTestId('notice').textContent(), '', 'no error');
+    assert.deepEqual((await view(a.page)).cards, ['[ ] Book flights', '[ ] Pack']);
+
+    b.sw.restore();
+    await b.page.getByRole('button', { name: 'Retry now' }).click({ timeout: 2000 }).catch(() => {}); // else the backoff (≤ 5 s) does it
+    await until(a.page, (v, want) => JSON.stringify(v) === JSON.stringify(want), offline);
+    await b.page.locator('.unsaved').first().waitFor({ state: 'detached' });
+    assert.equal(await b.page.getByTestId('unsaved').textContent(), '');
+    assert.deepEqual(await view(b.page), await view(a.page));
+    assert.deepEqual([...a.errors, ...b.errors], []);
+  } finally {
+    await a.context.close();
+    await b.context.close();
+  }
+});
+
+test('a card deleted while B edits it is shown as a conflict, and B can restore it with what B typed', async () => {
+  const room = '/doc.html?room=doc:e2e-deleted';
+  const a = await openAs(browser, srv.url, room, 'Ann');
+  const b = await openAs(browser, srv.url, room, 'Ben');
+  try {
+    await addCards(a.page, ['Rent a car', 'Pack']);
+    await until(b.page, (v) => v.cards.length === 2);
+    await b.page.getByTestId('card-text').first().fill('Rent a car with GPS'); // typing, not saved yet
+    await a.page.getByRole('button', { name: 'Delete' }).first().click();
+    const conflict = b.page.getByTestId('conflict');
+    await conflict.getByText('Someone deleted this card meanwhile').waitFor();
+    assert.equal(await conflict.getByTestId('mine').textContent(), 'Rent a car with GPS');
+    await conflict.getByRole('button', { name: 'Restore mine' }).click();
+    await until(a.page, (v) => v.cards.join('|') === '[ ] Rent a car with GPS|[ ] Pack');
+    assert.deepEqual([...a.errors, ...b.errors], []);
+  } finally {
+    await a.context.close();
+    await b.context.close();
+  }
+});
+
 test('the badge shows the live state: keys and revision as events arrive, reconnecting while cut off, then how it caught up', async () => {
   const room = '/doc.html?room=doc:e2e-badge';
   const a = await openAs(browser, srv.url, room, 'Ann', { route: true });
