@@ -31,14 +31,16 @@ function cards() {
   const shown = new Map(watch.entries().filter((e) => e.key.startsWith(CARDS)).map((e) => [e.key, e]));
   for (const op of outbox.values()) {
     const e = shown.get(op.key);
-    if (op.field === 'add' && !e) shown.set(op.key, { key: op.key, value: op.value, unsaved: true });
-    else if (op.field !== 'add' && e) shown.set(op.key, { ...e, value: { ...e.value, [op.field]: op.value }, unsaved: true });
+    if (op.field === 'delete') shown.delete(op.key);
+    else if (op.field === 'add') {
+      if (!e) shown.set(op.key, { key: op.key, value: op.value, unsaved: true });
+    } else if (e) shown.set(op.key, { ...e, value: { ...e.value, [op.field]: op.value }, unsaved: true });
   }
   return [...shown.values()].sort((a, b) => (a.value.order ?? 0) - (b.value.order ?? 0) || (a.key < b.key ? -1 : 1));
 }
 
 /**
- * Queues an edit of key's field (`add`: a new card), shown at once as
+ * Queues an edit of key's field (`add`: a new card, `delete`), shown at once as
  * unsaved, and sends what waits. Edits are written in the order they were
  * made, while connected; one that could not be sent (offline) or whose
  * reply was lost with the socket waits for the next connection. Every write
@@ -161,6 +163,7 @@ async function toggle(key, done) {
 
 /** Swaps the card with its neighbour (dir -1: up, +1: down) in one transaction on both versions. */
 async function move(key, dir) {
+  if (client.status !== 'connected') return notice('Offline: cards can be moved again once the connection is back.', 'error');
   const list = cards().map((e) => watch.entry(e.key)); // as the room has them; a new card not written yet is undefined
   const i = list.findIndex((e) => e?.key === key);
   const a = list[i];
@@ -179,15 +182,21 @@ async function move(key, dir) {
   }
 }
 
-async function remove(key) {
+/** Deletes the card as this user sees it (not if someone changed it meanwhile); a new card not written yet is dropped. */
+function remove(key) {
   for (const [id, op] of outbox) if (op.key === key) outbox.delete(id); // its unsaved edits go with it
-  render();
-  const e = watch.entry(key);
-  if (!e) return;
+  const seen = watch.entry(key)?.modRev;
+  if (seen === undefined) return render();
+  save(key, 'delete', null, () => del(key, seen));
+}
+
+async function del(key, seen) {
   try {
-    await room.delete(key, { ifModRev: e.modRev });
-  } catch (err) {
-    notice(err instanceof ConflictError ? `${watch.get(key)?.by ?? 'Someone'} changed that card meanwhile; it was not deleted.` : `Not deleted: ${err.message}`, 'error');
+    await room.delete(key, { ifModRev: seen, waitFor: watch });
+  } catch (e) {
+    if (!(e instanceof ConflictError)) throw e;
+    await until(watch, key, e.modRev);
+    if (watch.entry(key)) notice(`${watch.get(key).by ?? 'Someone'} changed that card meanwhile; it was not deleted.`, 'error');
   }
 }
 

@@ -44,6 +44,11 @@ const freeSeat = (g) => {
 };
 const mySeat = (g) => [...g.seats.values()].find((s) => s.id === client.clientId);
 
+/** Says at once when a write waits for the connection (the SDK sends it then, or fails it after its request timeout). */
+function waitsForConnection(what) {
+  if (client.status !== 'connected') notice(`Offline: ${what} when the connection is back.`);
+}
+
 async function create(form) {
   const data = new FormData(form);
   const name = String(data.get('name')).trim();
@@ -53,6 +58,7 @@ async function create(form) {
   form.reset();
   const id = newId();
   const game = { name, mode: data.get('mode'), max: Number(data.get('max')), host: me.name, hostId: client.clientId, created: Date.now() };
+  waitsForConnection(`“${name}” is created`);
   try {
     await room.put(`games/${id}`, game, { ifModRev: 0, lease: 'session', waitFor: watch });
     notice(`“${name}” is open. It stays listed while this tab is connected.`, 'ok');
@@ -67,6 +73,7 @@ async function create(form) {
 async function join(id) {
   busy.add(id);
   render();
+  waitsForConnection('you join the game');
   try {
     for (let attempt = 0; attempt < 3; attempt++) {
       const g = games().find((x) => x.id === id);
@@ -100,6 +107,7 @@ async function leave(g) {
   busy.add(g.id);
   quitting.add(g.id);
   render();
+  waitsForConnection(`you leave “${g.name}”`);
   try {
     await room.delete(seat.key, { ifModRev: seat.modRev, waitFor: watch });
     notice(`You left “${g.name}”.`);
@@ -114,6 +122,7 @@ async function leave(g) {
 
 async function close(g) {
   quitting.add(g.id);
+  waitsForConnection(`“${g.name}” is closed`);
   try {
     await room.delete(g.key, { waitFor: watch });
     notice(`You closed “${g.name}”.`);

@@ -105,29 +105,34 @@ test('edits by A appear for B; a title both changed shows both versions and B pi
   }
 });
 
-test('what B adds and edits while offline stays, marked unsaved, and is written when the connection returns', async () => {
+test('what B adds, edits and deletes while offline is shown at once, marked unsaved, and written when the connection returns', async () => {
   const room = '/doc.html?room=doc:e2e-offline';
   const a = await openAs(browser, srv.url, room, 'Ann');
   const b = await openAs(browser, srv.url, room, 'Ben', { route: true });
   try {
-    await addCards(a.page, ['Book flights', 'Pack']);
-    await until(b.page, (v) => v.cards.length === 2);
+    const before = ['[ ] Book flights', '[ ] Pack', '[ ] Old idea'];
+    await addCards(a.page, before.map((c) => c.slice(4)));
+    await until(b.page, (v) => v.cards.length === 3);
     await b.sw.cut();
     await status(b.page, 'reconnecting');
+    const moveOffline = 'Offline: cards can be moved again once the connection is back.';
+    await b.page.getByRole('button', { name: 'Move down' }).first().click(); // a transaction over two versions: not queued
+    await b.page.getByTestId('notice').filter({ hasText: moveOffline }).waitFor({ timeout: 1000 });
     await addCards(b.page, ['Buy sunscreen']);
     await b.page.getByTestId('done').first().check();
+    await b.page.getByRole('button', { name: 'Delete' }).nth(2).click(); // Old idea
     await setTitle(b.page, 'Lisbon');
     const offline = { title: 'Lisbon', cards: ['[x] Book flights', '[ ] Pack', '[ ] Buy sunscreen'] };
     await until(b.page, (v, want) => JSON.stringify(v) === JSON.stringify(want), offline);
     assert.equal(await b.page.getByTestId('new-card').inputValue(), '', 'the input is free for the next card');
     assert.equal(await b.page.locator('[data-testid=card].unsaved').count(), 2, 'the new card and the checked one are marked unsaved');
-    await b.page.getByTestId('unsaved').getByText(/^Offline: 3 changes not saved yet\./).waitFor();
+    await b.page.getByTestId('unsaved').getByText(/^Offline: 4 changes not saved yet\./).waitFor();
 
     // Past the SDK's 10 s request timeout, when a write that waits for the connection fails.
     await b.page.waitForTimeout(10_500);
     assert.deepEqual(await view(b.page), offline, 'nothing was lost');
-    assert.equal(await b.page.getByTestId('notice').textContent(), '', 'no error');
-    assert.deepEqual((await view(a.page)).cards, ['[ ] Book flights', '[ ] Pack']);
+    assert.equal(await b.page.getByTestId('notice').textContent(), moveOffline, 'no error since');
+    assert.deepEqual((await view(a.page)).cards, before);
 
     b.sw.restore();
     await b.page.getByRole('button', { name: 'Retry now' }).click({ timeout: 2000 }).catch(() => {}); // else the backoff (≤ 5 s) does it

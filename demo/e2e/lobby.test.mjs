@@ -2,7 +2,7 @@
 // contexts on one server with a 1 s lease grace.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openAs, screenshot, startServer, TIMEOUT } from './support.mjs';
+import { launch, openAs, screenshot, startServer, status, TIMEOUT } from './support.mjs';
 
 const GRACE_MS = 1000;
 let srv, browser;
@@ -106,6 +106,26 @@ test('two players race for the last seat: exactly one gets it, the other is told
     assert.deepEqual([...a.errors, ...b.errors, ...c.errors], []);
   } finally {
     for (const u of [a, b, c]) await u.context.close();
+  }
+});
+
+test('a game created offline is said to wait for the connection, and is created when it is back', async () => {
+  const room = `/lobby.html?room=lobby:e2e-offline`;
+  const a = await openAs(browser, srv.url, room, 'Ann');
+  const b = await openAs(browser, srv.url, room, 'Ben', { route: true });
+  try {
+    await b.sw.cut();
+    await status(b.page, 'reconnecting');
+    await createGame(b.page, 'Tea', 'coop', 3);
+    await b.page.getByTestId('notice').filter({ hasText: /^Offline: “Tea” is created when the connection is back\.$/ }).waitFor({ timeout: 1000 });
+    b.sw.restore();
+    await b.page.getByRole('button', { name: 'Retry now' }).click({ timeout: 2000 }).catch(() => {}); // else the backoff (≤ 5 s) does it
+    await game(a.page, 'Tea').getByText('host Ben').waitFor();
+    await b.page.getByTestId('notice').filter({ hasText: '“Tea” is open.' }).waitFor();
+    assert.deepEqual([...a.errors, ...b.errors], []);
+  } finally {
+    await a.context.close();
+    await b.context.close();
   }
 });
 
