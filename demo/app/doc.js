@@ -22,7 +22,7 @@ let lastOrder = 0;
 
 const present = () => presence.set({ name: me.name, color: me.color, editing }).catch(() => {});
 present();
-mountWho($('who'), present);
+mountWho($('who'), () => (present(), renderEditors()));
 mountBadge($('badge'), client, watch);
 const notice = (text, kind) => notify($('notice'), text, kind);
 
@@ -84,11 +84,13 @@ function beginEdit(key) {
   bases.set(key, { modRev: e?.modRev ?? 0, value: e?.value });
   editing = key;
   present();
+  renderEditors(); // this user's own line: presence reports only the others
 }
 
 function endEdit() {
   editing = null;
   present();
+  renderEditors();
 }
 
 /**

@@ -18,7 +18,10 @@ let held = new Map(); // game id → { name, role: 'host' | 'seat' }: what this 
 let filter = 'all';
 
 presence.set({ name: me.name, color: me.color }).catch(() => {});
-mountWho($('who'), (name) => presence.set({ name, color: me.color }).catch(() => {}));
+mountWho($('who'), (name) => {
+  presence.set({ name, color: me.color }).catch(() => {});
+  renderOnline(); // this user's own line: presence reports only the others
+});
 mountBadge($('badge'), client, watch);
 let losses = []; // told by tellLosses since the last other notice: a replay tells them one revision at a time
 const notice = (text, kind) => ((losses = []), notify($('notice'), text, kind));

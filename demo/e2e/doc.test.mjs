@@ -90,6 +90,7 @@ test('edits by A appear for B; a title both changed shows both versions and B pi
     await conflict.getByText('Ann changed the title meanwhile').waitFor();
     assert.equal(await conflict.getByTestId('theirs').textContent(), 'Lisbon in May');
     assert.equal(await conflict.getByTestId('mine').textContent(), 'Lisbon, long weekend');
+    await b.page.getByTestId('editor').filter({ has: b.page.locator('.you') }).getByText('viewing').waitFor({ timeout: 1000 }); // B is done editing
     await a.page.getByTestId('card-text').nth(1).click(); // for the screenshot: Ann is editing a card
     await b.page.locator('.editing-by').waitFor();
     await b.page.locator('.flash').first().waitFor({ state: 'detached' });

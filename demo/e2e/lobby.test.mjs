@@ -109,6 +109,23 @@ test('two players race for the last seat: exactly one gets it, the other is told
   }
 });
 
+test('a user who renames themself sees the new name in the online list at once, and so do others', async () => {
+  const room = `/lobby.html?room=lobby:e2e-rename`;
+  const a = await openAs(browser, srv.url, room, 'Ann');
+  const b = await openAs(browser, srv.url, room, 'Ben');
+  try {
+    await b.page.getByTestId('online').getByText('Ann').waitFor();
+    a.page.once('dialog', (d) => d.accept('Anna'));
+    await a.page.getByRole('button', { name: 'Ann', exact: true }).click();
+    await a.page.getByTestId('person').filter({ has: a.page.locator('.you') }).getByText('Anna', { exact: true }).waitFor({ timeout: 1000 });
+    await b.page.getByTestId('online').getByText('Anna', { exact: true }).waitFor();
+    assert.deepEqual([...a.errors, ...b.errors], []);
+  } finally {
+    await a.context.close();
+    await b.context.close();
+  }
+});
+
 test('a game created offline is said to wait for the connection, and is created when it is back', async () => {
   const room = `/lobby.html?room=lobby:e2e-offline`;
   const a = await openAs(browser, srv.url, room, 'Ann');
