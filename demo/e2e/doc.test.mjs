@@ -4,7 +4,7 @@
 // snapshot). Rooms named doc:tiny* keep 10 events of history.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openAs, screenshot, startServer, status, TIMEOUT } from './support.mjs';
+import { launch, reconnect, screenshot, startServer, status, TIMEOUT, withUsers } from './support.mjs';
 
 let srv, browser;
 
@@ -66,9 +66,7 @@ async function setTitle(page, text) {
 
 test('edits by A appear for B; a title both changed shows both versions and B picks', async () => {
   const room = '/doc.html?room=doc:e2e-live';
-  const a = await openAs(browser, srv.url, room, 'Ann');
-  const b = await openAs(browser, srv.url, room, 'Ben');
-  try {
+  await withUsers(browser, srv.url, room, [['Ann'], ['Ben']], async (a, b) => {
     await b.page.getByTestId('editors').getByText('Ann').waitFor();
     await setTitle(a.page, 'Trip to Lisbon');
     await addCards(a.page, ['Book flights', 'Find a place to stay', 'Pack sunscreen']);
@@ -99,18 +97,12 @@ test('edits by A appear for B; a title both changed shows both versions and B pi
     await conflict.waitFor({ state: 'detached' });
     await until(a.page, (v) => v.title === 'Lisbon, long weekend');
     assert.deepEqual(await view(b.page), await view(a.page));
-    assert.deepEqual([...a.errors, ...b.errors], []);
-  } finally {
-    await a.context.close();
-    await b.context.close();
-  }
+  });
 });
 
 test('what B adds, edits and deletes while offline is shown at once, marked unsaved, and written when the connection returns', async () => {
   const room = '/doc.html?room=doc:e2e-offline';
-  const a = await openAs(browser, srv.url, room, 'Ann');
-  const b = await openAs(browser, srv.url, room, 'Ben', { route: true });
-  try {
+  await withUsers(browser, srv.url, room, [['Ann'], ['Ben', { route: true }]], async (a, b) => {
     const before = ['[ ] Book flights', '[ ] Pack', '[ ] Old idea'];
     await addCards(a.page, before.map((c) => c.slice(4)));
     await until(b.page, (v) => v.cards.length === 3);
@@ -135,24 +127,17 @@ test('what B adds, edits and deletes while offline is shown at once, marked unsa
     assert.equal(await b.page.getByTestId('notice').textContent(), moveOffline, 'no error since');
     assert.deepEqual((await view(a.page)).cards, before);
 
-    b.sw.restore();
-    await b.page.getByRole('button', { name: 'Retry now' }).click({ timeout: 2000 }).catch(() => {}); // else the backoff (≤ 5 s) does it
+    await reconnect(b);
     await until(a.page, (v, want) => JSON.stringify(v) === JSON.stringify(want), offline);
     await b.page.locator('.unsaved').first().waitFor({ state: 'detached' });
     assert.equal(await b.page.getByTestId('unsaved').textContent(), '');
     assert.deepEqual(await view(b.page), await view(a.page));
-    assert.deepEqual([...a.errors, ...b.errors], []);
-  } finally {
-    await a.context.close();
-    await b.context.close();
-  }
+  });
 });
 
 test('a card deleted while B edits it is shown as a conflict, and B can restore it with what B typed', async () => {
   const room = '/doc.html?room=doc:e2e-deleted';
-  const a = await openAs(browser, srv.url, room, 'Ann');
-  const b = await openAs(browser, srv.url, room, 'Ben');
-  try {
+  await withUsers(browser, srv.url, room, [['Ann'], ['Ben']], async (a, b) => {
     await addCards(a.page, ['Rent a car', 'Pack']);
     await until(b.page, (v) => v.cards.length === 2);
     await b.page.getByTestId('card-text').first().fill('Rent a car with GPS'); // typing, not saved yet
@@ -162,18 +147,12 @@ test('a card deleted while B edits it is shown as a conflict, and B can restore 
     assert.equal(await conflict.getByTestId('mine').textContent(), 'Rent a car with GPS');
     await conflict.getByRole('button', { name: 'Restore mine' }).click();
     await until(a.page, (v) => v.cards.join('|') === '[ ] Rent a car with GPS|[ ] Pack');
-    assert.deepEqual([...a.errors, ...b.errors], []);
-  } finally {
-    await a.context.close();
-    await b.context.close();
-  }
+  });
 });
 
 test('the badge shows the live state: keys and revision as events arrive, reconnecting while cut off, then how it caught up', async () => {
   const room = '/doc.html?room=doc:e2e-badge';
-  const a = await openAs(browser, srv.url, room, 'Ann', { route: true });
-  const b = await openAs(browser, srv.url, room, 'Ben');
-  try {
+  await withUsers(browser, srv.url, room, [['Ann', { route: true }], ['Ben']], async (a, b) => {
     // The room's revision also counts presence writes: the test compares revisions.
     const REV = /^rev \d+$/;
     const empty = await badgeShows(a.page, { status: 'live', keys: '0 keys', rev: REV, sync: '' });
@@ -184,22 +163,15 @@ test('the badge shows the live state: keys and revision as events arrive, reconn
     await badgeShows(a.page, { status: 'reconnecting…', keys: '2 keys', rev: two.rev, sync: '' });
     await addCards(b.page, ['three']);
     await until(b.page, (v) => v.cards.length === 3);
-    a.sw.restore();
-    await a.page.getByRole('button', { name: 'Retry now' }).click({ timeout: 2000 }).catch(() => {}); // else the backoff (≤ 5 s) does it
+    await reconnect(a);
     const back = await badgeShows(a.page, { status: 'live', keys: '3 keys', rev: REV, sync: /^resumed by replay of \d+ events?$/ });
     assert.ok(revOf(back) > revOf(two), `rev ${revOf(back)} after the reconnect`);
-    assert.deepEqual([...a.errors, ...b.errors], []);
-  } finally {
-    await a.context.close();
-    await b.context.close();
-  }
+  });
 });
 
 /** Cuts B's socket, lets A add n cards, reconnects B; returns B's last-sync text once B shows all of A's cards. */
 async function awayWhileAEdits(room, n) {
-  const a = await openAs(browser, srv.url, room, 'Ann');
-  const b = await openAs(browser, srv.url, room, 'Ben', { route: true });
-  try {
+  return withUsers(browser, srv.url, room, [['Ann'], ['Ben', { route: true }]], async (a, b) => {
     await addCards(a.page, ['before the cut']);
     await until(b.page, (v) => v.cards.length === 1);
     await b.sw.cut();
@@ -208,17 +180,12 @@ async function awayWhileAEdits(room, n) {
     await until(a.page, (v, want) => v.cards.length === want, n + 1);
     assert.equal((await view(b.page)).cards.length, 1, 'B saw edits while cut off');
 
-    b.sw.restore();
-    await b.page.getByRole('button', { name: 'Retry now' }).click({ timeout: 2000 }).catch(() => {}); // else the backoff (≤ 5 s) does it
+    await reconnect(b);
     await status(b.page, 'connected');
     await until(b.page, (v, want) => v.cards.length === want, n + 1);
     assert.deepEqual(await view(b.page), await view(a.page));
-    assert.deepEqual([...a.errors, ...b.errors], []);
     return await b.page.getByTestId('last-sync').textContent();
-  } finally {
-    await a.context.close();
-    await b.context.close();
-  }
+  });
 }
 
 test('B is cut off while A makes 50 edits: B resumes by replay and ends equal', async () => {

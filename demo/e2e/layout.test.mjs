@@ -3,7 +3,7 @@
 // filter chip while hovered was white on near-white).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openAs, startServer } from './support.mjs';
+import { launch, startServer, withUsers } from './support.mjs';
 
 let srv, browser;
 
@@ -33,17 +33,13 @@ async function seed(doc, lobby) {
 test('no demo page is wider than a 390 px phone', async () => {
   await seed('doc:e2e-phone', 'lobby:e2e-phone');
   for (const path of ['/', '/lobby.html?room=lobby:e2e-phone', '/doc.html?room=doc:e2e-phone', '/inspector.html']) {
-    const u = await openAs(browser, srv.url, path, LONG, { viewport: { width: 390, height: 844 }, wait: path.includes('?room=') });
-    try {
+    await withUsers(browser, srv.url, path, [[LONG, { viewport: { width: 390, height: 844 }, wait: path.includes('?room=') }]], async (u) => {
       if (path.startsWith('/doc')) await u.page.getByTestId('card').nth(2).waitFor();
       if (path.startsWith('/lobby')) await u.page.getByTestId('game').waitFor();
       if (path.startsWith('/inspector')) await u.page.getByTestId('room').first().waitFor();
       const { scroll, client } = await u.page.evaluate(() => ({ scroll: document.scrollingElement.scrollWidth, client: document.scrollingElement.clientWidth }));
       assert.ok(scroll <= client, `${path} is ${scroll} px wide in a ${client} px viewport`);
-      assert.deepEqual(u.errors, []);
-    } finally {
-      await u.context.close();
-    }
+    });
   }
 });
 
@@ -69,8 +65,7 @@ function contrastOf(el) {
 test('every button stays readable while hovered, the selected filter chip too', async () => {
   await seed('doc:e2e-hover', 'lobby:e2e-hover');
   for (const path of ['/lobby.html?room=lobby:e2e-hover', '/doc.html?room=doc:e2e-hover']) {
-    const u = await openAs(browser, srv.url, path, 'Ann');
-    try {
+    await withUsers(browser, srv.url, path, [['Ann']], async (u) => {
       await u.page.locator('[data-testid=game], [data-testid=card]').first().waitFor();
       const buttons = u.page.locator('button:enabled');
       const n = await buttons.count();
@@ -87,9 +82,6 @@ test('every button stays readable while hovered, the selected filter chip too', 
         const chip = u.page.getByRole('button', { name: /^All/ });
         assert.equal(await chip.getAttribute('aria-pressed'), 'true', 'the chip checked is the selected one');
       }
-      assert.deepEqual(u.errors, []);
-    } finally {
-      await u.context.close();
-    }
+    });
   }
 });

@@ -1,6 +1,7 @@
 // Shared by the demo's browser tests: a statecast server on a free loopback
 // port, one headless Chromium (Debian's, driven by playwright-core), pages
 // as named users, and a switch to cut or hold one page's WebSocket.
+import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -79,6 +80,23 @@ export async function openAs(browser, base, path, name, { viewport = { width: 12
   return { context, page, errors, sw };
 }
 
+/**
+ * Opens path for each user ([name, openAs options]), runs fn with them,
+ * checks that no page threw, and closes them all, also when fn fails.
+ * Resolves with what fn returned.
+ */
+export async function withUsers(browser, base, path, users, fn) {
+  const opened = [];
+  try {
+    for (const [name, opts] of users) opened.push(await openAs(browser, base, path, name, opts));
+    const result = await fn(...opened);
+    assert.deepEqual(opened.flatMap((u) => u.errors), [], 'uncaught errors in the pages');
+    return result;
+  } finally {
+    for (const u of opened) await u.context.close();
+  }
+}
+
 /** Waits until the page's connection badge is in the client status `s` (connecting, connected, reconnecting, disconnected). */
 export const status = (page, s) => page.locator(`[data-testid=badge][data-status=${s}]`).waitFor();
 
@@ -109,6 +127,12 @@ export async function socketSwitch(page) {
     for (const m of q) sw.route.send(m);
   };
   return sw;
+}
+
+/** Lets u's socket through again and has the page reconnect now (its Retry button) instead of after its backoff (≤ 5 s). */
+export async function reconnect(u) {
+  u.sw.restore();
+  await u.page.getByRole('button', { name: 'Retry now' }).click({ timeout: 2000 }).catch(() => {}); // not shown: the backoff is already retrying
 }
 
 export function screenshot(page, name, opts = {}) {
