@@ -56,6 +56,7 @@ function save(key, field, value, write) {
 }
 
 let flushing = false;
+/** Sends the waiting edits one at a time, in the order made, while connected. */
 async function flush() {
   if (flushing) return;
   flushing = true;
