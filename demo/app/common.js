@@ -68,38 +68,45 @@ export function notify(el, text, kind = 'info') {
   el.textContent = text;
 }
 
-const plural = (n, one) => `${n} ${one}${n === 1 ? '' : 's'}`;
+export const plural = (n, one) => `${n} ${one}${n === 1 ? '' : 's'}`;
+
+const STATES = { connecting: 'connecting…', reconnecting: 'reconnecting…', disconnected: 'disconnected' };
 
 /**
- * The connection badge: status, the revision of `watch`'s view and what
- * the last (re)sync did, from the watch's `sync` events: the SDK reports
- * a resume (with how many changes the replay carried) or a resync from a
- * snapshot (with the server's reason).
+ * The connection badge says what the page shows now, updated with every
+ * event: `live · N keys · rev R` while `watch` is live, else connecting,
+ * reconnecting (with a retry button), syncing or disconnected; and after a
+ * reconnect how it caught up, from the watch's `sync` events: a resume
+ * (with how many changes the replay carried) or a resync from a snapshot
+ * (with the server's reason). The first load needs no such note.
  */
 export function mountBadge(el, client, watch) {
-  let last = 'connecting…';
+  let caughtUp = '';
   const retry = h('button', { type: 'button', onclick: () => client.reconnect() }, 'Retry now');
+  const sep = () => h('span', { class: 'sep' }, '·');
+  const state = () => STATES[client.status] ?? (watch.status === 'live' ? 'live' : 'syncing…');
   const render = () => {
     el.dataset.status = client.status;
     el.replaceChildren(...[
       h('span', { class: 'dot' }),
-      h('span', { class: 'status', 'data-testid': 'status' }, client.status),
-      h('span', { class: 'sep' }, '·'),
-      h('span', { 'data-testid': 'rev' }, `rev ${watch.rev}`),
-      h('span', { class: 'sep' }, '·'),
-      h('span', { 'data-testid': 'last-sync' }, last),
+      h('span', { class: 'status', 'data-testid': 'status' }, state()),
+      sep(), h('span', { 'data-testid': 'keys' }, plural(watch.size, 'key')),
+      sep(), h('span', { 'data-testid': 'rev' }, `rev ${watch.rev}`),
+      caughtUp && sep(), caughtUp && h('span', { 'data-testid': 'last-sync' }, caughtUp),
       client.status === 'reconnecting' ? retry : null,
     ].filter(Boolean));
   };
   watch.on('sync', (s) => {
-    if (s.kind === 'initial') last = `loaded snapshot (${plural(s.changes, 'key')})`;
-    else if (s.kind === 'resumed') last = `resumed by replay of ${plural(s.changes, 'event')}`;
-    else last = `resynced from snapshot (${s.reason === 'compacted' ? 'history compacted' : s.reason || 'reset'}, ${plural(s.changes, 'change')})`;
+    if (s.kind === 'resumed') caughtUp = `resumed by replay of ${plural(s.changes, 'event')}`;
+    else if (s.kind === 'resync') caughtUp = `resynced from snapshot (${s.reason === 'compacted' ? 'history compacted' : s.reason || 'reset'}, ${plural(s.changes, 'change')})`;
     render();
   });
   watch.on('changes', render);
   watch.on('status', render);
-  client.on('status', render);
+  client.on('status', () => {
+    if (client.status !== 'connected') caughtUp = ''; // it told of the previous reconnect
+    render();
+  });
   render();
 }
 

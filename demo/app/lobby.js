@@ -13,12 +13,18 @@ const room = client.room(roomName('lobby:demo'));
 const watch = room.watch(['games/', 'seats/']);
 const presence = room.presence();
 const busy = new Set(); // games with a join or leave in flight
+const quitting = new Set(); // games this tab is leaving or closing
+let held = new Map(); // game id → { name, role: 'host' | 'seat' }: what this tab had at the last change
 let filter = 'all';
 
 presence.set({ name: me.name, color: me.color }).catch(() => {});
-mountWho($('who'), (name) => presence.set({ name, color: me.color }).catch(() => {}));
+mountWho($('who'), (name) => {
+  presence.set({ name, color: me.color }).catch(() => {});
+  renderOnline(); // this user's own line: presence reports only the others
+});
 mountBadge($('badge'), client, watch);
-const notice = (text, kind) => notify($('notice'), text, kind);
+let losses = []; // told by tellLosses since the last other notice: a replay tells them one revision at a time
+const notice = (text, kind) => ((losses = []), notify($('notice'), text, kind));
 
 /** The games in the view, each with its seats (host first). */
 function games() {
@@ -41,6 +47,11 @@ const freeSeat = (g) => {
 };
 const mySeat = (g) => [...g.seats.values()].find((s) => s.id === client.clientId);
 
+/** Says at once when a write waits for the connection (the SDK sends it then, or fails it after its request timeout). */
+function waitsForConnection(what) {
+  if (client.status !== 'connected') notice(`Offline: ${what} when the connection is back.`);
+}
+
 async function create(form) {
   const data = new FormData(form);
   const name = String(data.get('name')).trim();
@@ -50,6 +61,7 @@ async function create(form) {
   form.reset();
   const id = newId();
   const game = { name, mode: data.get('mode'), max: Number(data.get('max')), host: me.name, hostId: client.clientId, created: Date.now() };
+  waitsForConnection(`“${name}” is created`);
   try {
     await room.put(`games/${id}`, game, { ifModRev: 0, lease: 'session', waitFor: watch });
     notice(`“${name}” is open. It stays listed while this tab is connected.`, 'ok');
@@ -64,6 +76,7 @@ async function create(form) {
 async function join(id) {
   busy.add(id);
   render();
+  waitsForConnection('you join the game');
   try {
     for (let attempt = 0; attempt < 3; attempt++) {
       const g = games().find((x) => x.id === id);
@@ -95,7 +108,9 @@ async function leave(g) {
   const seat = mySeat(g);
   if (!seat) return;
   busy.add(g.id);
+  quitting.add(g.id);
   render();
+  waitsForConnection(`you leave “${g.name}”`);
   try {
     await room.delete(seat.key, { ifModRev: seat.modRev, waitFor: watch });
     notice(`You left “${g.name}”.`);
@@ -103,16 +118,21 @@ async function leave(g) {
     notice(`Could not leave: ${e.message}`, 'error');
   } finally {
     busy.delete(g.id);
+    quitting.delete(g.id);
     render();
   }
 }
 
 async function close(g) {
+  quitting.add(g.id);
+  waitsForConnection(`“${g.name}” is closed`);
   try {
     await room.delete(g.key, { waitFor: watch });
     notice(`You closed “${g.name}”.`);
   } catch (e) {
     notice(`Could not close the game: ${e.message}`, 'error');
+  } finally {
+    quitting.delete(g.id);
   }
 }
 
@@ -160,6 +180,29 @@ function renderOnline() {
       p.you ? h('span', { class: 'tag you' }, 'you') : null)));
 }
 
+/**
+ * Tells this user when a game they host or sit in is gone without their
+ * leaving or closing it: its host left (the game ended with the host's
+ * session) or closed it, or this tab was away longer than the lease grace,
+ * so its session and the keys bound to it ended.
+ */
+function tellLosses(all) {
+  const now = new Map();
+  for (const g of all) {
+    if (g.hostId === client.clientId) now.set(g.id, { name: g.name, role: 'host' });
+    else if (mySeat(g)) now.set(g.id, { name: g.name, role: 'seat' });
+  }
+  const told = losses.length;
+  for (const [id, was] of held) {
+    if (now.has(id) || quitting.has(id)) continue;
+    if (was.role === 'host') losses.push(`Your game “${was.name}” has ended: this tab was offline longer than the lease grace.`);
+    else if (all.some((g) => g.id === id)) losses.push(`You lost your seat in “${was.name}”: this tab was offline longer than the lease grace.`);
+    else losses.push(`“${was.name}” has ended: its host left or closed it. Your seat is free.`);
+  }
+  held = now;
+  if (losses.length > told) notify($('notice'), losses.join(' '), 'error');
+}
+
 /** Seats of games that are gone (their host left) are ours to free. */
 function sweepOrphanSeats() {
   const live = new Set(games().map((g) => g.id));
@@ -175,6 +218,7 @@ $('create').addEventListener('submit', (ev) => {
 });
 watch.on('changes', () => {
   sweepOrphanSeats();
+  tellLosses(games());
   render();
 });
 presence.on('change', renderOnline);

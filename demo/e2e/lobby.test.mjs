@@ -2,7 +2,7 @@
 // contexts on one server with a 1 s lease grace.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openAs, screenshot, startServer, TIMEOUT } from './support.mjs';
+import { launch, openAs, reconnect, screenshot, startServer, status, TIMEOUT, withUsers } from './support.mjs';
 
 const GRACE_MS = 1000;
 let srv, browser;
@@ -18,6 +18,12 @@ after(async () => {
 
 const game = (page, name) => page.getByTestId('game').filter({ hasText: name });
 
+/** The seat keys of a lobby room, read over HTTP. */
+async function seats(room) {
+  const res = await fetch(`${srv.url}/v1/rooms/${room}/kv?prefix=seats/`);
+  return (await res.json()).items;
+}
+
 async function createGame(page, name, mode, max) {
   await page.getByLabel('Game name').fill(name);
   await page.getByLabel('Mode', { exact: true }).selectOption(mode);
@@ -27,9 +33,7 @@ async function createGame(page, name, mode, max) {
 
 test('a game created by A appears for B within a second and is gone after A closes the tab', async () => {
   const room = `/lobby.html?room=lobby:e2e-lease`;
-  const a = await openAs(browser, srv.url, room, 'Ann');
-  const b = await openAs(browser, srv.url, room, 'Ben');
-  try {
+  await withUsers(browser, srv.url, room, [['Ann'], ['Ben']], async (a, b) => {
     await b.page.getByTestId('online').getByText('Ann').waitFor();
     await createGame(a.page, 'Dune', 'duel', 2);
     await game(b.page, 'Dune').waitFor({ timeout: 1000 });
@@ -47,19 +51,12 @@ test('a game created by A appears for B within a second and is gone after A clos
     const took = Date.now() - closed;
     assert.ok(took >= GRACE_MS * 0.8, `the game vanished ${took} ms after the tab closed: sooner than the lease grace`);
     await b.page.getByTestId('online').getByText('Ann').waitFor({ state: 'detached' });
-    assert.deepEqual([...a.errors, ...b.errors], []);
-  } finally {
-    await a.context.close();
-    await b.context.close();
-  }
+  });
 });
 
 test('two players race for the last seat: exactly one gets it, the other is told who was faster', async () => {
   const room = `/lobby.html?room=lobby:e2e-race`;
-  const a = await openAs(browser, srv.url, room, 'Ann');
-  const b = await openAs(browser, srv.url, room, 'Ben', { route: true });
-  const c = await openAs(browser, srv.url, room, 'Cleo', { route: true });
-  try {
+  await withUsers(browser, srv.url, room, [['Ann'], ['Ben', { route: true }], ['Cleo', { route: true }]], async (a, b, c) => {
     for (const [name, mode, max] of [['Sunday raid', 'coop', 4], ['Open brawl', 'ffa', 6], ['Race', 'duel', 2]]) {
       await createGame(a.page, name, mode, max);
       await game(a.page, name).waitFor();
@@ -97,8 +94,65 @@ test('two players race for the last seat: exactly one gets it, the other is told
     await game(phone.page, 'Race').getByText('2/2 players').waitFor();
     await screenshot(phone.page, 'lobby-phone', { fullPage: true });
     await phone.context.close();
-    assert.deepEqual([...a.errors, ...b.errors, ...c.errors], []);
-  } finally {
-    for (const u of [a, b, c]) await u.context.close();
-  }
+  });
+});
+
+test('a user who renames themself sees the new name in the online list at once, and so do others', async () => {
+  const room = `/lobby.html?room=lobby:e2e-rename`;
+  await withUsers(browser, srv.url, room, [['Ann'], ['Ben']], async (a, b) => {
+    await b.page.getByTestId('online').getByText('Ann').waitFor();
+    a.page.once('dialog', (d) => d.accept('Anna'));
+    await a.page.getByRole('button', { name: 'Ann', exact: true }).click();
+    await a.page.getByTestId('person').filter({ has: a.page.locator('.you') }).getByText('Anna', { exact: true }).waitFor({ timeout: 1000 });
+    await b.page.getByTestId('online').getByText('Anna', { exact: true }).waitFor();
+  });
+});
+
+test('a game created offline is said to wait for the connection, and is created when it is back', async () => {
+  const room = `/lobby.html?room=lobby:e2e-offline`;
+  await withUsers(browser, srv.url, room, [['Ann'], ['Ben', { route: true }]], async (a, b) => {
+    await b.sw.cut();
+    await status(b.page, 'reconnecting');
+    await createGame(b.page, 'Tea', 'coop', 3);
+    await b.page.getByTestId('notice').filter({ hasText: /^Offline: “Tea” is created when the connection is back\.$/ }).waitFor({ timeout: 1000 });
+    await reconnect(b);
+    await game(a.page, 'Tea').getByText('host Ben').waitFor();
+    await b.page.getByTestId('notice').filter({ hasText: '“Tea” is open.' }).waitFor();
+  });
+});
+
+test("a seated player is told when the host's game disappears, and their seat is freed", async () => {
+  const room = `/lobby.html?room=lobby:e2e-gone`;
+  await withUsers(browser, srv.url, room, [['Ann'], ['Ben']], async (a, b) => {
+    await createGame(a.page, 'Picnic', 'coop', 4);
+    await game(b.page, 'Picnic').getByRole('button', { name: 'Join' }).click();
+    await b.page.getByTestId('notice').getByText('You joined “Picnic”').waitFor();
+
+    await a.page.close(); // the host leaves: the game ends a lease grace later
+    await game(b.page, 'Picnic').waitFor({ state: 'detached', timeout: GRACE_MS + TIMEOUT });
+    await b.page.getByTestId('notice').filter({ hasText: /^“Picnic” has ended: its host left or closed it\. Your seat is free\.$/ }).waitFor();
+    for (let i = 0; (await seats('lobby:e2e-gone')).length; i++) {
+      assert.ok(i < 100, "Ben's seat in the game that ended was not freed");
+      await b.page.waitForTimeout(50);
+    }
+  });
+});
+
+test('a player away longer than the lease grace is told that their game and their seat are gone', async () => {
+  const room = `/lobby.html?room=lobby:e2e-away`;
+  await withUsers(browser, srv.url, room, [['Ann'], ['Ben', { route: true }]], async (a, b) => {
+    await createGame(a.page, 'Theirs', 'ffa', 4);
+    await createGame(b.page, 'Mine', 'duel', 2);
+    await game(b.page, 'Theirs').getByRole('button', { name: 'Join' }).click();
+    await game(a.page, 'Theirs').getByText('2/4 players').waitFor();
+
+    await b.sw.cut();
+    await game(a.page, 'Mine').waitFor({ state: 'detached', timeout: GRACE_MS + TIMEOUT }); // Ben's session ended
+    await game(a.page, 'Theirs').getByText('1/4 players').waitFor();
+    await reconnect(b);
+    await b.page.getByTestId('notice').filter({ hasText: 'Your game “Mine” has ended: this tab was offline longer than the lease grace.' })
+      .filter({ hasText: 'You lost your seat in “Theirs”: this tab was offline longer than the lease grace.' }).waitFor()
+      .catch(async (e) => assert.fail(`${e.message}\nthe notice: ${await b.page.getByTestId('notice').textContent()}`));
+    await game(b.page, 'Theirs').getByRole('button', { name: 'Join' }).waitFor();
+  });
 });

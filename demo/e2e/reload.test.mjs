@@ -3,7 +3,7 @@
 // never sees them twice and their session-leased game outlives the grace.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openAs, startServer, status } from './support.mjs';
+import { launch, startServer, status, withUsers } from './support.mjs';
 
 const GRACE_MS = 5000;
 let srv, browser;
@@ -32,9 +32,7 @@ async function countOnline(page, name) {
 
 test('a reload resumes the session: the other user never sees the reloading user twice, and the game outlives the grace', async () => {
   const room = `/lobby.html?room=lobby:e2e-reload`;
-  const a = await openAs(browser, srv.url, room, 'Ann');
-  const b = await openAs(browser, srv.url, room, 'Ben');
-  try {
+  await withUsers(browser, srv.url, room, [['Ann'], ['Ben']], async (a, b) => {
     await b.page.getByTestId('online').getByText('Ann').waitFor();
     await a.page.getByLabel('Game name').fill('Reloaded');
     await a.page.getByRole('button', { name: 'Create game' }).click();
@@ -68,9 +66,5 @@ test('a reload resumes the session: the other user never sees the reloading user
     await status(a.page, 'connected');
     await game(a.page, 'Reloaded').getByText('your game').waitFor({ timeout: 100 });
     assert.equal(await game(dup, 'Reloaded').getByText('your game').count(), 0, 'the duplicate is another session');
-    assert.deepEqual([...a.errors, ...b.errors], []);
-  } finally {
-    await a.context.close();
-    await b.context.close();
-  }
+  });
 });

@@ -1,6 +1,7 @@
 // Shared by the demo's browser tests: a statecast server on a free loopback
 // port, one headless Chromium (Debian's, driven by playwright-core), pages
 // as named users, and a switch to cut or hold one page's WebSocket.
+import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -64,9 +65,10 @@ export function launch() {
  * Opens path as the user `name` in a new browser context (its own storage:
  * another user) and waits until the page is connected. With `route`, the
  * page's socket goes through a socketSwitch, returned as `sw`. `errors`
- * collects the page's uncaught errors.
+ * collects the page's uncaught errors. `wait: false` does not wait for a
+ * connection (the landing page and the inspector have none).
  */
-export async function openAs(browser, base, path, name, { viewport = { width: 1200, height: 760 }, route = false } = {}) {
+export async function openAs(browser, base, path, name, { viewport = { width: 1200, height: 760 }, route = false, wait = !path.startsWith('/inspector') } = {}) {
   const context = await browser.newContext({ viewport });
   const page = await context.newPage();
   page.setDefaultTimeout(TIMEOUT);
@@ -74,12 +76,29 @@ export async function openAs(browser, base, path, name, { viewport = { width: 12
   page.on('pageerror', (e) => errors.push(String(e)));
   const sw = route ? await socketSwitch(page) : undefined;
   await page.goto(`${base}${path}${path.includes('?') ? '&' : '?'}name=${encodeURIComponent(name)}`);
-  if (!path.startsWith('/inspector')) await status(page, 'connected');
+  if (wait) await status(page, 'connected');
   return { context, page, errors, sw };
 }
 
-/** Waits until the page's connection badge shows `s`. */
-export const status = (page, s) => page.getByTestId('status').filter({ hasText: new RegExp(`^${s}$`) }).waitFor();
+/**
+ * Opens path for each user ([name, openAs options]), runs fn with them,
+ * checks that no page threw, and closes them all, also when fn fails.
+ * Resolves with what fn returned.
+ */
+export async function withUsers(browser, base, path, users, fn) {
+  const opened = [];
+  try {
+    for (const [name, opts] of users) opened.push(await openAs(browser, base, path, name, opts));
+    const result = await fn(...opened);
+    assert.deepEqual(opened.flatMap((u) => u.errors), [], 'uncaught errors in the pages');
+    return result;
+  } finally {
+    for (const u of opened) await u.context.close();
+  }
+}
+
+/** Waits until the page's connection badge is in the client status `s` (connecting, connected, reconnecting, disconnected). */
+export const status = (page, s) => page.locator(`[data-testid=badge][data-status=${s}]`).waitFor();
 
 /**
  * Routes the page's statecast socket through the test: `cut()` closes it
@@ -108,6 +127,12 @@ export async function socketSwitch(page) {
     for (const m of q) sw.route.send(m);
   };
   return sw;
+}
+
+/** Lets u's socket through again and has the page reconnect now (its Retry button) instead of after its backoff (≤ 5 s). */
+export async function reconnect(u) {
+  u.sw.restore();
+  await u.page.getByRole('button', { name: 'Retry now' }).click({ timeout: 2000 }).catch(() => {}); // not shown: the backoff is already retrying
 }
 
 export function screenshot(page, name, opts = {}) {
