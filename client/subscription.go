@@ -10,8 +10,8 @@ import (
 
 // Subscription receives one subscription's messages, in order. Its queue
 // is unbounded so that the connection's reader never waits for a slow
-// consumer (the server bounds what it sends; see DESIGN.md "Slow
-// consumers").
+// consumer (the server bounds what it sends; see
+// docs/DESIGN.md#slow-consumers).
 type Subscription struct {
 	c    *Conn
 	id   uint64

@@ -9,9 +9,10 @@ import (
 
 // View is the state a subscriber holds: the keys its subscription
 // covers, as of Rev in Epoch. Apply checks the revision contract as it
-// goes (DESIGN.md), so a test or the load tool that feeds it every
-// message learns of a gap it cannot see — a duplicate or a regression —
-// at the message that shows it. Not safe for concurrent use.
+// goes (docs/DESIGN.md#the-revision-contract), so a test or the load
+// tool that feeds it every message learns of a gap it cannot see — a
+// duplicate or a regression — at the message that shows it. Not safe for
+// concurrent use.
 type View struct {
 	Epoch string
 	Rev   uint64 // the last message's revision: the resume point is Rev+1

@@ -1,6 +1,6 @@
 package rooms
 
-// Benchmarks for the fan-out cost targets of DESIGN.md:
+// Benchmarks for the fan-out cost of docs/DESIGN.md#fan-out-cost:
 //
 //	BenchmarkReplay            replay of one prefix out of 100,000 retained events, against a
 //	                           bare prefix-test loop over the same events (target <= 2x, < 0.28 ms)

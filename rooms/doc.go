@@ -22,8 +22,5 @@
 // the catch-up work of a replaying or slow watcher is done by its own
 // consumer when it calls Drain, not by the writer.
 //
-// Lock order: Engine.mu before room.mu. The store invokes the Follow
-// callback with its own locks held, so room code never calls the store
-// while holding room.mu. Nothing blocks while holding room.mu; watcher
-// notifications are non-blocking.
+// Lock order, and what may never be done under room.mu: docs/LOCKS.md.
 package rooms

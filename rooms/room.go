@@ -12,9 +12,7 @@ import (
 // room is one room's state on this node: the view at head, the history
 // ring and the watchers. It list-then-watches the store: Follow first
 // (buffering), then one Snapshot and History read, then the buffered tail.
-//
-// Lock order: Engine.mu, then room.mu. The store calls onBatch with its
-// own lock held, so room code never calls the store while holding mu.
+// Lock order: docs/LOCKS.md.
 type room struct {
 	e      *Engine
 	name   string
@@ -91,7 +89,8 @@ func newRoom(e *Engine, name string) *room {
 	}
 }
 
-// onBatch is the store's Follow callback.
+// onBatch is the store's Follow callback; it runs under the store's
+// follower lock, which is why room code never calls the store under mu.
 func (r *room) onBatch(b store.Batch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -33,10 +33,7 @@ const maxPendingReplies = 1 << 20
 // conn is one WebSocket session. Its reader goroutine reads and handles
 // requests in order; a writer goroutine sends replies and subscription
 // messages, joining whatever is queued into one frame (one write syscall)
-// when the socket is behind.
-//
-// Lock order: room locks (Notify runs under them), then conn.mu. Nothing
-// calls the engine while holding conn.mu.
+// when the socket is behind. Lock order: docs/LOCKS.md.
 type conn struct {
 	s  *Server
 	ws *websocket.Conn

@@ -146,7 +146,7 @@ func (s *Server) Inspect() InspectReply {
 // inspect describes c; ok is false before its connect or after its end.
 // The subscriptions are copied under c.mu and asked for their state after
 // releasing it: the watcher takes its room's lock, which comes first in
-// the lock order.
+// the lock order (docs/LOCKS.md).
 func (c *conn) inspect() (InspectClient, bool) {
 	c.mu.Lock()
 	sess, ended := c.sess, c.subs == nil

@@ -27,8 +27,8 @@ import (
 // store several nodes share (store.SharedSessions) the store's record is
 // the authority and any node resumes any session: session_shared.go.
 //
-// Lock order: session.saveMu, then sessions.mu, then lessor.mu. Store
-// calls hold only saveMu: a file store's fsync must not stall the others.
+// Lock order: docs/LOCKS.md. Store calls hold only saveMu: a file store's
+// fsync must not stall the others.
 type sessions struct {
 	leases  *lessor
 	grace   time.Duration

@@ -64,6 +64,8 @@ type FileConfig struct {
 //   - Close refuses new calls, lets the committer commit everything already
 //     queued, waits for it to exit, then closes the file. Writes racing
 //     Close either commit or get ErrClosed.
+//
+// Lock order of the fields below: docs/LOCKS.md.
 type File struct {
 	cfg   FileConfig
 	db    *bolt.DB

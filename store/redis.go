@@ -1,131 +1,9 @@
 package store
 
-// Redis store: design note.
-//
-// Key layout. Every key of a room carries the room name as its one hash
-// tag, so a room lives in one cluster slot and every script and MULTI
-// stays single-slot (room names are restricted by ValidRoom: no braces):
-//
-//	<prefix>:{room}:meta  HASH    rev, epoch, events (retained), floor, tag
-//	<prefix>:{room}:kv    HASH    key -> "<mod>,<create>,<version>,<n>:<lease><n>:<value>"
-//	<prefix>:{room}:log   STREAM  ID "<rev>-0"; d = batch, n = events, t = unix ms,
-//	                              w = the write id (Write.Wid) when it has one
-//	<prefix>:{room}:wids  ZSET    write id -> revision, of the log's entries
-//	<prefix>:{room}:ch    sharded pub/sub channel carrying the same batch bytes
-//
-// Writes. One script per write (lua/apply.lua, "#!lua" so that Redis
-// refuses it whole under OOM and checks its keys' slot): it reads meta,
-// checks every condition, builds the events (with Prev) and the batch,
-// then writes: XADD first (the only write that can fail on data: a stream
-// whose top ID is ahead of meta's rev), then kv, retention, meta and
-// SPUBLISH, none of which can fail. A failed script leaves nothing
-// half-written (tested by making XADD fail). A write with an id first
-// looks it up in wids, in the same script, so two nodes sending the same
-// write concurrently apply it once; the entries of the ids leave wids
-// whenever retention trims them from the log (by the w field, so a write
-// without an id pays nothing for it). The write client
-// never retries (MaxRetries -1): a timeout or a dropped connection during
-// a write is returned as an error that is neither a *ConflictError nor
-// bad input, which the server reports as outcome_unknown. go-redis runs
-// the script with EVALSHA and falls back to EVAL on NOSCRIPT (a restarted
-// or new node), which is not a retry: NOSCRIPT ran nothing.
-//
-// Retention is exact, in whole revisions: meta counts the retained events
-// and the script drops the oldest entries while there are more than
-// MaxEvents or the oldest is older than MaxAge (the study's MAXLEN ~ keeps
-// 50 entries for N=10 and is not usable where the count is part of the
-// contract). The newest entry always stays in the stream, so a node that
-// missed it can still read it; when retention drops it too (a transaction
-// larger than MaxEvents, or expiry), meta's floor moves past it and
-// readers treat it as compacted. Age retention is also applied at read
-// time: a reader that finds the oldest entry expired runs lua/trim.lua.
-//
-// Reads are MULTI/EXEC, not Lua (the study: 3-4x less Redis busy time on
-// big rooms). Snapshot = MULTI{HMGET meta; HGETALL kv; XRANGE log - + COUNT 1}:
-// the state at exactly rev, and its oldest replayable revision. History =
-// MULTI{HMGET meta; XRANGE log <from>-0 + COUNT 1000}, then further pages
-// up to the head read in the first one. Compacted means: the first entry
-// returned is not from (an empty page while the head is ahead counts too;
-// XINFO's max-deleted-entry-id does not move on trimming and is not used).
-//
-// Epochs. A room's epoch is created (random) by whichever script finds
-// meta missing: the write script, or lua/init.lua when a never-written
-// room is read, so that the epoch a Snapshot reports is the one the first
-// write carries. A missing meta means the state is gone (never written,
-// FLUSHALL, a restart without persistence, eviction): any kv or log left
-// behind is deleted and revisions start again at 1 in the new epoch.
-// Every batch carries its epoch, so nodes and clients see the change. A
-// failover that loses acknowledged writes keeps the epoch; each batch
-// therefore also carries its write's tag and the tag of the revision
-// before it, and a node whose applied revisions no longer match Redis
-// (the chain breaks, or Redis's head is behind what it delivered) starts
-// a new epoch for the room with lua/reepoch.lua. Meta created by a read
-// expires after a day unless written (reads of random names leave nothing
-// behind for long); its expiry is an epoch change at rev 0.
-//
-// Fan-in (redis_follow.go): sharded pub/sub for live delivery, the room's
-// stream for gaps, and a sequencer per followed room on every node -- the
-// recommendation of a measured design study made for this backend. Its figures: one
-// SSUBSCRIBE connection delivers at p50 ~180 us for 2000 events/s with ~45
-// us of Redis CPU per event, the same for 1, 100 or 1000 rooms; one
-// multi-key XREAD over 1000 rooms costs 785 us and 285 us (and cannot span
-// slots in a cluster); partitioned fan-out streams 322 us and 64 us, at
-// the cost of an extra XADD per write, every node reading every event of
-// its partitions, and rooms tied to partition tags; per-room XREAD needs a
-// connection per room. In the study's failure injection (connection kills,
-// SIGKILL + restart without data, FLUSHALL) pub/sub + replay + epochs left
-// 0/50 rooms diverged; resuming XREAD from the last IDs left 50/50. Pub/sub
-// is at-most-once, so nothing relies on it alone:
-//
-//   - The node subscribes only to rooms it follows (one SSUBSCRIBE
-//     connection per standalone server or per cluster master, never one
-//     per room; one SSUBSCRIBE command per slot, as a cluster refuses one
-//     over several slots) and unsubscribes when the last follower stops,
-//     closing the connection when nothing is followed: a room nobody
-//     follows costs nothing.
-//   - Each followed room has one view (epoch, rev, tag) on the node.
-//     Batches are delivered strictly in revision order, each once: a
-//     duplicate is dropped, a gap is filled from the stream (MULTI with
-//     meta) before anything past it is delivered. A gap the stream no
-//     longer holds (compacted) is delivered as a gap, which makes the
-//     follower resync.
-//   - A checker compares every followed room's meta (one pipelined HMGET
-//     per room, 500 per pipeline) with the view every CheckInterval, and
-//     right after each subscription is confirmed, and fills from the
-//     stream.
-//   - An epoch change reaches the followers of the old epoch as an epoch
-//     notice, Batch{Epoch: new} with Rev 0 and no events (rooms.Engine
-//     resets a room on a batch of another epoch; a consumer already in the
-//     new epoch drops it as a duplicate), followed by the new epoch's
-//     batches from its first retained revision.
-//
-// Recovery bounds (CheckInterval default 1 s, PingInterval default 5 s;
-// "measured" are the tests' figures with CheckInterval 200 ms and
-// PingInterval 300 ms on loopback):
-//
-//   - a lost push, the lost last push of a burst: at most CheckInterval
-//     plus one read (measured 190-197 ms);
-//   - a killed push connection: rebuilt at once and caught up when the
-//     resubscription is confirmed (measured < 2 ms); while Redis is down
-//     the rebuild retries with a backoff of at most 1 s;
-//   - a push connection gone silent: PING unanswered for 2 x PingInterval,
-//     then rebuilt (measured 0.5-0.7 s); the check covers it meanwhile
-//     once its own read times out (WriteTimeout);
-//   - FLUSHALL: at most CheckInterval, or at once when a write of the new
-//     epoch is pushed first (measured 188 ms); redis-server restarted
-//     without persistence: at the resubscription after it answers again
-//     (measured 3-84 ms after it came back);
-//   - a failover that lost acknowledged writes (same epoch, Redis behind
-//     or rewritten): at most CheckInterval, or at the next pushed write
-//     (the tag chain breaks); the room then gets a new epoch (measured
-//     ~190 ms).
-//
-// Measured here (go test -bench Redis ./store: loopback, Go and
-// redis-server 7.0.15 sharing 2 cores, load average ~4 from other work,
-// so client-bound): one writer 8.5k writes/s (118 us per write, 27-36 us
-// of it inside the script); write-to-follower latency p50 160-169 us and
-// p99 0.6-1.0 ms for 1 and 100 followed rooms; History of 1000 revisions
-// 6.9 ms; Snapshot of 1000 keys 2.3 ms.
+// The Redis store: rooms on a Redis or a Redis Cluster that many nodes
+// share. Its design (the key layout, one script per write, retention,
+// reads, epochs, how a node follows a room and recovers what pub/sub
+// lost) is docs/DESIGN.md#several-nodes-on-redis; the scripts are in lua/.
 
 import (
 	"context"
@@ -178,8 +56,8 @@ type RedisConfig struct {
 	PingInterval time.Duration
 }
 
-// Redis is a Store on Redis or Redis Cluster shared by many nodes. See the
-// design note at the top of redis.go.
+// Redis is a Store on Redis or Redis Cluster shared by many nodes
+// (docs/DESIGN.md#several-nodes-on-redis).
 type Redis struct {
 	cfg     RedisConfig
 	wc      redis.UniversalClient // writes: never retried

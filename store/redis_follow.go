@@ -15,19 +15,13 @@ import (
 
 // Following rooms on Redis: sharded pub/sub for live pushes, the room's
 // stream for gaps, a periodic check against meta for whatever pub/sub
-// lost. See the design note in redis.go.
-//
-// Locks: follow.mu guards the maps; a view's mu serialises everything
-// that moves the view (pushes, fills, checks, follower changes) and is
-// held while followers' callbacks run and while it reads Redis; a shard's
-// mu guards its PubSub and channel counts. Order: follow.mu before a
-// shard's mu; a view's mu is never held while taking either (markDirty
-// has its own dmu).
+// lost. Design: docs/DESIGN.md#how-a-node-follows-a-room; lock order:
+// docs/LOCKS.md.
 
 type follow struct {
 	s *Redis
 
-	mu      sync.RWMutex
+	mu      sync.RWMutex           // guards the maps and closed
 	views   map[string]*redisView  // by room
 	shards  map[string]*redisShard // by node address ("" for a standalone server)
 	chShard map[string]*redisShard // the shard each subscribed channel is on
@@ -52,6 +46,9 @@ type redisView struct {
 	room string
 	k    redisKeys
 
+	// mu serialises whatever moves the view (pushes, fills, checks,
+	// follower changes); it is held while followers' callbacks run and
+	// while the view reads Redis.
 	mu    sync.Mutex
 	dead  bool // no followers left; a new Follow makes a new view
 	epoch string
@@ -549,7 +546,7 @@ type redisShard struct {
 	addr string
 	node *redis.Client
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards the fields below; held across (un)subscribing
 	closed bool
 	ps     *redis.PubSub // nil while no channel is subscribed
 	chans  map[string]int

@@ -2,7 +2,7 @@
 // its revision counter, its epoch and its retained history.
 //
 // Every backend implements Store and passes the conformance suite in
-// store/storetest. The revision contract (see DESIGN.md and doc.go):
+// store/storetest. The revision contract (docs/DESIGN.md#the-revision-contract):
 //
 //   - A room's revision starts at 0 and grows by exactly 1 per committed
 //     write. A transaction over many keys is one revision; all its events

@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite every store.Store backend
-// runs: each line of the revision contract (DESIGN.md, "Revision
-// contract") and of the store.Store doc comments is a named subtest.
+// runs: each line of the revision contract
+// (docs/DESIGN.md#the-revision-contract) and of the store.Store doc
+// comments is a named subtest.
 //
 // A backend hooks it up from its own tests:
 //
