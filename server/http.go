@@ -439,7 +439,7 @@ func (s *Server) handleTxn(c echo.Context) error {
 		case errors.Is(err, wire.ErrInvalidKey):
 			return newError(wire.CodeInvalidKey, err.Error())
 		}
-		return newError(wire.CodeBadRequest, `the body must be {"if":[{"key","mod_rev"}],"ops":[{"op":"put"|"del","key","value"?,"lease"?}]}`)
+		return newError(wire.CodeBadRequest, `the body must be {"if":[{"key","mod_rev"}],"ops":[{"type":"put"|"delete","key","value"?,"lease"?}]}`)
 	}
 	return s.httpWrite(c, claims, &wire.Request{T: wire.TTxn, Room: room, If: t.If, Ops: t.Ops})
 }

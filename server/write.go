@@ -54,9 +54,9 @@ func toWrite(r *wire.Request, session string) (store.Write, error) {
 	case wire.TPut, wire.TDel:
 		typ := "put"
 		if r.T == wire.TDel {
-			typ = "del"
+			typ = "delete"
 		}
-		op, err := toOp(wire.TxnOp{Op: typ, Key: r.Key, Value: r.Value, Lease: r.Lease}, session)
+		op, err := toOp(wire.TxnOp{Type: typ, Key: r.Key, Value: r.Value, Lease: r.Lease}, session)
 		if err != nil {
 			return store.Write{}, err
 		}
@@ -84,7 +84,11 @@ func toWrite(r *wire.Request, session string) (store.Write, error) {
 // toOp turns one operation (a put or del request's, or a txn's) into a
 // store operation.
 func toOp(o wire.TxnOp, session string) (store.Op, error) {
-	switch o.Op {
+	typ, err := opType(o)
+	if err != nil {
+		return store.Op{}, err
+	}
+	switch typ {
 	case "put":
 		if o.Value == nil {
 			return store.Op{}, newError(wire.CodeBadRequest, fmt.Sprintf("put of %q needs a value", o.Key))
@@ -94,10 +98,26 @@ func toOp(o wire.TxnOp, session string) (store.Op, error) {
 			return store.Op{}, err
 		}
 		return store.Op{Type: store.OpPut, Key: o.Key, Value: o.Value, Lease: lease}, nil
-	case "del":
+	case "delete":
 		return store.Op{Type: store.OpDelete, Key: o.Key}, nil
 	}
-	return store.Op{}, newError(wire.CodeBadRequest, fmt.Sprintf("unknown txn op %q (want put or del)", o.Op))
+	return store.Op{}, newError(wire.CodeBadRequest, fmt.Sprintf(`unknown txn op type %q (want "put" or "delete")`, typ))
+}
+
+// opType returns an operation's type, read from "type", or from "op",
+// its older spelling ("put" or "del"), when only that is given.
+func opType(o wire.TxnOp) (string, error) {
+	switch {
+	case o.Op == "":
+		return o.Type, nil
+	case o.Type != "":
+		return "", newError(wire.CodeBadRequest, `a txn op has a "type" ("op" is its older spelling): send one of them`)
+	case o.Op == "del":
+		return "delete", nil
+	case o.Op == "put":
+		return "put", nil
+	}
+	return "", newError(wire.CodeBadRequest, fmt.Sprintf(`unknown txn op %q (want "put" or "del"; or "type": "put" or "delete")`, o.Op))
 }
 
 // leaseOf resolves the lease a put names. "session" is the writing

@@ -250,7 +250,7 @@ func TestCLIWatch(t *testing.T) {
 	mustRun(t, url, "put", "r", "g/1", "uno")                                                                                               // 4
 	mustRun(t, url, "put", "r", "other", "y")                                                                                               // 5: not under g/
 	mustRun(t, url, "del", "r", "g/2")                                                                                                      // 6
-	if _, err := h.Txn(ctx, "r", nil, []wire.TxnOp{{Op: "put", Key: "g/3", Value: wire.Value(`3`)}, {Op: "del", Key: "g/1"}}); err != nil { // 7
+	if _, err := h.Txn(ctx, "r", nil, []wire.TxnOp{{Type: "put", Key: "g/3", Value: wire.Value(`3`)}, {Type: "delete", Key: "g/1"}}); err != nil { // 7
 		t.Fatal(err)
 	}
 	waitFor(t, out, "7 DELETE g/1\n")
