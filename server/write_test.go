@@ -1,12 +1,14 @@
-package server_test
+package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/statecast/statecast/server/wire"
 )
@@ -17,8 +19,8 @@ import (
 // ("put", "delete") or, the older way, with "op" ("put", "del"); a bad op
 // is reported in order, the first one found.
 func TestWritesAgreeAcrossSurfaces(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	ws, _ := connectRaw(t, e, "json")
+	e := newAPIEnv(t, apiOpts{})
+	ws := dialJSON(t, e)
 	cases := []struct {
 		name, body string
 		code       string // "" = committed
@@ -40,9 +42,8 @@ func TestWritesAgreeAcrossSurfaces(t *testing.T) {
 	}
 	for i, c := range cases {
 		id := uint64(i + 1)
-		ws.sendBytes([]byte(fmt.Sprintf(`{"t":"txn","id":%d,"room":"ws",%s}`, id, c.body)))
-		m := ws.reply(id)
-		status, body := postTxn(t, e, "http", "{"+c.body+"}")
+		m := ws.ask(t, fmt.Sprintf(`{"t":"txn","id":%d,"room":"ws",%s}`, id, c.body))
+		r := e.do(t, "POST", "/v1/rooms/http/txn", "{"+c.body+"}")
 		var h struct {
 			Rev   uint64 `json:"rev"`
 			Error struct {
@@ -50,26 +51,52 @@ func TestWritesAgreeAcrossSurfaces(t *testing.T) {
 				Rev  uint64 `json:"rev"` // conflict
 			} `json:"error"`
 		}
-		if err := json.Unmarshal(body, &h); err != nil {
-			t.Fatalf("%s: HTTP body %s: %v", c.name, body, err)
+		if err := json.Unmarshal(r.body, &h); err != nil {
+			t.Fatalf("%s: HTTP body %s: %v", c.name, r.body, err)
 		}
-		if m.Code != c.code || h.Error.Code != c.code || m.Rev != h.Rev+h.Error.Rev {
-			t.Errorf("%s: WebSocket %+v, HTTP %d %s; want both code %q at one revision", c.name, m.Raw, status, body, c.code)
+		if m.ID != id || m.Code != c.code || h.Error.Code != c.code || m.Rev != h.Rev+h.Error.Rev {
+			t.Errorf("%s: WebSocket %+v, HTTP %d %s; want both code %q at one revision", c.name, m, r.status, r.body, c.code)
 		}
 	}
 }
 
-// postTxn posts a txn body to room over HTTP.
-func postTxn(t *testing.T, e *env, room, body string) (int, []byte) {
+// jsonSocket is a connected WebSocket speaking statecast.v1.json.
+type jsonSocket struct{ ws *websocket.Conn }
+
+func dialJSON(t *testing.T, e *apiEnv) jsonSocket {
 	t.Helper()
-	resp, err := http.Post(e.TS.URL+"/v1/rooms/"+room+"/txn", "application/json", strings.NewReader(body))
+	ws, _, err := websocket.Dial(testContext(t), "ws"+strings.TrimPrefix(e.hs.URL, "http")+"/v1/ws", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	t.Cleanup(func() { _ = ws.CloseNow() })
+	s := jsonSocket{ws}
+	if m := s.ask(t, `{"t":"connect"}`); m.T != wire.TConnected {
+		t.Fatalf("connect: %+v", m)
+	}
+	return s
+}
+
+// ask sends one message and reads the next one.
+func (s jsonSocket) ask(t *testing.T, msg string) wire.Message {
+	t.Helper()
+	ctx := testContext(t)
+	if err := s.ws.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	_, b, err := s.ws.Read(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, b
+	var m wire.Message
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return m
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }
