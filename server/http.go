@@ -23,7 +23,9 @@ import (
 // The HTTP API: the same rooms, revisions, error codes and value rules as
 // the WebSocket protocol, for clients that read and write with plain
 // requests (game servers, scripts, the CLI). Watching is Server-Sent
-// Events (sse.go). Every route httpClaimss with a bearer token.
+// Events (sse.go). Every route takes a bearer token (httpClaims).
+// openapi.json describes it all; its writes take the one write path
+// (write.go).
 
 const (
 	minLeaseTTL = time.Second

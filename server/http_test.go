@@ -66,7 +66,7 @@ func newAPIEnv(t testing.TB, o apiOpts) *apiEnv {
 		e.Any("/*", echo.WrapHandler(h))
 		h = e
 	}
-	hs := httptest.NewServer(h)
+	hs := httptest.NewServer(checkedByOpenAPI(t, h))
 	t.Cleanup(hs.Close) // runs first: after each test's streams are closed
 	return &apiEnv{st: st, eng: eng, srv: srv, hs: hs, client: hs.Client()}
 }
@@ -575,7 +575,7 @@ var apiStatuses = map[int]bool{200: true, 400: true, 404: true, 405: true, 412: 
 // positions through every route: the answer is never a 500 and always a
 // documented status.
 func FuzzHTTPInputs(f *testing.F) {
-	e := newAPIEnv(f, apiOpts{})
+	e := newAPIEnv(f, apiOpts{cfg: Config{WriteRate: 1e9}}) // fuzzing writes faster than the default rate
 	f.Add(uint8(0), "r", "k", `{"a":1}`, "", "")
 	f.Add(uint8(1), "r", "a/b%2Fc", `1`, "0", "")
 	f.Add(uint8(0x81), "r", "a/b", ``, "", "")
@@ -626,7 +626,7 @@ func FuzzHTTPInputs(f *testing.F) {
 		req.Header.Set("If-Match", strings.Map(apiHeaderSafe, cond))
 		req.Header.Set("Last-Event-ID", strings.Map(apiHeaderSafe, from))
 		rec := httptest.NewRecorder()
-		e.srv.Handler().ServeHTTP(rec, req)
+		checkedByOpenAPI(t, e.srv.Handler()).ServeHTTP(rec, req)
 		if !apiStatuses[rec.Code] {
 			t.Fatalf("%s %s (If-Match %q): status %d, body %s", method, target, cond, rec.Code, rec.Body)
 		}

@@ -9,8 +9,9 @@ import (
 	"github.com/statecast/statecast/server/wire"
 )
 
-// routes builds the echo router: the WebSocket endpoint, the HTTP API,
-// health, metrics and the static files.
+// routes builds the echo router: the WebSocket endpoint, the HTTP API
+// and its description (openapi.json), health, metrics and the static
+// files.
 func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -19,6 +20,7 @@ func (s *Server) routes() *echo.Echo {
 	e.GET("/v1/ws", s.handleWS)
 	s.apiRoutes(e.Group("/v1"))
 	e.GET("/v1/admin/inspect", s.handleInspect)
+	e.GET("/v1/openapi.json", handleOpenAPI)
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", func(c echo.Context) error {
 		if s.draining.Load() {

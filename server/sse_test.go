@@ -451,6 +451,8 @@ func TestSSEBadParams(t *testing.T) {
 	e.do(t, "GET", "/v1/rooms/r/watch?from=-1", "").wantErr(t, 400, "bad_request")
 	e.do(t, "GET", "/v1/rooms/r/watch", "", "Last-Event-ID", "x").wantErr(t, 400, "bad_request")
 	e.do(t, "GET", "/v1/rooms/r/watch", "", "Last-Event-ID", "18446744073709551615").wantErr(t, 400, "bad_request")
+	// Last-Event-ID wins over from, which must be a revision all the same.
+	e.do(t, "GET", "/v1/rooms/r/watch?from=-5", "", "Last-Event-ID", "3").wantErr(t, 400, "bad_request")
 	e.do(t, "GET", "/v1/rooms/r/watch?prefix=%00", "").wantErr(t, 400, "invalid_key")
 	// More prefixes than a watch may name (default 64).
 	e.do(t, "GET", "/v1/rooms/r/watch?"+strings.Repeat("prefix=p&", 65), "").wantErr(t, 413, "too_large")
