@@ -478,6 +478,8 @@ func TestHTTPLeases(t *testing.T) {
 func TestHTTPDraining(t *testing.T) {
 	e := newAPIEnv(t, apiOpts{})
 	e.put(t, "r", "k", `1`)
+	var l apiLease
+	e.do(t, "POST", "/v1/leases", `{"ttl_ms":60000}`).want(t, 200, &l)
 	if err := e.srv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -485,6 +487,7 @@ func TestHTTPDraining(t *testing.T) {
 	e.do(t, "DELETE", "/v1/rooms/r/kv/k", "").wantErr(t, 503, "unavailable")
 	e.do(t, "POST", "/v1/rooms/r/txn", `{"ops":[{"type":"delete","key":"k"}]}`).wantErr(t, 503, "unavailable")
 	e.do(t, "POST", "/v1/leases", `{"ttl_ms":5000}`).wantErr(t, 503, "unavailable")
+	e.do(t, "DELETE", "/v1/leases/"+l.ID, "").wantErr(t, 503, "unavailable") // a revoke deletes keys: a write
 	e.do(t, "GET", "/v1/rooms/r/watch", "").wantErr(t, 503, "unavailable")
 	if l := e.list(t, "r", ""); l.Rev != 1 {
 		t.Errorf("reads while draining: %+v", l)
