@@ -14,17 +14,18 @@ import (
 // The one write path of every surface. A put, del or txn arrives as a
 // wire.Request: decoded from a WebSocket frame (handle.go), or read from
 // an HTTP request (http.go). admitWrite lets it in, toWrite turns it into
-// a store.Write and apply checks and commits that. Lease routes are not
-// writes of keys and go their own way (leases.go).
+// a store.Write and apply checks and commits that. A lease grant or
+// revoke is let in as a write, then goes its own way (leases.go).
 
 // admitWrite refuses a write while the server shuts down, or when its
 // writer (claims' subject, else addr) is over the write rate; retry then
 // says when the next write would be allowed.
-func (s *Server) admitWrite(claims *Claims, addr string) (retry time.Duration, err error) {
+func (s *Server) admitWrite(claims *Claims, addr string) (time.Duration, error) {
 	if s.draining.Load() {
 		return 0, newError(wire.CodeUnavailable, "server is shutting down; nothing was written")
 	}
-	if ok, retry := s.writeLimits.allow(writerKey(claims, addr)); !ok {
+	ok, retry := s.writeLimits.allow(writerKey(claims, addr))
+	if !ok {
 		return retry, s.rateLimited()
 	}
 	return 0, nil
