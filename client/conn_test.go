@@ -88,14 +88,14 @@ func TestWrites(t *testing.T) {
 			}
 
 			rev, err = c.Txn(ctx, room, []wire.Cond{{Key: "a", ModRev: 2}}, []wire.TxnOp{
-				{Op: "put", Key: "t/1", Value: wire.Value(`1`)},
-				{Op: "put", Key: "t/2", Value: wire.Value(`{"k":2.5}`)},
-				{Op: "del", Key: "a"},
+				{Type: "put", Key: "t/1", Value: wire.Value(`1`)},
+				{Type: "put", Key: "t/2", Value: wire.Value(`{"k":2.5}`)},
+				{Type: "delete", Key: "a"},
 			})
 			if err != nil || rev != 5 {
 				t.Fatalf("Txn = %d, %v; want 5", rev, err)
 			}
-			if _, err = c.Txn(ctx, room, []wire.Cond{{Key: "a", ModRev: 2}}, []wire.TxnOp{{Op: "del", Key: "t/1"}}); !errors.Is(err, client.ErrConflict) {
+			if _, err = c.Txn(ctx, room, []wire.Cond{{Key: "a", ModRev: 2}}, []wire.TxnOp{{Type: "delete", Key: "t/1"}}); !errors.Is(err, client.ErrConflict) {
 				t.Fatalf("stale Txn: %v", err)
 			}
 
@@ -235,7 +235,7 @@ func TestSubscribe(t *testing.T) {
 				t.Fatal(err)
 			}
 			if _, err := c.Txn(ctx, room, nil, []wire.TxnOp{ // 6
-				{Op: "del", Key: "g/2"}, {Op: "put", Key: "g/3", Value: wire.Value(`3`)}}); err != nil {
+				{Type: "delete", Key: "g/2"}, {Type: "put", Key: "g/3", Value: wire.Value(`3`)}}); err != nil {
 				t.Fatal(err)
 			}
 			m = next(t, sub)
@@ -531,7 +531,7 @@ func TestBigSnapshot(t *testing.T) {
 	ctx, c := testCtx(t), dial(t, s, "msgpack")
 	var ops []wire.TxnOp
 	for i := range 200 {
-		ops = append(ops, wire.TxnOp{Op: "put", Key: fmt.Sprintf("k%03d", i), Value: wire.Value(`"` + strings.Repeat("x", 1000) + `"`)})
+		ops = append(ops, wire.TxnOp{Type: "put", Key: fmt.Sprintf("k%03d", i), Value: wire.Value(`"` + strings.Repeat("x", 1000) + `"`)})
 	}
 	if _, err := c.Txn(ctx, "big", nil, ops); err != nil {
 		t.Fatal(err)

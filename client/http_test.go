@@ -55,7 +55,7 @@ func TestHTTPKeys(t *testing.T) {
 		t.Fatalf("Delete IfRev(1) = %d, %v", rev, err)
 	}
 	if rev, err := h.Txn(ctx, "r", []wire.Cond{{Key: "plain", ModRev: 0}}, []wire.TxnOp{
-		{Op: "put", Key: "t1", Value: wire.Value(`1`)}, {Op: "del", Key: "+&=;"}}); err != nil || rev != 7 {
+		{Type: "put", Key: "t1", Value: wire.Value(`1`)}, {Type: "delete", Key: "+&=;"}}); err != nil || rev != 7 {
 		t.Fatalf("Txn = %d, %v", rev, err)
 	}
 }
@@ -153,7 +153,7 @@ func TestHTTPWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	apply("delete")
-	if _, err := h.Txn(ctx, "w", nil, []wire.TxnOp{{Op: "del", Key: "g/1"}, {Op: "put", Key: "g/5", Value: wire.Value(`5`)}}); err != nil {
+	if _, err := h.Txn(ctx, "w", nil, []wire.TxnOp{{Type: "delete", Key: "g/1"}, {Type: "put", Key: "g/5", Value: wire.Value(`5`)}}); err != nil {
 		t.Fatal(err)
 	}
 	apply("txn")

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -314,134 +312,17 @@ func (c *conn) unsubscribe(r *wire.Request) {
 	c.reply(&wire.OK{T: wire.TOK, ID: r.ID})
 }
 
-// write applies a put, del or txn.
+// write applies a put, del or txn through the one write path (write.go).
 func (c *conn) write(r *wire.Request) {
-	if c.s.draining.Load() {
-		c.replyErr(r.ID, newError(wire.CodeUnavailable, "server is shutting down; nothing was written"))
-		return
-	}
-	if ok, _ := c.s.writeLimits.allow(writerKey(c.claims.Load(), c.addr)); !ok {
-		c.replyErr(r.ID, c.s.rateLimited())
-		return
-	}
-	w, err := c.toWrite(r)
-	if err != nil {
+	claims := c.claims.Load()
+	if _, err := c.s.admitWrite(claims, c.addr); err != nil {
 		c.replyErr(r.ID, errorOf(err, false))
 		return
 	}
-	w.Wid, w.Since = r.Wid, r.Since
-	res, err := c.s.apply(c.ctx, r.Room, w, c.claims.Load())
+	res, err := c.s.write(c.ctx, r, claims, c.sess.lease)
 	if err != nil {
 		c.replyErr(r.ID, errorOf(err, true))
 		return
 	}
 	c.reply(&wire.OK{T: wire.TOK, ID: r.ID, Rev: res.Rev, Dup: res.Dup})
-}
-
-// toWrite turns a put, del or txn request into a store write, resolving
-// "session" leases to this session's lease.
-func (c *conn) toWrite(r *wire.Request) (store.Write, error) {
-	// A client names its own session's lease as "session"; any other id
-	// must be a TTL lease, so it cannot bind a key to another session's.
-	var badLease error
-	lease := func(l string) string {
-		if l == "session" {
-			return c.sess.lease
-		}
-		if l != "" && !strings.HasPrefix(l, ttlLeasePrefix) && badLease == nil {
-			badLease = newError(wire.CodeNotFound, fmt.Sprintf(`no lease %q: use "session" or a TTL lease id from POST /v1/leases`, l))
-		}
-		return l
-	}
-	switch r.T {
-	case wire.TPut:
-		if r.Value == nil {
-			return store.Write{}, newError(wire.CodeBadRequest, "put needs a value")
-		}
-		w := store.Write{Ops: []store.Op{{Type: store.OpPut, Key: r.Key, Value: r.Value, Lease: lease(r.Lease)}}}
-		if badLease != nil {
-			return store.Write{}, badLease
-		}
-		if r.IfRev != nil {
-			w.Conds = []store.Cond{{Key: r.Key, ModRev: *r.IfRev}}
-		}
-		return w, nil
-	case wire.TDel:
-		w := store.Delete(r.Key)
-		if r.IfRev != nil {
-			w.Conds = []store.Cond{{Key: r.Key, ModRev: *r.IfRev}}
-		}
-		return w, nil
-	}
-	var w store.Write
-	for _, cond := range r.If {
-		w.Conds = append(w.Conds, store.Cond{Key: cond.Key, ModRev: cond.ModRev})
-	}
-	for _, op := range r.Ops {
-		switch op.Op {
-		case "put":
-			if op.Value == nil {
-				return store.Write{}, newError(wire.CodeBadRequest, fmt.Sprintf("put of %q needs a value", op.Key))
-			}
-			w.Ops = append(w.Ops, store.Op{Type: store.OpPut, Key: op.Key, Value: op.Value, Lease: lease(op.Lease)})
-		case "del":
-			w.Ops = append(w.Ops, store.Op{Type: store.OpDelete, Key: op.Key})
-		default:
-			return store.Write{}, newError(wire.CodeBadRequest, fmt.Sprintf("unknown txn op %q (want put or del)", op.Op))
-		}
-	}
-	if badLease != nil {
-		return store.Write{}, badLease
-	}
-	return w, nil
-}
-
-// apply checks permissions and leases, then commits w to room. It is the
-// one write path of every surface (WebSocket, HTTP, leases excepted).
-func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *Claims) (store.Result, error) {
-	if err := store.ValidRoom(room); err != nil {
-		return store.Result{}, err
-	}
-	for i, op := range w.Ops {
-		if !claims.CanWrite(room, op.Key) {
-			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow writing %q in room %q", op.Key, room))
-		}
-		// Each lease once (on Redis a check is a round trip).
-		if op.Lease != "" && !slices.ContainsFunc(w.Ops[:i], func(o store.Op) bool { return o.Lease == op.Lease }) {
-			if err := s.leaseUsable(ctx, op.Lease, claims); err != nil {
-				return store.Result{}, err
-			}
-		}
-	}
-	// The store keeps a lease under its node's name; the caller's Write is
-	// left as it was.
-	if slices.ContainsFunc(w.Ops, func(op store.Op) bool { return op.Lease != "" }) {
-		w.Ops = slices.Clone(w.Ops)
-		for i := range w.Ops {
-			if w.Ops[i].Lease != "" {
-				w.Ops[i].Lease = s.leases.stored(w.Ops[i].Lease)
-			}
-		}
-	}
-	for _, cond := range w.Conds {
-		if !claims.CanRead(room, cond.Key) {
-			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", cond.Key, room))
-		}
-	}
-	// A write the client gave up on still runs to its end: its outcome is
-	// decided by the store, not by who is still listening.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
-	defer cancel()
-	start := time.Now()
-	res, err := s.engine.Apply(ctx, room, w)
-	s.metrics.observeWrite(start, err)
-	if err != nil {
-		return res, err
-	}
-	for _, ev := range res.Events {
-		if ev.Type == store.OpPut && ev.KV.Lease != "" {
-			s.leases.attach(s.leases.local(ev.KV.Lease), room, ev.KV.Key, ev.KV.ModRev)
-		}
-	}
-	return res, nil
 }

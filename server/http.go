@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -22,16 +23,18 @@ import (
 // The HTTP API: the same rooms, revisions, error codes and value rules as
 // the WebSocket protocol, for clients that read and write with plain
 // requests (game servers, scripts, the CLI). Watching is Server-Sent
-// Events (sse.go). Every route httpClaimss with a bearer token.
+// Events (sse.go). Every route takes a bearer token (httpClaims).
+// openapi.json describes it all; its writes take the one write path
+// (write.go).
 
 const (
 	minLeaseTTL = time.Second
 	maxLeaseTTL = time.Hour
 	// smallBodyBytes bounds bodies that only carry a few numbers.
 	smallBodyBytes = 4 << 10
-	// ttlLeasePrefix starts every TTL lease id (lessor.grant). The HTTP API
-	// accepts only those, so it can neither end nor borrow a WebSocket
-	// session's lease, whose id derives from the session id.
+	// ttlLeasePrefix starts every TTL lease id (lessor.grant). The lease
+	// routes accept only those, so they can neither end nor keep alive a
+	// WebSocket session's lease, whose id derives from the session id.
 	ttlLeasePrefix = "ttl_"
 )
 
@@ -266,8 +269,9 @@ func (s *Server) handleGet(c echo.Context) error {
 }
 
 // ifMatch reads the optional If-Match header: the mod_rev the key must
-// have (0 = must not exist). A quoted entity tag ("57") is accepted too.
-func ifMatch(c echo.Context) ([]store.Cond, error) {
+// have (0 = must not exist), a put or del's if_rev. A quoted entity tag
+// ("57") is accepted too.
+func ifMatch(c echo.Context) (*uint64, error) {
 	h := c.Request().Header.Get("If-Match")
 	if h == "" {
 		return nil, nil
@@ -280,7 +284,7 @@ func ifMatch(c echo.Context) ([]store.Cond, error) {
 	if err != nil {
 		return nil, newError(wire.CodeBadRequest, "If-Match must be a key's mod_rev (an unsigned integer; 0 = must not exist)")
 	}
-	return []store.Cond{{ModRev: rev}}, nil
+	return &rev, nil
 }
 
 // readBody reads at most limit bytes of the request body; more is
@@ -298,32 +302,37 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// httpWritable refuses writes while the server shuts down.
-func (s *Server) httpWritable() error {
-	if s.draining.Load() {
-		return newError(wire.CodeUnavailable, "server is shutting down; nothing was written")
+// httpWriter authenticates a write and lets it in.
+func (s *Server) httpWriter(c echo.Context) (*Claims, error) {
+	claims, err := s.httpClaims(c, false)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	return claims, s.httpAdmitWrite(c, claims)
 }
 
-// leaseParam checks a lease id given by an HTTP writer: TTL leases only.
-func leaseParam(id string) error {
-	if id != "" && !strings.HasPrefix(id, ttlLeasePrefix) {
-		return newError(wire.CodeNotFound, fmt.Sprintf("no TTL lease %q (HTTP writes take TTL lease ids from POST /v1/leases)", id))
+// httpAdmitWrite lets a write in (admitWrite): over the write rate, 429
+// with Retry-After in whole seconds (at least 1).
+func (s *Server) httpAdmitWrite(c echo.Context, claims *Claims) error {
+	retry, err := s.admitWrite(claims, c.Request().RemoteAddr)
+	var e *Error
+	if errors.As(err, &e) && e.Code == wire.CodeRateLimited {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(retry.Seconds())))))
 	}
-	return nil
+	return err
 }
 
-// httpCommit sends w, with the request's write id, through the one write
-// path and answers {"rev"}, with "dup":true when the id had committed.
-func (s *Server) httpCommit(c echo.Context, claims *Claims, room string, w store.Write) error {
+// httpWrite sends r, with the request's write id, through the one write
+// path (write.go) and answers {"rev"}, with "dup":true when the id had
+// committed.
+func (s *Server) httpWrite(c echo.Context, claims *Claims, r *wire.Request) error {
 	var err error
-	if w.Wid, w.Since, err = idempotency(c.Request().Header); err != nil {
+	if r.Wid, r.Since, err = idempotency(c.Request().Header); err != nil {
 		return err
 	}
-	res, err := s.apply(c.Request().Context(), room, w, claims)
+	res, err := s.write(c.Request().Context(), r, claims, "")
 	if err != nil {
-		return errorOf(err, true)
+		return err
 	}
 	return replyJSON(c, revReply{Rev: res.Rev, Dup: res.Dup})
 }
@@ -360,68 +369,47 @@ func idempotency(h http.Header) (wid string, since *uint64, err error) {
 	return wid, &n, nil
 }
 
-// keyWrite is what a PUT or DELETE of one key shares: its caller's
-// claims, the room and key, and the If-Match condition on that key.
-type keyWrite struct {
-	claims    *Claims
-	room, key string
-	conds     []store.Cond
-}
-
-func (s *Server) keyWrite(c echo.Context) (keyWrite, error) {
-	claims, err := s.httpClaims(c, false)
+// keyWrite reads what a PUT (t = put) or DELETE (del) of one key
+// shares: its writer's claims, the room and key, and If-Match.
+func (s *Server) keyWrite(c echo.Context, t string) (*Claims, *wire.Request, error) {
+	claims, err := s.httpWriter(c)
 	if err != nil {
-		return keyWrite{}, err
-	}
-	if err := s.httpWritable(); err != nil {
-		return keyWrite{}, err
-	}
-	if err := s.httpAllowWrite(c.Request(), c.Response().Header(), claims); err != nil {
-		return keyWrite{}, err
+		return nil, nil, err
 	}
 	room, key, err := s.httpTarget(c, true)
 	if err != nil {
-		return keyWrite{}, err
+		return nil, nil, err
 	}
-	conds, err := ifMatch(c)
+	ifRev, err := ifMatch(c)
 	if err != nil {
-		return keyWrite{}, err
+		return nil, nil, err
 	}
-	for i := range conds {
-		conds[i].Key = key
-	}
-	return keyWrite{claims, room, key, conds}, nil
+	return claims, &wire.Request{T: t, Room: room, Key: key, IfRev: ifRev}, nil
 }
 
 func (s *Server) handlePut(c echo.Context) error {
-	kw, err := s.keyWrite(c)
+	claims, r, err := s.keyWrite(c, wire.TPut)
 	if err != nil {
-		return err
-	}
-	lease := c.QueryParam("lease")
-	if err := leaseParam(lease); err != nil {
 		return err
 	}
 	body, err := readBody(c, int64(s.storeLimits().MaxValueBytes))
 	if err != nil {
 		return err
 	}
-	v, err := wire.ValueFromJSON(body)
-	if err != nil {
+	if r.Value, err = wire.ValueFromJSON(body); err != nil {
 		return newError(wire.CodeInvalidValue, "the body must be one JSON value: "+err.Error())
 	}
-	return s.httpCommit(c, kw.claims, kw.room, store.Write{Conds: kw.conds,
-		Ops: []store.Op{{Type: store.OpPut, Key: kw.key, Value: v, Lease: lease}}})
+	r.Lease = c.QueryParam("lease")
+	return s.httpWrite(c, claims, r)
 }
 
 func (s *Server) handleDelete(c echo.Context) error {
-	kw, err := s.keyWrite(c)
+	claims, r, err := s.keyWrite(c, wire.TDel)
 	if err != nil {
 		return err
 	}
 	// A missing key writes nothing; the store answers with the head.
-	return s.httpCommit(c, kw.claims, kw.room, store.Write{Conds: kw.conds,
-		Ops: []store.Op{{Type: store.OpDelete, Key: kw.key}}})
+	return s.httpWrite(c, claims, r)
 }
 
 // txnBody is the WebSocket txn request's shape.
@@ -431,14 +419,8 @@ type txnBody struct {
 }
 
 func (s *Server) handleTxn(c echo.Context) error {
-	claims, err := s.httpClaims(c, false)
+	claims, err := s.httpWriter(c)
 	if err != nil {
-		return err
-	}
-	if err := s.httpWritable(); err != nil {
-		return err
-	}
-	if err := s.httpAllowWrite(c.Request(), c.Response().Header(), claims); err != nil {
 		return err
 	}
 	room, _, err := s.httpTarget(c, false)
@@ -459,41 +441,15 @@ func (s *Server) handleTxn(c echo.Context) error {
 		case errors.Is(err, wire.ErrInvalidKey):
 			return newError(wire.CodeInvalidKey, err.Error())
 		}
-		return newError(wire.CodeBadRequest, `the body must be {"if":[{"key","mod_rev"}],"ops":[{"op":"put"|"del","key","value"?,"lease"?}]}`)
+		return newError(wire.CodeBadRequest, `the body must be {"if":[{"key","mod_rev"}],"ops":[{"type":"put"|"delete","key","value"?,"lease"?}]}`)
 	}
-	var w store.Write
-	for _, cond := range t.If {
-		w.Conds = append(w.Conds, store.Cond{Key: cond.Key, ModRev: cond.ModRev})
-	}
-	for _, op := range t.Ops {
-		switch op.Op {
-		case "put":
-			if op.Value == nil {
-				return newError(wire.CodeBadRequest, fmt.Sprintf("put of %q needs a value", op.Key))
-			}
-			if err := leaseParam(op.Lease); err != nil {
-				return err
-			}
-			w.Ops = append(w.Ops, store.Op{Type: store.OpPut, Key: op.Key, Value: op.Value, Lease: op.Lease})
-		case "del":
-			w.Ops = append(w.Ops, store.Op{Type: store.OpDelete, Key: op.Key})
-		default:
-			return newError(wire.CodeBadRequest, fmt.Sprintf("unknown txn op %q (want put or del)", op.Op))
-		}
-	}
-	return s.httpCommit(c, claims, room, w)
+	return s.httpWrite(c, claims, &wire.Request{T: wire.TTxn, Room: room, If: t.If, Ops: t.Ops})
 }
 
 func (s *Server) handleLeaseGrant(c echo.Context) error {
-	claims, err := s.httpClaims(c, false)
-	if err != nil {
-		return err
-	}
-	if err := s.httpWritable(); err != nil {
-		return err
-	}
 	// A grant holds memory until its TTL ends: it counts as a write.
-	if err := s.httpAllowWrite(c.Request(), c.Response().Header(), claims); err != nil {
+	claims, err := s.httpWriter(c)
+	if err != nil {
 		return err
 	}
 	body, err := readBody(c, smallBodyBytes)
@@ -575,7 +531,7 @@ func (s *Server) leaseID(c echo.Context) (string, *Claims, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	if leaseParam(id) != nil {
+	if !strings.HasPrefix(id, ttlLeasePrefix) {
 		return "", nil, noLease(id)
 	}
 	return id, claims, nil
@@ -605,7 +561,7 @@ func (s *Server) handleLeaseRevoke(c echo.Context) error {
 	}
 	// A revoke deletes the lease's keys: it counts as a write. A
 	// keep-alive does not, so writing hard cannot expire one's own lease.
-	if err := s.httpAllowWrite(c.Request(), c.Response().Header(), claims); err != nil {
+	if err := s.httpAdmitWrite(c, claims); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), s.cfg.StoreTimeout)

@@ -66,7 +66,7 @@ func newAPIEnv(t testing.TB, o apiOpts) *apiEnv {
 		e.Any("/*", echo.WrapHandler(h))
 		h = e
 	}
-	hs := httptest.NewServer(h)
+	hs := httptest.NewServer(checkedByOpenAPI(t, h))
 	t.Cleanup(hs.Close) // runs first: after each test's streams are closed
 	return &apiEnv{st: st, eng: eng, srv: srv, hs: hs, client: hs.Client()}
 }
@@ -362,7 +362,7 @@ func TestHTTPInvalidRoomAndKey(t *testing.T) {
 		e.do(t, "GET", "/v1/rooms/"+room+"/kv/k", "").wantErr(t, 400, "invalid_room")
 		e.do(t, "PUT", "/v1/rooms/"+room+"/kv/k", "1").wantErr(t, 400, "invalid_room")
 		e.do(t, "DELETE", "/v1/rooms/"+room+"/kv/k", "").wantErr(t, 400, "invalid_room")
-		e.do(t, "POST", "/v1/rooms/"+room+"/txn", `{"ops":[{"op":"del","key":"k"}]}`).wantErr(t, 400, "invalid_room")
+		e.do(t, "POST", "/v1/rooms/"+room+"/txn", `{"ops":[{"type":"delete","key":"k"}]}`).wantErr(t, 400, "invalid_room")
 		e.do(t, "GET", "/v1/rooms/"+room+"/watch", "").wantErr(t, 400, "invalid_room")
 	}
 	for _, key := range []string{"", "nul%00", "%FF", "%ff", "a%ED%A0%80", strings.Repeat("k", 1025)} {
@@ -380,7 +380,7 @@ func TestHTTPTxn(t *testing.T) {
 	e.put(t, "r", "gone", `0`)
 	var r apiRev
 	e.do(t, "POST", "/v1/rooms/r/txn", `{"if":[{"key":"title","mod_rev":0}],
-		"ops":[{"op":"put","key":"title","value":"Plan"},{"op":"put","key":"items/1","value":{"x":1}},{"op":"del","key":"gone"}]}`).want(t, 200, &r)
+		"ops":[{"type":"put","key":"title","value":"Plan"},{"type":"put","key":"items/1","value":{"x":1}},{"type":"delete","key":"gone"}]}`).want(t, 200, &r)
 	if r.Rev != 2 {
 		t.Fatalf("txn rev %d, want 2 (one revision)", r.Rev)
 	}
@@ -388,30 +388,30 @@ func TestHTTPTxn(t *testing.T) {
 	if len(l.Items) != 2 || l.Items[0].ModRev != 2 || l.Items[1].ModRev != 2 {
 		t.Errorf("after txn: %+v", l)
 	}
-	b := e.do(t, "POST", "/v1/rooms/r/txn", `{"if":[{"key":"title","mod_rev":1}],"ops":[{"op":"del","key":"title"}]}`).wantErr(t, 412, "conflict")
+	b := e.do(t, "POST", "/v1/rooms/r/txn", `{"if":[{"key":"title","mod_rev":1}],"ops":[{"type":"delete","key":"title"}]}`).wantErr(t, 412, "conflict")
 	if b.Error.Key != "title" || b.Error.ModRev != 2 || b.Error.Rev != 2 {
 		t.Errorf("conflict %+v", b.Error)
 	}
 	for body, code := range map[string]string{
-		`{`:                                "bad_request",
-		`[]`:                               "bad_request",
-		`{}`:                               "bad_request",
-		`{"ops":[{"op":"put","key":"k"}]}`: "bad_request",
-		`{"ops":[{"op":"zap","key":"k"}]}`: "bad_request",
-		`{"ops":[{"op":"put","key":"k","value":1e400}]}`:               "invalid_value",
-		`{"ops":[{"op":"del","key":"k"},{"op":"del","key":"k"}]}`:      "invalid_key",
-		`{"ops":[{"op":"del","key":""}]}`:                              "invalid_key",
-		`{"ops":[{"op":"put","key":"k","value":1,"lease":"session"}]}`: "not_found",
+		`{`:                                  "bad_request",
+		`[]`:                                 "bad_request",
+		`{}`:                                 "bad_request",
+		`{"ops":[{"type":"put","key":"k"}]}`: "bad_request",
+		`{"ops":[{"type":"zap","key":"k"}]}`: "bad_request",
+		`{"ops":[{"type":"put","key":"k","value":1e400}]}`:                  "invalid_value",
+		`{"ops":[{"type":"delete","key":"k"},{"type":"delete","key":"k"}]}`: "invalid_key",
+		`{"ops":[{"type":"delete","key":""}]}`:                              "invalid_key",
+		`{"ops":[{"type":"put","key":"k","value":1,"lease":"session"}]}`:    "not_found",
 		// Keys and values that are not Unicode are refused, never read as
 		// U+FFFD (which made "\ud800" and "\udc00" one key).
-		`{"ops":[{"op":"put","key":"\ud800","value":1}]}`:                      "invalid_key",
-		`{"ops":[{"op":"put","key":"\udc00","value":1}]}`:                      "invalid_key",
-		"{\"ops\":[{\"op\":\"put\",\"key\":\"\xff\",\"value\":1}]}":            "invalid_key",
-		"{\"ops\":[{\"op\":\"del\",\"key\":\"a\xfe\"}]}":                       "invalid_key",
-		`{"if":[{"key":"\ud800","mod_rev":0}],"ops":[{"op":"del","key":"k"}]}`: "invalid_key",
-		`{"ops":[{"op":"put","key":"k","value":{"a":"\ud800"}}]}`:              "invalid_value",
-		"{\"ops\":[{\"op\":\"put\",\"key\":\"k\",\"value\":\"\xff\"}]}":        "invalid_value",
-		`{"ops":[{"op":"put","key":"k","value":1,"lease":"ttl_\ud800"}]}`:      "bad_request",
+		`{"ops":[{"type":"put","key":"\ud800","value":1}]}`:                         "invalid_key",
+		`{"ops":[{"type":"put","key":"\udc00","value":1}]}`:                         "invalid_key",
+		"{\"ops\":[{\"type\":\"put\",\"key\":\"\xff\",\"value\":1}]}":               "invalid_key",
+		"{\"ops\":[{\"type\":\"delete\",\"key\":\"a\xfe\"}]}":                       "invalid_key",
+		`{"if":[{"key":"\ud800","mod_rev":0}],"ops":[{"type":"delete","key":"k"}]}`: "invalid_key",
+		`{"ops":[{"type":"put","key":"k","value":{"a":"\ud800"}}]}`:                 "invalid_value",
+		"{\"ops\":[{\"type\":\"put\",\"key\":\"k\",\"value\":\"\xff\"}]}":           "invalid_value",
+		`{"ops":[{"type":"put","key":"k","value":1,"lease":"ttl_\ud800"}]}`:         "bad_request",
 	} {
 		status := 400
 		if code == "not_found" {
@@ -478,13 +478,16 @@ func TestHTTPLeases(t *testing.T) {
 func TestHTTPDraining(t *testing.T) {
 	e := newAPIEnv(t, apiOpts{})
 	e.put(t, "r", "k", `1`)
+	var l apiLease
+	e.do(t, "POST", "/v1/leases", `{"ttl_ms":60000}`).want(t, 200, &l)
 	if err := e.srv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	e.do(t, "PUT", "/v1/rooms/r/kv/k", `2`).wantErr(t, 503, "unavailable")
 	e.do(t, "DELETE", "/v1/rooms/r/kv/k", "").wantErr(t, 503, "unavailable")
-	e.do(t, "POST", "/v1/rooms/r/txn", `{"ops":[{"op":"del","key":"k"}]}`).wantErr(t, 503, "unavailable")
+	e.do(t, "POST", "/v1/rooms/r/txn", `{"ops":[{"type":"delete","key":"k"}]}`).wantErr(t, 503, "unavailable")
 	e.do(t, "POST", "/v1/leases", `{"ttl_ms":5000}`).wantErr(t, 503, "unavailable")
+	e.do(t, "DELETE", "/v1/leases/"+l.ID, "").wantErr(t, 503, "unavailable") // a revoke deletes keys: a write
 	e.do(t, "GET", "/v1/rooms/r/watch", "").wantErr(t, 503, "unavailable")
 	if l := e.list(t, "r", ""); l.Rev != 1 {
 		t.Errorf("reads while draining: %+v", l)
@@ -537,7 +540,7 @@ func TestHTTPAuth(t *testing.T) {
 	e.do(t, "PUT", "/v1/rooms/lobby:eu/kv/games/1", `1`, bearer(rw)...).want(t, 200, nil)
 	e.do(t, "PUT", "/v1/rooms/lobby:eu/kv/games/1", `1`, bearer(ro)...).wantErr(t, 403, "forbidden")
 	e.do(t, "DELETE", "/v1/rooms/lobby:eu/kv/games/1", "", bearer(ro)...).wantErr(t, 403, "forbidden")
-	e.do(t, "POST", "/v1/rooms/lobby:eu/txn", `{"ops":[{"op":"del","key":"games/1"}]}`, bearer(presence)...).wantErr(t, 403, "forbidden")
+	e.do(t, "POST", "/v1/rooms/lobby:eu/txn", `{"ops":[{"type":"delete","key":"games/1"}]}`, bearer(presence)...).wantErr(t, 403, "forbidden")
 	e.do(t, "PUT", "/v1/rooms/doc:1/kv/k", `1`, bearer(rw)...).wantErr(t, 403, "forbidden")
 	e.do(t, "GET", "/v1/rooms/lobby:eu/kv/games/1", "", bearer(ro)...).want(t, 200, nil)
 	e.do(t, "GET", "/v1/rooms/doc:1/kv", "", bearer(ro)...).wantErr(t, 403, "forbidden")
@@ -575,12 +578,12 @@ var apiStatuses = map[int]bool{200: true, 400: true, 404: true, 405: true, 412: 
 // positions through every route: the answer is never a 500 and always a
 // documented status.
 func FuzzHTTPInputs(f *testing.F) {
-	e := newAPIEnv(f, apiOpts{})
+	e := newAPIEnv(f, apiOpts{cfg: Config{WriteRate: 1e9}}) // fuzzing writes faster than the default rate
 	f.Add(uint8(0), "r", "k", `{"a":1}`, "", "")
 	f.Add(uint8(1), "r", "a/b%2Fc", `1`, "0", "")
 	f.Add(uint8(0x81), "r", "a/b", ``, "", "")
 	f.Add(uint8(2), "r", "k", ``, "1", "")
-	f.Add(uint8(3), "room:x", "k", `{"ops":[{"op":"put","key":"k","value":1}],"if":[{"key":"k","mod_rev":0}]}`, "", "")
+	f.Add(uint8(3), "room:x", "k", `{"ops":[{"type":"put","key":"k","value":1}],"if":[{"key":"k","mod_rev":0}]}`, "", "")
 	f.Add(uint8(4), "r", "", "", "", "3")
 	f.Add(uint8(5), "r", "k", `{"ttl_ms":1000}`, "", "")
 	f.Add(uint8(6), "bad room", "\x00", "\xff", "x", "-1")
@@ -626,7 +629,7 @@ func FuzzHTTPInputs(f *testing.F) {
 		req.Header.Set("If-Match", strings.Map(apiHeaderSafe, cond))
 		req.Header.Set("Last-Event-ID", strings.Map(apiHeaderSafe, from))
 		rec := httptest.NewRecorder()
-		e.srv.Handler().ServeHTTP(rec, req)
+		checkedByOpenAPI(t, e.srv.Handler()).ServeHTTP(rec, req)
 		if !apiStatuses[rec.Code] {
 			t.Fatalf("%s %s (If-Match %q): status %d, body %s", method, target, cond, rec.Code, rec.Body)
 		}
@@ -692,7 +695,7 @@ func TestHTTPIdempotencyKey(t *testing.T) {
 	writes := []struct{ method, path, body string }{
 		{"PUT", "/v1/rooms/r/kv/k", `1`},
 		{"DELETE", "/v1/rooms/r/kv/k", ""},
-		{"POST", "/v1/rooms/r/txn", `{"ops":[{"op":"put","key":"t","value":2}]}`},
+		{"POST", "/v1/rooms/r/txn", `{"ops":[{"type":"put","key":"t","value":2}]}`},
 	}
 	for i, w := range writes {
 		key := fmt.Sprint("c1-", i)

@@ -114,6 +114,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	// its Listener (connection limits).
 	ts := httptest.NewUnstartedServer(nil)
 	ts.Config = srv.HTTPServer()
+	ts.Config.Handler = server.CheckedByOpenAPI(t, ts.Config.Handler)
 	if o.SendBuffer > 0 {
 		ts.Listener = sendBufferListener{ts.Listener, o.SendBuffer}
 	}

@@ -101,7 +101,7 @@ func TestAnonymousWebSocketRebinding(t *testing.T) {
 func TestCrossOriginWrites(t *testing.T) {
 	e := newAPIEnv(t, apiOpts{cfg: Config{AllowOrigins: []string{"app.example"}}})
 	self := "http://" + e.hostOf(t)
-	txn := `{"ops":[{"op":"put","key":"k","value":1}]}`
+	txn := `{"ops":[{"type":"put","key":"k","value":1}]}`
 	for _, origin := range []string{"http://evil.example", "null", "http://app.example.evil.example"} {
 		for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "application/json"} {
 			e.do(t, "POST", "/v1/rooms/r/txn", txn, "Origin", origin, "Content-Type", ct).wantErr(t, 403, "forbidden")
@@ -213,7 +213,7 @@ func TestHTTPWriteRateLimit(t *testing.T) {
 	for _, w := range [][3]string{
 		{"PUT", "/v1/rooms/r/kv/over", "1"},
 		{"DELETE", "/v1/rooms/r/kv/k0", ""},
-		{"POST", "/v1/rooms/r/txn", `{"ops":[{"op":"put","key":"over","value":1}]}`},
+		{"POST", "/v1/rooms/r/txn", `{"ops":[{"type":"put","key":"over","value":1}]}`},
 		{"POST", "/v1/leases", `{"ttl_ms":10000}`},
 		{"DELETE", "/v1/leases/ttl_x", ""},
 	} {

@@ -3,10 +3,7 @@ package server
 import (
 	"container/list"
 	"fmt"
-	"math"
 	"net"
-	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -122,15 +119,4 @@ func writerKey(claims *Claims, remoteAddr string) string {
 func (s *Server) rateLimited() *Error {
 	s.metrics.rateLimited.Inc()
 	return newError(wire.CodeRateLimited, fmt.Sprintf("more than %g writes per second by this client (its token's subject, or its address when anonymous); retry later", s.cfg.WriteRate))
-}
-
-// httpAllowWrite applies the write limit to an HTTP write: over it, 429
-// with Retry-After in whole seconds (at least 1).
-func (s *Server) httpAllowWrite(r *http.Request, h http.Header, claims *Claims) error {
-	ok, retry := s.writeLimits.allow(writerKey(claims, r.RemoteAddr))
-	if ok {
-		return nil
-	}
-	h.Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(retry.Seconds())))))
-	return s.rateLimited()
 }

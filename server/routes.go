@@ -9,8 +9,9 @@ import (
 	"github.com/statecast/statecast/server/wire"
 )
 
-// routes builds the echo router: the WebSocket endpoint, the HTTP API,
-// health, metrics and the static files.
+// routes builds the echo router: the WebSocket endpoint, the HTTP API
+// and its description (openapi.json), health, metrics and the static
+// files.
 func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -19,6 +20,7 @@ func (s *Server) routes() *echo.Echo {
 	e.GET("/v1/ws", s.handleWS)
 	s.apiRoutes(e.Group("/v1"))
 	e.GET("/v1/admin/inspect", s.handleInspect)
+	e.GET("/v1/openapi.json", handleOpenAPI)
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", func(c echo.Context) error {
 		if s.draining.Load() {
@@ -62,47 +64,48 @@ func (s *Server) httpError(err error, c echo.Context) {
 	_ = c.JSON(status, body)
 }
 
+// errorStatuses is the one table of error codes and HTTP statuses. An
+// error answers with its code's first status (statusOf); an error raised
+// with a status (by the router, a middleware or the WebSocket upgrade)
+// gets that status's first code (codeForStatus). Codes not listed are
+// 500s.
+var errorStatuses = []struct {
+	code   string
+	status int
+}{
+	{wire.CodeBadRequest, http.StatusBadRequest},
+	{wire.CodeInvalidRoom, http.StatusBadRequest},
+	{wire.CodeInvalidKey, http.StatusBadRequest},
+	{wire.CodeInvalidValue, http.StatusBadRequest},
+	{wire.CodeBadRequest, http.StatusUnsupportedMediaType},
+	{wire.CodeUnauthorized, http.StatusUnauthorized},
+	{wire.CodeForbidden, http.StatusForbidden},
+	{wire.CodeNotFound, http.StatusNotFound},
+	{wire.CodeNotFound, http.StatusMethodNotAllowed},
+	{wire.CodeConflict, http.StatusPreconditionFailed},
+	{wire.CodeTooLarge, http.StatusRequestEntityTooLarge},
+	{wire.CodeRateLimited, http.StatusTooManyRequests},
+	{wire.CodeInternal, http.StatusInternalServerError},
+	{wire.CodeUnavailable, http.StatusServiceUnavailable},
+	{wire.CodeOutcomeUnknown, http.StatusGatewayTimeout},
+}
+
 // statusOf maps a protocol error code to its HTTP status.
 func statusOf(e *Error) int {
-	switch e.Code {
-	case wire.CodeBadRequest, wire.CodeInvalidRoom, wire.CodeInvalidKey, wire.CodeInvalidValue:
-		return http.StatusBadRequest
-	case wire.CodeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case wire.CodeConflict:
-		return http.StatusPreconditionFailed
-	case wire.CodeUnauthorized:
-		return http.StatusUnauthorized
-	case wire.CodeForbidden:
-		return http.StatusForbidden
-	case wire.CodeRateLimited:
-		return http.StatusTooManyRequests
-	case wire.CodeNotFound:
-		return http.StatusNotFound
-	case wire.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	case wire.CodeOutcomeUnknown:
-		return http.StatusGatewayTimeout
+	for _, row := range errorStatuses {
+		if row.code == e.Code {
+			return row.status
+		}
 	}
 	return http.StatusInternalServerError
 }
 
+// codeForStatus maps an HTTP status to its protocol error code.
 func codeForStatus(status int) string {
-	switch status {
-	case http.StatusBadRequest, http.StatusUnsupportedMediaType:
-		return wire.CodeBadRequest
-	case http.StatusUnauthorized:
-		return wire.CodeUnauthorized
-	case http.StatusForbidden:
-		return wire.CodeForbidden
-	case http.StatusNotFound, http.StatusMethodNotAllowed:
-		return wire.CodeNotFound
-	case http.StatusRequestEntityTooLarge:
-		return wire.CodeTooLarge
-	case http.StatusTooManyRequests:
-		return wire.CodeRateLimited
-	case http.StatusServiceUnavailable:
-		return wire.CodeUnavailable
+	for _, row := range errorStatuses {
+		if row.status == status {
+			return row.code
+		}
 	}
 	return wire.CodeInternal
 }

@@ -100,26 +100,28 @@ func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 }
 
 // watchFrom reads the resume position: Last-Event-ID (the last revision
-// received) wins over from (the first revision wanted); epoch names the
-// epoch either belongs to, absent meaning the room's current one.
+// received) wins over from (the first revision wanted), which must be
+// a revision all the same; epoch names the epoch either belongs to,
+// absent meaning the room's current one.
 func watchFrom(c echo.Context) (*rooms.Position, error) {
 	epoch := c.QueryParam("epoch")
-	if id := c.Request().Header.Get("Last-Event-ID"); id != "" {
-		rev, err := strconv.ParseUint(strings.TrimSpace(id), 10, 64)
-		if err != nil || rev == math.MaxUint64 {
-			return nil, newError(wire.CodeBadRequest, "Last-Event-ID must be a revision (an unsigned integer)")
-		}
-		return &rooms.Position{Epoch: epoch, Rev: rev + 1}, nil
-	}
+	var from *rooms.Position
 	if f := c.QueryParam("from"); f != "" {
 		rev, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
 			return nil, newError(wire.CodeBadRequest, "from must be a revision (an unsigned integer)")
 		}
 		// Revision 0 holds no events: from=0 is from=1, the whole history.
-		return &rooms.Position{Epoch: epoch, Rev: max(rev, 1)}, nil
+		from = &rooms.Position{Epoch: epoch, Rev: max(rev, 1)}
 	}
-	return nil, nil
+	if id := c.Request().Header.Get("Last-Event-ID"); id != "" {
+		rev, err := strconv.ParseUint(strings.TrimSpace(id), 10, 64)
+		if err != nil || rev == math.MaxUint64 {
+			return nil, newError(wire.CodeBadRequest, "Last-Event-ID must be a revision (an unsigned integer)")
+		}
+		from = &rooms.Position{Epoch: epoch, Rev: rev + 1}
+	}
+	return from, nil
 }
 
 type sseStream struct {

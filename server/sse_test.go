@@ -227,7 +227,7 @@ func TestSSEInitialAndLive(t *testing.T) {
 		t.Errorf("delete (-want +got):\n%s", diff)
 	}
 
-	e.do(t, "POST", "/v1/rooms/r/txn", `{"ops":[{"op":"put","key":"b","value":[]},{"op":"del","key":"a/2"}]}`).want(t, 200, nil)
+	e.do(t, "POST", "/v1/rooms/r/txn", `{"ops":[{"type":"put","key":"b","value":[]},{"type":"delete","key":"a/2"}]}`).want(t, 200, nil)
 	d = w.next(t).want(t, "txn", 4)
 	want = []sseWireEvent{
 		{Type: "put", Key: "b", Value: json.RawMessage(`[]`), CreateRev: 4, ModRev: 4, Version: 1},
@@ -355,7 +355,7 @@ func TestSSEPrefixes(t *testing.T) {
 		t.Errorf("prefix reset items %+v", d.Items)
 	}
 	e.put(t, "r", "b/2", `1`)
-	e.do(t, "POST", "/v1/rooms/r/txn", `{"ops":[{"op":"put","key":"b/3","value":1},{"op":"put","key":"c/2","value":2}]}`).want(t, 200, nil)
+	e.do(t, "POST", "/v1/rooms/r/txn", `{"ops":[{"type":"put","key":"b/3","value":1},{"type":"put","key":"c/2","value":2}]}`).want(t, 200, nil)
 	d = w.next(t).want(t, "put", 5) // only the matching event of the txn
 	if len(d.Events) != 1 || d.Events[0].Key != "c/2" {
 		t.Errorf("events %+v", d.Events)
@@ -451,6 +451,8 @@ func TestSSEBadParams(t *testing.T) {
 	e.do(t, "GET", "/v1/rooms/r/watch?from=-1", "").wantErr(t, 400, "bad_request")
 	e.do(t, "GET", "/v1/rooms/r/watch", "", "Last-Event-ID", "x").wantErr(t, 400, "bad_request")
 	e.do(t, "GET", "/v1/rooms/r/watch", "", "Last-Event-ID", "18446744073709551615").wantErr(t, 400, "bad_request")
+	// Last-Event-ID wins over from, which must be a revision all the same.
+	e.do(t, "GET", "/v1/rooms/r/watch?from=-5", "", "Last-Event-ID", "3").wantErr(t, 400, "bad_request")
 	e.do(t, "GET", "/v1/rooms/r/watch?prefix=%00", "").wantErr(t, 400, "invalid_key")
 	// More prefixes than a watch may name (default 64).
 	e.do(t, "GET", "/v1/rooms/r/watch?"+strings.Repeat("prefix=p&", 65), "").wantErr(t, 413, "too_large")

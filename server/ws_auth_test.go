@@ -216,8 +216,8 @@ func TestWSAuthPermissions(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = c.Txn(ctx, "lobby:eu", nil, []wire.TxnOp{
-				{Op: "put", Key: "presence/alice", Value: wire.Value(`"txn"`)},
-				{Op: "put", Key: "games/2", Value: wire.Value(`1`)}})
+				{Type: "put", Key: "presence/alice", Value: wire.Value(`"txn"`)},
+				{Type: "put", Key: "games/2", Value: wire.Value(`1`)}})
 			if !errors.Is(err, client.ErrForbidden) {
 				t.Errorf("txn with a forbidden op: %v", err)
 			}
@@ -380,7 +380,7 @@ func TestWSAuthLeaseOwner(t *testing.T) {
 		"revoke":     bob.Revoke(ctx, id),
 		"HTTP put":   func() error { _, err := bob.Put(ctx, "r", "k", json.RawMessage(`1`), nil, id); return err }(),
 		"HTTP txn": func() error {
-			_, err := bob.Txn(ctx, "r", nil, []wire.TxnOp{{Op: "put", Key: "k", Value: wire.Value(`1`), Lease: id}})
+			_, err := bob.Txn(ctx, "r", nil, []wire.TxnOp{{Type: "put", Key: "k", Value: wire.Value(`1`), Lease: id}})
 			return err
 		}(),
 		"WebSocket put": func() error { _, err := bobWS.Put(ctx, "r", "k", 1, client.WithLease(id)); return err }(),

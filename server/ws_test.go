@@ -213,10 +213,10 @@ func TestWSMessages(t *testing.T) {
 			// A transaction is one revision and one message, its events in
 			// the order of its ops; a created key has no prev.
 			rev, err := w.Txn(ctx, room, []wire.Cond{{Key: "g/d", ModRev: 3}}, []wire.TxnOp{
-				{Op: "put", Key: "g/n", Value: wire.Value(`[1]`)},
-				{Op: "del", Key: "g/d"},
-				{Op: "put", Key: "x", Value: wire.Value(`1`)},
-				{Op: "put", Key: "g/a", Value: wire.Value(`3`)},
+				{Type: "put", Key: "g/n", Value: wire.Value(`[1]`)},
+				{Type: "delete", Key: "g/d"},
+				{Type: "put", Key: "x", Value: wire.Value(`1`)},
+				{Type: "put", Key: "g/a", Value: wire.Value(`3`)},
 			})
 			if err != nil || rev != 8 {
 				t.Fatalf("Txn = %d, %v", rev, err)
@@ -384,7 +384,7 @@ func TestWSErrors(t *testing.T) {
 	big := wire.Value(`"` + strings.Repeat("x", 300<<10) + `"`)
 	many := make([]wire.TxnOp, 300)
 	for i := range many {
-		many[i] = wire.TxnOp{Op: "put", Key: fmt.Sprint("k", i), Value: wire.Value(`1`)}
+		many[i] = wire.TxnOp{Type: "put", Key: fmt.Sprint("k", i), Value: wire.Value(`1`)}
 	}
 	cases := []struct {
 		name string
@@ -392,8 +392,8 @@ func TestWSErrors(t *testing.T) {
 		code string
 	}{
 		{"put without value", wire.Request{T: wire.TPut, Room: "r", Key: "k"}, wire.CodeBadRequest},
-		{"txn unknown op", wire.Request{T: wire.TTxn, Room: "r", Ops: []wire.TxnOp{{Op: "inc", Key: "k"}}}, wire.CodeBadRequest},
-		{"txn put without value", wire.Request{T: wire.TTxn, Room: "r", Ops: []wire.TxnOp{{Op: "put", Key: "k"}}}, wire.CodeBadRequest},
+		{"txn unknown op", wire.Request{T: wire.TTxn, Room: "r", Ops: []wire.TxnOp{{Type: "inc", Key: "k"}}}, wire.CodeBadRequest},
+		{"txn put without value", wire.Request{T: wire.TTxn, Room: "r", Ops: []wire.TxnOp{{Type: "put", Key: "k"}}}, wire.CodeBadRequest},
 		{"empty txn", wire.Request{T: wire.TTxn, Room: "r"}, wire.CodeBadRequest},
 		{"invalid room", wire.Request{T: wire.TPut, Room: "no room!", Key: "k", Value: wire.Value(`1`)}, wire.CodeInvalidRoom},
 		{"empty room", wire.Request{T: wire.TDel, Key: "k"}, wire.CodeInvalidRoom},
@@ -402,7 +402,7 @@ func TestWSErrors(t *testing.T) {
 		{"NUL in key", wire.Request{T: wire.TPut, Room: "r", Key: "a\x00b", Value: wire.Value(`1`)}, wire.CodeInvalidKey},
 		{"long key", wire.Request{T: wire.TPut, Room: "r", Key: strings.Repeat("k", 1025), Value: wire.Value(`1`)}, wire.CodeInvalidKey},
 		{"duplicate key in txn", wire.Request{T: wire.TTxn, Room: "r", Ops: []wire.TxnOp{
-			{Op: "put", Key: "k", Value: wire.Value(`1`)}, {Op: "del", Key: "k"}}}, wire.CodeInvalidKey},
+			{Type: "put", Key: "k", Value: wire.Value(`1`)}, {Type: "delete", Key: "k"}}}, wire.CodeInvalidKey},
 		{"value too large", wire.Request{T: wire.TPut, Room: "r", Key: "k", Value: big}, wire.CodeTooLarge},
 		{"txn too large", wire.Request{T: wire.TTxn, Room: "r", Ops: many}, wire.CodeTooLarge},
 		{"unsub unknown", wire.Request{T: wire.TUnsub, Sub: 999}, wire.CodeNotFound},
@@ -437,7 +437,7 @@ func TestWSErrors(t *testing.T) {
 				&wire.Request{T: wire.TPut, ID: 3, Room: room, Key: "b", Value: wire.Value(`1`)},
 				&wire.Request{T: wire.TPut, ID: 4, Room: room, Key: "a", Value: wire.Value(`2`), IfRev: u64(0)},
 				&wire.Request{T: wire.TTxn, ID: 5, Room: room, If: []wire.Cond{{Key: "b", ModRev: 2}, {Key: "zz", ModRev: 7}},
-					Ops: []wire.TxnOp{{Op: "del", Key: "a"}}})
+					Ops: []wire.TxnOp{{Type: "delete", Key: "a"}}})
 			for _, id := range []uint64{2, 3} {
 				if m := r.reply(id); m.T != wire.TOK || m.Rev != id-1 {
 					t.Fatalf("put %d: %v", id, m.Raw)
@@ -468,7 +468,7 @@ func TestWSInvalidValue(t *testing.T) {
 		"json": func(t *testing.T) []byte {
 			return []byte(`{"t":"put","id":5,"room":"iv","key":"a","value":{"n":-1e999}}` + "\n" +
 				`{"t":"put","id":6,"room":"iv","key":"b","value":{"n":1}}` + "\n" +
-				`{"t":"txn","id":7,"room":"iv","ops":[{"op":"put","key":"c","value":"\ud800"}]}`)
+				`{"t":"txn","id":7,"room":"iv","ops":[{"type":"put","key":"c","value":"\ud800"}]}`)
 		},
 		"msgpack": func(t *testing.T) []byte {
 			var b []byte
@@ -523,7 +523,7 @@ func TestWSInvalidUnicode(t *testing.T) {
 {"t":"put","id":2,"room":"ROOM","key":"\udc00","value":2}
 {"t":"put","id":3,"room":"ROOM","key":"v","value":{"a":"\ud800"}}
 {"t":"sub","id":4,"room":"ROOM","prefixes":["\uDBFF"]}
-{"t":"txn","id":5,"room":"ROOM","if":[{"key":"x","mod_rev":0}],"ops":[{"op":"put","key":"x\udfff","value":1}]}
+{"t":"txn","id":5,"room":"ROOM","if":[{"key":"x","mod_rev":0}],"ops":[{"type":"put","key":"x\udfff","value":1}]}
 {"t":"put","id":6,"room":"ROOM","key":"\ufffd","value":"\ufffd"}`, "ROOM", room))
 		},
 		"msgpack": func(t *testing.T, room string) []byte {
@@ -667,7 +667,7 @@ func TestWSResumeAfterDrop(t *testing.T) {
 			if _, err := w.Delete(ctx, room, "k4"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := w.Txn(ctx, room, nil, []wire.TxnOp{{Op: "del", Key: "k3"}, {Op: "put", Key: "n", Value: wire.Value(`1`)}}); err != nil {
+			if _, err := w.Txn(ctx, room, nil, []wire.TxnOp{{Type: "delete", Key: "k3"}, {Type: "put", Key: "n", Value: wire.Value(`1`)}}); err != nil {
 				t.Fatal(err)
 			}
 
@@ -1039,8 +1039,8 @@ func TestWSSessionLeaseEndsAfterGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := c.Txn(ctx, room, nil, []wire.TxnOp{
-		{Op: "put", Key: "presence/me2", Value: wire.Value(`1`), Lease: "session"},
-		{Op: "put", Key: "plain", Value: wire.Value(`1`)}}); err != nil {
+		{Type: "put", Key: "presence/me2", Value: wire.Value(`1`), Lease: "session"},
+		{Type: "put", Key: "plain", Value: wire.Value(`1`)}}); err != nil {
 		t.Fatal(err)
 	}
 	nextEvents()
@@ -1165,8 +1165,8 @@ func TestWSLeaseOfAnotherSession(t *testing.T) {
 		t.Errorf("a put with another session's lease id answered %v, want not_found", err)
 	}
 	_, err := other.Txn(ctx, "r", nil, []wire.TxnOp{
-		{Op: "put", Key: "k2", Value: wire.Value(`1`), Lease: "session"},
-		{Op: "put", Key: "k3", Value: wire.Value(`1`), Lease: stolen}})
+		{Type: "put", Key: "k2", Value: wire.Value(`1`), Lease: "session"},
+		{Type: "put", Key: "k3", Value: wire.Value(`1`), Lease: stolen}})
 	if !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("a txn with another session's lease id answered %v, want not_found", err)
 	}

@@ -247,10 +247,10 @@ func TestCLIWatch(t *testing.T) {
 
 	out, _, stop := startCLI(t, url, "watch", "r", "--prefix", "g/")
 	waitFor(t, out, "3 RESET (initial, 2 keys)\n  g/1 = \"one\"\n  g/2 = {\"n\":2}\n")
-	mustRun(t, url, "put", "r", "g/1", "uno")                                                                                               // 4
-	mustRun(t, url, "put", "r", "other", "y")                                                                                               // 5: not under g/
-	mustRun(t, url, "del", "r", "g/2")                                                                                                      // 6
-	if _, err := h.Txn(ctx, "r", nil, []wire.TxnOp{{Op: "put", Key: "g/3", Value: wire.Value(`3`)}, {Op: "del", Key: "g/1"}}); err != nil { // 7
+	mustRun(t, url, "put", "r", "g/1", "uno")                                                                                                      // 4
+	mustRun(t, url, "put", "r", "other", "y")                                                                                                      // 5: not under g/
+	mustRun(t, url, "del", "r", "g/2")                                                                                                             // 6
+	if _, err := h.Txn(ctx, "r", nil, []wire.TxnOp{{Type: "put", Key: "g/3", Value: wire.Value(`3`)}, {Type: "delete", Key: "g/1"}}); err != nil { // 7
 		t.Fatal(err)
 	}
 	waitFor(t, out, "7 DELETE g/1\n")

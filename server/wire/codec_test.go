@@ -85,8 +85,9 @@ func clientRequests() []Request {
 		{T: TPut, ID: 3, Room: "r", Key: "k", Value: Value(`null`), IfRev: u64(0)},
 		{T: TDel, ID: 3, Room: "lobby:eu", Key: "games/9", IfRev: u64(12), Wid: "c1-43", Since: u64(0)},
 		{T: TTxn, ID: 4, Room: "doc:42", If: []Cond{{Key: "title", ModRev: 7}, {Key: "new", ModRev: 0}},
-			Ops: []TxnOp{{Op: "put", Key: "title", Value: Value(`"Plan"`), Lease: "l_1"}, {Op: "del", Key: "items/3"}},
+			Ops: []TxnOp{{Type: "put", Key: "title", Value: Value(`"Plan"`), Lease: "l_1"}, {Type: "delete", Key: "items/3"}},
 			Wid: "c1-44", Since: u64(41)},
+		{T: TTxn, ID: 5, Room: "r", Ops: []TxnOp{{Op: "put", Key: "k", Value: Value(`1`)}, {Op: "del", Key: "j"}}}, // the older spelling
 	}
 }
 
@@ -184,7 +185,7 @@ func TestExactEncoding(t *testing.T) {
 // The examples of PROTOCOL.md decode as documented.
 func TestProtocolExamples(t *testing.T) {
 	frame := `{"t":"txn","id":4,"room":"doc:42","if":[{"key":"title","mod_rev":7}],` +
-		`"ops":[{"op":"put","key":"title","value":"Plan"},{"op":"del","key":"items/3"}]}` + "\n" +
+		`"ops":[{"type":"put","key":"title","value":"Plan"},{"type":"delete","key":"items/3"}]}` + "\n" +
 		`{"t":"sub","id":1,"room":"lobby:eu","prefixes":["games/","presence/"],"from":{"epoch":"9f2c41d07a3b11e8","rev":42},"prev":false}`
 	reqs, err := JSON.DecodeRequests([]byte(frame))
 	if err != nil {
@@ -192,7 +193,7 @@ func TestProtocolExamples(t *testing.T) {
 	}
 	want := []Request{
 		{T: TTxn, ID: 4, Room: "doc:42", If: []Cond{{Key: "title", ModRev: 7}},
-			Ops: []TxnOp{{Op: "put", Key: "title", Value: Value(`"Plan"`)}, {Op: "del", Key: "items/3"}}},
+			Ops: []TxnOp{{Type: "put", Key: "title", Value: Value(`"Plan"`)}, {Type: "delete", Key: "items/3"}}},
 		{T: TSub, ID: 1, Room: "lobby:eu", Prefixes: []string{"games/", "presence/"}, From: &Position{Epoch: "9f2c41d07a3b11e8", Rev: 42}},
 	}
 	if diff := cmp.Diff(want, reqs); diff != "" {
@@ -400,7 +401,7 @@ func TestRejections(t *testing.T) {
 		{"json/key-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"key":"a\ud800","value":1}`), ErrInvalidKey},
 		{"json/key-low-surrogate", JSON, []byte(`{"key":"\uDC00\uD800","t":"del","id":5}`), ErrInvalidKey},
 		{"json/prefix-lone-surrogate", JSON, []byte(`{"t":"sub","id":5,"room":"r","prefixes":["a","\ud800"]}`), ErrInvalidKey},
-		{"json/cond-key-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"if":[{"key":"\ud800","mod_rev":1}],"ops":[{"op":"del","key":"k"}]}`), ErrInvalidKey},
+		{"json/cond-key-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"if":[{"key":"\ud800","mod_rev":1}],"ops":[{"type":"delete","key":"k"}]}`), ErrInvalidKey},
 		// encoding/json matches field names case-insensitively, with
 		// Unicode folding: every spelling that fills "key" is checked.
 		{"json/KEY-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"KEY":"\ud800","value":1}`), ErrInvalidKey},
@@ -408,12 +409,13 @@ func TestRejections(t *testing.T) {
 		{"json/Prefixes-lone-surrogate", JSON, []byte(`{"t":"sub","id":5,"room":"r","Prefixes":["\udc00"]}`), ErrInvalidKey},
 		{"json/Ops-Key-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"OPS":[{"op":"put","Key":"\ud800","value":1}]}`), ErrInvalidKey},
 		{"json/VALUE-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"key":"k","Value":"\ud800"}`), ErrInvalidValue},
-		{"json/op-key-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"ops":[{"op":"del","key":"k"},{"op":"put","key":"\ud800","value":1}]}`), ErrInvalidKey},
+		{"json/op-key-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"ops":[{"type":"delete","key":"k"},{"type":"put","key":"\ud800","value":1}]}`), ErrInvalidKey},
 		{"json/op-value-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"ops":[{"op":"put","key":"k","value":["\ud800"]}]}`), ErrInvalidValue},
 		{"json/room-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"room":"\ud800","key":"k","value":1}`), ErrDecode},
 		{"json/lease-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"key":"k","value":1,"lease":"\ud800"}`), ErrDecode},
 		{"json/t-lone-surrogate", JSON, []byte(`{"t":"\ud800","id":5}`), ErrDecode},
-		{"json/txn-op-value", JSON, []byte(`{"t":"txn","id":5,"ops":[{"op":"put","key":"k","value":-1e999}]}`), ErrInvalidValue},
+		{"json/type-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"ops":[{"type":"\ud800","key":"k"}]}`), ErrDecode},
+		{"json/txn-op-value", JSON, []byte(`{"t":"txn","id":5,"ops":[{"type":"put","key":"k","value":-1e999}]}`), ErrInvalidValue},
 
 		{"json/too-many", JSON, bytes.Repeat([]byte("{}\n"), MaxFrameMessages+1), ErrDecode},
 		{"msgpack/too-many", Msgpack, bytes.Repeat([]byte{0x80}, MaxFrameMessages+1), ErrDecode},
@@ -445,9 +447,10 @@ func TestRejections(t *testing.T) {
 		{"msgpack/key-utf8", Msgpack, mpFrame(t, "t", "put", "id", 5, "key", "a\xff", "value", 1), ErrInvalidKey},
 		{"msgpack/prefix-utf8", Msgpack, mpFrame(t, "t", "sub", "id", 5, "room", "r", "prefixes", []string{"a", "\xc0\x80"}), ErrInvalidKey},
 		{"msgpack/cond-key-utf8", Msgpack, mpFrame(t, "t", "txn", "id", 5, "if", []any{map[string]any{"key": "\xed\xa0\x80", "mod_rev": 1}}), ErrInvalidKey},
-		{"msgpack/op-key-utf8", Msgpack, mpFrame(t, "t", "txn", "id", 5, "ops", []any{map[string]any{"op": "del", "key": "\xff"}}), ErrInvalidKey},
+		{"msgpack/op-key-utf8", Msgpack, mpFrame(t, "t", "txn", "id", 5, "ops", []any{map[string]any{"type": "delete", "key": "\xff"}}), ErrInvalidKey},
 		{"msgpack/room-utf8", Msgpack, mpFrame(t, "t", "put", "id", 5, "room", "\xff", "key", "k", "value", 1), ErrDecode},
 		{"msgpack/op-utf8", Msgpack, mpFrame(t, "t", "txn", "id", 5, "ops", []any{map[string]any{"op": "\xff", "key": "k"}}), ErrDecode},
+		{"msgpack/type-utf8", Msgpack, mpFrame(t, "t", "txn", "id", 5, "ops", []any{map[string]any{"type": "\xff", "key": "k"}}), ErrDecode},
 		{"msgpack/t-type", Msgpack, mpFrame(t, "t", 1), ErrDecode},
 		{"msgpack/prev-type", Msgpack, mpFrame(t, "t", "sub", "prev", 1), ErrDecode},
 		{"msgpack/prefixes-type", Msgpack, mpFrame(t, "t", "sub", "prefixes", "a"), ErrDecode},

@@ -95,7 +95,7 @@ func requestStrings(r Request) []string {
 		strs = append(strs, c.Key)
 	}
 	for _, op := range r.Ops {
-		strs = append(strs, op.Op, op.Key, op.Lease)
+		strs = append(strs, op.Type, op.Op, op.Key, op.Lease)
 	}
 	return strs
 }

@@ -105,7 +105,7 @@ func (c msgpackCodec) checkRequest(msg []byte, r *Request) error {
 	}
 	for _, op := range r.Ops {
 		keys = append(keys, op.Key)
-		others = append(others, op.Op, op.Lease)
+		others = append(others, op.Type, op.Op, op.Lease)
 	}
 	for _, s := range others {
 		if !utf8.ValidString(s) {

@@ -48,12 +48,16 @@ type Cond struct {
 	ModRev uint64 `json:"mod_rev"`
 }
 
-// TxnOp is one operation of a transaction.
+// TxnOp is one operation of a transaction, spelt as the event it makes:
+// {"type":"put","key","value","lease"?} or {"type":"delete","key"}.
 type TxnOp struct {
-	Op    string `json:"op"` // "put" or "del"
+	Type  string `json:"type,omitempty"` // "put" or "delete"
 	Key   string `json:"key"`
 	Value Value  `json:"value,omitempty"`
 	Lease string `json:"lease,omitempty"`
+	// Op is the older spelling of Type, "put" or "del", still accepted
+	// from clients that send it in place of Type.
+	Op string `json:"op,omitempty"`
 }
 
 // Client message types.

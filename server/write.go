@@ -1,0 +1,185 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/statecast/statecast/server/wire"
+	"github.com/statecast/statecast/store"
+)
+
+// The one write path of every surface. A put, del or txn arrives as a
+// wire.Request: decoded from a WebSocket frame (handle.go), or read from
+// an HTTP request (http.go). admitWrite lets it in, toWrite turns it into
+// a store.Write and apply checks and commits that. A lease grant or
+// revoke is let in as a write, then goes its own way (leases.go).
+
+// admitWrite refuses a write while the server shuts down, or when its
+// writer (claims' subject, else addr) is over the write rate; retry then
+// says when the next write would be allowed.
+func (s *Server) admitWrite(claims *Claims, addr string) (time.Duration, error) {
+	if s.draining.Load() {
+		return 0, newError(wire.CodeUnavailable, "server is shutting down; nothing was written")
+	}
+	ok, retry := s.writeLimits.allow(writerKey(claims, addr))
+	if !ok {
+		return retry, s.rateLimited()
+	}
+	return 0, nil
+}
+
+// write translates r and applies it: the path every put, del and txn
+// takes. session is the lease of the WebSocket session that sent r, ""
+// over HTTP. Its error is an *Error.
+func (s *Server) write(ctx context.Context, r *wire.Request, claims *Claims, session string) (store.Result, error) {
+	w, err := toWrite(r, session)
+	if err != nil {
+		return store.Result{}, err
+	}
+	res, err := s.apply(ctx, r.Room, w, claims)
+	if err != nil {
+		return res, errorOf(err, true)
+	}
+	return res, nil
+}
+
+// toWrite turns a put, del or txn request into a store write: its
+// conditions, its operations with their leases resolved (leaseOf), and
+// its write id.
+func toWrite(r *wire.Request, session string) (store.Write, error) {
+	w := store.Write{Wid: r.Wid, Since: r.Since}
+	switch r.T {
+	case wire.TPut, wire.TDel:
+		typ := "put"
+		if r.T == wire.TDel {
+			typ = "delete"
+		}
+		op, err := toOp(wire.TxnOp{Type: typ, Key: r.Key, Value: r.Value, Lease: r.Lease}, session)
+		if err != nil {
+			return store.Write{}, err
+		}
+		w.Ops = []store.Op{op}
+		if r.IfRev != nil {
+			w.Conds = []store.Cond{{Key: r.Key, ModRev: *r.IfRev}}
+		}
+		return w, nil
+	case wire.TTxn:
+		for _, cond := range r.If {
+			w.Conds = append(w.Conds, store.Cond{Key: cond.Key, ModRev: cond.ModRev})
+		}
+		for _, o := range r.Ops {
+			op, err := toOp(o, session)
+			if err != nil {
+				return store.Write{}, err
+			}
+			w.Ops = append(w.Ops, op)
+		}
+		return w, nil
+	}
+	return store.Write{}, newError(wire.CodeBadRequest, fmt.Sprintf("%q is not a write", r.T))
+}
+
+// toOp turns one operation (a put or del request's, or a txn's) into a
+// store operation.
+func toOp(o wire.TxnOp, session string) (store.Op, error) {
+	typ, err := opType(o)
+	if err != nil {
+		return store.Op{}, err
+	}
+	switch typ {
+	case "put":
+		if o.Value == nil {
+			return store.Op{}, newError(wire.CodeBadRequest, fmt.Sprintf("put of %q needs a value", o.Key))
+		}
+		lease, err := leaseOf(o.Lease, session)
+		if err != nil {
+			return store.Op{}, err
+		}
+		return store.Op{Type: store.OpPut, Key: o.Key, Value: o.Value, Lease: lease}, nil
+	case "delete":
+		return store.Op{Type: store.OpDelete, Key: o.Key}, nil
+	}
+	return store.Op{}, newError(wire.CodeBadRequest, fmt.Sprintf(`unknown txn op type %q (want "put" or "delete")`, typ))
+}
+
+// opType returns an operation's type, read from "type", or from "op",
+// its older spelling ("put" or "del"), when only that is given.
+func opType(o wire.TxnOp) (string, error) {
+	switch {
+	case o.Op == "":
+		return o.Type, nil
+	case o.Type != "":
+		return "", newError(wire.CodeBadRequest, `a txn op has a "type" ("op" is its older spelling): send one of them`)
+	case o.Op == "del":
+		return "delete", nil
+	case o.Op == "put":
+		return "put", nil
+	}
+	return "", newError(wire.CodeBadRequest, fmt.Sprintf(`unknown txn op %q (want "put" or "del"; or "type": "put" or "delete")`, o.Op))
+}
+
+// leaseOf resolves the lease a put names. "session" is the writing
+// WebSocket session's own lease (there is none over HTTP); any other id
+// must be a TTL lease, so a write can never bind a key to another
+// session's lease.
+func leaseOf(l, session string) (string, error) {
+	switch {
+	case l == "" || strings.HasPrefix(l, ttlLeasePrefix):
+		return l, nil
+	case l == "session" && session != "":
+		return session, nil
+	}
+	return "", newError(wire.CodeNotFound, fmt.Sprintf(`no lease %q: a put takes a TTL lease id from POST /v1/leases, or "session" over a WebSocket`, l))
+}
+
+// apply checks permissions and leases, then commits w to room.
+func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *Claims) (store.Result, error) {
+	if err := store.ValidRoom(room); err != nil {
+		return store.Result{}, err
+	}
+	for i, op := range w.Ops {
+		if !claims.CanWrite(room, op.Key) {
+			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow writing %q in room %q", op.Key, room))
+		}
+		// Each lease once (on Redis a check is a round trip).
+		if op.Lease != "" && !slices.ContainsFunc(w.Ops[:i], func(o store.Op) bool { return o.Lease == op.Lease }) {
+			if err := s.leaseUsable(ctx, op.Lease, claims); err != nil {
+				return store.Result{}, err
+			}
+		}
+	}
+	// The store keeps a lease under its node's name; the caller's Write is
+	// left as it was.
+	if slices.ContainsFunc(w.Ops, func(op store.Op) bool { return op.Lease != "" }) {
+		w.Ops = slices.Clone(w.Ops)
+		for i := range w.Ops {
+			if w.Ops[i].Lease != "" {
+				w.Ops[i].Lease = s.leases.stored(w.Ops[i].Lease)
+			}
+		}
+	}
+	for _, cond := range w.Conds {
+		if !claims.CanRead(room, cond.Key) {
+			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", cond.Key, room))
+		}
+	}
+	// A write the client gave up on still runs to its end: its outcome is
+	// decided by the store, not by who is still listening.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	defer cancel()
+	start := time.Now()
+	res, err := s.engine.Apply(ctx, room, w)
+	s.metrics.observeWrite(start, err)
+	if err != nil {
+		return res, err
+	}
+	for _, ev := range res.Events {
+		if ev.Type == store.OpPut && ev.KV.Lease != "" {
+			s.leases.attach(s.leases.local(ev.KV.Lease), room, ev.KV.Key, ev.KV.ModRev)
+		}
+	}
+	return res, nil
+}
