@@ -34,6 +34,8 @@ export interface Write {
   /** The request, without `id` and `room`; it carries the write's `wid`. */
   msg: Record<string, unknown>;
   ops: Op[];
+  /** The keys of `ops`. */
+  keys: string[];
   /** Per key, the earlier pending write of it this one applies on (it waits for that one's ok). */
   deps: Map<string, Write>;
   state: 'queued' | 'sent' | 'lost' | 'acked' | 'done';
@@ -68,14 +70,14 @@ export class Writes {
 
   /** The keys pending writes of `room` show. */
   keys(room: string): string[] {
-    return this.list.filter((w) => w.room === room).flatMap((w) => w.ops.map((o) => o.key));
+    return this.list.filter((w) => w.room === room).flatMap((w) => w.keys);
   }
 
   /** Shows a write at once, and sends it as soon as it can go. */
   add(w: Pick<Write, 'room' | 'msg' | 'bytes' | 'timeoutMs' | 'waitFor'>): Promise<WriteResult> {
     const bytes = this.list.reduce((n, x) => n + x.bytes, w.bytes);
     if (this.list.length >= this.maxWrites || bytes > this.maxBytes)
-      return Promise.reject(new QueueFullError(`${this.list.length} writes (${bytes} bytes with this one) are pending; this one was not queued`));
+      return Promise.reject(new QueueFullError(`${this.list.length} writes (${bytes} bytes with this one) pending; not queued`));
     const m = w.msg;
     const ops: Op[] = ((m.t === 'txn' ? m.ops : [m]) as Record<string, any>[]).map((o) => ({
       type: o.t === 'del' || o.op === 'del' ? 'delete' : 'put',
@@ -84,11 +86,12 @@ export class Writes {
       lease: o.lease,
     }));
     // A write applies on the earlier pending writes of the keys it changes or names in conditions.
+    const keys = ops.map((o) => o.key);
     const deps = new Map<string, Write>();
-    for (const k of [...ops.map((o) => o.key), ...((m.if as Cond[] | undefined) ?? []).map((c) => c.key)])
-      for (const p of this.list) if (p.room === w.room && p.ops.some((o) => o.key === k)) deps.set(k, p);
+    for (const k of [...keys, ...((m.if as Cond[] | undefined) ?? []).map((c) => c.key)])
+      for (const p of this.list) if (p.room === w.room && p.keys.includes(k)) deps.set(k, p);
     return new Promise((resolve, reject) => {
-      const x: Write = { ...w, ops, deps, state: 'queued', rev: 0, resolve, reject };
+      const x: Write = { ...w, ops, keys, deps, state: 'queued', rev: 0, resolve, reject };
       this.list.push(x);
       this.changed([x], 'local');
       this.flush();
@@ -111,10 +114,9 @@ export class Writes {
     if (w.state === 'acked' || !this.list.includes(w)) return;
     w.state = 'acked';
     w.rev = rev;
-    const keys = w.ops.map((o) => o.key);
-    const watches = this.c._watchesOf(w.room).filter((v) => keys.some((k) => v._covers(k)));
+    const watches = this.c._watchesOf(w.room).filter((v) => w.keys.some((k) => v._covers(k)));
     if (w.waitFor) watches.push(w.waitFor);
-    const gone = w.ops.every((o) => o.type === 'delete') ? keys : undefined;
+    const gone = w.ops.every((o) => o.type === 'delete') ? w.keys : undefined;
     let n = watches.length + 1;
     const done = () => {
       if (--n) return;
@@ -141,18 +143,17 @@ export class Writes {
     this.remove(gone, 'rollback');
     for (const x of gone) {
       const error = x === w ? err : new DependencyFailedError(err);
-      this.c._emit('rollback', { room: x.room, wid: x.msg.wid as string, ops: x.ops, keys: x.ops.map((o) => o.key), error });
+      this.c._emit('rollback', { room: x.room, wid: x.msg.wid as string, ops: x.ops, keys: x.keys, error });
       x.reject(error);
     }
   }
 
   /** The server cannot tell whether `w` applied: reads its keys as they are now, then fails it. It is never sent again. */
   async reread(w: Write, err: OutcomeUnknownError): Promise<void> {
-    const keys = w.ops.map((o) => o.key);
-    const v = this.c.room(w.room).watch(keys);
+    const v = this.c.room(w.room).watch(w.keys);
     try {
       await v.ready();
-      err.observed = keys.flatMap((k) => v._confirmed(k) ?? []);
+      err.observed = w.keys.flatMap((k) => v._confirmed(k) ?? []);
     } catch {
       // the client stopped: it fails without what it would have read
     }
@@ -168,7 +169,7 @@ export class Writes {
           w,
           w.state === 'queued'
             ? new NotConnectedError('the client is disconnected; the write was not sent')
-            : new OutcomeUnknownError('the client stopped before the write was acknowledged; it may or may not have been applied'),
+            : new OutcomeUnknownError('the client stopped with the write in flight; it may or may not have been applied'),
         );
   }
 
@@ -182,7 +183,7 @@ export class Writes {
   private changed(ws: Write[], cause: ChangeCause): void {
     this.shown.clear();
     for (const x of this.list) for (const o of x.ops) this.shown.set(x.room + '\0' + o.key, o);
-    for (const x of ws) for (const v of this.c._watchesOf(x.room)) v._local(x.ops.map((o) => o.key), cause);
+    for (const x of ws) for (const v of this.c._watchesOf(x.room)) v._local(x.keys, cause);
     this.c._emit('pending', { writes: this.list.length });
   }
 }
