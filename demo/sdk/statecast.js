@@ -1204,8 +1204,9 @@ var Client = class extends Emitter {
       if (this.subs.get(id) === w) this.subs.delete(id);
       if (w._sub !== id) return;
       w._sub = 0;
-      if (transient.includes(e.code)) this.resubscribeLater(w);
-      else w._fail(e);
+      if (!transient.includes(e.code)) return w._fail(e);
+      this.resubscribeLater(w);
+      this.writes.flush();
     };
     this.transmit({ id, sub: true, resolve: noop, reject: fail }, frame);
   }

@@ -367,8 +367,9 @@ export class Client extends Emitter<ClientEvents> {
       if (this.subs.get(id) === w) this.subs.delete(id);
       if (w._sub !== id) return;
       w._sub = 0;
-      if (transient.includes(e.code)) this.resubscribeLater(w);
-      else w._fail(e);
+      if (!transient.includes(e.code)) return w._fail(e);
+      this.resubscribeLater(w);
+      this.writes.flush(); // it no longer holds its room's writes back
     };
     this.transmit({ id, sub: true, resolve: noop, reject: fail }, frame);
   }

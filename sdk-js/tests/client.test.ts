@@ -205,19 +205,25 @@ test('client: a refreshed JWT schedules the next refresh from its exp − iat', 
   }
 });
 
-test('client: a failed token refresh is retried with backoff over the open socket, before the token expires', async () => {
+/** A client on a manual clock (backoff 1 s → 4 s, jitter 0.5) whose token callback throws on a refresh when `fails(its call count)`. */
+async function failingRefreshes(fails: (calls: number) => boolean) {
   const clock = new FakeClock();
   const reasons: string[] = [];
-  const { srv, c, errors, done } = await setup({
+  const s = await setup({
     clock,
     random: () => 0.5,
     reconnect: { minDelayMs: 1000, maxDelayMs: 4000 },
     token: (ctx) => {
       reasons.push(ctx.reason);
-      if (ctx.reason === 'refresh' && reasons.length <= 3) throw new Error('auth endpoint down');
+      if (ctx.reason === 'refresh' && fails(reasons.length)) throw new Error('auth endpoint down');
       return `tok${reasons.length}`;
     },
   });
+  return { ...s, clock, reasons };
+}
+
+test('client: a failed token refresh is retried with backoff over the open socket, before the token expires', async () => {
+  const { srv, c, errors, done, clock, reasons } = await failingRefreshes((n) => n <= 3);
   try {
     const conn = await srv.nextConn();
     await conn.accept({ expires_ms: 60_000 });
@@ -242,18 +248,7 @@ test('client: a failed token refresh is retried with backoff over the open socke
 });
 
 test('client: a token refresh still failing when the token expires is not retried past expiry; the server\'s 4002 then reconnects with a new token', async () => {
-  const clock = new FakeClock();
-  const reasons: string[] = [];
-  const { srv, c, errors, done } = await setup({
-    clock,
-    random: () => 0.5,
-    reconnect: { minDelayMs: 1000, maxDelayMs: 4000 },
-    token: (ctx) => {
-      reasons.push(ctx.reason);
-      if (ctx.reason === 'refresh') throw new Error('auth endpoint down');
-      return `tok${reasons.length}`;
-    },
-  });
+  const { srv, c, errors, done, clock, reasons } = await failingRefreshes(() => true);
   try {
     const conn = await srv.nextConn();
     await conn.accept({ expires_ms: 5000 });

@@ -92,6 +92,9 @@ export function startServer(args: string[] = []): Promise<Server> {
   });
 }
 
+/** The URL with loopback port 1: connection refused, like a network that is down. */
+const unreachable = (url: string) => url.replace(/127\.0\.0\.1:\d+/, '127.0.0.1:1');
+
 /**
  * A WebSocket constructor to inject into a client, which lets a test drop
  * the client's socket (`drop()`, as a network failure: no close frame) and
@@ -102,8 +105,7 @@ export function controlledWebSocket() {
   let blocked = false;
   class ControlledWS extends WebSocket {
     constructor(url: string, protocols: string[]) {
-      // Port 1 on loopback: connection refused, like a network that is down.
-      super(blocked ? url.replace(/127\.0\.0\.1:\d+/, '127.0.0.1:1') : url, protocols);
+      super(blocked ? unreachable(url) : url, protocols);
       sockets.push(this);
     }
   }
@@ -135,7 +137,7 @@ export function replyLosingWebSocket() {
   const onmessage = Object.getOwnPropertyDescriptor(WebSocket.prototype, 'onmessage')!;
   class ReplyLosingWS extends WebSocket {
     constructor(url: string, protocols: string[]) {
-      super(blocked ? url.replace(/127\.0\.0\.1:\d+/, '127.0.0.1:1') : url, protocols);
+      super(blocked ? unreachable(url) : url, protocols);
       let fn: ((ev: { data: unknown }) => void) | null = null;
       Object.defineProperty(this, 'onmessage', {
         get: () => fn,
