@@ -880,12 +880,11 @@ var Watch = class extends Emitter {
     if (status === "live") this.owner._flush();
   }
   wake() {
-    if (!this.waiters.length) return;
-    this.waiters = this.waiters.filter((w) => {
-      const done = this.st === "closed" || this.started && (this.r >= w.rev || w.epoch !== void 0 && w.epoch !== this.ep || !!w.gone?.every((k) => !this.base.has(k)));
-      if (done) w.done();
-      return !done;
-    });
+    const due = this.waiters.filter(
+      (w) => this.st === "closed" || this.started && (this.r >= w.rev || w.epoch !== void 0 && w.epoch !== this.ep || !!w.gone?.every((k) => !this.base.has(k)))
+    );
+    this.waiters = this.waiters.filter((w) => !due.includes(w));
+    for (const w of due) w.done();
   }
 };
 function cmp(a, b) {

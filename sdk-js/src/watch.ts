@@ -403,13 +403,12 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   }
 
   private wake(): void {
-    if (!this.waiters.length) return;
-    this.waiters = this.waiters.filter((w) => {
-      const done =
-        this.st === 'closed' || (this.started && (this.r >= w.rev || (w.epoch !== undefined && w.epoch !== this.ep) || !!w.gone?.every((k) => !this.base.has(k))));
-      if (done) w.done();
-      return !done;
-    });
+    const due = this.waiters.filter(
+      (w) => this.st === 'closed' || (this.started && (this.r >= w.rev || (w.epoch !== undefined && w.epoch !== this.ep) || !!w.gone?.every((k) => !this.base.has(k)))),
+    );
+    // Out of the list before they run: what they run (listeners) may wake this watch again.
+    this.waiters = this.waiters.filter((w) => !due.includes(w));
+    for (const w of due) w.done();
   }
 }
 

@@ -266,3 +266,29 @@ test('optimistic: without a watch of its key a write settles on its ok; a delete
     await done();
   }
 });
+
+test('optimistic: a listener that closes a watch while a write settles does not settle another write before its other watch shows it', async () => {
+  const { conn, s, room, w, done } = await setup([item('k', 0, 5)]);
+  try {
+    const second = room.watch('k');
+    const s2 = await conn.sub({ t: 'snapshot', epoch: 'e', rev: 5, reason: 'initial', items: [item('k', 0, 5)] });
+    await second.ready();
+    const p1 = room.put('a', 1);
+    let settled = false;
+    const p2 = room.put('k', 2).then((r) => ((settled = true), r));
+    const [m1, m2] = [await conn.next('put'), await conn.next('put')];
+    conn.send({ t: 'ok', id: m1.id, rev: 6 }, { t: 'ok', id: m2.id, rev: 7 });
+    await sleep(20);
+    w.on('change', (c) => c.key === 'a' && !c.entry?.pending && w.close()); // while a settles
+    conn.send({ t: 'events', s, rev: 6, events: [put('a', 1, 6)] }, { t: 'events', s, rev: 7, events: [put('k', 2, 7, 5, 2)] });
+    assert.deepEqual(await p1, { rev: 6 });
+    await sleep(30);
+    assert.equal(w.status, 'closed');
+    assert.deepEqual([settled, second.entry('k')!.pending], [false, true], 'the second watch is still at 5');
+    conn.send({ t: 'events', s: s2.id, rev: 7, events: [put('k', 2, 7, 5, 2)] });
+    assert.deepEqual(await p2, { rev: 7 });
+    assert.equal(second.entry('k')!.pending, undefined);
+  } finally {
+    await done();
+  }
+});
