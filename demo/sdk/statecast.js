@@ -61,6 +61,19 @@ var OutcomeUnknownError = class extends StatecastError {
     this.name = "OutcomeUnknownError";
   }
 };
+var QueueFullError = class extends StatecastError {
+  constructor(message) {
+    super("queue_full", message);
+    this.name = "QueueFullError";
+  }
+};
+var DependencyFailedError = class extends StatecastError {
+  constructor(cause) {
+    super("dependency_failed", `an earlier write to the same key failed (${cause.code}); this one was not sent`);
+    this.name = "DependencyFailedError";
+    this.cause = cause;
+  }
+};
 var TimeoutError = class extends OutcomeUnknownError {
   constructor(message = "no reply in time") {
     super(message, "timeout");
@@ -124,7 +137,7 @@ var Tokens = class {
       if (this.hasRefused) throw new UnauthorizedError("the server refused the token and no new one can be had");
       return src;
     }
-    const fresh = this.deadline === void 0 || this.deadline - this.clock.now() > MIN_LEFT_MS;
+    const fresh = this.expiresAt === void 0 || this.expiresAt - this.clock.now() > MIN_LEFT_MS;
     if (this.token !== void 0 && !this.hasRefused && fresh) return this.token;
     const token = await src({ reason: this.hasRefused ? "rejected" : "connect" });
     if (this.hasRefused && token === this.refused) throw new UnauthorizedError("the server refused the token and the callback gave it again");
@@ -151,14 +164,14 @@ var Tokens = class {
   use(token) {
     this.token = token;
     const left = jwtLifetime(token);
-    this.deadline = left === void 0 ? void 0 : this.clock.now() + left;
+    this.expiresAt = left === void 0 ? void 0 : this.clock.now() + left;
     return left;
   }
   /** The server accepted the token (`connected`); `expiresMs` is its time left, if any. */
   accepted(expiresMs) {
     this.hasRefused = false;
     this.refused = void 0;
-    if (expiresMs) this.deadline = this.clock.now() + expiresMs;
+    if (expiresMs) this.expiresAt = this.clock.now() + expiresMs;
   }
   /** The server refused the token (close 4501 or 4002). */
   refuse() {
@@ -296,6 +309,137 @@ var Emitter = class {
     }
   }
 };
+
+// src/pending.ts
+var Writes = class {
+  constructor(c, maxWrites = 500, maxBytes = 1 << 20) {
+    this.c = c;
+    this.maxWrites = maxWrites;
+    this.maxBytes = maxBytes;
+    this.list = [];
+    /** The last pending op of each `room \0 key`. */
+    this.shown = /* @__PURE__ */ new Map();
+  }
+  /** The pending op a watch of `room` shows for `key`. */
+  overlay(room, key) {
+    return this.shown.get(room + "\0" + key);
+  }
+  /** The keys pending writes of `room` show. */
+  keys(room) {
+    return this.list.filter((w) => w.room === room).flatMap((w) => w.keys);
+  }
+  /** Shows a write at once, and sends it as soon as it can go. */
+  add(w) {
+    const bytes = this.list.reduce((n, x) => n + x.bytes, w.bytes);
+    if (this.list.length >= this.maxWrites || bytes > this.maxBytes)
+      return Promise.reject(new QueueFullError(`${this.list.length} writes (${bytes} bytes with this one) pending; not queued`));
+    const m = w.msg;
+    const ops = (m.t === "txn" ? m.ops : [m]).map((o) => ({
+      type: o.t === "del" || o.op === "del" ? "delete" : "put",
+      key: o.key,
+      value: o.value,
+      lease: o.lease
+    }));
+    const keys = ops.map((o) => o.key);
+    const deps = /* @__PURE__ */ new Map();
+    for (const k of [...keys, ...(m.if ?? []).map((c) => c.key)])
+      for (const p of this.list) if (p.room === w.room && p.keys.includes(k)) deps.set(k, p);
+    return new Promise((resolve, reject) => {
+      const x = { ...w, ops, keys, deps, state: "queued", rev: 0, resolve, reject };
+      this.list.push(x);
+      this.changed([x], "local");
+      this.flush();
+    });
+  }
+  /** Sends, in order, the writes that can go: connected, their room caught up, and what they apply on acknowledged. */
+  flush() {
+    for (const w of this.list)
+      if ((w.state === "queued" || w.state === "lost") && [...w.deps.values()].every((d) => d.state === "acked" || d.state === "done") && this.c._canSend(w.room))
+        this.c._send(w, request(w));
+  }
+  /**
+   * The server's ok at `rev` (or an event carrying the write's wid): the
+   * write settles once every watch showing its keys has applied `rev`, so
+   * its keys never show the older value in between.
+   */
+  ack(w, rev) {
+    if (w.state === "acked" || !this.list.includes(w)) return;
+    w.state = "acked";
+    w.rev = rev;
+    const watches = this.c._watchesOf(w.room).filter((v) => w.keys.some((k) => v._covers(k)));
+    if (w.waitFor) watches.push(w.waitFor);
+    const gone = w.ops.every((o) => o.type === "delete") ? w.keys : void 0;
+    let n = watches.length + 1;
+    const done = () => {
+      if (--n) return;
+      w.state = "done";
+      this.remove([w], "live");
+      w.resolve({ rev });
+    };
+    for (const v of watches) v._reach(rev, done, gone);
+    done();
+    this.flush();
+  }
+  /** An event of the write `wid` was applied at `rev`: it committed, whether or not its reply comes. */
+  wid(wid, rev) {
+    const w = this.list.find((x) => x.msg.wid === wid);
+    if (w) this.ack(w, rev);
+  }
+  /** Rolls back `w` and the writes that were to apply on it, and rejects them. */
+  fail(w, err) {
+    if (w.state === "acked" || !this.list.includes(w)) return;
+    const gone = [w];
+    for (const x of this.list) if ([...x.deps.values()].some((d) => gone.includes(d))) gone.push(x);
+    this.remove(gone, "rollback");
+    for (const x of gone) {
+      const error = x === w ? err : new DependencyFailedError(err);
+      this.c._emit("rollback", { room: x.room, wid: x.msg.wid, ops: x.ops, keys: x.keys, error });
+      x.reject(error);
+    }
+  }
+  /** The server cannot tell whether `w` applied: reads its keys as they are now, then fails it. It is never sent again. */
+  async reread(w, err) {
+    const v = this.c.room(w.room).watch(w.keys);
+    try {
+      await v.ready();
+      err.observed = w.keys.flatMap((k) => v._confirmed(k) ?? []);
+    } catch {
+    }
+    v.close();
+    this.fail(w, err);
+  }
+  /** The client stopped: what the server has not acknowledged fails (acknowledged writes settle as the watches stop). */
+  stop() {
+    for (const w of this.list)
+      if (w.state !== "acked")
+        this.fail(
+          w,
+          w.state === "queued" ? new NotConnectedError("the client is disconnected; the write was not sent") : new OutcomeUnknownError("the client stopped with the write in flight; it may or may not have been applied")
+        );
+  }
+  /** Takes `gone` out of the list and shows their keys anew. */
+  remove(gone, cause) {
+    this.list = this.list.filter((x) => !gone.includes(x));
+    this.changed(gone, cause);
+  }
+  /** The list changed by `ws`: the watches of their rooms show their keys anew. */
+  changed(ws, cause) {
+    this.shown.clear();
+    for (const x of this.list) for (const o of x.ops) this.shown.set(x.room + "\0" + o.key, o);
+    for (const x of ws) for (const v of this.c._watchesOf(x.room)) v._local(x.keys, cause);
+    this.c._emit("pending", { writes: this.list.length });
+  }
+};
+function request(w) {
+  const after = (key, modRev) => {
+    const d = w.deps.get(key);
+    return d ? d.ops.find((o) => o.key === key).type === "put" ? d.rev : 0 : modRev;
+  };
+  const m = { ...w.msg };
+  if (m.if_rev !== void 0) m.if_rev = after(m.key, m.if_rev);
+  if (m.if) m.if = m.if.map((c) => ({ key: c.key, mod_rev: after(c.key, c.mod_rev) }));
+  return m;
+}
 
 // src/presence.ts
 var PRESENCE_PREFIX = "presence/";
@@ -497,12 +641,16 @@ function checkValue(v, path, seen = []) {
 }
 
 // src/watch.ts
+var shownOps = /* @__PURE__ */ new WeakMap();
 var Watch = class extends Emitter {
   /** @internal Use `room.watch()`. */
   constructor(owner, room, prefixes) {
     super();
     this.owner = owner;
     this.st = "pending";
+    /** The confirmed state, as the server sent it. */
+    this.base = /* @__PURE__ */ new Map();
+    /** What the watch shows: base, with pending writes over it. */
     this.view = /* @__PURE__ */ new Map();
     this.r = 0;
     this.started = false;
@@ -590,6 +738,18 @@ var Watch = class extends Emitter {
     this.setStatus("closed");
     this.wake();
   }
+  /** @internal Whether the watch's prefixes cover `key`. */
+  _covers(key) {
+    return !this.prefixes.length || this.prefixes.some((p) => key.startsWith(p));
+  }
+  /** @internal The confirmed entry of `key`, without pending writes. */
+  _confirmed(key) {
+    return this.base.get(key);
+  }
+  /** @internal Pending writes of `keys` came or went (`cause`): shows the keys anew. */
+  _local(keys, cause) {
+    if (this.st !== "closed") this.deliver(this.update(keys, this.r, cause), this.r, cause);
+  }
   /** @internal Where a new subscription resumes (undefined: ask for a snapshot). */
   _position() {
     return this.started ? { epoch: this.ep, rev: this.r + 1 } : void 0;
@@ -600,6 +760,10 @@ var Watch = class extends Emitter {
     this.replaying = this.started;
     this.replayed = 0;
     if (this.started) this.setStatus("syncing");
+  }
+  /** @internal Whether a subscription is catching up (writes wait for it: see Client). */
+  get _catchingUp() {
+    return !!this._sub && (this.st === "pending" || this.st === "syncing");
   }
   /** @internal The socket is gone; `stopped`: the client stopped (disconnected, no reconnect). */
   _offline(stopped = false) {
@@ -617,12 +781,14 @@ var Watch = class extends Emitter {
     this.close();
     this.emit("error", err);
   }
-  /** @internal Resolves once the view reached `rev`, moved to another epoch, or closed. */
-  _reach(rev) {
-    return new Promise((done) => {
-      this.waiters.push({ rev, epoch: this.ep, done });
-      this.wake();
-    });
+  /**
+   * @internal Calls `done` once the view reached `rev`, moved to another
+   * epoch, or closed, or already lacks every key of `gone` (a delete of a
+   * missing key writes nothing: no event will show it).
+   */
+  _reach(rev, done, gone) {
+    this.waiters.push({ rev, epoch: this.ep, done, gone });
+    this.wake();
   }
   /** @internal Applies one subscription message. */
   _apply(m) {
@@ -644,17 +810,13 @@ var Watch = class extends Emitter {
     if (same && m.rev < this.r) return;
     const cause = this.started ? "resync" : "initial";
     const next = /* @__PURE__ */ new Map();
-    const changes = [];
     for (const it of m.items ?? []) {
       const e = toEntry(it);
-      const o = this.view.get(e.key);
-      const changed = !o || o.modRev !== e.modRev || !same && !sameEntry(o, e);
-      if (changed) changes.push(change("put", e.key, e, o, m.rev, cause));
-      next.set(e.key, changed ? e : o);
+      const o = this.base.get(e.key);
+      next.set(e.key, o && o.modRev === e.modRev && (same || sameEntry(o, e)) ? o : e);
     }
-    for (const [key, o] of this.view) if (!next.has(key)) changes.push(change("delete", key, void 0, o, m.rev, cause));
-    changes.sort((a, b) => cmp(a.key, b.key));
-    this.view = next;
+    this.base = next;
+    const changes = this.update(/* @__PURE__ */ new Set([...this.view.keys(), ...next.keys()]), m.rev, cause).sort((a, b) => cmp(a.key, b.key));
     this.ep = m.epoch;
     this.r = m.rev;
     this.started = true;
@@ -667,23 +829,43 @@ var Watch = class extends Emitter {
     if (m.rev <= this.r) return;
     const coalesced = m.t === "coalesced";
     const cause = coalesced ? "coalesced" : this.replaying ? "replay" : "live";
-    const changes = [];
+    const keys = [];
+    const wids = /* @__PURE__ */ new Set();
     for (const ev of m.events ?? []) {
       if (coalesced && ev.mod_rev <= this.r) continue;
-      const o = this.view.get(ev.key);
-      if (ev.type === "delete") {
-        if (!o) continue;
-        this.view.delete(ev.key);
-        changes.push(change("delete", ev.key, void 0, o, m.rev, cause));
-      } else {
-        const e = toEntry(ev);
-        this.view.set(ev.key, e);
-        changes.push(change("put", ev.key, e, o, m.rev, cause));
-      }
+      if (ev.type === "delete") this.base.delete(ev.key);
+      else this.base.set(ev.key, toEntry(ev));
+      keys.push(ev.key);
+      if (ev.wid) wids.add(ev.wid);
     }
     this.r = m.rev;
+    const changes = this.update(keys, m.rev, cause);
     if (this.replaying) this.replayed += changes.length;
     this.deliver(changes, m.rev, cause);
+    for (const wid of wids) this.owner._wid(wid, m.rev);
+  }
+  /** Shows `keys` as they are now (confirmed, or a pending write over it); returns the changes. */
+  update(keys, rev, cause) {
+    const changes = [];
+    for (const key of keys) {
+      const o = this.view.get(key);
+      const e = this._covers(key) ? this.shown(key) : void 0;
+      if (e === o) continue;
+      if (e) this.view.set(key, e);
+      else this.view.delete(key);
+      changes.push(change(e ? "put" : "delete", key, e, o, rev, cause));
+    }
+    return changes;
+  }
+  /** What `key` shows: the last pending write of it over the confirmed entry. */
+  shown(key) {
+    const op = this.owner._overlay(this.room, key);
+    const b = this.base.get(key);
+    if (!op) return b;
+    if (op.type === "delete") return void 0;
+    let e = shownOps.get(op);
+    if (!e) shownOps.set(op, e = Object.freeze({ key, value: op.value, createRev: b?.createRev ?? 0, modRev: b?.modRev ?? 0, version: b?.version ?? 0, lease: !!op.lease, pending: true }));
+    return e;
   }
   deliver(changes, rev, cause) {
     if (changes.length) this.snap = void 0;
@@ -695,14 +877,14 @@ var Watch = class extends Emitter {
     if (prev === status || prev === "closed") return;
     this.st = status;
     this.emit("status", { status, prev });
+    if (status === "live") this.owner._flush();
   }
   wake() {
-    if (!this.waiters.length) return;
-    this.waiters = this.waiters.filter((w) => {
-      const done = this.st === "closed" || this.started && (this.r >= w.rev || w.epoch !== void 0 && w.epoch !== this.ep);
-      if (done) w.done();
-      return !done;
-    });
+    const due = this.waiters.filter(
+      (w) => this.st === "closed" || this.started && (this.r >= w.rev || w.epoch !== void 0 && w.epoch !== this.ep || !!w.gone?.every((k) => !this.base.has(k)))
+    );
+    this.waiters = this.waiters.filter((w) => !due.includes(w));
+    for (const w of due) w.done();
   }
 };
 function cmp(a, b) {
@@ -757,11 +939,15 @@ var Client = class extends Emitter {
     this.seq = 0;
     this.nextId = 1;
     this.pending = /* @__PURE__ */ new Map();
-    this.queue = [];
+    /** Write ids: a prefix random per client object (a reload's counter starts again), then a counter. */
+    this.widPrefix = randomId() + ".";
+    this.wids = 0;
     this.subs = /* @__PURE__ */ new Map();
     this.watches = /* @__PURE__ */ new Set();
     this.rooms = /* @__PURE__ */ new Map();
     this.refreshing = false;
+    /** Token refreshes failed in a row. */
+    this.refreshes = 0;
     this.pingMs = 25e3;
     this.lastRecv = 0;
     this.lastSent = 0;
@@ -797,6 +983,7 @@ var Client = class extends Emitter {
     this.storeKey = o.sessionKey ?? "statecast:" + this.url;
     this.clientId = o.clientId ?? this.takeSaved() ?? randomId();
     this.tokens = new Tokens(o.token, this.clock);
+    this.writes = new Writes(this, o.queue?.maxWrites, o.queue?.maxBytes);
     if (o.autoConnect !== false) this.connect();
   }
   /** The WebSocket URL (as given while it cannot be resolved yet: a relative URL outside a page). */
@@ -815,11 +1002,12 @@ var Client = class extends Emitter {
   get session() {
     return this.sess;
   }
-  /** Writes not yet acknowledged (queued or in flight). */
+  /**
+   * Writes not settled yet: queued, in flight, or acknowledged and not yet
+   * shown by the watches of their keys. The `pending` event tells when it changes.
+   */
   get pendingWrites() {
-    let n = this.queue.length;
-    for (const p of this.pending.values()) if (p.write) n++;
-    return n;
+    return this.writes.list.length;
   }
   /** The room `name` (cached per name). */
   room(name) {
@@ -901,9 +1089,30 @@ var Client = class extends Emitter {
   /** @internal Creates a watch (Room.watch). */
   _watch(room, prefixes) {
     const w = new Watch(this, room, prefixes);
+    w._local(this.writes.keys(room), "local");
     this.watches.add(w);
     this.subscribe(w);
     return w;
+  }
+  /** @internal The open watches of `room`. */
+  _watchesOf(room) {
+    return [...this.watches].filter((w) => w.room === room);
+  }
+  /** @internal See {@link WatchOwner}. */
+  _overlay(room, key) {
+    return this.writes.overlay(room, key);
+  }
+  /** @internal See {@link WatchOwner}. */
+  _wid(wid, rev) {
+    this.writes.wid(wid, rev);
+  }
+  /** @internal See {@link WatchOwner}. */
+  _flush() {
+    this.writes.flush();
+  }
+  /** @internal Emits a client event (for Writes). */
+  _emit(type, ev) {
+    this.emit(type, ev);
   }
   /** @internal Stops a watch (Watch.close). */
   _unwatch(w) {
@@ -913,45 +1122,66 @@ var Client = class extends Emitter {
       this.sendMsg({ t: "unsub", id: this.nextId++, sub: w._sub });
     }
     w._sub = 0;
+    this.writes.flush();
   }
-  /** @internal Sends a write (Room.put/delete/txn). */
+  /** @internal Queues a write (Room.put/delete/txn); it shows at once in the watches. */
   _write(room, msg, opts) {
-    const w = opts.waitFor;
-    if (w && w.room !== room) return Promise.reject(new TypeError("waitFor: the watch is of another room"));
-    return this.request({ ...msg, room }, true, opts.timeoutMs ?? this.timeout).then(async (m) => {
-      const rev = m.rev ?? 0;
-      if (w) await w._reach(rev);
-      return { rev };
-    });
-  }
-  request(msg, write, timeoutMs) {
+    const waitFor = opts.waitFor;
+    if (waitFor && waitFor.room !== room) return Promise.reject(new TypeError("waitFor: the watch is of another room"));
     if (this.stopped) return Promise.reject(new NotConnectedError("the client is disconnected"));
-    const id = this.nextId++;
+    msg = { ...msg, wid: this.widPrefix + (++this.wids).toString(36) };
     let frame;
     try {
-      frame = this.codec.encode({ ...msg, id });
+      frame = this.codec.encode({ ...msg, room, id: this.nextId });
     } catch (e) {
       return Promise.reject(asError(e));
     }
     const limit = this.o.maxFrameBytes ?? 1 << 20;
     if (frameTooLarge(frame, limit)) return Promise.reject(new TooLargeError(`the message is larger than ${limit} bytes; not sent`));
+    return this.writes.add({ room, msg, bytes: frame.length, timeoutMs: opts.timeoutMs ?? this.timeout, waitFor });
+  }
+  /**
+   * @internal Whether writes to `room` may be sent: connected, and no watch
+   * of the room catching up. After a reconnect writes wait for the watches
+   * to resume, so that a write whose reply was lost is known by its event
+   * instead of sent again, and the others go against the current state.
+   */
+  _canSend(room) {
+    return this.alive() && !this._watchesOf(room).some((w) => w._catchingUp);
+  }
+  /** @internal Sends a write (for Writes). */
+  _send(w, msg) {
+    if (w.state === "lost") msg.since = w.since;
+    else w.since = Math.max(0, ...this._watchesOf(w.room).map((v) => v.rev));
+    w.state = "sent";
+    const id = this.nextId++;
+    const p = {
+      id,
+      write: w,
+      resolve: (m) => this.writes.ack(w, m.rev ?? 0),
+      reject: (e) => e instanceof OutcomeUnknownError ? void this.writes.reread(w, e) : this.writes.fail(w, e)
+    };
+    p.timer = this.clock.setTimeout(() => {
+      this.pending.delete(id);
+      if (w.state === "sent") this.writes.fail(w, new TimeoutError(`no reply within ${w.timeoutMs} ms; the write may or may not have been applied`));
+    }, w.timeoutMs);
+    this.transmit(p, this.codec.encode({ ...msg, id, room: w.room }));
+  }
+  request(msg, timeoutMs) {
     return new Promise((resolve, reject) => {
-      const p = { id, frame, write, sent: false, resolve, reject };
+      if (!this.alive()) return reject(new NotConnectedError("not connected"));
+      const id = this.nextId++;
+      const p = { id, resolve, reject };
       p.timer = this.clock.setTimeout(() => {
-        this.queue = this.queue.filter((q) => q !== p);
         this.pending.delete(id);
-        reject(
-          p.sent ? new TimeoutError(`no reply within ${timeoutMs} ms; the write may or may not have been applied`) : new NotConnectedError(`not connected within ${timeoutMs} ms; the write was not sent`)
-        );
+        reject(new TimeoutError(`no reply within ${timeoutMs} ms`));
       }, timeoutMs);
-      if (this.alive()) this.transmit(p);
-      else this.queue.push(p);
+      this.transmit(p, this.codec.encode({ ...msg, id }));
     });
   }
-  transmit(p) {
-    p.sent = true;
+  transmit(p, frame) {
     this.pending.set(p.id, p);
-    this.sendFrame(p.frame);
+    this.sendFrame(frame);
   }
   sendMsg(msg) {
     this.sendFrame(this.codec.encode(msg));
@@ -973,10 +1203,11 @@ var Client = class extends Emitter {
       if (this.subs.get(id) === w) this.subs.delete(id);
       if (w._sub !== id) return;
       w._sub = 0;
-      if (transient.includes(e.code)) this.resubscribeLater(w);
-      else w._fail(e);
+      if (!transient.includes(e.code)) return w._fail(e);
+      this.resubscribeLater(w);
+      this.writes.flush();
     };
-    this.transmit({ id, frame, write: false, sub: true, sent: true, resolve: noop, reject: fail });
+    this.transmit({ id, sub: true, resolve: noop, reject: fail }, frame);
   }
   resubscribeLater(w) {
     this.clock.setTimeout(() => {
@@ -1054,6 +1285,7 @@ var Client = class extends Emitter {
         return m.t === "ok" ? p.resolve(m) : p.reject(errorFromReply(m));
       }
       case "refresh":
+        this.tokens.accepted(m.expires_ms);
         return void this.refresh();
       case "unsubscribed": {
         const w = this.subs.get(m.s);
@@ -1078,18 +1310,17 @@ var Client = class extends Emitter {
     this.resumeSecret = m.resume;
     this.tokens.accepted(m.expires_ms);
     this.attempt = 0;
+    this.refreshes = 0;
     this.everConnected = true;
     this.pingMs = this.o.pingIntervalMs ?? (m.ping_ms || 25e3);
     this.lastSent = this.clock.now();
-    if (m.expires_ms) this.scheduleRefresh(m.expires_ms);
+    if (m.expires_ms) this.scheduleRefresh(refreshDelay(m.expires_ms));
     this.beat();
     this.setStatus("connected");
     this.emit("connected", this.sess);
     if (this.ws !== ws) return;
     for (const w of this.watches) this.subscribe(w);
-    const q = this.queue;
-    this.queue = [];
-    for (const p of q) this.transmit(p);
+    this.writes.flush();
   }
   /** Heartbeat: ping when idle; a socket silent for 2 × ping_ms is dead (checked on wall-clock time). */
   beat() {
@@ -1117,23 +1348,37 @@ var Client = class extends Emitter {
       if (this.ws === ws && this.lastRecv < sentAt) this.drop(CloseCode.HeartbeatTimeout, "no answer to a liveness probe", true);
     }, Math.min(this.o.probeTimeoutMs ?? 5e3, 2 * this.pingMs));
   }
-  scheduleRefresh(expiresMs) {
+  scheduleRefresh(delayMs) {
     this.clock.clearTimeout(this.timers.refresh);
-    this.timers.refresh = this.clock.setTimeout(() => void this.refresh(), refreshDelay(expiresMs));
+    this.timers.refresh = this.clock.setTimeout(() => void this.refresh(), delayMs);
   }
-  /** Gets a new token and sends it over the open socket (`auth`), without reconnecting. */
+  /**
+   * Gets a new token and sends it over the open socket (`auth`), without
+   * reconnecting. A failure is retried with backoff while the token has time
+   * left (unless the callback threw UnauthorizedError); then the server
+   * closes with 4002 and the client reconnects with a new token.
+   */
   async refresh() {
     if (!this.tokens.renewable || this.refreshing || this.st !== "connected") return;
     this.refreshing = true;
     const ws = this.ws;
+    let again = true;
     try {
-      const token = await this.tokens.renew();
+      const token = await this.tokens.renew().catch((e) => {
+        again = !(e instanceof UnauthorizedError);
+        throw e;
+      });
       if (this.ws !== ws) return;
-      await this.request({ t: "auth", token }, false, this.timeout);
+      await this.request({ t: "auth", token }, this.timeout);
+      this.refreshes = 0;
       const left = this.tokens.use(token);
-      if (left !== void 0) this.scheduleRefresh(left);
+      if (left !== void 0) this.scheduleRefresh(refreshDelay(left));
     } catch (e) {
-      if (this.ws === ws) this.emit("error", asError(e));
+      if (this.ws !== ws) return;
+      this.emit("error", asError(e));
+      const delay = backoffDelay(this.refreshes++, this.minDelay, this.maxDelay, this.random);
+      const end = this.tokens.expiresAt;
+      if (again && (end === void 0 || this.clock.now() + delay < end)) this.scheduleRefresh(delay);
     } finally {
       this.refreshing = false;
     }
@@ -1159,8 +1404,9 @@ var Client = class extends Emitter {
     this.subs.clear();
     for (const p of lost) {
       this.clock.clearTimeout(p.timer);
-      if (p.write) p.reject(new OutcomeUnknownError(`the connection closed (${code}) before the write was acknowledged; it may or may not have been applied`));
-      else if (!p.sub) p.reject(new NotConnectedError("connection lost"));
+      if (p.write) {
+        if (p.write.state === "sent") p.write.state = "lost";
+      } else if (!p.sub) p.reject(new NotConnectedError("connection lost"));
     }
     for (const w of this.watches) w._offline();
     const action = this.stopped ? "closed" : closeAction(code);
@@ -1193,18 +1439,13 @@ var Client = class extends Emitter {
     this.halt();
     this.emit("error", err);
   }
-  /** Becomes `disconnected` and fails the queued writes (they were never sent). */
+  /** Becomes `disconnected` and fails the writes not acknowledged. */
   halt() {
     this.clock.clearTimeout(this.timers.retry);
     this.timers.retry = void 0;
     for (const w of this.watches) w._offline(true);
     this.setStatus("disconnected");
-    const q = this.queue;
-    this.queue = [];
-    for (const p of q) {
-      this.clock.clearTimeout(p.timer);
-      p.reject(new NotConnectedError("the client is disconnected; the write was not sent"));
-    }
+    this.writes.stop();
   }
   setStatus(status) {
     const prev = this.st;
@@ -1277,6 +1518,7 @@ export {
   CloseCode,
   ClosedError,
   ConflictError,
+  DependencyFailedError,
   ForbiddenError,
   InvalidValueError,
   ListenerError,
@@ -1284,6 +1526,7 @@ export {
   OutcomeUnknownError,
   PRESENCE_PREFIX,
   Presence,
+  QueueFullError,
   RateLimitedError,
   Room,
   StatecastError,

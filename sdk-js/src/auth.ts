@@ -13,7 +13,8 @@ const MIN_LEFT_MS = 30_000;
 /** @internal Token cache with local-clock expiry. */
 export class Tokens {
   private token: string | undefined;
-  private deadline: number | undefined; // local clock; undefined: unknown
+  /** When the token expires, on the local clock (undefined: unknown). */
+  expiresAt: number | undefined;
   private refused: string | undefined;
   private hasRefused = false;
 
@@ -38,7 +39,7 @@ export class Tokens {
       if (this.hasRefused) throw new UnauthorizedError('the server refused the token and no new one can be had');
       return src;
     }
-    const fresh = this.deadline === undefined || this.deadline - this.clock.now() > MIN_LEFT_MS;
+    const fresh = this.expiresAt === undefined || this.expiresAt - this.clock.now() > MIN_LEFT_MS;
     if (this.token !== undefined && !this.hasRefused && fresh) return this.token;
     const token = await src({ reason: this.hasRefused ? 'rejected' : 'connect' });
     if (this.hasRefused && token === this.refused) throw new UnauthorizedError('the server refused the token and the callback gave it again');
@@ -68,7 +69,7 @@ export class Tokens {
   use(token: string): number | undefined {
     this.token = token;
     const left = jwtLifetime(token);
-    this.deadline = left === undefined ? undefined : this.clock.now() + left;
+    this.expiresAt = left === undefined ? undefined : this.clock.now() + left;
     return left;
   }
 
@@ -76,7 +77,7 @@ export class Tokens {
   accepted(expiresMs: number | undefined): void {
     this.hasRefused = false;
     this.refused = undefined;
-    if (expiresMs) this.deadline = this.clock.now() + expiresMs;
+    if (expiresMs) this.expiresAt = this.clock.now() + expiresMs;
   }
 
   /** The server refused the token (close 4501 or 4002). */

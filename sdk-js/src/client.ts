@@ -13,6 +13,7 @@ import {
   UnauthorizedError,
   errorFromReply,
 } from './errors.js';
+import { Writes, type Op, type Write } from './pending.js';
 import type { ServerMessage, SubMessage } from './protocol.js';
 import { Room, type WriteOptions, type WriteResult } from './room.js';
 import type {
@@ -27,13 +28,13 @@ import type {
 } from './types.js';
 import { Watch } from './watch.js';
 
+/** A request sent on the socket, waiting for its reply. */
 interface Pending {
   id: number;
-  frame: string | Uint8Array;
-  write: boolean;
   /** A subscription: on a lost socket it is simply sent again on the next one. */
   sub?: boolean;
-  sent: boolean;
+  /** A write: on a lost socket it is sent again, with the same wid. */
+  write?: Write;
   timer?: unknown;
   resolve(m: ServerMessage): void;
   reject(e: StatecastError): void;
@@ -57,10 +58,11 @@ export function createClient(options: ClientOptions): Client {
 /**
  * A statecast client: one WebSocket, many rooms and watches.
  *
- * Writes in flight when the socket drops reject with
- * {@link OutcomeUnknownError} and are never resent. Writes issued while not
- * connected wait up to `requestTimeoutMs` for a connection, then reject with
- * {@link NotConnectedError} (never sent). See README.md.
+ * Writes show at once in the client's watches (pending), queue while
+ * offline, and are sent in order once connected and caught up. Each carries
+ * a write id, so one whose reply was lost with the socket is sent again and
+ * the server answers it with its original outcome instead of applying it
+ * twice. See README.md.
  */
 export class Client extends Emitter<ClientEvents> {
   /** This client's presence id. */
@@ -79,7 +81,10 @@ export class Client extends Emitter<ClientEvents> {
   private seq = 0;
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
-  private queue: Pending[] = [];
+  private readonly writes: Writes;
+  /** Write ids: a prefix random per client object (a reload's counter starts again), then a counter. */
+  private readonly widPrefix = randomId() + '.';
+  private wids = 0;
   private readonly subs = new Map<number, Watch<any>>();
   private readonly watches = new Set<Watch<any>>();
   private readonly rooms = new Map<string, Room>();
@@ -91,6 +96,8 @@ export class Client extends Emitter<ClientEvents> {
   private readonly storeKey: string;
   private readonly tokens: Tokens;
   private refreshing = false;
+  /** Token refreshes failed in a row. */
+  private refreshes = 0;
   private pingMs = 25_000;
   private lastRecv = 0;
   private lastSent = 0;
@@ -111,6 +118,7 @@ export class Client extends Emitter<ClientEvents> {
     this.storeKey = o.sessionKey ?? 'statecast:' + this.url;
     this.clientId = o.clientId ?? this.takeSaved() ?? randomId();
     this.tokens = new Tokens(o.token, this.clock);
+    this.writes = new Writes(this, o.queue?.maxWrites, o.queue?.maxBytes);
     if (o.autoConnect !== false) this.connect();
   }
 
@@ -133,11 +141,12 @@ export class Client extends Emitter<ClientEvents> {
     return this.sess;
   }
 
-  /** Writes not yet acknowledged (queued or in flight). */
+  /**
+   * Writes not settled yet: queued, in flight, or acknowledged and not yet
+   * shown by the watches of their keys. The `pending` event tells when it changes.
+   */
   get pendingWrites(): number {
-    let n = this.queue.length;
-    for (const p of this.pending.values()) if (p.write) n++;
-    return n;
+    return this.writes.list.length;
   }
 
   /** The room `name` (cached per name). */
@@ -227,9 +236,35 @@ export class Client extends Emitter<ClientEvents> {
   /** @internal Creates a watch (Room.watch). */
   _watch<V>(room: string, prefixes: string[]): Watch<V> {
     const w = new Watch<V>(this, room, prefixes);
+    w._local(this.writes.keys(room), 'local');
     this.watches.add(w);
     this.subscribe(w);
     return w;
+  }
+
+  /** @internal The open watches of `room`. */
+  _watchesOf(room: string): Watch<any>[] {
+    return [...this.watches].filter((w) => w.room === room);
+  }
+
+  /** @internal See {@link WatchOwner}. */
+  _overlay(room: string, key: string): Op | undefined {
+    return this.writes.overlay(room, key);
+  }
+
+  /** @internal See {@link WatchOwner}. */
+  _wid(wid: string, rev: number): void {
+    this.writes.wid(wid, rev);
+  }
+
+  /** @internal See {@link WatchOwner}. */
+  _flush(): void {
+    this.writes.flush();
+  }
+
+  /** @internal Emits a client event (for Writes). */
+  _emit<K extends keyof ClientEvents>(type: K, ev: ClientEvents[K]): void {
+    this.emit(type, ev);
   }
 
   /** @internal Stops a watch (Watch.close). */
@@ -240,50 +275,73 @@ export class Client extends Emitter<ClientEvents> {
       this.sendMsg({ t: 'unsub', id: this.nextId++, sub: w._sub });
     }
     w._sub = 0;
+    this.writes.flush(); // it no longer holds writes back
   }
 
-  /** @internal Sends a write (Room.put/delete/txn). */
+  /** @internal Queues a write (Room.put/delete/txn); it shows at once in the watches. */
   _write(room: string, msg: Record<string, unknown>, opts: WriteOptions): Promise<WriteResult> {
-    const w = opts.waitFor;
-    if (w && w.room !== room) return Promise.reject(new TypeError('waitFor: the watch is of another room'));
-    return this.request({ ...msg, room }, true, opts.timeoutMs ?? this.timeout).then(async (m) => {
-      const rev = m.rev ?? 0;
-      if (w) await w._reach(rev);
-      return { rev };
-    });
-  }
-
-  private request(msg: Record<string, unknown>, write: boolean, timeoutMs: number): Promise<ServerMessage> {
+    const waitFor = opts.waitFor;
+    if (waitFor && waitFor.room !== room) return Promise.reject(new TypeError('waitFor: the watch is of another room'));
     if (this.stopped) return Promise.reject(new NotConnectedError('the client is disconnected'));
-    const id = this.nextId++;
+    msg = { ...msg, wid: this.widPrefix + (++this.wids).toString(36) };
     let frame: string | Uint8Array;
     try {
-      frame = this.codec.encode({ ...msg, id });
+      frame = this.codec.encode({ ...msg, room, id: this.nextId });
     } catch (e) {
       return Promise.reject(asError(e));
     }
     const limit = this.o.maxFrameBytes ?? 1 << 20;
     if (frameTooLarge(frame, limit)) return Promise.reject(new TooLargeError(`the message is larger than ${limit} bytes; not sent`));
+    return this.writes.add({ room, msg, bytes: frame.length, timeoutMs: opts.timeoutMs ?? this.timeout, waitFor });
+  }
+
+  /**
+   * @internal Whether writes to `room` may be sent: connected, and no watch
+   * of the room catching up. After a reconnect writes wait for the watches
+   * to resume, so that a write whose reply was lost is known by its event
+   * instead of sent again, and the others go against the current state.
+   */
+  _canSend(room: string): boolean {
+    return this.alive() && !this._watchesOf(room).some((w) => w._catchingUp);
+  }
+
+  /** @internal Sends a write (for Writes). */
+  _send(w: Write, msg: Record<string, unknown>): void {
+    // Sent again (its reply was lost): with the revision seen before the first send,
+    // so that the server can tell whether it applied even if it forgot the wid.
+    if (w.state === 'lost') msg.since = w.since;
+    else w.since = Math.max(0, ...this._watchesOf(w.room).map((v) => v.rev));
+    w.state = 'sent';
+    const id = this.nextId++;
+    const p: Pending = {
+      id,
+      write: w,
+      resolve: (m) => this.writes.ack(w, m.rev ?? 0),
+      reject: (e) => (e instanceof OutcomeUnknownError ? void this.writes.reread(w, e) : this.writes.fail(w, e)),
+    };
+    p.timer = this.clock.setTimeout(() => {
+      this.pending.delete(id);
+      if (w.state === 'sent') this.writes.fail(w, new TimeoutError(`no reply within ${w.timeoutMs} ms; the write may or may not have been applied`));
+    }, w.timeoutMs);
+    this.transmit(p, this.codec.encode({ ...msg, id, room: w.room }));
+  }
+
+  private request(msg: Record<string, unknown>, timeoutMs: number): Promise<ServerMessage> {
     return new Promise((resolve, reject) => {
-      const p: Pending = { id, frame, write, sent: false, resolve, reject };
+      if (!this.alive()) return reject(new NotConnectedError('not connected'));
+      const id = this.nextId++;
+      const p: Pending = { id, resolve, reject };
       p.timer = this.clock.setTimeout(() => {
-        this.queue = this.queue.filter((q) => q !== p);
         this.pending.delete(id);
-        reject(
-          p.sent
-            ? new TimeoutError(`no reply within ${timeoutMs} ms; the write may or may not have been applied`)
-            : new NotConnectedError(`not connected within ${timeoutMs} ms; the write was not sent`),
-        );
+        reject(new TimeoutError(`no reply within ${timeoutMs} ms`));
       }, timeoutMs);
-      if (this.alive()) this.transmit(p);
-      else this.queue.push(p);
+      this.transmit(p, this.codec.encode({ ...msg, id }));
     });
   }
 
-  private transmit(p: Pending): void {
-    p.sent = true;
+  private transmit(p: Pending, frame: string | Uint8Array): void {
     this.pending.set(p.id, p);
-    this.sendFrame(p.frame);
+    this.sendFrame(frame);
   }
 
   private sendMsg(msg: object): void {
@@ -309,10 +367,11 @@ export class Client extends Emitter<ClientEvents> {
       if (this.subs.get(id) === w) this.subs.delete(id);
       if (w._sub !== id) return;
       w._sub = 0;
-      if (transient.includes(e.code)) this.resubscribeLater(w);
-      else w._fail(e);
+      if (!transient.includes(e.code)) return w._fail(e);
+      this.resubscribeLater(w);
+      this.writes.flush(); // it no longer holds its room's writes back
     };
-    this.transmit({ id, frame, write: false, sub: true, sent: true, resolve: noop, reject: fail });
+    this.transmit({ id, sub: true, resolve: noop, reject: fail }, frame);
   }
 
   private resubscribeLater(w: Watch<any>): void {
@@ -393,6 +452,7 @@ export class Client extends Emitter<ClientEvents> {
         return m.t === 'ok' ? p.resolve(m) : p.reject(errorFromReply(m));
       }
       case 'refresh':
+        this.tokens.accepted(m.expires_ms);
         return void this.refresh();
       case 'unsubscribed': {
         const w = this.subs.get(m.s!);
@@ -418,18 +478,17 @@ export class Client extends Emitter<ClientEvents> {
     this.resumeSecret = m.resume;
     this.tokens.accepted(m.expires_ms);
     this.attempt = 0;
+    this.refreshes = 0;
     this.everConnected = true;
     this.pingMs = this.o.pingIntervalMs ?? (m.ping_ms || 25_000);
     this.lastSent = this.clock.now();
-    if (m.expires_ms) this.scheduleRefresh(m.expires_ms);
+    if (m.expires_ms) this.scheduleRefresh(refreshDelay(m.expires_ms));
     this.beat();
     this.setStatus('connected');
     this.emit('connected', this.sess);
     if (this.ws !== ws) return; // a listener closed it
     for (const w of this.watches) this.subscribe(w);
-    const q = this.queue;
-    this.queue = [];
-    for (const p of q) this.transmit(p);
+    this.writes.flush();
   }
 
   /** Heartbeat: ping when idle; a socket silent for 2 × ping_ms is dead (checked on wall-clock time). */
@@ -461,24 +520,38 @@ export class Client extends Emitter<ClientEvents> {
     }, Math.min(this.o.probeTimeoutMs ?? 5000, 2 * this.pingMs));
   }
 
-  private scheduleRefresh(expiresMs: number): void {
+  private scheduleRefresh(delayMs: number): void {
     this.clock.clearTimeout(this.timers.refresh);
-    this.timers.refresh = this.clock.setTimeout(() => void this.refresh(), refreshDelay(expiresMs));
+    this.timers.refresh = this.clock.setTimeout(() => void this.refresh(), delayMs);
   }
 
-  /** Gets a new token and sends it over the open socket (`auth`), without reconnecting. */
+  /**
+   * Gets a new token and sends it over the open socket (`auth`), without
+   * reconnecting. A failure is retried with backoff while the token has time
+   * left (unless the callback threw UnauthorizedError); then the server
+   * closes with 4002 and the client reconnects with a new token.
+   */
   private async refresh(): Promise<void> {
     if (!this.tokens.renewable || this.refreshing || this.st !== 'connected') return;
     this.refreshing = true;
     const ws = this.ws;
+    let again = true;
     try {
-      const token = await this.tokens.renew();
+      const token = await this.tokens.renew().catch((e) => {
+        again = !(e instanceof UnauthorizedError);
+        throw e;
+      });
       if (this.ws !== ws) return;
-      await this.request({ t: 'auth', token }, false, this.timeout);
+      await this.request({ t: 'auth', token }, this.timeout);
+      this.refreshes = 0;
       const left = this.tokens.use(token);
-      if (left !== undefined) this.scheduleRefresh(left);
+      if (left !== undefined) this.scheduleRefresh(refreshDelay(left));
     } catch (e) {
-      if (this.ws === ws) this.emit('error', asError(e));
+      if (this.ws !== ws) return;
+      this.emit('error', asError(e));
+      const delay = backoffDelay(this.refreshes++, this.minDelay, this.maxDelay, this.random);
+      const end = this.tokens.expiresAt;
+      if (again && (end === undefined || this.clock.now() + delay < end)) this.scheduleRefresh(delay);
     } finally {
       this.refreshing = false;
     }
@@ -506,8 +579,9 @@ export class Client extends Emitter<ClientEvents> {
     this.subs.clear();
     for (const p of lost) {
       this.clock.clearTimeout(p.timer);
-      if (p.write) p.reject(new OutcomeUnknownError(`the connection closed (${code}) before the write was acknowledged; it may or may not have been applied`));
-      else if (!p.sub) p.reject(new NotConnectedError('connection lost'));
+      if (p.write) {
+        if (p.write.state === 'sent') p.write.state = 'lost';
+      } else if (!p.sub) p.reject(new NotConnectedError('connection lost'));
     }
     for (const w of this.watches) w._offline();
     const action = this.stopped ? 'closed' : closeAction(code);
@@ -543,18 +617,13 @@ export class Client extends Emitter<ClientEvents> {
     this.emit('error', err);
   }
 
-  /** Becomes `disconnected` and fails the queued writes (they were never sent). */
+  /** Becomes `disconnected` and fails the writes not acknowledged. */
   private halt(): void {
     this.clock.clearTimeout(this.timers.retry);
     this.timers.retry = undefined;
     for (const w of this.watches) w._offline(true);
     this.setStatus('disconnected');
-    const q = this.queue;
-    this.queue = [];
-    for (const p of q) {
-      this.clock.clearTimeout(p.timer);
-      p.reject(new NotConnectedError('the client is disconnected; the write was not sent'));
-    }
+    this.writes.stop();
   }
 
   private setStatus(status: ConnectionStatus): void {

@@ -1,4 +1,5 @@
 import type { ServerMessage } from './protocol.js';
+import type { Entry } from './watch.js';
 
 /**
  * Base class of every error the SDK rejects with. `code` is the server's
@@ -98,14 +99,46 @@ export class NotConnectedError extends StatecastError {
 }
 
 /**
- * The write may or may not have been applied: it was sent, but its reply was
- * lost with the connection (or the server could not tell). The SDK never
- * repeats it. Re-read the key, or repeat it as a conditional write.
+ * The write may or may not have been applied: the server could not tell
+ * (its history no longer reached back to the write), its reply did not come
+ * in time, or the client stopped with the write in flight. The SDK never
+ * repeats it blindly. Look at `observed`, or re-read, and decide.
  */
 export class OutcomeUnknownError extends StatecastError {
+  /**
+   * The write's keys as the server holds them now (a key that does not
+   * exist is left out), when the SDK could re-read them.
+   */
+  observed?: Entry[];
   constructor(message = 'the outcome of the write is unknown', code = 'outcome_unknown') {
     super(code, message);
     this.name = 'OutcomeUnknownError';
+  }
+}
+
+/**
+ * Too many writes pending (queued while offline, in flight or awaiting
+ * confirmation): over the client's `queue` bounds. The new write was
+ * refused, nothing was sent; the earlier ones stay queued.
+ */
+export class QueueFullError extends StatecastError {
+  constructor(message: string) {
+    super('queue_full', message);
+    this.name = 'QueueFullError';
+  }
+}
+
+/**
+ * An earlier pending write of this client to one of the same keys failed
+ * (`cause`), so this one, which was to apply on its result, was not sent.
+ */
+export class DependencyFailedError extends StatecastError {
+  /** Why the earlier write failed. */
+  readonly cause: StatecastError;
+  constructor(cause: StatecastError) {
+    super('dependency_failed', `an earlier write to the same key failed (${cause.code}); this one was not sent`);
+    this.name = 'DependencyFailedError';
+    this.cause = cause;
   }
 }
 

@@ -24,7 +24,9 @@ export type {
   WebSocketConstructor,
   Clock,
   SessionStore,
+  RollbackEvent,
 } from './types.js';
+export type { WriteOp } from './pending.js';
 export { Room } from './room.js';
 export type { WriteResult, WriteOptions, PutOptions, DeleteOptions, Txn, TxnOp } from './room.js';
 export { Watch } from './watch.js';
@@ -48,6 +50,8 @@ export {
   NotConnectedError,
   OutcomeUnknownError,
   TimeoutError,
+  QueueFullError,
+  DependencyFailedError,
   ClosedError,
   ListenerError,
 } from './errors.js';

@@ -24,6 +24,8 @@ export interface WireEvent {
   mod_rev: number;
   version?: number;
   lease?: boolean;
+  /** The write id of the write that made this change, if it had one (§6). */
+  wid?: string;
 }
 
 /** Any server → client message; `t` says which fields apply. */
@@ -46,6 +48,8 @@ export interface ServerMessage {
   ping_ms?: number;
   lease_grace_ms?: number;
   expires_ms?: number;
+  /** An `ok` to a write whose `wid` had already committed: `rev` is the original's. */
+  dup?: boolean;
 }
 
 /** A subscription message: snapshot, events, coalesced, synced or progress. */

@@ -3,6 +3,7 @@ import type { BackoffOptions } from './backoff.js';
 import type { Codec } from './codec.js';
 import type { CloseAction } from './codes.js';
 import type { StatecastError } from './errors.js';
+import type { WriteOp } from './pending.js';
 
 /** The part of the WebSocket API the client uses; browsers' WebSocket and the `ws` package fit it. */
 export interface WebSocketLike {
@@ -62,8 +63,18 @@ export interface ClientOptions {
   codec?: Codec;
   /** Reconnect delays (exponential backoff with full jitter). */
   reconnect?: BackoffOptions;
-  /** How long a write may wait for a connection and then for its reply, in ms (default 10 000). */
+  /**
+   * How long a sent request may wait for its reply, in ms (default 10 000);
+   * a write without a reply by then rejects with TimeoutError.
+   */
   requestTimeoutMs?: number;
+  /**
+   * Bounds of the pending writes (queued while offline, in flight, or
+   * waiting for confirmation): `maxWrites` (default 500) and `maxBytes` of
+   * their encoded messages (default 1 MiB). A write over them rejects with
+   * QueueFullError; the earlier ones stay queued.
+   */
+  queue?: { maxWrites?: number; maxBytes?: number };
   /** How long opening a socket and getting `connected` may take, in ms (default 10 000). */
   connectTimeoutMs?: number;
   /**
@@ -129,6 +140,19 @@ export interface DisconnectedEvent {
   retryInMs?: number;
 }
 
+/** A write of this client failed: the keys it showed as pending show the confirmed state again. */
+export interface RollbackEvent {
+  room: string;
+  /** The write's id (`wid` on the wire). */
+  wid: string;
+  /** What the write was to do. */
+  ops: WriteOp[];
+  /** The keys it wrote. */
+  keys: string[];
+  /** Why: the error its promise rejects with. */
+  error: StatecastError;
+}
+
 /** Events of {@link Client}. */
 export interface ClientEvents {
   status: { status: ConnectionStatus; prev: ConnectionStatus };
@@ -136,4 +160,8 @@ export interface ClientEvents {
   disconnected: DisconnectedEvent;
   /** Errors that no promise reports: a fatal close, a failed token refresh. */
   error: StatecastError;
+  /** A write failed and its pending value was taken back (before its promise rejects). */
+  rollback: RollbackEvent;
+  /** The number of pending writes changed (`client.pendingWrites`). */
+  pending: { writes: number };
 }

@@ -1,5 +1,6 @@
 import { Emitter } from './emitter.js';
 import { NotConnectedError, StatecastError } from './errors.js';
+import type { Op } from './pending.js';
 import type { SubMessage, WireEvent, WireItem } from './protocol.js';
 
 /** A key with its value and revisions (etcd's KeyValue). */
@@ -14,6 +15,12 @@ export interface Entry<V = unknown> {
   version: number;
   /** The key is bound to a lease (it vanishes when the lease ends). */
   lease: boolean;
+  /**
+   * A write of this client not yet confirmed: the value it writes, shown at
+   * once over the confirmed entry (whose revisions it carries; 0 for a new
+   * key). Absent on confirmed entries.
+   */
+  pending?: true;
 }
 
 /**
@@ -24,9 +31,13 @@ export interface Entry<V = unknown> {
  * - `coalesced`: the latest state of a key after the socket fell behind;
  * - `resync`: part of the difference between the view and a fresh snapshot
  *   the server sent instead of a replay (history compacted, epoch changed,
- *   socket too slow).
+ *   socket too slow);
+ * - `local`: a write of this client, shown before the server confirms it
+ *   (the entry is `pending`);
+ * - `rollback`: a write of this client failed; the key shows the confirmed
+ *   state again.
  */
-export type ChangeCause = 'initial' | 'live' | 'replay' | 'coalesced' | 'resync';
+export type ChangeCause = 'initial' | 'live' | 'replay' | 'coalesced' | 'resync' | 'local' | 'rollback';
 
 /** One key's change, as seen by one watch. */
 export interface ChangeEvent<V = unknown> {
@@ -91,11 +102,25 @@ export interface WatchEvents<V> {
 export interface WatchOwner {
   readonly status: string;
   _unwatch(w: Watch<any>): void;
+  /** The pending write shown over the confirmed value of a key. */
+  _overlay(room: string, key: string): Op | undefined;
+  /** An event of the write `wid` was applied at `rev`. */
+  _wid(wid: string, rev: number): void;
+  /** A watch caught up: writes held back for it may go. */
+  _flush(): void;
 }
+
+/** Pending entries, one per write and key, so that they keep their identity. */
+const shownOps = new WeakMap<Op, Entry<any>>();
 
 /**
  * The live view of a room's keys under some prefixes: a local copy kept
  * equal to the room, plus a change event per key.
+ *
+ * The view is the confirmed state (what the server sent) with this client's
+ * pending writes shown over it: a write shows at once, as a `pending`
+ * entry, until the server confirms it (the watch reaches its revision) or it
+ * fails (the key shows the confirmed state again: cause `rollback`).
  *
  * Messages are applied in revision order; any message at or below the
  * watch's revision is a duplicate and is dropped. Whatever the server sends
@@ -110,6 +135,9 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   /** Key prefixes watched (empty: the whole room). */
   readonly prefixes: readonly string[];
   private st: WatchStatus = 'pending';
+  /** The confirmed state, as the server sent it. */
+  private base = new Map<string, Entry<V>>();
+  /** What the watch shows: base, with pending writes over it. */
   private view = new Map<string, Entry<V>>();
   /** entries(), kept until the view changes. */
   private snap: readonly Entry<V>[] | undefined;
@@ -119,7 +147,7 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   private replaying = false;
   private replayed = 0;
   private err: StatecastError | undefined;
-  private waiters: { rev: number; epoch: string | undefined; done: () => void }[] = [];
+  private waiters: { rev: number; epoch: string | undefined; done: () => void; gone?: string[] }[] = [];
   /** ready() calls waiting for the first view, failed when the client stops. */
   private readies: ((e: StatecastError) => void)[] = [];
   /** @internal Current subscription id on the socket (0: none). */
@@ -213,6 +241,21 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     this.wake();
   }
 
+  /** @internal Whether the watch's prefixes cover `key`. */
+  _covers(key: string): boolean {
+    return !this.prefixes.length || this.prefixes.some((p) => key.startsWith(p));
+  }
+
+  /** @internal The confirmed entry of `key`, without pending writes. */
+  _confirmed(key: string): Entry<V> | undefined {
+    return this.base.get(key);
+  }
+
+  /** @internal Pending writes of `keys` came or went (`cause`): shows the keys anew. */
+  _local(keys: string[], cause: ChangeCause): void {
+    if (this.st !== 'closed') this.deliver(this.update(keys, this.r, cause), this.r, cause);
+  }
+
   /** @internal Where a new subscription resumes (undefined: ask for a snapshot). */
   _position(): { epoch: string; rev: number } | undefined {
     return this.started ? { epoch: this.ep!, rev: this.r + 1 } : undefined;
@@ -224,6 +267,11 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     this.replaying = this.started;
     this.replayed = 0;
     if (this.started) this.setStatus('syncing');
+  }
+
+  /** @internal Whether a subscription is catching up (writes wait for it: see Client). */
+  get _catchingUp(): boolean {
+    return !!this._sub && (this.st === 'pending' || this.st === 'syncing');
   }
 
   /** @internal The socket is gone; `stopped`: the client stopped (disconnected, no reconnect). */
@@ -245,12 +293,14 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     this.emit('error', err);
   }
 
-  /** @internal Resolves once the view reached `rev`, moved to another epoch, or closed. */
-  _reach(rev: number): Promise<void> {
-    return new Promise((done) => {
-      this.waiters.push({ rev, epoch: this.ep, done });
-      this.wake();
-    });
+  /**
+   * @internal Calls `done` once the view reached `rev`, moved to another
+   * epoch, or closed, or already lacks every key of `gone` (a delete of a
+   * missing key writes nothing: no event will show it).
+   */
+  _reach(rev: number, done: () => void, gone?: string[]): void {
+    this.waiters.push({ rev, epoch: this.ep, done, gone });
+    this.wake();
   }
 
   /** @internal Applies one subscription message. */
@@ -274,17 +324,15 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     if (same && m.rev < this.r) return; // older than the view: dropped
     const cause: ChangeCause = this.started ? 'resync' : 'initial';
     const next = new Map<string, Entry<V>>();
-    const changes: ChangeEvent<V>[] = [];
     for (const it of m.items ?? []) {
       const e = toEntry<V>(it);
-      const o = this.view.get(e.key);
-      const changed = !o || o.modRev !== e.modRev || (!same && !sameEntry(o, e));
-      if (changed) changes.push(change('put', e.key, e, o, m.rev, cause));
-      next.set(e.key, changed ? e : o); // unchanged: the same entry object (snapshot identity)
+      const o = this.base.get(e.key);
+      // unchanged: the same entry object (snapshot identity)
+      next.set(e.key, o && o.modRev === e.modRev && (same || sameEntry(o, e)) ? o : e);
     }
-    for (const [key, o] of this.view) if (!next.has(key)) changes.push(change('delete', key, undefined, o, m.rev, cause));
-    changes.sort((a, b) => cmp(a.key, b.key));
-    this.view = next;
+    this.base = next;
+    // The difference of what the watch shows: keys with pending writes keep showing them.
+    const changes = this.update(new Set([...this.view.keys(), ...next.keys()]), m.rev, cause).sort((a, b) => cmp(a.key, b.key));
     this.ep = m.epoch;
     this.r = m.rev;
     this.started = true;
@@ -298,23 +346,46 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     if (m.rev <= this.r) return; // duplicate or out of order: dropped
     const coalesced = m.t === 'coalesced';
     const cause: ChangeCause = coalesced ? 'coalesced' : this.replaying ? 'replay' : 'live';
-    const changes: ChangeEvent<V>[] = [];
+    const keys: string[] = [];
+    const wids = new Set<string>();
     for (const ev of m.events ?? []) {
       if (coalesced && ev.mod_rev <= this.r) continue;
-      const o = this.view.get(ev.key);
-      if (ev.type === 'delete') {
-        if (!o) continue;
-        this.view.delete(ev.key);
-        changes.push(change('delete', ev.key, undefined, o, m.rev, cause));
-      } else {
-        const e = toEntry<V>(ev as WireItem);
-        this.view.set(ev.key, e);
-        changes.push(change('put', ev.key, e, o, m.rev, cause));
-      }
+      if (ev.type === 'delete') this.base.delete(ev.key);
+      else this.base.set(ev.key, toEntry<V>(ev as WireItem));
+      keys.push(ev.key);
+      if (ev.wid) wids.add(ev.wid);
     }
     this.r = m.rev;
+    const changes = this.update(keys, m.rev, cause);
     if (this.replaying) this.replayed += changes.length;
     this.deliver(changes, m.rev, cause);
+    // After the changes: confirming a write of this client shows its keys anew.
+    for (const wid of wids) this.owner._wid(wid, m.rev);
+  }
+
+  /** Shows `keys` as they are now (confirmed, or a pending write over it); returns the changes. */
+  private update(keys: Iterable<string>, rev: number, cause: ChangeCause): ChangeEvent<V>[] {
+    const changes: ChangeEvent<V>[] = [];
+    for (const key of keys) {
+      const o = this.view.get(key);
+      const e = this._covers(key) ? this.shown(key) : undefined;
+      if (e === o) continue;
+      if (e) this.view.set(key, e);
+      else this.view.delete(key);
+      changes.push(change(e ? 'put' : 'delete', key, e, o, rev, cause));
+    }
+    return changes;
+  }
+
+  /** What `key` shows: the last pending write of it over the confirmed entry. */
+  private shown(key: string): Entry<V> | undefined {
+    const op = this.owner._overlay(this.room, key);
+    const b = this.base.get(key);
+    if (!op) return b;
+    if (op.type === 'delete') return undefined;
+    let e = shownOps.get(op);
+    if (!e) shownOps.set(op, (e = Object.freeze({ key, value: op.value, createRev: b?.createRev ?? 0, modRev: b?.modRev ?? 0, version: b?.version ?? 0, lease: !!op.lease, pending: true as const })));
+    return e;
   }
 
   private deliver(changes: ChangeEvent<V>[], rev: number, cause: ChangeCause): void {
@@ -328,15 +399,16 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     if (prev === status || prev === 'closed') return;
     this.st = status;
     this.emit('status', { status, prev });
+    if (status === 'live') this.owner._flush();
   }
 
   private wake(): void {
-    if (!this.waiters.length) return;
-    this.waiters = this.waiters.filter((w) => {
-      const done = this.st === 'closed' || (this.started && (this.r >= w.rev || (w.epoch !== undefined && w.epoch !== this.ep)));
-      if (done) w.done();
-      return !done;
-    });
+    const due = this.waiters.filter(
+      (w) => this.st === 'closed' || (this.started && (this.r >= w.rev || (w.epoch !== undefined && w.epoch !== this.ep) || !!w.gone?.every((k) => !this.base.has(k)))),
+    );
+    // Out of the list before they run: what they run (listeners) may wake this watch again.
+    this.waiters = this.waiters.filter((w) => !due.includes(w));
+    for (const w of due) w.done();
   }
 }
 

@@ -205,6 +205,72 @@ test('client: a refreshed JWT schedules the next refresh from its exp − iat', 
   }
 });
 
+/** A client on a manual clock (backoff 1 s → 4 s, jitter 0.5) whose token callback throws on a refresh when `fails(its call count)`. */
+async function failingRefreshes(fails: (calls: number) => boolean) {
+  const clock = new FakeClock();
+  const reasons: string[] = [];
+  const s = await setup({
+    clock,
+    random: () => 0.5,
+    reconnect: { minDelayMs: 1000, maxDelayMs: 4000 },
+    token: (ctx) => {
+      reasons.push(ctx.reason);
+      if (ctx.reason === 'refresh' && fails(reasons.length)) throw new Error('auth endpoint down');
+      return `tok${reasons.length}`;
+    },
+  });
+  return { ...s, clock, reasons };
+}
+
+test('client: a failed token refresh is retried with backoff over the open socket, before the token expires', async () => {
+  const { srv, c, errors, done, clock, reasons } = await failingRefreshes((n) => n <= 3);
+  try {
+    const conn = await srv.nextConn();
+    await conn.accept({ expires_ms: 60_000 });
+    await until(() => c.status === 'connected');
+    conn.send({ t: 'refresh', expires_ms: 30_000 });
+    await until(() => errors.length === 1, 'first failure');
+    clock.advance(499); // backoff 0.5 × 1000 ms
+    await sleep(20);
+    assert.equal(errors.length, 1);
+    clock.advance(1);
+    await until(() => errors.length === 2, 'second failure');
+    clock.advance(1000); // 0.5 × 2000 ms
+    const a = await conn.next('auth');
+    assert.equal(a.token, 'tok4');
+    conn.send({ t: 'ok', id: a.id });
+    assert.deepEqual(reasons, ['connect', 'refresh', 'refresh', 'refresh']);
+    assert.equal(c.status, 'connected', 'no reconnect');
+    assert.equal(srv.conns.length, 1);
+  } finally {
+    await done();
+  }
+});
+
+test('client: a token refresh still failing when the token expires is not retried past expiry; the server\'s 4002 then reconnects with a new token', async () => {
+  const { srv, c, errors, done, clock, reasons } = await failingRefreshes(() => true);
+  try {
+    const conn = await srv.nextConn();
+    await conn.accept({ expires_ms: 5000 });
+    await until(() => c.status === 'connected');
+    clock.advance(3750); // at 3/4 of a short lifetime
+    await until(() => errors.length === 1, 'first failure');
+    clock.advance(500); // retried at 4.25 s; the next one (+1 s) would be past expiry
+    await until(() => errors.length === 2, 'second failure');
+    clock.advance(10_000);
+    await sleep(20);
+    assert.deepEqual(reasons, ['connect', 'refresh', 'refresh']);
+    conn.close(4002, 'token expired');
+    await until(() => c.status === 'reconnecting');
+    clock.advance(1000);
+    const conn2 = await srv.nextConn();
+    assert.equal((await conn2.next('connect')).token, 'tok4');
+    assert.deepEqual(reasons, ['connect', 'refresh', 'refresh', 'rejected']);
+  } finally {
+    await done();
+  }
+});
+
 test('client: heartbeat pings when idle and drops a socket silent for 2 × ping_ms (4001), then reconnects', async () => {
   const clock = new FakeClock();
   const { srv, c, done } = await setup({ clock, random: () => 0 });

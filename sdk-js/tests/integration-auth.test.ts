@@ -50,6 +50,28 @@ test('auth: the token is refreshed over the open socket when the server asks, wi
   await c.room('auth:r').put('k', 1);
 });
 
+test('auth: a failed refresh is retried with backoff before the token expires: no 4002, no reconnect', async () => {
+  const reasons: string[] = [];
+  // 31 s left: the server asks for a refresh within a second; the first refresh fails.
+  const c = client({
+    token: (ctx) => {
+      reasons.push(ctx.reason);
+      if (reasons.length === 2) throw new Error('auth endpoint down');
+      return jwt('ann', reasons.length === 1 ? 31 : 3600);
+    },
+  });
+  const errors = record(c, 'error');
+  const closes = record(c, 'disconnected');
+  await c.ready(5000);
+  await until(() => reasons.length === 3, 'the retry', 3000);
+  assert.deepEqual(reasons, ['connect', 'refresh', 'refresh']);
+  assert.deepEqual(errors.map((e) => e.message), ['auth endpoint down']);
+  await sleep(100); // the auth reply
+  assert.deepEqual(closes, []);
+  assert.equal(c.status, 'connected');
+  await c.room('auth:r').put('k', 1);
+});
+
 test('auth: an invalid static token stops the client with UnauthorizedError (4501)', async () => {
   const c = client({ token: 'not-a-jwt' });
   const errors = record(c, 'error');

@@ -28,16 +28,16 @@ test('presence: set writes presence/<user>/<clientId> (no token: the clientId) w
     const r2 = p.set({ n: 2 });
     const r3 = p.set({ n: 3 });
     assert.equal(r2, r3, 'merged into one write');
-    conn.send({ t: 'ok', id: m1.id, rev: 2 });
+    conn.commit(m1, 2, sub.id);
     const m2 = await conn.next('put');
     assert.deepEqual(m2.value, { n: 3 });
-    conn.send({ t: 'ok', id: m2.id, rev: 3 });
+    conn.commit(m2, 3, sub.id);
     assert.deepEqual([await r1, await r3], [{ rev: 2 }, { rev: 3 }]);
     assert.deepEqual(p.self, { n: 3 });
     const cl = p.clear();
     const d = await conn.next('del');
     assert.equal(d.key, 'presence/me/me');
-    conn.send({ t: 'ok', id: d.id, rev: 4 });
+    conn.commit(d, 4, sub.id);
     await cl;
     assert.equal(conn.all('put').length, 2);
   } finally {
@@ -49,21 +49,23 @@ test('presence: after a reconnect that lost the session, the value is written ag
   const { srv, c, conn, done } = await setup();
   try {
     const p = c.room('r').presence();
-    await conn.sub({ t: 'snapshot', epoch: 'e', rev: 1, reason: 'initial', items: [] });
+    const s = await conn.sub({ t: 'snapshot', epoch: 'e', rev: 1, reason: 'initial', items: [] });
     const r = p.set('here');
     const m = await conn.next('put');
-    conn.send({ t: 'ok', id: m.id, rev: 2 });
+    conn.commit(m, 2, s.id);
     await r;
 
     conn.terminate();
     const conn2 = await srv.nextConn();
     await conn2.accept({ session: 's_1', resumed: true });
+    await conn2.sub({ t: 'synced', rev: 2 });
     await sleep(40);
     assert.equal(conn2.all('put').length, 0, 'resumed: the lease was kept');
 
     conn2.terminate();
     const conn3 = await srv.nextConn();
     await conn3.accept({ session: 's_2', resumed: false });
+    await conn3.sub({ t: 'synced', rev: 2 });
     const again = await conn3.next('put');
     assert.deepEqual([again.key, again.value, again.lease], ['presence/me/me', 'here', 'session']);
   } finally {
@@ -112,13 +114,14 @@ test('presence: dispose() removes its client listener, closes its watch and clea
     for (const p of ps) p.dispose();
     assert.equal(c.listenerCount('connected'), base, 'every presence removed its listener');
     assert.ok(ps.every((p) => p.watch.status === 'closed'));
+    for (const _ of ps) await conn.next('sub'); // theirs, never answered
 
     const room = c.room('r');
     const p = room.presence();
-    await conn.sub({ t: 'snapshot', epoch: 'e', rev: 1, reason: 'initial', items: [] });
+    const s = await conn.sub({ t: 'snapshot', epoch: 'e', rev: 1, reason: 'initial', items: [] });
     const set = p.set('here');
     const m = await conn.next('put');
-    conn.send({ t: 'ok', id: m.id, rev: 2 });
+    conn.commit(m, 2, s.id);
     await set;
     p.dispose();
     p.dispose(); // idempotent
@@ -165,10 +168,11 @@ test('presence: the key is presence/<token sub>/<clientId>; with a token callbac
     const set = p.set('here'); // issued before connecting: waits for the token
     const conn = await srv.nextConn();
     await conn.accept();
+    const s = await conn.sub({ t: 'snapshot', epoch: 'e', rev: 1, reason: 'initial', items: [] });
     const m = await conn.next('put');
     assert.equal(m.key, 'presence/zoë/tab1');
     assert.equal(p.id, 'zoë/tab1');
-    conn.send({ t: 'ok', id: m.id, rev: 2 });
+    conn.commit(m, 2, s.id);
     await set;
   } finally {
     c.close();

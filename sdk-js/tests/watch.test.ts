@@ -305,7 +305,7 @@ test('watch: ready() settles when the client closes before the first view: NotCo
   const { c, conn, w, done } = await setup();
   try {
     const ready = assert.rejects(w.ready(), { name: 'NotConnectedError' });
-    const room = c.room('doc:1');
+    const room = c.room('doc:2'); // writes to doc:1 would wait for w's first view
     const other = room.watch('x/');
     const s = await conn.next('sub', (m) => m.prefixes?.[0] === 'x/');
     conn.send({ t: 'ok', id: s.id }, { t: 'snapshot', s: s.id, epoch: 'e', rev: 1, reason: 'initial', items: [] });

@@ -1,6 +1,6 @@
 // Writes against a scripted fake server: wire format, typed errors, what
 // happens to writes in flight and queued across a dropped socket, timeouts,
-// read-your-writes.
+// read-your-writes. Optimistic views, chains and the offline queue: optimistic.test.ts.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
@@ -37,7 +37,8 @@ test('writes: put, delete, conditional put and txn on the wire; resolve with the
   try {
     const p1 = room.put('k', { a: 1 });
     const m1 = await conn.next('put');
-    assert.deepEqual({ ...m1, id: 0 }, { t: 'put', id: 0, room: 'r', key: 'k', value: { a: 1 } });
+    assert.deepEqual({ ...m1, id: 0, wid: '' }, { t: 'put', id: 0, room: 'r', key: 'k', value: { a: 1 }, wid: '' });
+    assert.match(m1.wid, /^[!-~]{1,64}$/, 'a write id: 1..64 printable ASCII bytes');
     conn.send({ t: 'ok', id: m1.id, rev: 4 });
     assert.deepEqual(await p1, { rev: 4 });
 
@@ -60,6 +61,9 @@ test('writes: put, delete, conditional put and txn on the wire; resolve with the
     assert.deepEqual(m4.ops, [{ op: 'put', key: 'a', value: 1, lease: 'session' }, { op: 'del', key: 'b' }]);
     conn.send({ t: 'ok', id: m4.id, rev: 6 });
     assert.deepEqual(await p4, { rev: 6 });
+    const wids = [m1, m2, m3, m4].map((m) => m.wid);
+    assert.equal(new Set(wids).size, 4, 'every write has its own id');
+    assert.ok([m1, m2, m3, m4].every((m) => m.since === undefined), 'since only on a write sent again');
 
     await assert.rejects(room.put('k', undefined), InvalidValueError);
   } finally {
@@ -83,6 +87,8 @@ test('writes: server errors reject with typed errors', async () => {
       const p = room.put('k', 1);
       const m = await conn.next('put');
       conn.send({ t: 'err', id: m.id, code, message: `msg ${code}`, ...extra });
+      // The server cannot tell: the SDK reads the key as it is now.
+      if (code === 'outcome_unknown') await conn.sub({ t: 'snapshot', epoch: 'e', rev: 9, reason: 'initial', items: [{ key: 'k', value: 7, create_rev: 3, mod_rev: 9, version: 2 }] });
       const err = await p.then(() => assert.fail('resolved'), (e: unknown) => e);
       assert.ok(err instanceof cls, `${code}: ${err}`);
       assert.equal((err as StatecastError).code, code);
@@ -90,27 +96,48 @@ test('writes: server errors reject with typed errors', async () => {
         const c = err as ConflictError;
         assert.deepEqual([c.key, c.modRev, c.rev], ['k', 8, 9]);
       }
+      if (code === 'outcome_unknown') {
+        assert.deepEqual((err as OutcomeUnknownError).observed?.map((e) => [e.key, e.value, e.modRev]), [['k', 7, 9]]);
+        await conn.next('unsub'); // the watch that read it is closed
+      }
     }
   } finally {
     await done();
   }
 });
 
-test('writes: a write in flight when the socket drops rejects OutcomeUnknown and is never resent', async () => {
+test('writes: a write in flight when the socket drops is sent again after the reconnect with the same wid and since; dup:true resolves it at the original rev', async () => {
   const { srv, c, conn, room, done } = await setup();
   try {
     const p = room.put('k', 1);
-    await conn.next('put');
+    const m = await conn.next('put');
     assert.equal(c.pendingWrites, 1);
     conn.terminate();
-    const err = await p.then(() => assert.fail('resolved'), (e: unknown) => e);
-    assert.ok(err instanceof OutcomeUnknownError);
-    assert.ok(!(err instanceof TimeoutError));
     const conn2 = await srv.nextConn();
     await conn2.accept();
-    await until(() => c.status === 'connected');
-    await sleep(30);
-    assert.equal(conn2.all('put').length, 0, 'not resent');
+    const again = await conn2.next('put');
+    assert.deepEqual([again.wid, again.key, again.value], [m.wid, 'k', 1]);
+    assert.equal(again.since, 0, 'no watch of the room: no revision seen');
+    conn2.send({ t: 'ok', id: again.id, rev: 4, dup: true });
+    assert.deepEqual(await p, { rev: 4 });
+    assert.equal(c.pendingWrites, 0);
+    assert.equal(conn2.all('put').length, 1);
+  } finally {
+    await done();
+  }
+});
+
+test('writes: a write in flight when the client closes rejects OutcomeUnknown; one never sent NotConnected', async () => {
+  const { c, conn, room, done } = await setup();
+  try {
+    const sent = room.put('k', 1);
+    await conn.next('put');
+    const after = room.put('k', 2); // waits for the first one's reply: never sent
+    c.close();
+    const err = await sent.then(() => assert.fail('resolved'), (e: unknown) => e);
+    assert.ok(err instanceof OutcomeUnknownError && !(err instanceof TimeoutError));
+    await assert.rejects(after, (e: any) => e.code === 'dependency_failed' && e.cause === err);
+    assert.equal(conn.all('put').length, 1);
     assert.equal(c.pendingWrites, 0);
   } finally {
     await done();
@@ -134,11 +161,17 @@ test('writes: issued while disconnected, a write waits for the connection and is
   }
 });
 
-test('writes: not connected within requestTimeoutMs → NotConnectedError, never sent', async () => {
-  const { conn, room, done } = await setup({ requestTimeoutMs: 80 }, false);
+test('writes: never connected, a write stays queued past requestTimeoutMs; close() rejects it NotConnected, never sent', async () => {
+  const { c, conn, room, done } = await setup({ requestTimeoutMs: 50 }, false);
   try {
     await conn.next('connect'); // never answered
-    await assert.rejects(room.put('k', 1), NotConnectedError);
+    let settled = false;
+    const p = room.put('k', 1).finally(() => (settled = true));
+    await sleep(120);
+    assert.equal(settled, false, 'queued: the timeout counts from sending');
+    assert.equal(c.pendingWrites, 1);
+    c.close();
+    await assert.rejects(p, NotConnectedError);
     assert.equal(conn.all('put').length, 0);
   } finally {
     await done();

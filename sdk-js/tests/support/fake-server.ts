@@ -79,6 +79,20 @@ export class FakeConn {
     return s;
   }
 
+  /**
+   * Commits the write `m` (put, del or txn) at `rev` as the server does: its
+   * events, carrying its wid, on subscription `s` (if given), then `ok`.
+   */
+  commit(m: Msg, rev: number, s?: number): void {
+    const ops: Msg[] = m.t === 'txn' ? m.ops : [{ ...m, op: m.t }];
+    const events = ops.map((o) =>
+      o.op === 'del'
+        ? { type: 'delete', key: o.key, mod_rev: rev, wid: m.wid }
+        : { type: 'put', key: o.key, value: o.value, create_rev: rev, mod_rev: rev, version: 1, lease: !!o.lease, wid: m.wid },
+    );
+    this.send(...(s ? [{ t: 'events', s, rev, events }] : []), { t: 'ok', id: m.id, rev });
+  }
+
   close(code: number, reason = ''): void {
     this.ws.close(code, reason);
   }

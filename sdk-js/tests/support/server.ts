@@ -92,6 +92,9 @@ export function startServer(args: string[] = []): Promise<Server> {
   });
 }
 
+/** The URL with loopback port 1: connection refused, like a network that is down. */
+const unreachable = (url: string) => url.replace(/127\.0\.0\.1:\d+/, '127.0.0.1:1');
+
 /**
  * A WebSocket constructor to inject into a client, which lets a test drop
  * the client's socket (`drop()`, as a network failure: no close frame) and
@@ -102,8 +105,7 @@ export function controlledWebSocket() {
   let blocked = false;
   class ControlledWS extends WebSocket {
     constructor(url: string, protocols: string[]) {
-      // Port 1 on loopback: connection refused, like a network that is down.
-      super(blocked ? url.replace(/127\.0\.0\.1:\d+/, '127.0.0.1:1') : url, protocols);
+      super(blocked ? unreachable(url) : url, protocols);
       sockets.push(this);
     }
   }
@@ -116,6 +118,59 @@ export function controlledWebSocket() {
     /** Kills the current socket without a close handshake. */
     drop() {
       sockets.at(-1)!.terminate();
+    },
+  };
+}
+
+/**
+ * A WebSocket constructor (JSON codec) whose socket, after `loseReplyTo(t)`,
+ * is cut (no close frame) by the first frame the server sends about the next
+ * request of type `t`, its reply or an event carrying its wid: the write
+ * committed, and the client heard nothing of it. `sent` holds every message
+ * the client sent; `block(true)` refuses reconnects, as controlledWebSocket.
+ */
+export function replyLosingWebSocket() {
+  const sent: Record<string, any>[] = [];
+  let armed: string | undefined;
+  let target: { id: number; wid: string } | undefined;
+  let blocked = false;
+  const onmessage = Object.getOwnPropertyDescriptor(WebSocket.prototype, 'onmessage')!;
+  class ReplyLosingWS extends WebSocket {
+    constructor(url: string, protocols: string[]) {
+      super(blocked ? unreachable(url) : url, protocols);
+      let fn: ((ev: { data: unknown }) => void) | null = null;
+      Object.defineProperty(this, 'onmessage', {
+        get: () => fn,
+        set: (f: typeof fn) => {
+          fn = f;
+          onmessage.set!.call(this, f && ((ev: { data: unknown }) => {
+            const text = String(ev.data);
+            if (target && (text.includes(`"wid":"${target.wid}"`) || text.includes(`"id":${target.id},`))) {
+              target = undefined;
+              return this.terminate();
+            }
+            f(ev);
+          }));
+        },
+      });
+    }
+    override send(data: any, ...rest: any[]): void {
+      for (const line of String(data).split('\n')) {
+        const m = JSON.parse(line);
+        sent.push(m);
+        if (m.t === armed) [target, armed] = [{ id: m.id, wid: m.wid }, undefined];
+      }
+      super.send(data, ...rest);
+    }
+  }
+  return {
+    WebSocket: ReplyLosingWS,
+    sent,
+    loseReplyTo(t: string) {
+      armed = t;
+    },
+    block(b: boolean) {
+      blocked = b;
     },
   };
 }
