@@ -335,7 +335,7 @@ var Writes = class {
       return Promise.reject(new QueueFullError(`${this.list.length} writes (${bytes} bytes with this one) pending; not queued`));
     const m = w.msg;
     const ops = (m.t === "txn" ? m.ops : [m]).map((o) => ({
-      type: o.t === "del" || o.op === "del" ? "delete" : "put",
+      type: o.t === "del" || o.type === "delete" ? "delete" : "put",
       key: o.key,
       value: o.value,
       lease: o.lease
@@ -589,7 +589,7 @@ var Room = class {
     return this.write(() => {
       if (!Array.isArray(txn?.ops)) throw new InvalidValueError("txn.ops", "not an array");
       const ops = txn.ops.map(
-        (o, i) => o.type === "put" ? (checkValue(o.value, `txn.ops[${i}].value`), { op: "put", key: o.key, value: o.value, lease: o.lease }) : { op: "del", key: o.key }
+        (o, i) => o.type === "put" ? (checkValue(o.value, `txn.ops[${i}].value`), { type: "put", key: o.key, value: o.value, lease: o.lease }) : { type: "delete", key: o.key }
       );
       const conds = txn.if?.map((c) => ({ key: c.key, mod_rev: c.modRev }));
       return { t: "txn", if: conds, ops };

@@ -80,7 +80,7 @@ export class Writes {
       return Promise.reject(new QueueFullError(`${this.list.length} writes (${bytes} bytes with this one) pending; not queued`));
     const m = w.msg;
     const ops: Op[] = ((m.t === 'txn' ? m.ops : [m]) as Record<string, any>[]).map((o) => ({
-      type: o.t === 'del' || o.op === 'del' ? 'delete' : 'put',
+      type: o.t === 'del' || o.type === 'delete' ? 'delete' : 'put',
       key: o.key,
       value: o.value,
       lease: o.lease,

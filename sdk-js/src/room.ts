@@ -97,7 +97,7 @@ export class Room {
     return this.write(() => {
       if (!Array.isArray(txn?.ops)) throw new InvalidValueError('txn.ops', 'not an array');
       const ops = txn.ops.map((o, i) =>
-        o.type === 'put' ? (checkValue(o.value, `txn.ops[${i}].value`), { op: 'put', key: o.key, value: o.value, lease: o.lease }) : { op: 'del', key: o.key },
+        o.type === 'put' ? (checkValue(o.value, `txn.ops[${i}].value`), { type: 'put', key: o.key, value: o.value, lease: o.lease }) : { type: 'delete', key: o.key },
       );
       const conds = txn.if?.map((c) => ({ key: c.key, mod_rev: c.modRev }));
       return { t: 'txn', if: conds, ops };

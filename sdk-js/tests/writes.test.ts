@@ -58,7 +58,7 @@ test('writes: put, delete, conditional put and txn on the wire; resolve with the
     const p4 = room.txn({ if: [{ key: 'a', modRev: 3 }], ops: [{ type: 'put', key: 'a', value: 1, lease: 'session' }, { type: 'delete', key: 'b' }] });
     const m4 = await conn.next('txn');
     assert.deepEqual(m4.if, [{ key: 'a', mod_rev: 3 }]);
-    assert.deepEqual(m4.ops, [{ op: 'put', key: 'a', value: 1, lease: 'session' }, { op: 'del', key: 'b' }]);
+    assert.deepEqual(m4.ops, [{ type: 'put', key: 'a', value: 1, lease: 'session' }, { type: 'delete', key: 'b' }]);
     conn.send({ t: 'ok', id: m4.id, rev: 6 });
     assert.deepEqual(await p4, { rev: 6 });
     const wids = [m1, m2, m3, m4].map((m) => m.wid);

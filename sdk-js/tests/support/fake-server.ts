@@ -84,9 +84,9 @@ export class FakeConn {
    * events, carrying its wid, on subscription `s` (if given), then `ok`.
    */
   commit(m: Msg, rev: number, s?: number): void {
-    const ops: Msg[] = m.t === 'txn' ? m.ops : [{ ...m, op: m.t }];
+    const ops: Msg[] = m.t === 'txn' ? m.ops : [{ ...m, type: m.t === 'del' ? 'delete' : 'put' }];
     const events = ops.map((o) =>
-      o.op === 'del'
+      o.type === 'delete'
         ? { type: 'delete', key: o.key, mod_rev: rev, wid: m.wid }
         : { type: 'put', key: o.key, value: o.value, create_rev: rev, mod_rev: rev, version: 1, lease: !!o.lease, wid: m.wid },
     );
