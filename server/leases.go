@@ -397,8 +397,7 @@ func (l *lessor) recover(ctx context.Context, grace time.Duration) error {
 		go l.beat()
 	}
 	if l.shared != nil && err == nil {
-		l.wg.Add(1)
-		go l.endShared()
+		l.startShared()
 	}
 	return err
 }

@@ -85,27 +85,22 @@ func (l *lessor) endKeys(id string, keys []store.LeaseKey) {
 	}
 }
 
-// endShared ends the due leases every tick. The orphan sweeps run in
-// their own goroutine: a long scan must not delay the ends.
-func (l *lessor) endShared() {
-	defer l.wg.Done()
+// startShared ends the due leases every tick. The orphan sweeps run on
+// their own ticker: a long scan must not delay the ends.
+func (l *lessor) startShared() {
 	every := max(l.nodeTimeout/5, 100*time.Millisecond)
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		t := time.NewTicker(orphanEvery * every)
-		defer t.Stop()
-		for {
-			select {
-			case <-l.stop:
-				return
-			case <-t.C:
-			}
-			l.endLeases(l.shared.EndedLeaseKeys)
-			l.sweepUnlisted()
-		}
-	}()
-	t := time.NewTicker(every)
+	l.wg.Add(2)
+	go l.tick(every, func() { l.endLeases(l.shared.EndDueLeases) })
+	go l.tick(orphanEvery*every, func() {
+		l.endLeases(l.shared.EndedLeaseKeys)
+		l.sweepUnlisted()
+	})
+}
+
+// tick runs fn every d until the lessor stops.
+func (l *lessor) tick(d time.Duration, fn func()) {
+	defer l.wg.Done()
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -113,7 +108,7 @@ func (l *lessor) endShared() {
 			return
 		case <-t.C:
 		}
-		l.endLeases(l.shared.EndDueLeases)
+		fn()
 	}
 }
 
