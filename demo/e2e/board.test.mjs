@@ -4,17 +4,26 @@
 // never shown to others; presence of both users with no console error.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, reconnect, startServer, status, withUsers } from './support.mjs';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildBoard } from '../scripts/build-board.mjs';
+import { launch, reconnect, screenshot, startServer, status, withUsers } from './support.mjs';
 
 let srv, browser;
+// React's development build of the page: StrictMode's double render and mount, and React's warnings, happen only there.
+const tmp = mkdtempSync(join(tmpdir(), 'statecast-board-dev-'));
+const devBuild = join(tmp, 'board.js');
 
 before(async () => {
   srv = await startServer(['--lease-grace', '1s']);
   browser = await launch();
+  await buildBoard(devBuild, { dev: true });
 });
 after(async () => {
   await browser?.close();
   await srv?.stop();
+  rmSync(tmp, { recursive: true, force: true });
 });
 
 const card = (page, title) => page.getByTestId('card').filter({ has: page.locator(`[data-testid=card-title][value="${title}"]`) });
@@ -84,17 +93,25 @@ test('an offline edit of a card A changed meanwhile is rolled back visibly on re
     assert.deepEqual(await titles(b.page), ['Book the small room']);
     await b.page.getByTestId('pending').getByText('all saved').waitFor();
     assert.deepEqual(await a.page.evaluate(() => [...window.seenTitles]), ['Book a room', 'Book the small room'], 'what A ever showed');
+    await addCard(a.page, 'Send the invitations');
+    await card(b.page, 'Send the invitations').waitFor();
+    await screenshot(b.page, 'board');
     await notice.getByRole('button', { name: 'Dismiss' }).click();
     await notice.waitFor({ state: 'detached' });
   });
 });
 
-test('the page (StrictMode) loads with no console error, shows both users present, and moves and deletes cards', async () => {
+test('the page in React development mode (StrictMode) loads with no console error, shows both users present, and moves and deletes cards', async () => {
   const logged = [];
+  let served = 0;
   await withUsers(browser, srv.url, '/board.html?room=board:e2e-here', [['Ann'], ['Ben']], async (a, b) => {
-    for (const u of [a, b]) u.page.on('console', (m) => ['error', 'warning'].includes(m.type()) && logged.push(m.text()));
-    await a.page.reload();
-    await status(a.page, 'connected');
+    for (const u of [a, b]) {
+      u.page.on('console', (m) => ['error', 'warning'].includes(m.type()) && logged.push(m.text()));
+      await u.page.route('**/app/board.js', (r) => (served++, r.fulfill({ path: devBuild, contentType: 'text/javascript' })));
+      await u.page.reload();
+      await status(u.page, 'connected');
+    }
+    assert.equal(served, 2, 'both pages run the development build');
     for (const [u, other] of [[a, 'Ben'], [b, 'Ann']]) {
       const here = u.page.getByTestId('here');
       await here.getByTestId('person').filter({ hasText: other }).waitFor();
