@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildBoard } from '../scripts/build-board.mjs';
-import { launch, reconnect, screenshot, startServer, status, withUsers } from './support.mjs';
+import { launch, reconnect, screenshot, startServer, status, TIMEOUT, withUsers } from './support.mjs';
 
 let srv, browser;
 // React's development build of the page: StrictMode's double render and mount, and React's warnings, happen only there.
@@ -42,6 +42,23 @@ async function rename(page, i, title) {
   const input = page.getByTestId('card-title').nth(i);
   await input.fill(title);
   await input.press('Enter');
+}
+
+/** The prefixes of each client's watches of `room`, as the server's inspector lists them. */
+async function watchesOn(room) {
+  const { clients } = await (await fetch(`${srv.url}/v1/admin/inspect`)).json();
+  return clients.map((c) => c.watches.filter((w) => w.room === room).map((w) => w.prefixes.join(' ')).sort()).filter((w) => w.length);
+}
+
+/** Runs check until it passes, for up to TIMEOUT (then fails with its last error). */
+async function eventually(check) {
+  for (const end = Date.now() + TIMEOUT; ; await new Promise((r) => setTimeout(r, 100))) {
+    try {
+      return await check();
+    } catch (e) {
+      if (Date.now() > end) throw e;
+    }
+  }
 }
 
 /** Records, in the page, every card title painted from now on (window.seenTitles). */
@@ -123,6 +140,9 @@ test('the page in React development mode (StrictMode) loads with no console erro
     await card(b.page, 'Ship it').and(b.page.locator('[data-testid=column-doing] *')).waitFor();
     await card(b.page, 'Ship it').getByRole('button', { name: 'Delete' }).click();
     await a.page.getByTestId('card').waitFor({ state: 'detached' });
+    // StrictMode mounted every hook twice: the server holds one watch of the cards and one of presence per page, none leaked.
+    const one = [['board/cards/', 'presence/'], ['board/cards/', 'presence/']];
+    await eventually(async () => assert.deepEqual(await watchesOn('board:e2e-here'), one));
   });
   assert.deepEqual(logged, [], 'console errors and warnings');
 });
