@@ -19,7 +19,7 @@ after(async () => {
 const LONG = 'Supercalifragilisticexpialidocious-without-any-break-at-all';
 
 /** Writes what the pages will show over HTTP: long words, several cards, a game, so layouts are filled. */
-async function seed(doc, lobby) {
+async function seed(doc, lobby, board) {
   const put = async (room, key, value) => {
     const res = await fetch(`${srv.url}/v1/rooms/${room}/kv/${key}`, { method: 'PUT', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(value) });
     assert.equal(res.status, 200, `PUT ${room} ${key}`);
@@ -28,13 +28,14 @@ async function seed(doc, lobby) {
   for (let i = 0; i < 3; i++) await put(doc, `doc/cards/c${i}`, { text: `Book flights ${LONG}`, done: i === 1, order: i, by: LONG });
   await put(lobby, 'games/g1', { name: `Friday night ${LONG}`, mode: 'ffa', max: 8, host: LONG, hostId: 'someone', created: 1 });
   await put(lobby, 'seats/g1/1', { id: 'other', name: LONG });
+  for (const [i, column] of ['todo', 'doing', 'done'].entries()) await put(board, `board/cards/c${i}`, { title: `Plan ${LONG}`, column, order: i, by: LONG });
 }
 
 test('no demo page is wider than a 390 px phone', async () => {
-  await seed('doc:e2e-phone', 'lobby:e2e-phone');
-  for (const path of ['/', '/lobby.html?room=lobby:e2e-phone', '/doc.html?room=doc:e2e-phone', '/inspector.html']) {
+  await seed('doc:e2e-phone', 'lobby:e2e-phone', 'board:e2e-phone');
+  for (const path of ['/', '/lobby.html?room=lobby:e2e-phone', '/doc.html?room=doc:e2e-phone', '/board.html?room=board:e2e-phone', '/inspector.html']) {
     await withUsers(browser, srv.url, path, [[LONG, { viewport: { width: 390, height: 844 }, wait: path.includes('?room=') }]], async (u) => {
-      if (path.startsWith('/doc')) await u.page.getByTestId('card').nth(2).waitFor();
+      if (path.startsWith('/doc') || path.startsWith('/board')) await u.page.getByTestId('card').nth(2).waitFor();
       if (path.startsWith('/lobby')) await u.page.getByTestId('game').waitFor();
       if (path.startsWith('/inspector')) await u.page.getByTestId('room').first().waitFor();
       const { scroll, client } = await u.page.evaluate(() => ({ scroll: document.scrollingElement.scrollWidth, client: document.scrollingElement.clientWidth }));
@@ -63,8 +64,8 @@ function contrastOf(el) {
 }
 
 test('every button stays readable while hovered, the selected filter chip too', async () => {
-  await seed('doc:e2e-hover', 'lobby:e2e-hover');
-  for (const path of ['/lobby.html?room=lobby:e2e-hover', '/doc.html?room=doc:e2e-hover']) {
+  await seed('doc:e2e-hover', 'lobby:e2e-hover', 'board:e2e-hover');
+  for (const path of ['/lobby.html?room=lobby:e2e-hover', '/doc.html?room=doc:e2e-hover', '/board.html?room=board:e2e-hover']) {
     await withUsers(browser, srv.url, path, [['Ann']], async (u) => {
       await u.page.locator('[data-testid=game], [data-testid=card]').first().waitFor();
       const buttons = u.page.locator('button:enabled');
