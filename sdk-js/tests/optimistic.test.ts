@@ -292,3 +292,25 @@ test('optimistic: a listener that closes a watch while a write settles does not 
     await done();
   }
 });
+
+test('optimistic: a write whose reply was lost, confirmed by a coalesced message, resolves at its event\'s mod_rev (not the message\'s rev); the write chained on it applies on that rev', async () => {
+  const { srv, conn, room, w, done } = await setup([item('k', 0, 5)]);
+  try {
+    const p1 = room.put('k', 1, { ifModRev: 5 });
+    const m1 = await conn.next('put');
+    const p2 = room.put('k', 2, { ifModRev: w.entry('k')!.modRev });
+    const { conn: conn2, sub } = await reconnect(srv, conn);
+    conn2.send(
+      { t: 'ok', id: sub.id },
+      { t: 'coalesced', s: sub.id, rev: 20, events: [{ ...put('k', 1, 7, 5, 2), wid: m1.wid }, put('x', 1, 20)] },
+      { t: 'synced', s: sub.id, rev: 20 },
+    );
+    assert.deepEqual(await p1, { rev: 7 });
+    const m2 = await conn2.next('put');
+    assert.equal(m2.if_rev, 7, 'on top of the first write, not a false conflict at 20');
+    conn2.commit(m2, 21, sub.id);
+    assert.deepEqual(await p2, { rev: 21 });
+  } finally {
+    await done();
+  }
+});
