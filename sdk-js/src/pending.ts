@@ -36,7 +36,7 @@ export interface Write {
   ops: Op[];
   /** The keys of `ops`. */
   keys: string[];
-  /** Per key, the earlier pending write of it this one applies on (it waits for that one's ok). */
+  /** Per key, the earlier pending write of it this one applies on (it waits for that one's ok); cleared once sent. */
   deps: Map<string, Write>;
   state: 'queued' | 'sent' | 'lost' | 'acked' | 'done';
   rev: number;
@@ -101,8 +101,12 @@ export class Writes {
   /** Sends, in order, the writes that can go: connected, their room caught up, and what they apply on acknowledged. */
   flush(): void {
     for (const w of this.list)
-      if ((w.state === 'queued' || w.state === 'lost') && [...w.deps.values()].every((d) => d.state === 'acked' || d.state === 'done') && this.c._canSend(w.room))
-        this.c._send(w, request(w));
+      if ((w.state === 'queued' || w.state === 'lost') && [...w.deps.values()].every((d) => d.state === 'acked' || d.state === 'done') && this.c._canSend(w.room)) {
+        // Its conditions now name what it applies on: it holds no earlier write (no chain while typing).
+        w.msg = request(w);
+        w.deps.clear();
+        this.c._send(w, { ...w.msg });
+      }
   }
 
   /**

@@ -314,3 +314,30 @@ test('optimistic: a write whose reply was lost, confirmed by a coalesced message
     await done();
   }
 });
+
+test('optimistic: chained writes (typing, dragging) keep no chain: a sent write holds no earlier write, so settled writes are not retained', async () => {
+  const { c, conn, s, room, done } = await setup([item('k', 0, 5)]);
+  try {
+    type W = { deps: Map<string, W> };
+    const list = () => (c as unknown as { writes: { list: W[] } }).writes.list;
+    /** The writes the pending ones hold through `deps`, transitively, that are no longer pending. */
+    const retained = () => {
+      const seen = new Set<W>();
+      const visit = (w: W) => w.deps.forEach((d) => seen.has(d) || (seen.add(d), visit(d)));
+      list().forEach(visit);
+      return [...seen].filter((w) => !list().includes(w)).length;
+    };
+    const ps = [1, 2, 3, 4, 5].map((v) => room.put('k', v, { ifModRev: 5 }));
+    for (let rev = 6; rev <= 9; rev++) {
+      conn.commit(await conn.next('put'), rev, s);
+      await ps[rev - 6];
+    }
+    const last = await conn.next('put');
+    assert.equal(list().length, 1);
+    assert.equal(retained(), 0);
+    conn.commit(last, 10, s);
+    assert.deepEqual(await ps[4], { rev: 10 });
+  } finally {
+    await done();
+  }
+});
