@@ -484,10 +484,13 @@ export class Client extends Emitter<ClientEvents> {
     this.lastSent = this.clock.now();
     if (m.expires_ms) this.scheduleRefresh(refreshDelay(m.expires_ms));
     this.beat();
-    this.setStatus('connected');
+    // Resubscribed before the listeners run: a write made in one waits for the watches to catch up.
+    const prev = this.st;
+    this.st = 'connected';
+    for (const w of this.watches) this.subscribe(w);
+    this.emit('status', { status: 'connected', prev });
     this.emit('connected', this.sess);
     if (this.ws !== ws) return; // a listener closed it
-    for (const w of this.watches) this.subscribe(w);
     this.writes.flush();
   }
 

@@ -341,3 +341,23 @@ test('optimistic: chained writes (typing, dragging) keep no chain: a sent write 
     await done();
   }
 });
+
+test('optimistic: a write made in a connected or status listener after a reconnect waits for the watches: the sub goes before any write', async () => {
+  const { srv, c, conn, room, done } = await setup([item('k', 0, 5)]);
+  try {
+    const ps: Promise<unknown>[] = [];
+    c.on('status', (e) => e.status === 'connected' && ps.push(room.put('k', 'from status')));
+    c.on('connected', () => ps.push(room.put('k', 'from connected')));
+    conn.terminate();
+    const conn2 = await srv.nextConn();
+    await conn2.accept();
+    const sub = await conn2.next('sub');
+    await sleep(30);
+    assert.deepEqual(conn2.received.map((m) => m.t).filter((t) => t === 'sub' || t === 'put'), ['sub'], 'no write before the sub, nor before the watch caught up');
+    conn2.send({ t: 'ok', id: sub.id }, { t: 'synced', s: sub.id, rev: 5 });
+    for (const rev of [6, 7]) conn2.commit(await conn2.next('put'), rev, sub.id);
+    assert.deepEqual(await Promise.all(ps), [{ rev: 6 }, { rev: 7 }]);
+  } finally {
+    await done();
+  }
+});
