@@ -1,6 +1,6 @@
 import { Tokens, refreshDelay } from './auth.js';
 import { backoffDelay } from './backoff.js';
-import { frameTooLarge, jsonCodec, type Codec } from './codec.js';
+import { frameBytes, jsonCodec, type Codec } from './codec.js';
 import { CloseCode, closeAction, type CloseAction } from './codes.js';
 import { Emitter } from './emitter.js';
 import {
@@ -291,8 +291,9 @@ export class Client extends Emitter<ClientEvents> {
       return Promise.reject(asError(e));
     }
     const limit = this.o.maxFrameBytes ?? 1 << 20;
-    if (frameTooLarge(frame, limit)) return Promise.reject(new TooLargeError(`the message is larger than ${limit} bytes; not sent`));
-    return this.writes.add({ room, msg, bytes: frame.length, timeoutMs: opts.timeoutMs ?? this.timeout, waitFor });
+    const bytes = frameBytes(frame);
+    if (bytes > limit) return Promise.reject(new TooLargeError(`the message is larger than ${limit} bytes; not sent`));
+    return this.writes.add({ room, msg, bytes, timeoutMs: opts.timeoutMs ?? this.timeout, waitFor });
   }
 
   /**

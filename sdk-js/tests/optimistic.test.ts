@@ -181,6 +181,19 @@ test('optimistic: the queue is bounded in bytes too; pendingWrites and the pendi
   }
 });
 
+test('optimistic: the queue counts UTF-8 bytes: a write of 100 \'€\' (300 bytes, 100 UTF-16 units) does not fit in maxBytes 200', async () => {
+  const { c, conn, s, room, done } = await setup([], { queue: { maxBytes: 200 } });
+  try {
+    await assert.rejects(room.put('a', '€'.repeat(100)), QueueFullError);
+    assert.equal(c.pendingWrites, 0);
+    const p = room.put('a', 'x'.repeat(100));
+    conn.commit(await conn.next('put'), 6, s);
+    await p;
+  } finally {
+    await done();
+  }
+});
+
 test('optimistic: a write whose reply was lost is confirmed by its event in the replay, carrying its wid: it is not sent again', async () => {
   const { srv, conn, room, w, done } = await setup([item('k', 0, 5)]);
   try {
