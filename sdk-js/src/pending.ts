@@ -120,7 +120,6 @@ export class Writes {
     w.rev = rev;
     const watches = this.c._watchesOf(w.room).filter((v) => w.keys.some((k) => v._covers(k)));
     if (w.waitFor) watches.push(w.waitFor);
-    const gone = w.ops.every((o) => o.type === 'delete') ? w.keys : undefined;
     let n = watches.length + 1;
     const done = () => {
       if (--n) return;
@@ -128,7 +127,11 @@ export class Writes {
       this.remove([w], 'live');
       w.resolve({ rev });
     };
-    for (const v of watches) v._reach(rev, done, gone);
+    for (const v of watches) {
+      // A watch whose part of the write deletes only missing keys gets no event of it.
+      const ops = w.ops.filter((o) => v._covers(o.key));
+      v._reach(rev, done, ops.length && ops.every((o) => o.type === 'delete') ? ops.map((o) => o.key) : undefined);
+    }
     done();
     this.flush();
   }

@@ -280,6 +280,24 @@ test('optimistic: without a watch of its key a write settles on its ok; a delete
   }
 });
 
+test('optimistic: a txn that puts a and deletes the missing b settles on its ok when the only watch of it covers b alone (no event will come there)', async () => {
+  const { conn, room, w, done } = await setup();
+  try {
+    w.close();
+    const wb = room.watch('b');
+    await conn.sub({ t: 'snapshot', epoch: 'e', rev: 5, reason: 'initial', items: [] });
+    await wb.ready();
+    let result: unknown;
+    room.txn({ ops: [{ type: 'put', key: 'a', value: 1 }, { type: 'delete', key: 'b' }] }).then((r) => (result = r));
+    const m = await conn.next('txn');
+    conn.send({ t: 'ok', id: m.id, rev: 7 }); // the watch of b is at 5, and no progress comes
+    await sleep(30);
+    assert.deepEqual(result, { rev: 7 });
+  } finally {
+    await done();
+  }
+});
+
 test('optimistic: a listener that closes a watch while a write settles does not settle another write before its other watch shows it', async () => {
   const { conn, s, room, w, done } = await setup([item('k', 0, 5)]);
   try {
