@@ -402,6 +402,7 @@ var Writes = class {
   }
   /** The server cannot tell whether `w` applied: reads its keys as they are now, then fails it. It is never sent again. */
   async reread(w, err) {
+    if (!w.keys.length) return this.fail(w, err);
     const v = this.c.room(w.room).watch(w.keys);
     try {
       await v.ready();

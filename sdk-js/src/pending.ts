@@ -157,6 +157,7 @@ export class Writes {
 
   /** The server cannot tell whether `w` applied: reads its keys as they are now, then fails it. It is never sent again. */
   async reread(w: Write, err: OutcomeUnknownError): Promise<void> {
+    if (!w.keys.length) return this.fail(w, err); // conditions only: nothing to read (watch([]) is the whole room)
     const v = this.c.room(w.room).watch(w.keys);
     try {
       await v.ready();

@@ -392,3 +392,22 @@ test('optimistic: a write made in a connected or status listener after a reconne
     await done();
   }
 });
+
+test('optimistic: outcome_unknown for a txn of conditions only: nothing to read again (no watch of the whole room); it rejects OutcomeUnknown', async () => {
+  const { srv, conn, room, done } = await setup([item('k', 0, 5)]);
+  try {
+    const p = room.txn({ if: [{ key: 'k', modRev: 5 }], ops: [] });
+    await conn.next('txn');
+    const { conn: conn2, sub } = await reconnect(srv, conn);
+    conn2.send({ t: 'ok', id: sub.id }, { t: 'snapshot', s: sub.id, epoch: 'e', rev: 40, reason: 'compacted', items: [item('k', 0, 5)] });
+    const again = await conn2.next('txn');
+    conn2.send({ t: 'err', id: again.id, code: 'outcome_unknown', message: 'history since 5 compacted' });
+    let error: unknown;
+    p.catch((e: unknown) => (error = e));
+    await sleep(30);
+    assert.equal(conn2.all('sub').length, 1, 'no re-read');
+    assert.ok(error instanceof OutcomeUnknownError);
+  } finally {
+    await done();
+  }
+});
