@@ -212,10 +212,8 @@ var jsonCodec = {
   encode: (message) => JSON.stringify(message),
   decode: (frame) => text(frame).split("\n").filter((line) => line !== "").map((line) => JSON.parse(line))
 };
-function frameTooLarge(frame, limit) {
-  if (typeof frame !== "string") return frame.byteLength > limit;
-  if (frame.length * 3 <= limit) return false;
-  return frame.length > limit || new TextEncoder().encode(frame).byteLength > limit;
+function frameBytes(frame) {
+  return typeof frame === "string" ? new TextEncoder().encode(frame).byteLength : frame.byteLength;
 }
 
 // src/codes.ts
@@ -354,8 +352,11 @@ var Writes = class {
   /** Sends, in order, the writes that can go: connected, their room caught up, and what they apply on acknowledged. */
   flush() {
     for (const w of this.list)
-      if ((w.state === "queued" || w.state === "lost") && [...w.deps.values()].every((d) => d.state === "acked" || d.state === "done") && this.c._canSend(w.room))
-        this.c._send(w, request(w));
+      if ((w.state === "queued" || w.state === "lost") && [...w.deps.values()].every((d) => d.state === "acked" || d.state === "done") && this.c._canSend(w.room)) {
+        w.msg = request(w);
+        w.deps.clear();
+        this.c._send(w, { ...w.msg });
+      }
   }
   /**
    * The server's ok at `rev` (or an event carrying the write's wid): the
@@ -368,7 +369,6 @@ var Writes = class {
     w.rev = rev;
     const watches = this.c._watchesOf(w.room).filter((v) => w.keys.some((k) => v._covers(k)));
     if (w.waitFor) watches.push(w.waitFor);
-    const gone = w.ops.every((o) => o.type === "delete") ? w.keys : void 0;
     let n = watches.length + 1;
     const done = () => {
       if (--n) return;
@@ -376,7 +376,10 @@ var Writes = class {
       this.remove([w], "live");
       w.resolve({ rev });
     };
-    for (const v of watches) v._reach(rev, done, gone);
+    for (const v of watches) {
+      const ops = w.ops.filter((o) => v._covers(o.key));
+      v._reach(rev, done, ops.length && ops.every((o) => o.type === "delete") ? ops.map((o) => o.key) : void 0);
+    }
     done();
     this.flush();
   }
@@ -399,6 +402,7 @@ var Writes = class {
   }
   /** The server cannot tell whether `w` applied: reads its keys as they are now, then fails it. It is never sent again. */
   async reread(w, err) {
+    if (!w.keys.length) return this.fail(w, err);
     const v = this.c.room(w.room).watch(w.keys);
     try {
       await v.ready();
@@ -830,19 +834,19 @@ var Watch = class extends Emitter {
     const coalesced = m.t === "coalesced";
     const cause = coalesced ? "coalesced" : this.replaying ? "replay" : "live";
     const keys = [];
-    const wids = /* @__PURE__ */ new Set();
+    const wids = /* @__PURE__ */ new Map();
     for (const ev of m.events ?? []) {
       if (coalesced && ev.mod_rev <= this.r) continue;
       if (ev.type === "delete") this.base.delete(ev.key);
       else this.base.set(ev.key, toEntry(ev));
       keys.push(ev.key);
-      if (ev.wid) wids.add(ev.wid);
+      if (ev.wid) wids.set(ev.wid, Math.max(wids.get(ev.wid) ?? 0, ev.mod_rev));
     }
     this.r = m.rev;
     const changes = this.update(keys, m.rev, cause);
     if (this.replaying) this.replayed += changes.length;
     this.deliver(changes, m.rev, cause);
-    for (const wid of wids) this.owner._wid(wid, m.rev);
+    for (const [wid, rev] of wids) this.owner._wid(wid, rev);
   }
   /** Shows `keys` as they are now (confirmed, or a pending write over it); returns the changes. */
   update(keys, rev, cause) {
@@ -1137,8 +1141,9 @@ var Client = class extends Emitter {
       return Promise.reject(asError(e));
     }
     const limit = this.o.maxFrameBytes ?? 1 << 20;
-    if (frameTooLarge(frame, limit)) return Promise.reject(new TooLargeError(`the message is larger than ${limit} bytes; not sent`));
-    return this.writes.add({ room, msg, bytes: frame.length, timeoutMs: opts.timeoutMs ?? this.timeout, waitFor });
+    const bytes = frameBytes(frame);
+    if (bytes > limit) return Promise.reject(new TooLargeError(`the message is larger than ${limit} bytes; not sent`));
+    return this.writes.add({ room, msg, bytes, timeoutMs: opts.timeoutMs ?? this.timeout, waitFor });
   }
   /**
    * @internal Whether writes to `room` may be sent: connected, and no watch
@@ -1316,10 +1321,12 @@ var Client = class extends Emitter {
     this.lastSent = this.clock.now();
     if (m.expires_ms) this.scheduleRefresh(refreshDelay(m.expires_ms));
     this.beat();
-    this.setStatus("connected");
+    const prev = this.st;
+    this.st = "connected";
+    for (const w of this.watches) this.subscribe(w);
+    this.emit("status", { status: "connected", prev });
     this.emit("connected", this.sess);
     if (this.ws !== ws) return;
-    for (const w of this.watches) this.subscribe(w);
     this.writes.flush();
   }
   /** Heartbeat: ping when idle; a socket silent for 2 × ping_ms is dead (checked on wall-clock time). */

@@ -1,6 +1,6 @@
 import { Tokens, refreshDelay } from './auth.js';
 import { backoffDelay } from './backoff.js';
-import { frameTooLarge, jsonCodec, type Codec } from './codec.js';
+import { frameBytes, jsonCodec, type Codec } from './codec.js';
 import { CloseCode, closeAction, type CloseAction } from './codes.js';
 import { Emitter } from './emitter.js';
 import {
@@ -291,8 +291,9 @@ export class Client extends Emitter<ClientEvents> {
       return Promise.reject(asError(e));
     }
     const limit = this.o.maxFrameBytes ?? 1 << 20;
-    if (frameTooLarge(frame, limit)) return Promise.reject(new TooLargeError(`the message is larger than ${limit} bytes; not sent`));
-    return this.writes.add({ room, msg, bytes: frame.length, timeoutMs: opts.timeoutMs ?? this.timeout, waitFor });
+    const bytes = frameBytes(frame);
+    if (bytes > limit) return Promise.reject(new TooLargeError(`the message is larger than ${limit} bytes; not sent`));
+    return this.writes.add({ room, msg, bytes, timeoutMs: opts.timeoutMs ?? this.timeout, waitFor });
   }
 
   /**
@@ -484,10 +485,13 @@ export class Client extends Emitter<ClientEvents> {
     this.lastSent = this.clock.now();
     if (m.expires_ms) this.scheduleRefresh(refreshDelay(m.expires_ms));
     this.beat();
-    this.setStatus('connected');
+    // Resubscribed before the listeners run: a write made in one waits for the watches to catch up.
+    const prev = this.st;
+    this.st = 'connected';
+    for (const w of this.watches) this.subscribe(w);
+    this.emit('status', { status: 'connected', prev });
     this.emit('connected', this.sess);
     if (this.ws !== ws) return; // a listener closed it
-    for (const w of this.watches) this.subscribe(w);
     this.writes.flush();
   }
 

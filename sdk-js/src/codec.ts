@@ -37,9 +37,7 @@ export const jsonCodec: Codec = {
       .map((line) => JSON.parse(line)),
 };
 
-/** @internal Whether an encoded frame is larger than `limit` bytes. */
-export function frameTooLarge(frame: string | Uint8Array, limit: number): boolean {
-  if (typeof frame !== 'string') return frame.byteLength > limit;
-  if (frame.length * 3 <= limit) return false; // UTF-8 takes at most 3 bytes per UTF-16 unit
-  return frame.length > limit || new TextEncoder().encode(frame).byteLength > limit;
+/** @internal The size of an encoded frame in bytes (UTF-8 for text, as it goes on the wire). */
+export function frameBytes(frame: string | Uint8Array): number {
+  return typeof frame === 'string' ? new TextEncoder().encode(frame).byteLength : frame.byteLength;
 }

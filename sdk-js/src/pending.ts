@@ -36,7 +36,7 @@ export interface Write {
   ops: Op[];
   /** The keys of `ops`. */
   keys: string[];
-  /** Per key, the earlier pending write of it this one applies on (it waits for that one's ok). */
+  /** Per key, the earlier pending write of it this one applies on (it waits for that one's ok); cleared once sent. */
   deps: Map<string, Write>;
   state: 'queued' | 'sent' | 'lost' | 'acked' | 'done';
   rev: number;
@@ -101,8 +101,12 @@ export class Writes {
   /** Sends, in order, the writes that can go: connected, their room caught up, and what they apply on acknowledged. */
   flush(): void {
     for (const w of this.list)
-      if ((w.state === 'queued' || w.state === 'lost') && [...w.deps.values()].every((d) => d.state === 'acked' || d.state === 'done') && this.c._canSend(w.room))
-        this.c._send(w, request(w));
+      if ((w.state === 'queued' || w.state === 'lost') && [...w.deps.values()].every((d) => d.state === 'acked' || d.state === 'done') && this.c._canSend(w.room)) {
+        // Its conditions now name what it applies on: it holds no earlier write (no chain while typing).
+        w.msg = request(w);
+        w.deps.clear();
+        this.c._send(w, { ...w.msg });
+      }
   }
 
   /**
@@ -116,7 +120,6 @@ export class Writes {
     w.rev = rev;
     const watches = this.c._watchesOf(w.room).filter((v) => w.keys.some((k) => v._covers(k)));
     if (w.waitFor) watches.push(w.waitFor);
-    const gone = w.ops.every((o) => o.type === 'delete') ? w.keys : undefined;
     let n = watches.length + 1;
     const done = () => {
       if (--n) return;
@@ -124,7 +127,11 @@ export class Writes {
       this.remove([w], 'live');
       w.resolve({ rev });
     };
-    for (const v of watches) v._reach(rev, done, gone);
+    for (const v of watches) {
+      // A watch whose part of the write deletes only missing keys gets no event of it.
+      const ops = w.ops.filter((o) => v._covers(o.key));
+      v._reach(rev, done, ops.length && ops.every((o) => o.type === 'delete') ? ops.map((o) => o.key) : undefined);
+    }
     done();
     this.flush();
   }
@@ -150,6 +157,7 @@ export class Writes {
 
   /** The server cannot tell whether `w` applied: reads its keys as they are now, then fails it. It is never sent again. */
   async reread(w: Write, err: OutcomeUnknownError): Promise<void> {
+    if (!w.keys.length) return this.fail(w, err); // conditions only: nothing to read (watch([]) is the whole room)
     const v = this.c.room(w.room).watch(w.keys);
     try {
       await v.ready();

@@ -347,20 +347,21 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     const coalesced = m.t === 'coalesced';
     const cause: ChangeCause = coalesced ? 'coalesced' : this.replaying ? 'replay' : 'live';
     const keys: string[] = [];
-    const wids = new Set<string>();
+    // Each write of this client at the revision its own events carry: a coalesced message's rev covers more.
+    const wids = new Map<string, number>();
     for (const ev of m.events ?? []) {
       if (coalesced && ev.mod_rev <= this.r) continue;
       if (ev.type === 'delete') this.base.delete(ev.key);
       else this.base.set(ev.key, toEntry<V>(ev as WireItem));
       keys.push(ev.key);
-      if (ev.wid) wids.add(ev.wid);
+      if (ev.wid) wids.set(ev.wid, Math.max(wids.get(ev.wid) ?? 0, ev.mod_rev));
     }
     this.r = m.rev;
     const changes = this.update(keys, m.rev, cause);
     if (this.replaying) this.replayed += changes.length;
     this.deliver(changes, m.rev, cause);
     // After the changes: confirming a write of this client shows its keys anew.
-    for (const wid of wids) this.owner._wid(wid, m.rev);
+    for (const [wid, rev] of wids) this.owner._wid(wid, rev);
   }
 
   /** Shows `keys` as they are now (confirmed, or a pending write over it); returns the changes. */

@@ -181,6 +181,19 @@ test('optimistic: the queue is bounded in bytes too; pendingWrites and the pendi
   }
 });
 
+test('optimistic: the queue counts UTF-8 bytes: a write of 100 \'€\' (300 bytes, 100 UTF-16 units) does not fit in maxBytes 200', async () => {
+  const { c, conn, s, room, done } = await setup([], { queue: { maxBytes: 200 } });
+  try {
+    await assert.rejects(room.put('a', '€'.repeat(100)), QueueFullError);
+    assert.equal(c.pendingWrites, 0);
+    const p = room.put('a', 'x'.repeat(100));
+    conn.commit(await conn.next('put'), 6, s);
+    await p;
+  } finally {
+    await done();
+  }
+});
+
 test('optimistic: a write whose reply was lost is confirmed by its event in the replay, carrying its wid: it is not sent again', async () => {
   const { srv, conn, room, w, done } = await setup([item('k', 0, 5)]);
   try {
@@ -267,6 +280,24 @@ test('optimistic: without a watch of its key a write settles on its ok; a delete
   }
 });
 
+test('optimistic: a txn that puts a and deletes the missing b settles on its ok when the only watch of it covers b alone (no event will come there)', async () => {
+  const { conn, room, w, done } = await setup();
+  try {
+    w.close();
+    const wb = room.watch('b');
+    await conn.sub({ t: 'snapshot', epoch: 'e', rev: 5, reason: 'initial', items: [] });
+    await wb.ready();
+    let result: unknown;
+    room.txn({ ops: [{ type: 'put', key: 'a', value: 1 }, { type: 'delete', key: 'b' }] }).then((r) => (result = r));
+    const m = await conn.next('txn');
+    conn.send({ t: 'ok', id: m.id, rev: 7 }); // the watch of b is at 5, and no progress comes
+    await sleep(30);
+    assert.deepEqual(result, { rev: 7 });
+  } finally {
+    await done();
+  }
+});
+
 test('optimistic: a listener that closes a watch while a write settles does not settle another write before its other watch shows it', async () => {
   const { conn, s, room, w, done } = await setup([item('k', 0, 5)]);
   try {
@@ -288,6 +319,94 @@ test('optimistic: a listener that closes a watch while a write settles does not 
     conn.send({ t: 'events', s: s2.id, rev: 7, events: [put('k', 2, 7, 5, 2)] });
     assert.deepEqual(await p2, { rev: 7 });
     assert.equal(second.entry('k')!.pending, undefined);
+  } finally {
+    await done();
+  }
+});
+
+test('optimistic: a write whose reply was lost, confirmed by a coalesced message, resolves at its event\'s mod_rev (not the message\'s rev); the write chained on it applies on that rev', async () => {
+  const { srv, conn, room, w, done } = await setup([item('k', 0, 5)]);
+  try {
+    const p1 = room.put('k', 1, { ifModRev: 5 });
+    const m1 = await conn.next('put');
+    const p2 = room.put('k', 2, { ifModRev: w.entry('k')!.modRev });
+    const { conn: conn2, sub } = await reconnect(srv, conn);
+    conn2.send(
+      { t: 'ok', id: sub.id },
+      { t: 'coalesced', s: sub.id, rev: 20, events: [{ ...put('k', 1, 7, 5, 2), wid: m1.wid }, put('x', 1, 20)] },
+      { t: 'synced', s: sub.id, rev: 20 },
+    );
+    assert.deepEqual(await p1, { rev: 7 });
+    const m2 = await conn2.next('put');
+    assert.equal(m2.if_rev, 7, 'on top of the first write, not a false conflict at 20');
+    conn2.commit(m2, 21, sub.id);
+    assert.deepEqual(await p2, { rev: 21 });
+  } finally {
+    await done();
+  }
+});
+
+test('optimistic: chained writes (typing, dragging) keep no chain: a sent write holds no earlier write, so settled writes are not retained', async () => {
+  const { c, conn, s, room, done } = await setup([item('k', 0, 5)]);
+  try {
+    type W = { deps: Map<string, W> };
+    const list = () => (c as unknown as { writes: { list: W[] } }).writes.list;
+    /** The writes the pending ones hold through `deps`, transitively, that are no longer pending. */
+    const retained = () => {
+      const seen = new Set<W>();
+      const visit = (w: W) => w.deps.forEach((d) => seen.has(d) || (seen.add(d), visit(d)));
+      list().forEach(visit);
+      return [...seen].filter((w) => !list().includes(w)).length;
+    };
+    const ps = [1, 2, 3, 4, 5].map((v) => room.put('k', v, { ifModRev: 5 }));
+    for (let rev = 6; rev <= 9; rev++) {
+      conn.commit(await conn.next('put'), rev, s);
+      await ps[rev - 6];
+    }
+    const last = await conn.next('put');
+    assert.equal(list().length, 1);
+    assert.equal(retained(), 0);
+    conn.commit(last, 10, s);
+    assert.deepEqual(await ps[4], { rev: 10 });
+  } finally {
+    await done();
+  }
+});
+
+test('optimistic: a write made in a connected or status listener after a reconnect waits for the watches: the sub goes before any write', async () => {
+  const { srv, c, conn, room, done } = await setup([item('k', 0, 5)]);
+  try {
+    const ps: Promise<unknown>[] = [];
+    c.on('status', (e) => e.status === 'connected' && ps.push(room.put('k', 'from status')));
+    c.on('connected', () => ps.push(room.put('k', 'from connected')));
+    conn.terminate();
+    const conn2 = await srv.nextConn();
+    await conn2.accept();
+    const sub = await conn2.next('sub');
+    await sleep(30);
+    assert.deepEqual(conn2.received.map((m) => m.t).filter((t) => t === 'sub' || t === 'put'), ['sub'], 'no write before the sub, nor before the watch caught up');
+    conn2.send({ t: 'ok', id: sub.id }, { t: 'synced', s: sub.id, rev: 5 });
+    for (const rev of [6, 7]) conn2.commit(await conn2.next('put'), rev, sub.id);
+    assert.deepEqual(await Promise.all(ps), [{ rev: 6 }, { rev: 7 }]);
+  } finally {
+    await done();
+  }
+});
+
+test('optimistic: outcome_unknown for a txn of conditions only: nothing to read again (no watch of the whole room); it rejects OutcomeUnknown', async () => {
+  const { srv, conn, room, done } = await setup([item('k', 0, 5)]);
+  try {
+    const p = room.txn({ if: [{ key: 'k', modRev: 5 }], ops: [] });
+    await conn.next('txn');
+    const { conn: conn2, sub } = await reconnect(srv, conn);
+    conn2.send({ t: 'ok', id: sub.id }, { t: 'snapshot', s: sub.id, epoch: 'e', rev: 40, reason: 'compacted', items: [item('k', 0, 5)] });
+    const again = await conn2.next('txn');
+    conn2.send({ t: 'err', id: again.id, code: 'outcome_unknown', message: 'history since 5 compacted' });
+    let error: unknown;
+    p.catch((e: unknown) => (error = e));
+    await sleep(30);
+    assert.equal(conn2.all('sub').length, 1, 'no re-read');
+    assert.ok(error instanceof OutcomeUnknownError);
   } finally {
     await done();
   }
