@@ -197,11 +197,7 @@ func TestSessionResumedOnAnotherNode(t *testing.T) {
 	ctx, room := testCtx(t), "lobby"
 	const timeout, grace = time.Second, 300 * time.Millisecond
 	node := func(id string) *env {
-		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "rs"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return newEnv(t, envOpts{Store: st, Cfg: server.Config{NodeID: id, NodeTimeout: timeout, LeaseGrace: grace}})
+		return redisNode(t, rs.URL(), "rs", server.Config{NodeID: id, NodeTimeout: timeout, LeaseGrace: grace})
 	}
 	a, b := node("a"), node("b")
 	_, next := watchKeys(t, dialCodec(t, b, "json"), room)
@@ -321,11 +317,7 @@ func TestTTLLeasesAcrossNodes(t *testing.T) {
 	}
 	const timeout, ttl = time.Second, 1500 * time.Millisecond
 	node := func(id string) *env {
-		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "tl"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return newEnv(t, envOpts{Store: st, Cfg: server.Config{NodeID: id, NodeTimeout: timeout, Auth: auth}})
+		return redisNode(t, rs.URL(), "tl", server.Config{NodeID: id, NodeTimeout: timeout, Auth: auth})
 	}
 	a, b, c := node("a"), node("b"), node("c")
 	alice := tokenFor(t, "alice", time.Now().Add(time.Hour), allRooms)
@@ -455,11 +447,7 @@ func TestTTLLeaseAnonymousAcrossNodes(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	ctx := testCtx(t)
 	node := func(id string) *env {
-		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "ta"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return newEnv(t, envOpts{Store: st, Cfg: server.Config{NodeID: id, NodeTimeout: time.Second}})
+		return redisNode(t, rs.URL(), "ta", server.Config{NodeID: id, NodeTimeout: time.Second})
 	}
 	a, b := node("a"), node("b")
 	id, err := a.HTTP.GrantLease(ctx, time.Minute)
@@ -478,4 +466,14 @@ func TestTTLLeaseAnonymousAcrossNodes(t *testing.T) {
 	if l, err := b.HTTP.List(ctx, "r", ""); err != nil || len(l.Items) != 0 {
 		t.Fatalf("after the revoke: %v (%v), want no key", l.Items, err)
 	}
+}
+
+// redisNode starts a node on the Redis at url, under key prefix, with cfg.
+func redisNode(t *testing.T, url, prefix string, cfg server.Config) *env {
+	t.Helper()
+	st, err := store.OpenRedis(testCtx(t), store.RedisConfig{URL: url, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newEnv(t, envOpts{Store: st, Cfg: cfg})
 }
