@@ -32,12 +32,22 @@ type Engine struct {
 
 	stopc chan struct{}
 	wg    sync.WaitGroup
+
+	// life is cancelled by Close: room loads run under it, not under the
+	// context of the watcher that happened to start them.
+	life   context.Context
+	cancel context.CancelFunc
 }
+
+// loadTimeout bounds one room load (snapshot and history read), so a
+// store that hangs fails the load and the next watcher tries again.
+const loadTimeout = time.Minute
 
 // New returns an Engine serving the rooms of st. The caller keeps owning
 // st and closes it after the Engine.
 func New(st store.Store, cfg Config) *Engine {
 	e := &Engine{st: st, cfg: cfg.withDefaults(), rooms: make(map[string]*room), stopc: make(chan struct{})}
+	e.life, e.cancel = context.WithCancel(context.Background())
 	b := e.cfg.HistoryBytes
 	e.hist = budget{limit: b, low: b - b/16, hard: b + b/8, kick: make(chan struct{}, 1)}
 	e.wg.Add(2)
@@ -426,6 +436,7 @@ func (e *Engine) Close() error {
 	e.rooms = nil
 	e.mu.Unlock()
 	close(e.stopc)
+	e.cancel()
 	e.wg.Wait()
 	for _, r := range rooms {
 		r.mu.Lock()
@@ -454,7 +465,8 @@ func (e *Engine) loadedRooms() []*room {
 }
 
 // acquire returns the loaded room named name, loading it if needed. Only
-// one caller loads a room; the others wait for it.
+// one load runs per room; every caller waits for it, each under its own
+// context: a caller that gives up leaves the load running for the others.
 func (e *Engine) acquire(ctx context.Context, name string) (*room, error) {
 	e.mu.Lock()
 	if e.closed {
@@ -473,30 +485,15 @@ func (e *Engine) acquire(ctx context.Context, name string) (*room, error) {
 			r.mu.Unlock()
 		}
 	}
-	loader := r == nil
-	if loader {
+	if r == nil {
 		r = newRoom(e, name)
 		e.rooms[name] = r
+		e.wg.Add(1) // under e.mu with !e.closed: before Close waits
+		go e.loadRoom(r)
 	}
 	e.mu.Unlock()
 	if stale != nil {
 		stale()
-	}
-	if loader {
-		r.loadErr = e.load(ctx, r)
-		close(r.loaded)
-		if r.loadErr != nil {
-			e.mu.Lock()
-			if e.rooms[name] == r {
-				delete(e.rooms, name)
-			}
-			e.mu.Unlock()
-			r.mu.Lock()
-			r.shutdownLocked(r.loadErr)
-			stop := r.takeStopLocked()
-			r.mu.Unlock()
-			stop()
-		}
 	}
 	select {
 	case <-r.loaded:
@@ -504,6 +501,29 @@ func (e *Engine) acquire(ctx context.Context, name string) (*room, error) {
 		return nil, ctx.Err()
 	}
 	return r, r.loadErr
+}
+
+// loadRoom loads r and publishes the outcome to its waiters; a room that
+// fails to load leaves the engine, so the next acquire starts afresh.
+func (e *Engine) loadRoom(r *room) {
+	defer e.wg.Done()
+	ctx, cancel := context.WithTimeout(e.life, loadTimeout)
+	r.loadErr = e.load(ctx, r)
+	cancel()
+	close(r.loaded)
+	if r.loadErr == nil {
+		return
+	}
+	e.mu.Lock()
+	if e.rooms[r.name] == r {
+		delete(e.rooms, r.name)
+	}
+	e.mu.Unlock()
+	r.mu.Lock()
+	r.shutdownLocked(r.loadErr)
+	stop := r.takeStopLocked()
+	r.mu.Unlock()
+	stop()
 }
 
 // load list-then-watches the store for r: it registers the tail first so

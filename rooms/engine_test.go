@@ -234,6 +234,65 @@ func TestOneSnapshotPerRoomPerNode(t *testing.T) {
 	}
 }
 
+// A watcher that gives up while its room is loading does not fail the
+// load for the watchers waiting on it: the room loads once, for them.
+func TestLoadOutlivesTheWatcherThatStartedIt(t *testing.T) {
+	ctx := context.Background()
+	st := &gatedStore{countingStore: countingStore{Memory: store.NewMemory(store.MemoryConfig{})}, gate: make(chan struct{})}
+	defer st.Close()
+	e := rooms.New(st, rooms.Config{})
+	defer e.Close()
+	if _, err := st.Apply(ctx, "r", store.Put("k", []byte("v"))); err != nil {
+		t.Fatal(err)
+	}
+	first, cancel := context.WithCancel(ctx)
+	firstErr := make(chan error, 1)
+	go func() { _, err := e.Watch(first, "r", rooms.WatchOptions{}); firstErr <- err }()
+	for st.snapshots.Load() == 0 { // the first watcher is loading the room
+		time.Sleep(time.Millisecond)
+	}
+	second := make(chan error, 1)
+	go func() {
+		w, err := e.Watch(ctx, "r", rooms.WatchOptions{})
+		if err == nil {
+			m, nerr := w.Next(ctx)
+			if nerr == nil && (m.Kind != rooms.KindSnapshot || len(m.Items) != 1) {
+				nerr = fmt.Errorf("got %v with %d items, want the snapshot of 1 key", m.Kind, len(m.Items))
+			}
+			err = nerr
+			w.Close()
+		}
+		second <- err
+	}()
+	cancel()
+	if err := <-firstErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the watcher that gave up: %v, want context.Canceled", err)
+	}
+	close(st.gate)
+	if err := <-second; err != nil {
+		t.Fatalf("the watcher that waited: %v", err)
+	}
+	if n := st.snapshots.Load(); n != 1 {
+		t.Fatalf("%d store snapshots, want 1", n)
+	}
+}
+
+// gatedStore holds every Snapshot until gate closes or its context ends.
+type gatedStore struct {
+	countingStore
+	gate chan struct{}
+}
+
+func (s *gatedStore) Snapshot(ctx context.Context, room, prefix string) (store.Snapshot, error) {
+	s.snapshots.Add(1)
+	select {
+	case <-s.gate:
+		return s.Memory.Snapshot(ctx, room, prefix)
+	case <-ctx.Done():
+		return store.Snapshot{}, ctx.Err()
+	}
+}
+
 func TestIdleRoomUnloads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
