@@ -1,4 +1,4 @@
-package server
+package auth
 
 import (
 	"crypto"
@@ -25,14 +25,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// authTestNow is the fixed clock of every test here.
-var authTestNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+// testNow is the fixed clock of every test here.
+var testNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func authTestClock() time.Time { return authTestNow }
+func testClock() time.Time { return testNow }
 
-// authTestKeySet holds keys generated once per test binary (RSA generation
+// testKeySet holds keys generated once per test binary (RSA generation
 // is slow under -race).
-type authTestKeySet struct {
+type testKeySet struct {
 	secret  []byte
 	secret2 []byte
 	rsa     *rsa.PrivateKey
@@ -45,13 +45,13 @@ type authTestKeySet struct {
 	ed2     ed25519.PrivateKey
 }
 
-var authTestKeys = sync.OnceValue(func() *authTestKeySet {
+var testKeys = sync.OnceValue(func() *testKeySet {
 	must := func(err error) {
 		if err != nil {
 			panic(err)
 		}
 	}
-	k := &authTestKeySet{secret: make([]byte, 64), secret2: make([]byte, 64)}
+	k := &testKeySet{secret: make([]byte, 64), secret2: make([]byte, 64)}
 	_, err := rand.Read(k.secret)
 	must(err)
 	_, err = rand.Read(k.secret2)
@@ -75,8 +75,8 @@ var authTestKeys = sync.OnceValue(func() *authTestKeySet {
 	return k
 })
 
-// authTestPEM encodes public keys as PKIX "PUBLIC KEY" blocks, concatenated.
-func authTestPEM(t testing.TB, pubs ...crypto.PublicKey) []byte {
+// testPEM encodes public keys as PKIX "PUBLIC KEY" blocks, concatenated.
+func testPEM(t testing.TB, pubs ...crypto.PublicKey) []byte {
 	t.Helper()
 	var out []byte
 	for _, pub := range pubs {
@@ -89,8 +89,8 @@ func authTestPEM(t testing.TB, pubs ...crypto.PublicKey) []byte {
 	return out
 }
 
-// authTestSign signs claims with method and key.
-func authTestSign(t testing.TB, method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
+// testSign signs claims with method and key.
+func testSign(t testing.TB, method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
 	t.Helper()
 	s, err := jwt.NewWithClaims(method, claims).SignedString(key)
 	if err != nil {
@@ -99,19 +99,19 @@ func authTestSign(t testing.TB, method jwt.SigningMethod, key any, claims jwt.Ma
 	return s
 }
 
-// authTestRaw builds a token from a raw header, payload and signature.
-func authTestRaw(header, payload string, sig []byte) string {
+// testRaw builds a token from a raw header, payload and signature.
+func testRaw(header, payload string, sig []byte) string {
 	enc := base64.RawURLEncoding
 	return enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(payload)) + "." + enc.EncodeToString(sig)
 }
 
-// authTestClaims returns a valid claim set for alice, expiring in an hour,
+// testClaims returns a valid claim set for alice, expiring in an hour,
 // with extra merged in (a nil value deletes a claim).
-func authTestClaims(extra jwt.MapClaims) jwt.MapClaims {
+func testClaims(extra jwt.MapClaims) jwt.MapClaims {
 	c := jwt.MapClaims{
 		"sub": "alice",
-		"exp": authTestNow.Add(time.Hour).Unix(),
-		"iat": authTestNow.Add(-time.Minute).Unix(),
+		"exp": testNow.Add(time.Hour).Unix(),
+		"iat": testNow.Add(-time.Minute).Unix(),
 		"statecast": map[string]any{"grants": []any{
 			map[string]any{"room": "lobby:*", "prefix": "", "access": "r"},
 			map[string]any{"room": "lobby:*", "prefix": "presence/{sub}", "access": "rw"},
@@ -128,11 +128,11 @@ func authTestClaims(extra jwt.MapClaims) jwt.MapClaims {
 	return c
 }
 
-// authTestWantClaims is what authTestClaims(nil) verifies to.
-func authTestWantClaims() *Claims {
+// testWantClaims is what testClaims(nil) verifies to.
+func testWantClaims() *Claims {
 	return &Claims{
 		Subject: "alice",
-		Expiry:  authTestNow.Add(time.Hour),
+		Expiry:  testNow.Add(time.Hour),
 		Grants: []Grant{
 			{Room: "lobby:*", Prefix: "", Access: Read},
 			{Room: "lobby:*", Prefix: "presence/{sub}", Access: ReadWrite},
@@ -141,27 +141,27 @@ func authTestWantClaims() *Claims {
 	}
 }
 
-func authTestNew(t testing.TB, cfg AuthConfig) *Authenticator {
+func testNew(t testing.TB, cfg Config) *Authenticator {
 	t.Helper()
 	if cfg.Clock == nil {
-		cfg.Clock = authTestClock
+		cfg.Clock = testClock
 	}
-	a, err := NewAuthenticator(cfg)
+	a, err := New(cfg)
 	if err != nil {
-		t.Fatalf("NewAuthenticator: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	return a
 }
 
-var authTestSentinels = []error{
+var testSentinels = []error{
 	ErrTokenMissing, ErrTokenMalformed, ErrTokenSignature,
 	ErrTokenExpired, ErrTokenNotYetValid, ErrTokenClaims,
 }
 
-// authTestCheckRejected asserts that Verify rejected token with want (and
+// testCheckRejected asserts that Verify rejected token with want (and
 // no other sentinel), returned no claims and kept the token out of the
 // message.
-func authTestCheckRejected(t *testing.T, token string, claims *Claims, err, want error) {
+func testCheckRejected(t *testing.T, token string, claims *Claims, err, want error) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("Verify accepted the token: %+v", claims)
@@ -169,7 +169,7 @@ func authTestCheckRejected(t *testing.T, token string, claims *Claims, err, want
 	if claims != nil {
 		t.Errorf("Verify returned claims %+v with error %v", claims, err)
 	}
-	for _, s := range authTestSentinels {
+	for _, s := range testSentinels {
 		if got := errors.Is(err, s); got != (s == want) {
 			t.Errorf("errors.Is(%q, %q) = %v, want %v", err, s, got, !got)
 		}
@@ -185,16 +185,16 @@ func authTestCheckRejected(t *testing.T, token string, claims *Claims, err, want
 	}
 }
 
-func TestAuthConfigEnabled(t *testing.T) {
+func TestConfigEnabled(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		cfg  AuthConfig
+		cfg  Config
 		want bool
 	}{
-		{AuthConfig{}, false},
-		{AuthConfig{Issuer: "x", Audience: "y", Algorithms: []string{"HS256"}}, false},
-		{AuthConfig{HMACSecret: []byte("k")}, true},
-		{AuthConfig{PublicKeyPEM: []byte("-----BEGIN")}, true},
+		{Config{}, false},
+		{Config{Issuer: "x", Audience: "y", Algorithms: []string{"HS256"}}, false},
+		{Config{HMACSecret: []byte("k")}, true},
+		{Config{PublicKeyPEM: []byte("-----BEGIN")}, true},
 	} {
 		if got := tc.cfg.Enabled(); got != tc.want {
 			t.Errorf("%+v.Enabled() = %v, want %v", tc.cfg, got, tc.want)
@@ -202,9 +202,9 @@ func TestAuthConfigEnabled(t *testing.T) {
 	}
 }
 
-func TestAuthNewAuthenticatorErrors(t *testing.T) {
+func TestNewErrors(t *testing.T) {
 	t.Parallel()
-	k := authTestKeys()
+	k := testKeys()
 	small, err := rsa.GenerateKey(rand.Reader, 1024)
 	if err != nil {
 		t.Fatal(err)
@@ -214,39 +214,39 @@ func TestAuthNewAuthenticatorErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	privPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER})
-	rsaPEM := authTestPEM(t, &k.rsa.PublicKey)
-	ecPEM := authTestPEM(t, &k.ec256.PublicKey)
+	rsaPEM := testPEM(t, &k.rsa.PublicKey)
+	ecPEM := testPEM(t, &k.ec256.PublicKey)
 
 	for _, tc := range []struct {
 		name    string
-		cfg     AuthConfig
+		cfg     Config
 		wantSub string // in the error message
 	}{
-		{"nothing configured", AuthConfig{}, "no key configured"},
-		{"nothing but algorithms", AuthConfig{Algorithms: []string{"HS256"}}, "no key configured"},
-		{"PEM garbage", AuthConfig{PublicKeyPEM: []byte("not a pem")}, "no PEM block"},
-		{"PEM truncated", AuthConfig{PublicKeyPEM: rsaPEM[:len(rsaPEM)/2]}, "no PEM block"},
-		{"PEM bad DER", AuthConfig{PublicKeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: []byte("junk")})}, "block 1"},
-		{"PEM trailing garbage", AuthConfig{PublicKeyPEM: append(append([]byte{}, rsaPEM...), "garbage"...)}, "after block 1"},
-		{"PEM private key", AuthConfig{PublicKeyPEM: privPEM}, "public key only"},
-		{"PEM unknown block", AuthConfig{PublicKeyPEM: pem.EncodeToMemory(&pem.Block{Type: "FOO", Bytes: []byte{1}})}, "unsupported type"},
-		{"RSA 1024", AuthConfig{PublicKeyPEM: authTestPEM(t, &small.PublicKey)}, "too small"},
-		{"unknown alg", AuthConfig{HMACSecret: k.secret, Algorithms: []string{"HS999"}}, "unknown or unsupported"},
-		{"lowercase alg", AuthConfig{HMACSecret: k.secret, Algorithms: []string{"hs256"}}, "unknown or unsupported"},
-		{"alg none", AuthConfig{HMACSecret: k.secret, Algorithms: []string{"none"}}, `"none" is never allowed`},
-		{"alg None", AuthConfig{HMACSecret: k.secret, Algorithms: []string{"HS256", "None"}}, `"none" is never allowed`},
-		{"HS256 with only RSA", AuthConfig{PublicKeyPEM: rsaPEM, Algorithms: []string{"HS256"}}, "needs HMACSecret"},
-		{"RS256 with only HMAC", AuthConfig{HMACSecret: k.secret, Algorithms: []string{"RS256"}}, "RSA public key"},
-		{"PS256 with only EC", AuthConfig{PublicKeyPEM: ecPEM, Algorithms: []string{"PS256"}}, "RSA public key"},
-		{"ES384 with only P-256", AuthConfig{PublicKeyPEM: ecPEM, Algorithms: []string{"ES384"}}, "P-384 public key"},
-		{"EdDSA with only RSA", AuthConfig{PublicKeyPEM: rsaPEM, Algorithms: []string{"EdDSA"}}, "ED25519 public key"},
-		{"HS256 short secret", AuthConfig{HMACSecret: []byte("secret")}, "too short for HS256"},
-		{"HS512 secret of 32", AuthConfig{HMACSecret: k.secret[:32], Algorithms: []string{"HS512"}}, "too short for HS512"},
+		{"nothing configured", Config{}, "no key configured"},
+		{"nothing but algorithms", Config{Algorithms: []string{"HS256"}}, "no key configured"},
+		{"PEM garbage", Config{PublicKeyPEM: []byte("not a pem")}, "no PEM block"},
+		{"PEM truncated", Config{PublicKeyPEM: rsaPEM[:len(rsaPEM)/2]}, "no PEM block"},
+		{"PEM bad DER", Config{PublicKeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: []byte("junk")})}, "block 1"},
+		{"PEM trailing garbage", Config{PublicKeyPEM: append(append([]byte{}, rsaPEM...), "garbage"...)}, "after block 1"},
+		{"PEM private key", Config{PublicKeyPEM: privPEM}, "public key only"},
+		{"PEM unknown block", Config{PublicKeyPEM: pem.EncodeToMemory(&pem.Block{Type: "FOO", Bytes: []byte{1}})}, "unsupported type"},
+		{"RSA 1024", Config{PublicKeyPEM: testPEM(t, &small.PublicKey)}, "too small"},
+		{"unknown alg", Config{HMACSecret: k.secret, Algorithms: []string{"HS999"}}, "unknown or unsupported"},
+		{"lowercase alg", Config{HMACSecret: k.secret, Algorithms: []string{"hs256"}}, "unknown or unsupported"},
+		{"alg none", Config{HMACSecret: k.secret, Algorithms: []string{"none"}}, `"none" is never allowed`},
+		{"alg None", Config{HMACSecret: k.secret, Algorithms: []string{"HS256", "None"}}, `"none" is never allowed`},
+		{"HS256 with only RSA", Config{PublicKeyPEM: rsaPEM, Algorithms: []string{"HS256"}}, "needs HMACSecret"},
+		{"RS256 with only HMAC", Config{HMACSecret: k.secret, Algorithms: []string{"RS256"}}, "RSA public key"},
+		{"PS256 with only EC", Config{PublicKeyPEM: ecPEM, Algorithms: []string{"PS256"}}, "RSA public key"},
+		{"ES384 with only P-256", Config{PublicKeyPEM: ecPEM, Algorithms: []string{"ES384"}}, "P-384 public key"},
+		{"EdDSA with only RSA", Config{PublicKeyPEM: rsaPEM, Algorithms: []string{"EdDSA"}}, "ED25519 public key"},
+		{"HS256 short secret", Config{HMACSecret: []byte("secret")}, "too short for HS256"},
+		{"HS512 secret of 32", Config{HMACSecret: k.secret[:32], Algorithms: []string{"HS512"}}, "too short for HS512"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, err := NewAuthenticator(tc.cfg)
+			a, err := New(tc.cfg)
 			if err == nil {
-				t.Fatalf("NewAuthenticator succeeded: %+v", a)
+				t.Fatalf("New succeeded: %+v", a)
 			}
 			if !strings.Contains(err.Error(), tc.wantSub) {
 				t.Errorf("error %q does not mention %q", err, tc.wantSub)
@@ -255,23 +255,23 @@ func TestAuthNewAuthenticatorErrors(t *testing.T) {
 	}
 }
 
-func TestAuthDefaultAlgorithms(t *testing.T) {
+func TestDefaultAlgorithms(t *testing.T) {
 	t.Parallel()
-	k := authTestKeys()
+	k := testKeys()
 	for _, tc := range []struct {
 		name string
-		cfg  AuthConfig
+		cfg  Config
 		want []string
 	}{
-		{"HMAC", AuthConfig{HMACSecret: k.secret}, []string{"HS256"}},
-		{"RSA", AuthConfig{PublicKeyPEM: authTestPEM(t, &k.rsa.PublicKey)}, []string{"RS256"}},
-		{"EC curves", AuthConfig{PublicKeyPEM: authTestPEM(t, &k.ec384.PublicKey, &k.ec256.PublicKey, &k.ec521.PublicKey)}, []string{"ES384", "ES256", "ES512"}},
-		{"Ed25519", AuthConfig{PublicKeyPEM: authTestPEM(t, k.ed.Public())}, []string{"EdDSA"}},
-		{"HMAC and keys", AuthConfig{HMACSecret: k.secret, PublicKeyPEM: authTestPEM(t, &k.rsa.PublicKey, &k.rsa2.PublicKey, k.ed.Public())}, []string{"HS256", "RS256", "EdDSA"}},
-		{"explicit, deduplicated", AuthConfig{HMACSecret: k.secret, Algorithms: []string{"HS512", "HS256", "HS512"}}, []string{"HS512", "HS256"}},
+		{"HMAC", Config{HMACSecret: k.secret}, []string{"HS256"}},
+		{"RSA", Config{PublicKeyPEM: testPEM(t, &k.rsa.PublicKey)}, []string{"RS256"}},
+		{"EC curves", Config{PublicKeyPEM: testPEM(t, &k.ec384.PublicKey, &k.ec256.PublicKey, &k.ec521.PublicKey)}, []string{"ES384", "ES256", "ES512"}},
+		{"Ed25519", Config{PublicKeyPEM: testPEM(t, k.ed.Public())}, []string{"EdDSA"}},
+		{"HMAC and keys", Config{HMACSecret: k.secret, PublicKeyPEM: testPEM(t, &k.rsa.PublicKey, &k.rsa2.PublicKey, k.ed.Public())}, []string{"HS256", "RS256", "EdDSA"}},
+		{"explicit, deduplicated", Config{HMACSecret: k.secret, Algorithms: []string{"HS512", "HS256", "HS512"}}, []string{"HS512", "HS256"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := authTestNew(t, tc.cfg)
+			a := testNew(t, tc.cfg)
 			if diff := cmp.Diff(tc.want, a.algs); diff != "" {
 				t.Errorf("algorithms (-want +got):\n%s", diff)
 			}
@@ -281,10 +281,10 @@ func TestAuthDefaultAlgorithms(t *testing.T) {
 
 func TestVerifyValidTokens(t *testing.T) {
 	t.Parallel()
-	k := authTestKeys()
-	all := authTestPEM(t, &k.rsa.PublicKey, &k.ec256.PublicKey, &k.ec384.PublicKey, &k.ec521.PublicKey, k.ed.Public())
+	k := testKeys()
+	all := testPEM(t, &k.rsa.PublicKey, &k.ec256.PublicKey, &k.ec384.PublicKey, &k.ec521.PublicKey, k.ed.Public())
 	certPEM := func() []byte {
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: authTestNow.Add(-time.Hour), NotAfter: authTestNow.Add(time.Hour)}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: testNow.Add(-time.Hour), NotAfter: testNow.Add(time.Hour)}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, k.ed.Public(), k.ed)
 		if err != nil {
 			t.Fatal(err)
@@ -295,39 +295,39 @@ func TestVerifyValidTokens(t *testing.T) {
 
 	for _, tc := range []struct {
 		name   string
-		cfg    AuthConfig
+		cfg    Config
 		method jwt.SigningMethod
 		key    any
 	}{
-		{"HS256", AuthConfig{HMACSecret: k.secret}, jwt.SigningMethodHS256, k.secret},
-		{"HS384", AuthConfig{HMACSecret: k.secret, Algorithms: []string{"HS384"}}, jwt.SigningMethodHS384, k.secret},
-		{"HS512", AuthConfig{HMACSecret: k.secret, Algorithms: []string{"HS256", "HS512"}}, jwt.SigningMethodHS512, k.secret},
-		{"RS256", AuthConfig{PublicKeyPEM: authTestPEM(t, &k.rsa.PublicKey)}, jwt.SigningMethodRS256, k.rsa},
-		{"RS256 PKCS1 PEM", AuthConfig{PublicKeyPEM: pkcs1PEM}, jwt.SigningMethodRS256, k.rsa},
-		{"RS512", AuthConfig{PublicKeyPEM: authTestPEM(t, &k.rsa.PublicKey), Algorithms: []string{"RS512"}}, jwt.SigningMethodRS512, k.rsa},
-		{"PS256", AuthConfig{PublicKeyPEM: authTestPEM(t, &k.rsa.PublicKey), Algorithms: []string{"PS256"}}, jwt.SigningMethodPS256, k.rsa},
-		{"ES256", AuthConfig{PublicKeyPEM: authTestPEM(t, &k.ec256.PublicKey)}, jwt.SigningMethodES256, k.ec256},
-		{"ES384", AuthConfig{PublicKeyPEM: authTestPEM(t, &k.ec384.PublicKey)}, jwt.SigningMethodES384, k.ec384},
-		{"ES512", AuthConfig{PublicKeyPEM: authTestPEM(t, &k.ec521.PublicKey)}, jwt.SigningMethodES512, k.ec521},
-		{"EdDSA", AuthConfig{PublicKeyPEM: authTestPEM(t, k.ed.Public())}, jwt.SigningMethodEdDSA, k.ed},
-		{"EdDSA from certificate", AuthConfig{PublicKeyPEM: certPEM}, jwt.SigningMethodEdDSA, k.ed},
-		{"several PEM blocks: RSA", AuthConfig{PublicKeyPEM: all}, jwt.SigningMethodRS256, k.rsa},
-		{"several PEM blocks: ES256", AuthConfig{PublicKeyPEM: all}, jwt.SigningMethodES256, k.ec256},
-		{"several PEM blocks: ES512", AuthConfig{PublicKeyPEM: all}, jwt.SigningMethodES512, k.ec521},
-		{"several PEM blocks: EdDSA", AuthConfig{PublicKeyPEM: all}, jwt.SigningMethodEdDSA, k.ed},
-		{"second of two RSA keys", AuthConfig{PublicKeyPEM: authTestPEM(t, &k.rsa2.PublicKey, &k.rsa.PublicKey)}, jwt.SigningMethodRS256, k.rsa},
-		{"HMAC and RSA together: HS256", AuthConfig{HMACSecret: k.secret, PublicKeyPEM: authTestPEM(t, &k.rsa.PublicKey)}, jwt.SigningMethodHS256, k.secret},
-		{"HMAC and RSA together: RS256", AuthConfig{HMACSecret: k.secret, PublicKeyPEM: authTestPEM(t, &k.rsa.PublicKey)}, jwt.SigningMethodRS256, k.rsa},
+		{"HS256", Config{HMACSecret: k.secret}, jwt.SigningMethodHS256, k.secret},
+		{"HS384", Config{HMACSecret: k.secret, Algorithms: []string{"HS384"}}, jwt.SigningMethodHS384, k.secret},
+		{"HS512", Config{HMACSecret: k.secret, Algorithms: []string{"HS256", "HS512"}}, jwt.SigningMethodHS512, k.secret},
+		{"RS256", Config{PublicKeyPEM: testPEM(t, &k.rsa.PublicKey)}, jwt.SigningMethodRS256, k.rsa},
+		{"RS256 PKCS1 PEM", Config{PublicKeyPEM: pkcs1PEM}, jwt.SigningMethodRS256, k.rsa},
+		{"RS512", Config{PublicKeyPEM: testPEM(t, &k.rsa.PublicKey), Algorithms: []string{"RS512"}}, jwt.SigningMethodRS512, k.rsa},
+		{"PS256", Config{PublicKeyPEM: testPEM(t, &k.rsa.PublicKey), Algorithms: []string{"PS256"}}, jwt.SigningMethodPS256, k.rsa},
+		{"ES256", Config{PublicKeyPEM: testPEM(t, &k.ec256.PublicKey)}, jwt.SigningMethodES256, k.ec256},
+		{"ES384", Config{PublicKeyPEM: testPEM(t, &k.ec384.PublicKey)}, jwt.SigningMethodES384, k.ec384},
+		{"ES512", Config{PublicKeyPEM: testPEM(t, &k.ec521.PublicKey)}, jwt.SigningMethodES512, k.ec521},
+		{"EdDSA", Config{PublicKeyPEM: testPEM(t, k.ed.Public())}, jwt.SigningMethodEdDSA, k.ed},
+		{"EdDSA from certificate", Config{PublicKeyPEM: certPEM}, jwt.SigningMethodEdDSA, k.ed},
+		{"several PEM blocks: RSA", Config{PublicKeyPEM: all}, jwt.SigningMethodRS256, k.rsa},
+		{"several PEM blocks: ES256", Config{PublicKeyPEM: all}, jwt.SigningMethodES256, k.ec256},
+		{"several PEM blocks: ES512", Config{PublicKeyPEM: all}, jwt.SigningMethodES512, k.ec521},
+		{"several PEM blocks: EdDSA", Config{PublicKeyPEM: all}, jwt.SigningMethodEdDSA, k.ed},
+		{"second of two RSA keys", Config{PublicKeyPEM: testPEM(t, &k.rsa2.PublicKey, &k.rsa.PublicKey)}, jwt.SigningMethodRS256, k.rsa},
+		{"HMAC and RSA together: HS256", Config{HMACSecret: k.secret, PublicKeyPEM: testPEM(t, &k.rsa.PublicKey)}, jwt.SigningMethodHS256, k.secret},
+		{"HMAC and RSA together: RS256", Config{HMACSecret: k.secret, PublicKeyPEM: testPEM(t, &k.rsa.PublicKey)}, jwt.SigningMethodRS256, k.rsa},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			a := authTestNew(t, tc.cfg)
-			tok := authTestSign(t, tc.method, tc.key, authTestClaims(nil))
+			a := testNew(t, tc.cfg)
+			tok := testSign(t, tc.method, tc.key, testClaims(nil))
 			got, err := a.Verify(tok)
 			if err != nil {
 				t.Fatalf("Verify: %v", err)
 			}
-			if diff := cmp.Diff(authTestWantClaims(), got); diff != "" {
+			if diff := cmp.Diff(testWantClaims(), got); diff != "" {
 				t.Errorf("claims (-want +got):\n%s", diff)
 			}
 		})
@@ -336,10 +336,10 @@ func TestVerifyValidTokens(t *testing.T) {
 
 func TestVerifyIssuerAudienceAccepted(t *testing.T) {
 	t.Parallel()
-	k := authTestKeys()
-	a := authTestNew(t, AuthConfig{HMACSecret: k.secret, Issuer: "https://issuer.example", Audience: "statecast"})
+	k := testKeys()
+	a := testNew(t, Config{HMACSecret: k.secret, Issuer: "https://issuer.example", Audience: "statecast"})
 	for _, aud := range []any{"statecast", []any{"other", "statecast"}} {
-		tok := authTestSign(t, jwt.SigningMethodHS256, k.secret, authTestClaims(jwt.MapClaims{"iss": "https://issuer.example", "aud": aud}))
+		tok := testSign(t, jwt.SigningMethodHS256, k.secret, testClaims(jwt.MapClaims{"iss": "https://issuer.example", "aud": aud}))
 		if _, err := a.Verify(tok); err != nil {
 			t.Errorf("aud %v: Verify: %v", aud, err)
 		}
@@ -348,20 +348,20 @@ func TestVerifyIssuerAudienceAccepted(t *testing.T) {
 
 func TestVerifyRejects(t *testing.T) {
 	t.Parallel()
-	k := authTestKeys()
-	rsaPEM := authTestPEM(t, &k.rsa.PublicKey)
-	hsCfg := AuthConfig{HMACSecret: k.secret}
-	rsaCfg := AuthConfig{PublicKeyPEM: rsaPEM}
-	edCfg := AuthConfig{PublicKeyPEM: authTestPEM(t, k.ed.Public())}
-	ecCfg := AuthConfig{PublicKeyPEM: authTestPEM(t, &k.ec256.PublicKey)}
-	issCfg := AuthConfig{HMACSecret: k.secret, Issuer: "https://issuer.example", Audience: "statecast"}
+	k := testKeys()
+	rsaPEM := testPEM(t, &k.rsa.PublicKey)
+	hsCfg := Config{HMACSecret: k.secret}
+	rsaCfg := Config{PublicKeyPEM: rsaPEM}
+	edCfg := Config{PublicKeyPEM: testPEM(t, k.ed.Public())}
+	ecCfg := Config{PublicKeyPEM: testPEM(t, &k.ec256.PublicKey)}
+	issCfg := Config{HMACSecret: k.secret, Issuer: "https://issuer.example", Audience: "statecast"}
 	hs := func(extra jwt.MapClaims) string {
-		return authTestSign(t, jwt.SigningMethodHS256, k.secret, authTestClaims(extra))
+		return testSign(t, jwt.SigningMethodHS256, k.secret, testClaims(extra))
 	}
 	grants := func(gs ...any) string {
 		return hs(jwt.MapClaims{"statecast": map[string]any{"grants": gs}})
 	}
-	payload, err := json.Marshal(authTestClaims(nil))
+	payload, err := json.Marshal(testClaims(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,17 +370,17 @@ func TestVerifyRejects(t *testing.T) {
 
 	// The classic key confusion: an HS256 token whose HMAC key is the RSA
 	// public key as the server holds it.
-	confused := authTestSign(t, jwt.SigningMethodHS256, rsaPEM, authTestClaims(nil))
+	confused := testSign(t, jwt.SigningMethodHS256, rsaPEM, testClaims(nil))
 	// The same with the DER bytes, for servers that would keep those.
 	der, err := x509.MarshalPKIXPublicKey(&k.rsa.PublicKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	confusedDER := authTestSign(t, jwt.SigningMethodHS256, der, authTestClaims(nil))
+	confusedDER := testSign(t, jwt.SigningMethodHS256, der, testClaims(nil))
 
 	// An RS256 signature on the payload, relabelled as PS256: right key,
 	// wrong algorithm.
-	rs := authTestSign(t, jwt.SigningMethodRS256, k.rsa, authTestClaims(nil))
+	rs := testSign(t, jwt.SigningMethodRS256, k.rsa, testClaims(nil))
 	rsParts := strings.Split(rs, ".")
 	relabelled := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"PS256","typ":"JWT"}`)) + "." + rsParts[1] + "." + rsParts[2]
 
@@ -397,50 +397,50 @@ func TestVerifyRejects(t *testing.T) {
 	sig[len(sig)-1] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[last^1]
 	malleated := parts[0] + "." + parts[1] + "." + string(sig)
 
-	huge := authTestSign(t, jwt.SigningMethodHS256, k.secret, authTestClaims(jwt.MapClaims{"pad": strings.Repeat("x", 1<<20)}))
+	huge := testSign(t, jwt.SigningMethodHS256, k.secret, testClaims(jwt.MapClaims{"pad": strings.Repeat("x", 1<<20)}))
 
-	tooMany := make([]any, authMaxGrants+1)
+	tooMany := make([]any, maxGrants+1)
 	for i := range tooMany {
 		tooMany[i] = map[string]any{"room": "r", "access": "r"}
 	}
 
 	for _, tc := range []struct {
 		name  string
-		cfg   AuthConfig
+		cfg   Config
 		token string
 		want  error
 	}{
 		// Signatures and algorithms.
-		{"HS256 other secret", hsCfg, authTestSign(t, jwt.SigningMethodHS256, k.secret2, authTestClaims(nil)), ErrTokenSignature},
+		{"HS256 other secret", hsCfg, testSign(t, jwt.SigningMethodHS256, k.secret2, testClaims(nil)), ErrTokenSignature},
 		{"HS256 tampered payload", hsCfg, parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(payload), `"alice"`, `"admin"`, 1))) + "." + parts[2], ErrTokenSignature},
 		{"HS256 signature stripped", hsCfg, parts[0] + "." + parts[1] + ".", ErrTokenSignature},
 		{"HS256 non-canonical base64 signature", hsCfg, malleated, ErrTokenMalformed},
-		{"RS256 other key", rsaCfg, authTestSign(t, jwt.SigningMethodRS256, k.rsa2, authTestClaims(nil)), ErrTokenSignature},
-		{"ES256 other key", ecCfg, authTestSign(t, jwt.SigningMethodES256, k.ec256b, authTestClaims(nil)), ErrTokenSignature},
-		{"EdDSA other key", edCfg, authTestSign(t, jwt.SigningMethodEdDSA, k.ed2, authTestClaims(nil)), ErrTokenSignature},
-		{"alg none, HMAC configured", hsCfg, authTestRaw(`{"alg":"none"}`, string(payload), nil), ErrTokenSignature},
-		{"alg none, RSA configured", rsaCfg, authTestRaw(`{"alg":"none","typ":"JWT"}`, string(payload), nil), ErrTokenSignature},
-		{"alg NONE", hsCfg, authTestRaw(`{"alg":"NONE"}`, string(payload), nil), ErrTokenSignature},
-		{"alg missing", hsCfg, authTestRaw(`{"typ":"JWT"}`, string(payload), []byte("x")), ErrTokenSignature},
-		{"alg unknown", hsCfg, authTestRaw(`{"alg":"HS1024"}`, string(payload), []byte("x")), ErrTokenSignature},
+		{"RS256 other key", rsaCfg, testSign(t, jwt.SigningMethodRS256, k.rsa2, testClaims(nil)), ErrTokenSignature},
+		{"ES256 other key", ecCfg, testSign(t, jwt.SigningMethodES256, k.ec256b, testClaims(nil)), ErrTokenSignature},
+		{"EdDSA other key", edCfg, testSign(t, jwt.SigningMethodEdDSA, k.ed2, testClaims(nil)), ErrTokenSignature},
+		{"alg none, HMAC configured", hsCfg, testRaw(`{"alg":"none"}`, string(payload), nil), ErrTokenSignature},
+		{"alg none, RSA configured", rsaCfg, testRaw(`{"alg":"none","typ":"JWT"}`, string(payload), nil), ErrTokenSignature},
+		{"alg NONE", hsCfg, testRaw(`{"alg":"NONE"}`, string(payload), nil), ErrTokenSignature},
+		{"alg missing", hsCfg, testRaw(`{"typ":"JWT"}`, string(payload), []byte("x")), ErrTokenSignature},
+		{"alg unknown", hsCfg, testRaw(`{"alg":"HS1024"}`, string(payload), []byte("x")), ErrTokenSignature},
 		{"key confusion: HS256 with RSA PEM as secret", rsaCfg, confused, ErrTokenSignature},
 		{"key confusion: HS256 with RSA DER as secret", rsaCfg, confusedDER, ErrTokenSignature},
 		{"RS256 when only HS256 allowed", hsCfg, rs, ErrTokenSignature},
 		{"RS256 relabelled PS256", rsaCfg, relabelled, ErrTokenSignature},
-		{"ES384 token, only P-256 configured", ecCfg, authTestSign(t, jwt.SigningMethodES384, k.ec384, authTestClaims(nil)), ErrTokenSignature},
-		{"HS384 token, only HS256 allowed", hsCfg, authTestSign(t, jwt.SigningMethodHS384, k.secret, authTestClaims(nil)), ErrTokenSignature},
-		{"EdDSA token, only RSA configured", rsaCfg, authTestSign(t, jwt.SigningMethodEdDSA, k.ed, authTestClaims(nil)), ErrTokenSignature},
+		{"ES384 token, only P-256 configured", ecCfg, testSign(t, jwt.SigningMethodES384, k.ec384, testClaims(nil)), ErrTokenSignature},
+		{"HS384 token, only HS256 allowed", hsCfg, testSign(t, jwt.SigningMethodHS384, k.secret, testClaims(nil)), ErrTokenSignature},
+		{"EdDSA token, only RSA configured", rsaCfg, testSign(t, jwt.SigningMethodEdDSA, k.ed, testClaims(nil)), ErrTokenSignature},
 
 		// Time.
-		{"expired", hsCfg, hs(jwt.MapClaims{"exp": authTestNow.Add(-time.Minute).Unix()}), ErrTokenExpired},
-		{"expired beyond leeway", hsCfg, hs(jwt.MapClaims{"exp": authTestNow.Add(-6 * time.Second).Unix()}), ErrTokenExpired},
-		{"expired, no leeway", AuthConfig{HMACSecret: k.secret, Leeway: -1}, hs(jwt.MapClaims{"exp": authTestNow.Add(-time.Second).Unix()}), ErrTokenExpired},
+		{"expired", hsCfg, hs(jwt.MapClaims{"exp": testNow.Add(-time.Minute).Unix()}), ErrTokenExpired},
+		{"expired beyond leeway", hsCfg, hs(jwt.MapClaims{"exp": testNow.Add(-6 * time.Second).Unix()}), ErrTokenExpired},
+		{"expired, no leeway", Config{HMACSecret: k.secret, Leeway: -1}, hs(jwt.MapClaims{"exp": testNow.Add(-time.Second).Unix()}), ErrTokenExpired},
 		{"no sub", hsCfg, hs(jwt.MapClaims{"sub": nil}), ErrTokenClaims},
 		{"empty sub", hsCfg, hs(jwt.MapClaims{"sub": ""}), ErrTokenClaims},
-		{"nbf in the future", hsCfg, hs(jwt.MapClaims{"nbf": authTestNow.Add(time.Minute).Unix()}), ErrTokenNotYetValid},
-		{"nbf beyond leeway", hsCfg, hs(jwt.MapClaims{"nbf": authTestNow.Add(6 * time.Second).Unix()}), ErrTokenNotYetValid},
-		{"nbf beyond a larger leeway", AuthConfig{HMACSecret: k.secret, Leeway: time.Minute}, hs(jwt.MapClaims{"nbf": authTestNow.Add(61 * time.Second).Unix()}), ErrTokenNotYetValid},
-		{"iat in the future", hsCfg, hs(jwt.MapClaims{"iat": authTestNow.Add(time.Hour).Unix()}), ErrTokenNotYetValid},
+		{"nbf in the future", hsCfg, hs(jwt.MapClaims{"nbf": testNow.Add(time.Minute).Unix()}), ErrTokenNotYetValid},
+		{"nbf beyond leeway", hsCfg, hs(jwt.MapClaims{"nbf": testNow.Add(6 * time.Second).Unix()}), ErrTokenNotYetValid},
+		{"nbf beyond a larger leeway", Config{HMACSecret: k.secret, Leeway: time.Minute}, hs(jwt.MapClaims{"nbf": testNow.Add(61 * time.Second).Unix()}), ErrTokenNotYetValid},
+		{"iat in the future", hsCfg, hs(jwt.MapClaims{"iat": testNow.Add(time.Hour).Unix()}), ErrTokenNotYetValid},
 
 		// Registered claims.
 		{"missing exp", hsCfg, hs(jwt.MapClaims{"exp": nil}), ErrTokenClaims},
@@ -449,11 +449,11 @@ func TestVerifyRejects(t *testing.T) {
 		{"wrong aud", issCfg, hs(jwt.MapClaims{"iss": "https://issuer.example", "aud": "other"}), ErrTokenClaims},
 		{"wrong aud list", issCfg, hs(jwt.MapClaims{"iss": "https://issuer.example", "aud": []string{"a", "b"}}), ErrTokenClaims},
 		{"missing aud", issCfg, hs(jwt.MapClaims{"iss": "https://issuer.example"}), ErrTokenClaims},
-		{"wrong iss and expired", issCfg, hs(jwt.MapClaims{"iss": "x", "aud": "statecast", "exp": authTestNow.Add(-time.Hour).Unix()}), ErrTokenClaims},
+		{"wrong iss and expired", issCfg, hs(jwt.MapClaims{"iss": "x", "aud": "statecast", "exp": testNow.Add(-time.Hour).Unix()}), ErrTokenClaims},
 		{"exp of the wrong type", hsCfg, hs(jwt.MapClaims{"exp": "tomorrow"}), ErrTokenMalformed},
-		{"exp a numeric string", hsCfg, hs(jwt.MapClaims{"exp": fmt.Sprint(authTestNow.Add(time.Hour).Unix())}), ErrTokenMalformed},
-		{"nbf a numeric string", hsCfg, hs(jwt.MapClaims{"nbf": fmt.Sprint(authTestNow.Unix())}), ErrTokenMalformed},
-		{"iat a numeric string", hsCfg, hs(jwt.MapClaims{"iat": fmt.Sprint(authTestNow.Unix())}), ErrTokenMalformed},
+		{"exp a numeric string", hsCfg, hs(jwt.MapClaims{"exp": fmt.Sprint(testNow.Add(time.Hour).Unix())}), ErrTokenMalformed},
+		{"nbf a numeric string", hsCfg, hs(jwt.MapClaims{"nbf": fmt.Sprint(testNow.Unix())}), ErrTokenMalformed},
+		{"iat a numeric string", hsCfg, hs(jwt.MapClaims{"iat": fmt.Sprint(testNow.Unix())}), ErrTokenMalformed},
 		{"exp a boolean", hsCfg, hs(jwt.MapClaims{"exp": true}), ErrTokenMalformed},
 		{"exp 1e20", hsCfg, hs(jwt.MapClaims{"exp": 1e20}), ErrTokenClaims},
 		{"exp after the year 9999", hsCfg, hs(jwt.MapClaims{"exp": 253402300800}), ErrTokenClaims},
@@ -472,7 +472,7 @@ func TestVerifyRejects(t *testing.T) {
 		{"room missing", hsCfg, grants(map[string]any{"access": "r"}), ErrTokenClaims},
 		{"room with slash", hsCfg, grants(map[string]any{"room": "a/b", "access": "r"}), ErrTokenClaims},
 		{"room with a stray brace", hsCfg, grants(map[string]any{"room": "doc:{user}", "access": "r"}), ErrTokenClaims},
-		{"room too long", hsCfg, grants(map[string]any{"room": strings.Repeat("a", authMaxRoomPattern+1), "access": "r"}), ErrTokenClaims},
+		{"room too long", hsCfg, grants(map[string]any{"room": strings.Repeat("a", maxRoomPattern+1), "access": "r"}), ErrTokenClaims},
 		{"prefix with star", hsCfg, grants(map[string]any{"room": "r", "prefix": "presence/*", "access": "r"}), ErrTokenClaims},
 		{"prefix with a stray brace", hsCfg, grants(map[string]any{"room": "r", "prefix": "a/{", "access": "r"}), ErrTokenClaims},
 		{"prefix with NUL", hsCfg, grants(map[string]any{"room": "r", "prefix": "a\x00", "access": "r"}), ErrTokenClaims},
@@ -489,40 +489,40 @@ func TestVerifyRejects(t *testing.T) {
 		{"bearer prefix", hsCfg, "Bearer " + valid, ErrTokenMalformed},
 		{"surrounding space", hsCfg, " " + valid, ErrTokenMalformed},
 		{"padded base64", hsCfg, parts[0] + "=." + parts[1] + "." + parts[2], ErrTokenMalformed},
-		{"header not JSON", hsCfg, authTestRaw(`alg`, string(payload), nil), ErrTokenMalformed},
-		{"payload not JSON", hsCfg, authTestRaw(`{"alg":"HS256"}`, `{`, nil), ErrTokenMalformed},
-		{"payload an array", hsCfg, authTestRaw(`{"alg":"HS256"}`, `[1]`, nil), ErrTokenMalformed},
+		{"header not JSON", hsCfg, testRaw(`alg`, string(payload), nil), ErrTokenMalformed},
+		{"payload not JSON", hsCfg, testRaw(`{"alg":"HS256"}`, `{`, nil), ErrTokenMalformed},
+		{"payload an array", hsCfg, testRaw(`{"alg":"HS256"}`, `[1]`, nil), ErrTokenMalformed},
 		{"crit header", hsCfg, crit, ErrTokenMalformed},
 		{"huge (1 MiB)", hsCfg, huge, ErrTokenMalformed},
 		{"huge garbage", hsCfg, strings.Repeat("a.", 1<<19), ErrTokenMalformed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			a := authTestNew(t, tc.cfg)
+			a := testNew(t, tc.cfg)
 			got, err := a.Verify(tc.token)
-			authTestCheckRejected(t, tc.token, got, err, tc.want)
+			testCheckRejected(t, tc.token, got, err, tc.want)
 		})
 	}
 }
 
 func TestVerifyLeewayAccepts(t *testing.T) {
 	t.Parallel()
-	k := authTestKeys()
-	a := authTestNew(t, AuthConfig{HMACSecret: k.secret})
+	k := testKeys()
+	a := testNew(t, Config{HMACSecret: k.secret})
 	for name, extra := range map[string]jwt.MapClaims{
-		"exp 4s ago":     {"exp": authTestNow.Add(-4 * time.Second).Unix()},
-		"nbf in 4s":      {"nbf": authTestNow.Add(4 * time.Second).Unix()},
-		"iat in 4s":      {"iat": authTestNow.Add(4 * time.Second).Unix()},
-		"nbf now":        {"nbf": authTestNow.Unix()},
+		"exp 4s ago":     {"exp": testNow.Add(-4 * time.Second).Unix()},
+		"nbf in 4s":      {"nbf": testNow.Add(4 * time.Second).Unix()},
+		"iat in 4s":      {"iat": testNow.Add(4 * time.Second).Unix()},
+		"nbf now":        {"nbf": testNow.Unix()},
 		"no iat":         {"iat": nil},
 		"no grants":      {"statecast": nil},
 		"null grants":    {"statecast": map[string]any{"grants": nil}},
 		"empty claim":    {"statecast": map[string]any{}},
-		"exp in a year":  {"exp": authTestNow.AddDate(1, 0, 0).Unix()},
+		"exp in a year":  {"exp": testNow.AddDate(1, 0, 0).Unix()},
 		"exp in 9999":    {"exp": 253402300799},
-		"exp fractional": {"exp": float64(authTestNow.Unix()) + 0.5},
+		"exp fractional": {"exp": float64(testNow.Unix()) + 0.5},
 	} {
-		tok := authTestSign(t, jwt.SigningMethodHS256, k.secret, authTestClaims(extra))
+		tok := testSign(t, jwt.SigningMethodHS256, k.secret, testClaims(extra))
 		if _, err := a.Verify(tok); err != nil {
 			t.Errorf("%s: Verify: %v", name, err)
 		}
@@ -531,8 +531,8 @@ func TestVerifyLeewayAccepts(t *testing.T) {
 
 func TestVerifyHugeTokenIsFast(t *testing.T) {
 	t.Parallel()
-	k := authTestKeys()
-	a := authTestNew(t, AuthConfig{PublicKeyPEM: authTestPEM(t, &k.rsa.PublicKey)})
+	k := testKeys()
+	a := testNew(t, Config{PublicKeyPEM: testPEM(t, &k.rsa.PublicKey)})
 	huge := strings.Repeat("A", 1<<20) + "." + strings.Repeat("B", 1<<20) + "." + strings.Repeat("C", 1<<20)
 	start := time.Now()
 	for range 100 {
@@ -551,18 +551,18 @@ func TestVerifyNilAuthenticator(t *testing.T) {
 	t.Parallel()
 	var a *Authenticator
 	got, err := a.Verify("a.b.c")
-	authTestCheckRejected(t, "a.b.c", got, err, ErrTokenSignature)
+	testCheckRejected(t, "a.b.c", got, err, ErrTokenSignature)
 }
 
 func TestVerifyConcurrent(t *testing.T) {
 	t.Parallel()
-	k := authTestKeys()
-	a := authTestNew(t, AuthConfig{HMACSecret: k.secret, PublicKeyPEM: authTestPEM(t, k.ed.Public())})
+	k := testKeys()
+	a := testNew(t, Config{HMACSecret: k.secret, PublicKeyPEM: testPEM(t, k.ed.Public())})
 	good := []string{
-		authTestSign(t, jwt.SigningMethodHS256, k.secret, authTestClaims(nil)),
-		authTestSign(t, jwt.SigningMethodEdDSA, k.ed, authTestClaims(nil)),
+		testSign(t, jwt.SigningMethodHS256, k.secret, testClaims(nil)),
+		testSign(t, jwt.SigningMethodEdDSA, k.ed, testClaims(nil)),
 	}
-	bad := authTestSign(t, jwt.SigningMethodEdDSA, k.ed2, authTestClaims(nil))
+	bad := testSign(t, jwt.SigningMethodEdDSA, k.ed2, testClaims(nil))
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
@@ -586,9 +586,9 @@ func TestVerifyConcurrent(t *testing.T) {
 // checks the permissions it describes.
 func TestVerifyDocumentedExample(t *testing.T) {
 	t.Parallel()
-	k := authTestKeys()
-	a := authTestNew(t, AuthConfig{HMACSecret: k.secret})
-	payload := `{"sub":"alice","exp":` + fmt.Sprint(authTestNow.Add(time.Hour).Unix()) + `,
+	k := testKeys()
+	a := testNew(t, Config{HMACSecret: k.secret})
+	payload := `{"sub":"alice","exp":` + fmt.Sprint(testNow.Add(time.Hour).Unix()) + `,
 	 "statecast":{"grants":[{"room":"lobby:*","prefix":"","access":"r"},
 	                        {"room":"lobby:*","prefix":"presence/{sub}","access":"rw"},
 	                        {"room":"doc:{sub}","access":"rw"}]}}`
@@ -602,7 +602,7 @@ func TestVerifyDocumentedExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
-	if diff := cmp.Diff(authTestWantClaims(), c); diff != "" {
+	if diff := cmp.Diff(testWantClaims(), c); diff != "" {
 		t.Errorf("claims (-want +got):\n%s", diff)
 	}
 	for _, tc := range []struct {
@@ -842,7 +842,7 @@ func TestClaimsCanReadCanWrite(t *testing.T) {
 		},
 		{
 			name:   "anonymous allows everything",
-			claims: AnonymousClaims(),
+			claims: Anonymous(),
 			checks: []check{{"r", "any", "", true}, {"w", "doc:x", "presence/y", true}},
 		},
 	} {
@@ -865,28 +865,28 @@ func TestClaimsCanReadCanWrite(t *testing.T) {
 
 func TestClaimsAnonymousAndExpiresIn(t *testing.T) {
 	t.Parallel()
-	anon := AnonymousClaims()
-	want := &Claims{Expiry: authFarFuture, Grants: []Grant{{Room: "*", Prefix: "", Access: ReadWrite}}}
+	anon := Anonymous()
+	want := &Claims{Expiry: farFuture, Grants: []Grant{{Room: "*", Prefix: "", Access: ReadWrite}}}
 	if diff := cmp.Diff(want, anon); diff != "" {
-		t.Errorf("AnonymousClaims (-want +got):\n%s", diff)
+		t.Errorf("Anonymous (-want +got):\n%s", diff)
 	}
-	if d := anon.ExpiresIn(authTestNow); d < 100*365*24*time.Hour {
+	if d := anon.ExpiresIn(testNow); d < 100*365*24*time.Hour {
 		t.Errorf("anonymous ExpiresIn = %v, want far future", d)
 	}
 	// Each call returns a fresh value: changing one does not change the next.
 	anon.Grants[0].Access = 0
-	if AnonymousClaims().Grants[0].Access != ReadWrite {
-		t.Error("AnonymousClaims shares its grants")
+	if Anonymous().Grants[0].Access != ReadWrite {
+		t.Error("Anonymous shares its grants")
 	}
-	c := &Claims{Expiry: authTestNow.Add(90 * time.Second)}
-	if got := c.ExpiresIn(authTestNow); got != 90*time.Second {
+	c := &Claims{Expiry: testNow.Add(90 * time.Second)}
+	if got := c.ExpiresIn(testNow); got != 90*time.Second {
 		t.Errorf("ExpiresIn = %v, want 90s", got)
 	}
-	if got := c.ExpiresIn(authTestNow.Add(2 * time.Minute)); got != -30*time.Second {
+	if got := c.ExpiresIn(testNow.Add(2 * time.Minute)); got != -30*time.Second {
 		t.Errorf("ExpiresIn after expiry = %v, want -30s", got)
 	}
 	var nilClaims *Claims
-	if got := nilClaims.ExpiresIn(authTestNow); got != 0 {
+	if got := nilClaims.ExpiresIn(testNow); got != 0 {
 		t.Errorf("nil ExpiresIn = %v, want 0", got)
 	}
 }
@@ -900,9 +900,9 @@ func TestGrantAccessString(t *testing.T) {
 	}
 }
 
-// authRefGlob is a reference matcher: dynamic programming over (pattern,
+// refGlob is a reference matcher: dynamic programming over (pattern,
 // input) prefixes.
-func authRefGlob(p, s string) bool {
+func refGlob(p, s string) bool {
 	// m[j] reports whether p[:i] matches s[:j], for the current i.
 	m := make([]bool, len(s)+1)
 	m[0] = true
@@ -953,10 +953,10 @@ func TestGrantGlobMatch(t *testing.T) {
 		{"?", "a", false},
 		{"[a]", "a", false},
 		{"a.b", "axb", false},
-		{"*", strings.Repeat("a", authMaxMatchInput+1), false},
+		{"*", strings.Repeat("a", maxMatchInput+1), false},
 	} {
-		if got := authGlobMatch(tc.p, tc.s); got != tc.want {
-			t.Errorf("authGlobMatch(%q, %q) = %v, want %v", tc.p, tc.s, got, tc.want)
+		if got := globMatch(tc.p, tc.s); got != tc.want {
+			t.Errorf("globMatch(%q, %q) = %v, want %v", tc.p, tc.s, got, tc.want)
 		}
 	}
 }
@@ -984,8 +984,8 @@ func TestGrantGlobMatchesReference(t *testing.T) {
 	inputs := all("ab", 7)
 	for _, p := range all("ab*", 6) {
 		for _, s := range inputs {
-			if got, want := authGlobMatch(p, s), authRefGlob(p, s); got != want {
-				t.Fatalf("authGlobMatch(%q, %q) = %v, reference says %v", p, s, got, want)
+			if got, want := globMatch(p, s), refGlob(p, s); got != want {
+				t.Fatalf("globMatch(%q, %q) = %v, reference says %v", p, s, got, want)
 			}
 		}
 	}
@@ -995,11 +995,11 @@ func TestGrantGlobMatchesReference(t *testing.T) {
 // exponential and regexp-free naive ones quadratic or worse.
 func TestGrantGlobNoBlowup(t *testing.T) {
 	t.Parallel()
-	s := strings.Repeat("a", authMaxMatchInput)
-	p := strings.Repeat("*a", authMaxRoomPattern/2-1) + "*b"
+	s := strings.Repeat("a", maxMatchInput)
+	p := strings.Repeat("*a", maxRoomPattern/2-1) + "*b"
 	start := time.Now()
 	for range 100 {
-		if authGlobMatch(p, s) {
+		if globMatch(p, s) {
 			t.Fatal("matched")
 		}
 	}
@@ -1024,8 +1024,8 @@ func FuzzGrantGlob(f *testing.F) {
 		if len(p) > 64 || len(s) > 256 {
 			return // keep the quadratic reference quick
 		}
-		if got, want := authGlobMatch(p, s), authRefGlob(p, s); got != want {
-			t.Fatalf("authGlobMatch(%q, %q) = %v, reference says %v", p, s, got, want)
+		if got, want := globMatch(p, s), refGlob(p, s); got != want {
+			t.Fatalf("globMatch(%q, %q) = %v, reference says %v", p, s, got, want)
 		}
 	})
 }
@@ -1038,21 +1038,21 @@ func FuzzVerify(f *testing.F) {
 	secret := []byte("fuzz-secret-fuzz-secret-fuzz-secret!")
 	edKey := ed25519.NewKeyFromSeed([]byte("0123456789abcdef0123456789abcdef"))
 	edPub := edKey.Public().(ed25519.PublicKey)
-	a := authTestNew(f, AuthConfig{HMACSecret: secret, PublicKeyPEM: authTestPEM(f, edPub)})
+	a := testNew(f, Config{HMACSecret: secret, PublicKeyPEM: testPEM(f, edPub)})
 
-	payload, err := json.Marshal(authTestClaims(nil))
+	payload, err := json.Marshal(testClaims(nil))
 	if err != nil {
 		f.Fatal(err)
 	}
 	for _, seed := range []string{
-		authTestSign(f, jwt.SigningMethodHS256, secret, authTestClaims(nil)),
-		authTestSign(f, jwt.SigningMethodEdDSA, edKey, authTestClaims(nil)),
-		authTestSign(f, jwt.SigningMethodHS256, secret, authTestClaims(jwt.MapClaims{"sub": "*", "statecast": map[string]any{"grants": []any{map[string]any{"room": "{sub}", "prefix": "{sub}", "access": "rw"}}}})),
-		authTestSign(f, jwt.SigningMethodHS256, secret, authTestClaims(jwt.MapClaims{"exp": authTestNow.Add(-time.Hour).Unix()})),
-		authTestSign(f, jwt.SigningMethodHS384, secret, authTestClaims(nil)),
-		authTestSign(f, jwt.SigningMethodHS256, []byte("another-secret-another-secret-!!"), authTestClaims(nil)),
-		authTestRaw(`{"alg":"none"}`, string(payload), nil),
-		authTestRaw(`{"alg":"HS256"}`, `{"exp":1e400}`, []byte("sig")),
+		testSign(f, jwt.SigningMethodHS256, secret, testClaims(nil)),
+		testSign(f, jwt.SigningMethodEdDSA, edKey, testClaims(nil)),
+		testSign(f, jwt.SigningMethodHS256, secret, testClaims(jwt.MapClaims{"sub": "*", "statecast": map[string]any{"grants": []any{map[string]any{"room": "{sub}", "prefix": "{sub}", "access": "rw"}}}})),
+		testSign(f, jwt.SigningMethodHS256, secret, testClaims(jwt.MapClaims{"exp": testNow.Add(-time.Hour).Unix()})),
+		testSign(f, jwt.SigningMethodHS384, secret, testClaims(nil)),
+		testSign(f, jwt.SigningMethodHS256, []byte("another-secret-another-secret-!!"), testClaims(nil)),
+		testRaw(`{"alg":"none"}`, string(payload), nil),
+		testRaw(`{"alg":"HS256"}`, `{"exp":1e400}`, []byte("sig")),
 		"", "garbage", "...", "a.b.c", "e30.e30.",
 	} {
 		f.Add(seed)
@@ -1064,7 +1064,7 @@ func FuzzVerify(f *testing.F) {
 				t.Fatalf("claims %+v with error %v", claims, err)
 			}
 			known := false
-			for _, s := range authTestSentinels {
+			for _, s := range testSentinels {
 				known = known || errors.Is(err, s)
 			}
 			if !known {
@@ -1106,8 +1106,8 @@ func FuzzVerify(f *testing.F) {
 // named in the message, and a huge exp is not reported as expired.
 func TestVerifyTimeClaimMessages(t *testing.T) {
 	t.Parallel()
-	k := authTestKeys()
-	a := authTestNew(t, AuthConfig{HMACSecret: k.secret})
+	k := testKeys()
+	a := testNew(t, Config{HMACSecret: k.secret})
 	for _, tc := range []struct {
 		extra jwt.MapClaims
 		want  string
@@ -1117,7 +1117,7 @@ func TestVerifyTimeClaimMessages(t *testing.T) {
 		{jwt.MapClaims{"exp": 1e20}, "invalid exp"},
 		{jwt.MapClaims{"nbf": 1e20}, "invalid nbf"},
 	} {
-		_, err := a.Verify(authTestSign(t, jwt.SigningMethodHS256, k.secret, authTestClaims(tc.extra)))
+		_, err := a.Verify(testSign(t, jwt.SigningMethodHS256, k.secret, testClaims(tc.extra)))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "expired") {
 			t.Errorf("%v: %v, want a message with %q", tc.extra, err, tc.want)
 		}

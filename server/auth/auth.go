@@ -1,7 +1,7 @@
 // # Authentication
 //
 // Clients present a JWT (RFC 7519). The server verifies it with the keys and
-// algorithms of its [AuthConfig]; the "alg" header of a token only selects
+// algorithms of its [Config]; the "alg" header of a token only selects
 // among the algorithms that configuration allows, so "none", an algorithm
 // that is not listed and a token signed for another key type (an HS256
 // token "signed" with an RSA public key, the classic key-confusion attack)
@@ -66,9 +66,9 @@
 // prefix of another, end the grant with a separator ("presence/{sub}/") and
 // keep each subject's keys below it.
 //
-// Anonymous access, when a deployment allows it, is [AnonymousClaims]: read
+// Anonymous access, when a deployment allows it, is [Anonymous]: read
 // and write on every key of every room.
-package server
+package auth
 
 import (
 	"crypto/ecdsa"
@@ -117,34 +117,34 @@ var (
 )
 
 const (
-	// authMaxTokenBytes bounds the token Verify will look at: longer input is
+	// maxTokenBytes bounds the token Verify will look at: longer input is
 	// rejected before any decoding.
-	authMaxTokenBytes = 16 << 10
-	// authMaxGrants bounds the grants of one token, and so the cost of
+	maxTokenBytes = 16 << 10
+	// maxGrants bounds the grants of one token, and so the cost of
 	// CanRead and CanWrite.
-	authMaxGrants = 256
-	// authMaxRoomPattern and authMaxPrefix bound a grant's patterns before
+	maxGrants = 256
+	// maxRoomPattern and maxPrefix bound a grant's patterns before
 	// "{sub}" is substituted. Valid room names are at most 128 bytes and
 	// keys at most 1024 by default.
-	authMaxRoomPattern = 256
-	authMaxPrefix      = 1024
-	// authMaxMatchInput bounds the room names the glob looks at; anything
+	maxRoomPattern = 256
+	maxPrefix      = 1024
+	// maxMatchInput bounds the room names the glob looks at; anything
 	// longer is no valid room name and matches no pattern.
-	authMaxMatchInput = 1024
-	// authDefaultLeeway is AuthConfig.Leeway's default.
-	authDefaultLeeway = 5 * time.Second
-	// authSubPlaceholder is replaced by the token's subject.
-	authSubPlaceholder = "{sub}"
-	// authMaxNumericDate is the last second of the year 9999: a later
+	maxMatchInput = 1024
+	// defaultLeeway is Config.Leeway's default.
+	defaultLeeway = 5 * time.Second
+	// subPlaceholder is replaced by the token's subject.
+	subPlaceholder = "{sub}"
+	// maxNumericDate is the last second of the year 9999: a later
 	// time claim is not a time this server can represent or compare.
-	authMaxNumericDate = 253402300799
+	maxNumericDate = 253402300799
 )
 
-// AuthConfig says where verification keys and algorithms come from. The
+// Config says where verification keys and algorithms come from. The
 // algorithm is pinned by configuration, never taken from the token: a
 // token's "alg" header must be one of Algorithms, and it is checked against
 // the keys of the matching type only.
-type AuthConfig struct {
+type Config struct {
 	// HMACSecret enables HS256, HS384 and HS512 (those listed in Algorithms;
 	// HS256 by default). RFC 7518 requires a secret at least as long as the
 	// hash: 32 bytes for HS256, 48 for HS384, 64 for HS512.
@@ -174,11 +174,11 @@ type AuthConfig struct {
 
 // Enabled reports whether any key is configured, that is whether tokens can
 // be verified at all.
-func (c AuthConfig) Enabled() bool {
+func (c Config) Enabled() bool {
 	return len(c.HMACSecret) > 0 || len(c.PublicKeyPEM) > 0
 }
 
-// Authenticator verifies tokens against an [AuthConfig]. It is immutable
+// Authenticator verifies tokens against a [Config]. It is immutable
 // once built, and its methods may be called concurrently.
 type Authenticator struct {
 	parser *jwt.Parser
@@ -188,8 +188,8 @@ type Authenticator struct {
 	leeway time.Duration
 }
 
-// authAlgKind names the key type each supported algorithm needs.
-var authAlgKind = map[string]string{
+// algKind names the key type each supported algorithm needs.
+var algKind = map[string]string{
 	"HS256": "hmac", "HS384": "hmac", "HS512": "hmac",
 	"RS256": "rsa", "RS384": "rsa", "RS512": "rsa",
 	"PS256": "rsa", "PS384": "rsa", "PS512": "rsa",
@@ -197,11 +197,11 @@ var authAlgKind = map[string]string{
 	"EdDSA": "ed25519",
 }
 
-// authHMACMinBytes is RFC 7518 section 3.2's minimum secret length.
-var authHMACMinBytes = map[string]int{"HS256": 32, "HS384": 48, "HS512": 64}
+// hmacMinBytes is RFC 7518 section 3.2's minimum secret length.
+var hmacMinBytes = map[string]int{"HS256": 32, "HS384": 48, "HS512": 64}
 
-// authKeys is the configured key material, grouped by kind.
-type authKeys struct {
+// keyring is the configured key material, grouped by kind.
+type keyring struct {
 	hmac    []byte
 	rsa     []*rsa.PublicKey
 	ec      map[string][]*ecdsa.PublicKey // by curve name
@@ -209,17 +209,17 @@ type authKeys struct {
 	natural []string // natural algorithms, in the order the keys appear
 }
 
-// NewAuthenticator checks cfg and builds an Authenticator. It fails when no
+// New checks cfg and builds an Authenticator. It fails when no
 // key is configured, on PEM it cannot read (or that holds no public key),
 // on unknown or unsupported algorithm names ("none" included), on an
 // algorithm for which no key of the right type is configured (HS256 with
 // only an RSA key, ES384 with only a P-256 key), on an HMAC secret shorter
 // than its algorithm requires and on RSA keys under 2048 bits.
-func NewAuthenticator(cfg AuthConfig) (*Authenticator, error) {
+func New(cfg Config) (*Authenticator, error) {
 	if !cfg.Enabled() {
 		return nil, errors.New("server: auth: no key configured (set HMACSecret or PublicKeyPEM)")
 	}
-	ks := authKeys{ec: make(map[string][]*ecdsa.PublicKey)}
+	ks := keyring{ec: make(map[string][]*ecdsa.PublicKey)}
 	if len(cfg.HMACSecret) > 0 {
 		ks.hmac = slices.Clone(cfg.HMACSecret)
 		ks.natural = append(ks.natural, "HS256")
@@ -250,7 +250,7 @@ func NewAuthenticator(cfg AuthConfig) (*Authenticator, error) {
 	leeway := cfg.Leeway
 	switch {
 	case leeway == 0:
-		leeway = authDefaultLeeway
+		leeway = defaultLeeway
 	case leeway < 0:
 		leeway = 0
 	}
@@ -280,9 +280,9 @@ func NewAuthenticator(cfg AuthConfig) (*Authenticator, error) {
 }
 
 // forAlg returns the keys alg verifies with, or why alg cannot be allowed.
-func (ks *authKeys) forAlg(alg string) (jwt.VerificationKeySet, error) {
+func (ks *keyring) forAlg(alg string) (jwt.VerificationKeySet, error) {
 	var set jwt.VerificationKeySet
-	kind, ok := authAlgKind[alg]
+	kind, ok := algKind[alg]
 	if !ok {
 		if strings.EqualFold(alg, "none") {
 			return set, errors.New(`server: auth: algorithm "none" is never allowed`)
@@ -294,7 +294,7 @@ func (ks *authKeys) forAlg(alg string) (jwt.VerificationKeySet, error) {
 		if ks.hmac == nil {
 			return set, fmt.Errorf("server: auth: algorithm %s needs HMACSecret", alg)
 		}
-		if n := authHMACMinBytes[alg]; len(ks.hmac) < n {
+		if n := hmacMinBytes[alg]; len(ks.hmac) < n {
 			return set, fmt.Errorf("server: auth: HMACSecret of %d bytes is too short for %s (RFC 7518 requires at least %d)", len(ks.hmac), alg, n)
 		}
 		set.Keys = append(set.Keys, ks.hmac)
@@ -318,7 +318,7 @@ func (ks *authKeys) forAlg(alg string) (jwt.VerificationKeySet, error) {
 }
 
 // addPEM reads every PEM block of data as a public key.
-func (ks *authKeys) addPEM(data []byte) error {
+func (ks *keyring) addPEM(data []byte) error {
 	rest := data
 	n := 0
 	for {
@@ -368,7 +368,7 @@ func (ks *authKeys) addPEM(data []byte) error {
 }
 
 // addKey files one parsed public key under its kind.
-func (ks *authKeys) addKey(n int, pub any) error {
+func (ks *keyring) addKey(n int, pub any) error {
 	natural := ""
 	switch k := pub.(type) {
 	case *rsa.PublicKey:
@@ -402,15 +402,15 @@ func (ks *authKeys) addKey(n int, pub any) error {
 	return nil
 }
 
-// errAuthCrit marks a token with a "crit" header: it names extensions that
+// errCrit marks a token with a "crit" header: it names extensions that
 // must be understood, and this server understands none (RFC 7515 4.1.11).
-var errAuthCrit = errors.New(`"crit" header is not supported`)
+var errCrit = errors.New(`"crit" header is not supported`)
 
 // keyfunc hands the parser the keys of the token's (already allowed)
 // algorithm, and nothing else.
 func (a *Authenticator) keyfunc(t *jwt.Token) (any, error) {
 	if _, ok := t.Header["crit"]; ok {
-		return nil, errAuthCrit
+		return nil, errCrit
 	}
 	set, ok := a.keys[t.Method.Alg()]
 	if !ok {
@@ -428,56 +428,56 @@ func (a *Authenticator) Leeway() time.Duration {
 	return a.leeway
 }
 
-// authTokenClaims is the JSON shape of a token's payload. Its time claims
+// tokenClaims is the JSON shape of a token's payload. Its time claims
 // replace RegisteredClaims' (outer fields and methods win), which take a
 // number in a string and wrap a huge one into the past.
-type authTokenClaims struct {
+type tokenClaims struct {
 	jwt.RegisteredClaims
-	Exp       authTime        `json:"exp"`
-	Nbf       authTime        `json:"nbf"`
-	Iat       authTime        `json:"iat"`
+	Exp       timeClaim       `json:"exp"`
+	Nbf       timeClaim       `json:"nbf"`
+	Iat       timeClaim       `json:"iat"`
 	Statecast json.RawMessage `json:"statecast"`
 }
 
-func (c *authTokenClaims) GetExpirationTime() (*jwt.NumericDate, error) { return c.Exp.t, nil }
-func (c *authTokenClaims) GetNotBefore() (*jwt.NumericDate, error)      { return c.Nbf.t, nil }
-func (c *authTokenClaims) GetIssuedAt() (*jwt.NumericDate, error)       { return c.Iat.t, nil }
+func (c *tokenClaims) GetExpirationTime() (*jwt.NumericDate, error) { return c.Exp.t, nil }
+func (c *tokenClaims) GetNotBefore() (*jwt.NumericDate, error)      { return c.Nbf.t, nil }
+func (c *tokenClaims) GetIssuedAt() (*jwt.NumericDate, error)       { return c.Iat.t, nil }
 
-// authTime is a strict RFC 7519 NumericDate: a JSON number of seconds
+// timeClaim is a strict RFC 7519 NumericDate: a JSON number of seconds
 // since 1970, up to the year 9999. name is the claim, for messages.
-type authTime struct {
+type timeClaim struct {
 	name string
 	t    *jwt.NumericDate
 }
 
-// authTimeError is a time claim that is not a NumericDate. badType marks
+// timeClaimError is a time claim that is not a NumericDate. badType marks
 // a value that is not a number at all (malformed), as opposed to one out
 // of range (invalid claims).
-type authTimeError struct {
+type timeClaimError struct {
 	msg     string
 	badType bool
 }
 
-func (e *authTimeError) Error() string { return e.msg }
+func (e *timeClaimError) Error() string { return e.msg }
 
-func (at *authTime) UnmarshalJSON(b []byte) error {
+func (at *timeClaim) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil // as if absent
 	}
 	if b[0] != '-' && (b[0] < '0' || b[0] > '9') {
-		return &authTimeError{fmt.Sprintf("%s must be a JSON number of seconds since 1970 (RFC 7519 NumericDate), not a %s", at.name, authJSONKind(b[0])), true}
+		return &timeClaimError{fmt.Sprintf("%s must be a JSON number of seconds since 1970 (RFC 7519 NumericDate), not a %s", at.name, jsonKind(b[0])), true}
 	}
 	f, err := strconv.ParseFloat(string(b), 64)
-	if err != nil || f < 0 || f > authMaxNumericDate {
-		return &authTimeError{fmt.Sprintf("invalid %s: %s is not a time between 1970 and the year 9999 in seconds", at.name, b), false}
+	if err != nil || f < 0 || f > maxNumericDate {
+		return &timeClaimError{fmt.Sprintf("invalid %s: %s is not a time between 1970 and the year 9999 in seconds", at.name, b), false}
 	}
 	sec, frac := math.Modf(f)
 	at.t = jwt.NewNumericDate(time.Unix(int64(sec), int64(frac*1e9)))
 	return nil
 }
 
-// authJSONKind names the kind of JSON value that starts with c.
-func authJSONKind(c byte) string {
+// jsonKind names the kind of JSON value that starts with c.
+func jsonKind(c byte) string {
 	switch c {
 	case '"':
 		return "string"
@@ -497,14 +497,14 @@ func (a *Authenticator) Verify(token string) (*Claims, error) {
 	switch {
 	case token == "":
 		return nil, ErrTokenMissing
-	case len(token) > authMaxTokenBytes:
-		return nil, fmt.Errorf("%w: %d bytes exceeds the limit of %d", ErrTokenMalformed, len(token), authMaxTokenBytes)
+	case len(token) > maxTokenBytes:
+		return nil, fmt.Errorf("%w: %d bytes exceeds the limit of %d", ErrTokenMalformed, len(token), maxTokenBytes)
 	case a == nil || a.parser == nil:
 		return nil, fmt.Errorf("%w: no authenticator configured", ErrTokenSignature)
 	}
-	tc := authTokenClaims{Exp: authTime{name: "exp"}, Nbf: authTime{name: "nbf"}, Iat: authTime{name: "iat"}}
+	tc := tokenClaims{Exp: timeClaim{name: "exp"}, Nbf: timeClaim{name: "nbf"}, Iat: timeClaim{name: "iat"}}
 	if _, err := a.parser.ParseWithClaims(token, &tc, a.keyfunc); err != nil {
-		return nil, authClassify(err)
+		return nil, classify(err)
 	}
 	if tc.Exp.t == nil { // WithExpirationRequired makes this unreachable
 		return nil, fmt.Errorf("%w: exp claim is required", ErrTokenClaims)
@@ -514,17 +514,17 @@ func (a *Authenticator) Verify(token string) (*Claims, error) {
 		// without one would all share them.
 		return nil, fmt.Errorf("%w: sub claim is required", ErrTokenClaims)
 	}
-	grants, err := authParseGrants(tc.Statecast)
+	grants, err := parseGrants(tc.Statecast)
 	if err != nil {
 		return nil, fmt.Errorf("%w: statecast claim: %v", ErrTokenClaims, err)
 	}
 	return &Claims{Subject: tc.Subject, Expiry: tc.Exp.t.Time, Grants: grants}, nil
 }
 
-// authClassify maps a jwt error to one of this package's sentinels, keeping
+// classify maps a jwt error to one of this package's sentinels, keeping
 // the library's message (which never quotes the token) as detail.
-func authClassify(err error) error {
-	var te *authTimeError
+func classify(err error) error {
+	var te *timeClaimError
 	if errors.As(err, &te) { // the library's wrapping adds nothing to te
 		if te.badType {
 			return fmt.Errorf("%w: %v", ErrTokenMalformed, te)
@@ -533,7 +533,7 @@ func authClassify(err error) error {
 	}
 	var sentinel error
 	switch {
-	case errors.Is(err, errAuthCrit), errors.Is(err, jwt.ErrTokenMalformed):
+	case errors.Is(err, errCrit), errors.Is(err, jwt.ErrTokenMalformed):
 		sentinel = ErrTokenMalformed
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
 		sentinel = ErrTokenSignature
@@ -609,15 +609,15 @@ type Grant struct {
 	Access Access
 }
 
-// authFarFuture is the expiry of anonymous claims.
-var authFarFuture = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+// farFuture is the expiry of anonymous claims.
+var farFuture = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
 
-// AnonymousClaims returns the claims of an unauthenticated client when a
+// Anonymous returns the claims of an unauthenticated client when a
 // deployment runs without auth: no subject, read and write on every key of
 // every room, and an expiry in the year 9999.
-func AnonymousClaims() *Claims {
+func Anonymous() *Claims {
 	return &Claims{
-		Expiry: authFarFuture,
+		Expiry: farFuture,
 		Grants: []Grant{{Room: "*", Prefix: "", Access: ReadWrite}},
 	}
 }
@@ -657,24 +657,24 @@ func (c *Claims) allows(need Access, room, s string) bool {
 		if g.Access&need != need {
 			continue
 		}
-		prefix, ok := authExpand(g.Prefix, c.Subject, false)
+		prefix, ok := expand(g.Prefix, c.Subject, false)
 		if !ok || !strings.HasPrefix(s, prefix) {
 			continue
 		}
-		pattern, ok := authExpand(g.Room, c.Subject, true)
-		if ok && authGlobMatch(pattern, room) {
+		pattern, ok := expand(g.Room, c.Subject, true)
+		if ok && globMatch(pattern, room) {
 			return true
 		}
 	}
 	return false
 }
 
-// authExpand substitutes sub for "{sub}" in pattern. It reports false when
+// expand substitutes sub for "{sub}" in pattern. It reports false when
 // pattern uses "{sub}" and sub is unfit: empty, holding a wildcard or brace,
 // or (for a room pattern) not a valid room name; for a prefix, not valid
 // UTF-8 or holding a NUL byte (no key can hold those).
-func authExpand(pattern, sub string, room bool) (string, bool) {
-	if !strings.Contains(pattern, authSubPlaceholder) {
+func expand(pattern, sub string, room bool) (string, bool) {
+	if !strings.Contains(pattern, subPlaceholder) {
 		return pattern, true
 	}
 	if sub == "" || strings.ContainsAny(sub, "*{}") {
@@ -687,10 +687,10 @@ func authExpand(pattern, sub string, room bool) (string, bool) {
 	} else if !utf8.ValidString(sub) || strings.IndexByte(sub, 0) >= 0 {
 		return "", false
 	}
-	return strings.ReplaceAll(pattern, authSubPlaceholder, sub), true
+	return strings.ReplaceAll(pattern, subPlaceholder, sub), true
 }
 
-// authGlobMatch reports whether s matches pattern, where '*' matches any
+// globMatch reports whether s matches pattern, where '*' matches any
 // run of bytes (including none) and every other byte matches itself.
 //
 // The pattern splits at '*' into a head, middle segments and a tail: s must
@@ -698,9 +698,9 @@ func authExpand(pattern, sub string, room bool) (string, bool) {
 // order in between. Taking each middle segment at its leftmost occurrence is
 // optimal (it leaves the most room for the rest), so there is no
 // backtracking: the cost is at most O(len(s) * len(pattern)) via
-// strings.Index, and s is capped at authMaxMatchInput bytes.
-func authGlobMatch(pattern, s string) bool {
-	if len(s) > authMaxMatchInput {
+// strings.Index, and s is capped at maxMatchInput bytes.
+func globMatch(pattern, s string) bool {
+	if len(s) > maxMatchInput {
 		return false
 	}
 	head, rest, wild := strings.Cut(pattern, "*")
@@ -734,33 +734,33 @@ func authGlobMatch(pattern, s string) bool {
 	return true
 }
 
-// authWireClaim is the JSON shape of the "statecast" claim.
-type authWireClaim struct {
-	Grants []authWireGrant `json:"grants"`
+// wireClaim is the JSON shape of the "statecast" claim.
+type wireClaim struct {
+	Grants []wireGrant `json:"grants"`
 }
 
-// authWireGrant is the JSON shape of one grant.
-type authWireGrant struct {
+// wireGrant is the JSON shape of one grant.
+type wireGrant struct {
 	Room   string `json:"room"`
 	Prefix string `json:"prefix"`
 	Access string `json:"access"`
 }
 
-// authParseGrants decodes and checks the "statecast" claim. Unknown fields
+// parseGrants decodes and checks the "statecast" claim. Unknown fields
 // are errors, so that a misspelt field cannot widen a grant. Messages name
 // the grant by index and never quote values.
-func authParseGrants(raw json.RawMessage) ([]Grant, error) {
+func parseGrants(raw json.RawMessage) ([]Grant, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
 	dec.DisallowUnknownFields()
-	var wc authWireClaim
+	var wc wireClaim
 	if err := dec.Decode(&wc); err != nil {
 		return nil, fmt.Errorf("not of the form {\"grants\":[{\"room\",\"prefix\",\"access\"}...]}: %v", err)
 	}
-	if len(wc.Grants) > authMaxGrants {
-		return nil, fmt.Errorf("%d grants exceed the limit of %d", len(wc.Grants), authMaxGrants)
+	if len(wc.Grants) > maxGrants {
+		return nil, fmt.Errorf("%d grants exceed the limit of %d", len(wc.Grants), maxGrants)
 	}
 	grants := make([]Grant, 0, len(wc.Grants))
 	for i, w := range wc.Grants {
@@ -775,10 +775,10 @@ func authParseGrants(raw json.RawMessage) ([]Grant, error) {
 		default:
 			return nil, fmt.Errorf(`grant %d: access must be "r", "w" or "rw"`, i)
 		}
-		if err := authCheckRoomPattern(w.Room); err != nil {
+		if err := checkRoomPattern(w.Room); err != nil {
 			return nil, fmt.Errorf("grant %d: room: %v", i, err)
 		}
-		if err := authCheckPrefix(w.Prefix); err != nil {
+		if err := checkPrefix(w.Prefix); err != nil {
 			return nil, fmt.Errorf("grant %d: prefix: %v", i, err)
 		}
 		grants = append(grants, g)
@@ -786,21 +786,21 @@ func authParseGrants(raw json.RawMessage) ([]Grant, error) {
 	return grants, nil
 }
 
-// authCheckRoomPattern accepts room-name characters, '*' and "{sub}".
-func authCheckRoomPattern(p string) error {
+// checkRoomPattern accepts room-name characters, '*' and "{sub}".
+func checkRoomPattern(p string) error {
 	switch {
 	case p == "":
 		return errors.New("missing or empty")
-	case len(p) > authMaxRoomPattern:
-		return fmt.Errorf("longer than %d bytes", authMaxRoomPattern)
+	case len(p) > maxRoomPattern:
+		return fmt.Errorf("longer than %d bytes", maxRoomPattern)
 	}
 	for i := 0; i < len(p); i++ {
 		c := p[i]
 		switch {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
 			c == '.', c == '_', c == ':', c == '-', c == '@', c == '*':
-		case c == '{' && strings.HasPrefix(p[i:], authSubPlaceholder):
-			i += len(authSubPlaceholder) - 1
+		case c == '{' && strings.HasPrefix(p[i:], subPlaceholder):
+			i += len(subPlaceholder) - 1
 		default:
 			return fmt.Errorf("character %q at byte %d is not allowed (letters, digits, ._:-@, '*' and {sub})", c, i)
 		}
@@ -808,11 +808,11 @@ func authCheckRoomPattern(p string) error {
 	return nil
 }
 
-// authCheckPrefix accepts a literal key prefix that may contain "{sub}".
-func authCheckPrefix(p string) error {
+// checkPrefix accepts a literal key prefix that may contain "{sub}".
+func checkPrefix(p string) error {
 	switch {
-	case len(p) > authMaxPrefix:
-		return fmt.Errorf("longer than %d bytes", authMaxPrefix)
+	case len(p) > maxPrefix:
+		return fmt.Errorf("longer than %d bytes", maxPrefix)
 	case !utf8.ValidString(p):
 		return errors.New("not valid UTF-8")
 	}
@@ -822,8 +822,8 @@ func authCheckPrefix(p string) error {
 			return fmt.Errorf("NUL byte at byte %d", i)
 		case c == '*':
 			return fmt.Errorf("'*' at byte %d: prefixes are literal, not patterns", i)
-		case c == '{' && strings.HasPrefix(p[i:], authSubPlaceholder):
-			i += len(authSubPlaceholder) - 1
+		case c == '{' && strings.HasPrefix(p[i:], subPlaceholder):
+			i += len(subPlaceholder) - 1
 		case c == '{' || c == '}':
 			return fmt.Errorf("%q at byte %d: the only placeholder is {sub}", c, i)
 		}
