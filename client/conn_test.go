@@ -15,6 +15,7 @@ import (
 
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -424,11 +425,11 @@ func TestFrameTooLargeCloses1009(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	secret := []byte(strings.Repeat("k", 32))
-	auth, err := server.NewAuthenticator(server.AuthConfig{HMACSecret: secret})
+	authn, err := auth.New(auth.Config{HMACSecret: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newServer(t, server.Config{Auth: auth})
+	s := newServer(t, server.Config{Auth: authn})
 	ctx := testCtx(t)
 	token := func(sub string) string {
 		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{

@@ -21,6 +21,7 @@ import (
 
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -40,11 +41,11 @@ func TestAbuse(t *testing.T) {
 		t.Run(surface, func(t *testing.T) {
 			seed := uint64(time.Now().UnixNano())
 			t.Logf("seed %d", seed)
-			auth, err := server.NewAuthenticator(server.AuthConfig{HMACSecret: hmacSecret})
+			authn, err := auth.New(auth.Config{HMACSecret: hmacSecret})
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := newEnv(t, envOpts{Cfg: server.Config{Auth: auth, MaxFrameBytes: 256 << 10}})
+			e := newEnv(t, envOpts{Cfg: server.Config{Auth: authn, MaxFrameBytes: 256 << 10}})
 			good := tokenFor(t, "good", time.Now().Add(time.Hour), allRooms)
 			bad := tokenFor(t, "mallory", time.Now().Add(time.Hour), map[string]any{"grants": []any{
 				map[string]any{"room": "r*", "access": "rw"}, map[string]any{"room": "good", "access": "r"}}})

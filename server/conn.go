@@ -19,6 +19,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -56,7 +57,7 @@ type conn struct {
 	wcancel context.CancelFunc
 
 	sess     *session
-	claims   atomic.Pointer[Claims]
+	claims   atomic.Pointer[auth.Claims]
 	addr     string       // the peer's address, whose write limit an anonymous client takes
 	lastRead atomic.Int64 // unix nanos of the last frame read
 	wake     chan struct{}

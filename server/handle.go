@@ -9,6 +9,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )
@@ -116,7 +117,7 @@ func (c *conn) connect(r *wire.Request) error {
 	claims, err := c.s.verify(r.Token)
 	if err != nil {
 		c.s.metrics.authFailures.Inc()
-		if errors.Is(err, ErrTokenExpired) {
+		if errors.Is(err, auth.ErrTokenExpired) {
 			return closeWith(wire.CloseTokenExpired, "token expired")
 		}
 		return closeWith(wire.CloseUnauthorized, "unauthorized: %v", err)
@@ -146,9 +147,9 @@ func (c *conn) connect(r *wire.Request) error {
 
 // verify returns the claims of token, or anonymous claims when the server
 // has no auth configured.
-func (s *Server) verify(token string) (*Claims, error) {
+func (s *Server) verify(token string) (*auth.Claims, error) {
 	if s.cfg.Auth == nil {
-		return AnonymousClaims(), nil
+		return auth.Anonymous(), nil
 	}
 	return s.cfg.Auth.Verify(token)
 }
@@ -156,7 +157,7 @@ func (s *Server) verify(token string) (*Claims, error) {
 // validUntil is when Verify stops accepting the token of claims: its exp
 // plus the leeway. A session ends then, so a token accepted over HTTP is
 // accepted by a WebSocket too, and the other way round.
-func (s *Server) validUntil(claims *Claims) time.Time {
+func (s *Server) validUntil(claims *auth.Claims) time.Time {
 	return claims.Expiry.Add(s.cfg.Auth.Leeway())
 }
 
@@ -164,7 +165,7 @@ func (s *Server) validUntil(claims *Claims) time.Time {
 // the session when the token is no longer valid (exp plus the leeway):
 // the leeway absorbs clock skew and a late refresh, never a difference
 // between surfaces.
-func (c *conn) watchExpiry(claims *Claims) {
+func (c *conn) watchExpiry(claims *auth.Claims) {
 	c.addTimer(time.AfterFunc(max(time.Until(claims.Expiry)-30*time.Second, 0), func() {
 		if c.claims.Load() == claims {
 			c.reply(&wire.Refresh{T: wire.TRefresh, ExpiresMS: time.Until(claims.Expiry).Milliseconds()})

@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )
@@ -85,7 +86,7 @@ type revokeReply struct {
 // httpClaims returns the claims of the request's bearer token. The
 // watch route also takes ?access_token=, since EventSource cannot set
 // headers; nothing here logs a token or a URL carrying one.
-func (s *Server) httpClaims(c echo.Context, fromQuery bool) (*Claims, error) {
+func (s *Server) httpClaims(c echo.Context, fromQuery bool) (*auth.Claims, error) {
 	token := ""
 	if scheme, t, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " "); ok && strings.EqualFold(scheme, "Bearer") {
 		token = strings.TrimSpace(t)
@@ -100,10 +101,10 @@ func (s *Server) httpClaims(c echo.Context, fromQuery bool) (*Claims, error) {
 	s.metrics.authFailures.Inc()
 	h := c.Response().Header()
 	switch {
-	case errors.Is(err, ErrTokenMissing):
+	case errors.Is(err, auth.ErrTokenMissing):
 		h.Set(echo.HeaderWWWAuthenticate, `Bearer`)
 		return nil, newError(wire.CodeUnauthorized, "a bearer token is required")
-	case errors.Is(err, ErrTokenExpired):
+	case errors.Is(err, auth.ErrTokenExpired):
 		h.Set(echo.HeaderWWWAuthenticate, `Bearer error="invalid_token", error_description="token expired"`)
 		return nil, newError(wire.CodeUnauthorized, "token expired")
 	}
@@ -303,7 +304,7 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 }
 
 // httpWriter authenticates a write and lets it in.
-func (s *Server) httpWriter(c echo.Context) (*Claims, error) {
+func (s *Server) httpWriter(c echo.Context) (*auth.Claims, error) {
 	claims, err := s.httpClaims(c, false)
 	if err != nil {
 		return nil, err
@@ -313,7 +314,7 @@ func (s *Server) httpWriter(c echo.Context) (*Claims, error) {
 
 // httpAdmitWrite lets a write in (admitWrite): over the write rate, 429
 // with Retry-After in whole seconds (at least 1).
-func (s *Server) httpAdmitWrite(c echo.Context, claims *Claims) error {
+func (s *Server) httpAdmitWrite(c echo.Context, claims *auth.Claims) error {
 	retry, err := s.admitWrite(claims, c.Request().RemoteAddr)
 	var e *Error
 	if errors.As(err, &e) && e.Code == wire.CodeRateLimited {
@@ -325,7 +326,7 @@ func (s *Server) httpAdmitWrite(c echo.Context, claims *Claims) error {
 // httpWrite sends r, with the request's write id, through the one write
 // path (write.go) and answers {"rev"}, with "dup":true when the id had
 // committed.
-func (s *Server) httpWrite(c echo.Context, claims *Claims, r *wire.Request) error {
+func (s *Server) httpWrite(c echo.Context, claims *auth.Claims, r *wire.Request) error {
 	var err error
 	if r.Wid, r.Since, err = idempotency(c.Request().Header); err != nil {
 		return err
@@ -371,7 +372,7 @@ func idempotency(h http.Header) (wid string, since *uint64, err error) {
 
 // keyWrite reads what a PUT (t = put) or DELETE (del) of one key
 // shares: its writer's claims, the room and key, and If-Match.
-func (s *Server) keyWrite(c echo.Context, t string) (*Claims, *wire.Request, error) {
+func (s *Server) keyWrite(c echo.Context, t string) (*auth.Claims, *wire.Request, error) {
 	claims, err := s.httpWriter(c)
 	if err != nil {
 		return nil, nil, err
@@ -495,7 +496,7 @@ func (s *Server) leaseStoreErr(op string, err error) *Error {
 }
 
 // leaseUsable says whether claims' subject may write under lease id.
-func (s *Server) leaseUsable(ctx context.Context, id string, claims *Claims) error {
+func (s *Server) leaseUsable(ctx context.Context, id string, claims *auth.Claims) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	defer cancel()
 	u, err := s.leases.usable(ctx, id, claims.Subject)
@@ -522,7 +523,7 @@ func leaseErr(id string, u leaseUse) *Error {
 
 // leaseID reads the TTL lease named in the path and the caller's claims;
 // an id that cannot be a TTL lease is simply not found.
-func (s *Server) leaseID(c echo.Context) (string, *Claims, error) {
+func (s *Server) leaseID(c echo.Context) (string, *auth.Claims, error) {
 	claims, err := s.httpClaims(c, false)
 	if err != nil {
 		return "", nil, err

@@ -18,12 +18,13 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/store"
 )
 
 // apiOpts configures a test server for the HTTP API.
 type apiOpts struct {
-	auth      *Authenticator
+	auth      *auth.Authenticator
 	retention store.RetentionPolicy
 	progress  time.Duration // engine ProgressInterval; 0 = disabled
 	timing    sseTiming     // zero = defaultSSETiming
@@ -513,7 +514,7 @@ func apiToken(t testing.TB, exp time.Duration, grants ...map[string]string) stri
 }
 
 func TestHTTPAuth(t *testing.T) {
-	a, err := NewAuthenticator(AuthConfig{HMACSecret: apiTestSecret, Leeway: -1})
+	a, err := auth.New(auth.Config{HMACSecret: apiTestSecret, Leeway: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redistest"
 )
@@ -311,13 +312,13 @@ func TestSessionOrphansEnd(t *testing.T) {
 func TestTTLLeasesAcrossNodes(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	ctx, room := testCtx(t), "lobby"
-	auth, err := server.NewAuthenticator(server.AuthConfig{HMACSecret: hmacSecret})
+	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const timeout, ttl = time.Second, 1500 * time.Millisecond
 	node := func(id string) *env {
-		return redisNode(t, rs.URL(), "tl", server.Config{NodeID: id, NodeTimeout: timeout, Auth: auth})
+		return redisNode(t, rs.URL(), "tl", server.Config{NodeID: id, NodeTimeout: timeout, Auth: authn})
 	}
 	a, b, c := node("a"), node("b"), node("c")
 	alice := tokenFor(t, "alice", time.Now().Add(time.Hour), allRooms)

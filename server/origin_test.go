@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"github.com/statecast/statecast/rooms"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -11,6 +10,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server/auth"
 )
 
 // hostOf returns the test server's host:port.
@@ -45,7 +47,7 @@ func TestAnonymousHostNames(t *testing.T) {
 		e.do(t, "PUT", "/v1/rooms/r/kv/k", "1", "Host", host).want(t, 200, nil)
 	}
 
-	a, err := NewAuthenticator(AuthConfig{HMACSecret: apiTestSecret})
+	a, err := auth.New(auth.Config{HMACSecret: apiTestSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +128,7 @@ func TestCrossOriginWrites(t *testing.T) {
 	}
 	e.do(t, "DELETE", "/v1/rooms/r/kv/k", "").want(t, 200, nil) // no body, no content type needed
 
-	a, err := NewAuthenticator(AuthConfig{HMACSecret: apiTestSecret})
+	a, err := auth.New(auth.Config{HMACSecret: apiTestSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,13 +285,13 @@ func TestWriteLimitsBounded(t *testing.T) {
 
 func TestWriterKey(t *testing.T) {
 	for _, c := range []struct {
-		claims *Claims
+		claims *auth.Claims
 		addr   string
 		want   string
 	}{
-		{&Claims{Subject: "alice"}, "127.0.0.1:1", "sub:alice"},
+		{&auth.Claims{Subject: "alice"}, "127.0.0.1:1", "sub:alice"},
 		{nil, "192.0.2.7:40000", "ip:192.0.2.7"},
-		{&Claims{}, "192.0.2.7:40000", "ip:192.0.2.7"},
+		{&auth.Claims{}, "192.0.2.7:40000", "ip:192.0.2.7"},
 		{nil, "[2001:db8:1:2:3:4:5:6]:1", "ip:2001:db8:1:2::/64"},
 		{nil, "[2001:db8:1:2:ff::1]:2", "ip:2001:db8:1:2::/64"},
 	} {

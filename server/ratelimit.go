@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -101,7 +102,7 @@ func (l *writeLimits) len() int {
 // address. IPv6 clients are grouped by /64, the block one host usually
 // gets: otherwise it could write from 2^64 addresses. The peer address is
 // used as is: behind a proxy, anonymous clients share one bucket.
-func writerKey(claims *Claims, remoteAddr string) string {
+func writerKey(claims *auth.Claims, remoteAddr string) string {
 	if claims != nil && claims.Subject != "" {
 		return "sub:" + claims.Subject
 	}

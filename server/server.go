@@ -18,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/store"
 )
 
@@ -28,7 +29,7 @@ type Config struct {
 
 	// Auth verifies tokens. Nil means anonymous access with full rights;
 	// the caller (cmd/statecast) allows that only on loopback addresses.
-	Auth *Authenticator
+	Auth *auth.Authenticator
 
 	// AllowOrigins are extra Origin host patterns (path.Match syntax)
 	// allowed to open WebSockets, to write over HTTP and to read the HTTP

@@ -20,6 +20,7 @@ import (
 
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )
@@ -27,11 +28,11 @@ import (
 // fileAuthEnv starts a node with auth on the file store at path.
 func fileAuthEnv(t *testing.T, path string, grace time.Duration) *env {
 	t.Helper()
-	auth, err := server.NewAuthenticator(server.AuthConfig{HMACSecret: hmacSecret, Leeway: -1})
+	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret, Leeway: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newEnv(t, envOpts{File: path, Cfg: server.Config{Auth: auth, LeaseGrace: grace}})
+	return newEnv(t, envOpts{File: path, Cfg: server.Config{Auth: authn, LeaseGrace: grace}})
 }
 
 // dialAs connects as subject sub, resuming session/resume when set.
@@ -177,7 +178,7 @@ func TestWSSessionRecord(t *testing.T) {
 	m := c.Connected()
 	rec, ok := sessionRecord(t, e, m.Session)
 	hash := sha256.Sum256([]byte(m.Resume))
-	if !ok || !m.Resumed || rec.ID != m.Session || rec.Subject != server.AnonymousClaims().Subject || !bytes.Equal(rec.ResumeHash, hash[:]) {
+	if !ok || !m.Resumed || rec.ID != m.Session || rec.Subject != auth.Anonymous().Subject || !bytes.Equal(rec.ResumeHash, hash[:]) {
 		t.Fatalf("record %+v (found %v) of %+v, want the hash of the current secret", rec, ok, m)
 	}
 	c.CloseNow()

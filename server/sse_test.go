@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/store"
 )
 
@@ -494,7 +495,7 @@ func TestSSEEncoding(t *testing.T) {
 // TestSSETokenExpiry: an SSE stream ends with an unauthorized error when
 // its token expires, as a WebSocket session ends with 4002.
 func TestSSETokenExpiry(t *testing.T) {
-	a, err := NewAuthenticator(AuthConfig{HMACSecret: apiTestSecret, Leeway: -1})
+	a, err := auth.New(auth.Config{HMACSecret: apiTestSecret, Leeway: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )
@@ -20,7 +21,7 @@ import (
 // admitWrite refuses a write while the server shuts down, or when its
 // writer (claims' subject, else addr) is over the write rate; retry then
 // says when the next write would be allowed.
-func (s *Server) admitWrite(claims *Claims, addr string) (time.Duration, error) {
+func (s *Server) admitWrite(claims *auth.Claims, addr string) (time.Duration, error) {
 	if s.draining.Load() {
 		return 0, newError(wire.CodeUnavailable, "server is shutting down; nothing was written")
 	}
@@ -34,7 +35,7 @@ func (s *Server) admitWrite(claims *Claims, addr string) (time.Duration, error) 
 // write translates r and applies it: the path every put, del and txn
 // takes. session is the lease of the WebSocket session that sent r, ""
 // over HTTP. Its error is an *Error.
-func (s *Server) write(ctx context.Context, r *wire.Request, claims *Claims, session string) (store.Result, error) {
+func (s *Server) write(ctx context.Context, r *wire.Request, claims *auth.Claims, session string) (store.Result, error) {
 	w, err := toWrite(r, session)
 	if err != nil {
 		return store.Result{}, err
@@ -136,7 +137,7 @@ func leaseOf(l, session string) (string, error) {
 }
 
 // apply checks permissions and leases, then commits w to room.
-func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *Claims) (store.Result, error) {
+func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *auth.Claims) (store.Result, error) {
 	if err := store.ValidRoom(room); err != nil {
 		return store.Result{}, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -24,11 +25,11 @@ var hmacSecret = []byte("statecast-test-secret-of-at-least-32-bytes")
 // so expiry is exact.
 func authEnv(t *testing.T) *env {
 	t.Helper()
-	auth, err := server.NewAuthenticator(server.AuthConfig{HMACSecret: hmacSecret, Leeway: -1})
+	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret, Leeway: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newEnv(t, envOpts{Cfg: server.Config{Auth: auth}})
+	return newEnv(t, envOpts{Cfg: server.Config{Auth: authn}})
 }
 
 func sign(t *testing.T, method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
@@ -455,11 +456,11 @@ func TestWSAuthResumeOtherSubject(t *testing.T) {
 // accepted by HTTP and by a WebSocket alike; the session ends (4002) when
 // the leeway has passed, and from then on HTTP refuses the token too.
 func TestWSAuthLeewayAgrees(t *testing.T) {
-	auth, err := server.NewAuthenticator(server.AuthConfig{HMACSecret: hmacSecret, Leeway: 5 * time.Second})
+	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret, Leeway: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, envOpts{Cfg: server.Config{Auth: auth}})
+	e := newEnv(t, envOpts{Cfg: server.Config{Auth: authn}})
 	ctx := testCtx(t)
 	tok := tokenFor(t, "alice", time.Unix(time.Now().Unix()-1, 0), allRooms) // 1 to 2 s ago
 	h := *e.HTTP

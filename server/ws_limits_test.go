@@ -14,6 +14,7 @@ import (
 
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -388,11 +389,11 @@ func TestWSMaxFrameDefault(t *testing.T) {
 // bucket per socket, and none over HTTP); another subject's writes, and
 // reads, are not affected.
 func TestWriteRateLimitPerSubject(t *testing.T) {
-	auth, err := server.NewAuthenticator(server.AuthConfig{HMACSecret: hmacSecret})
+	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, envOpts{Cfg: server.Config{Auth: auth, WriteRate: 5, WriteBurst: 5}})
+	e := newEnv(t, envOpts{Cfg: server.Config{Auth: authn, WriteRate: 5, WriteBurst: 5}})
 	ctx := testCtx(t)
 	alice := tokenFor(t, "alice", time.Now().Add(time.Hour), allRooms)
 	a1, a2 := dial(t, e, &client.Options{Token: alice}), dial(t, e, &client.Options{Token: alice})

@@ -21,6 +21,7 @@ import (
 	"github.com/statecast/statecast/demo"
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/store"
 )
 
@@ -172,11 +173,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
 
 func run(f serveFlags) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: parseLevel(f.logLevel)}))
-	auth, err := authenticator(f)
+	authn, err := authenticator(f)
 	if err != nil {
 		return err
 	}
-	if auth == nil && !f.insecure && !isLoopback(f.addr) {
+	if authn == nil && !f.insecure && !isLoopback(f.addr) {
 		return fmt.Errorf("refusing to listen on %s without auth: configure --jwt-hmac-secret-file or --jwt-public-key-file, or pass --insecure-no-auth", f.addr)
 	}
 	adminToken, err := secret(f.adminToken, f.adminTokenFile)
@@ -206,7 +207,7 @@ func run(f serveFlags) error {
 		perIP = -1 // server.Config: negative is no limit
 	}
 	srv, err := server.New(ctx, server.Config{
-		Store: st, Engine: engine, Auth: auth, AllowOrigins: f.origins, AllowHosts: f.hosts,
+		Store: st, Engine: engine, Auth: authn, AllowOrigins: f.origins, AllowHosts: f.hosts,
 		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxPrefixes: f.maxPrefixes, MaxConnPrefixes: f.maxConnPrefixes,
 		MaxConnections: fitConnections(f.maxConns, log), MaxConnectionsPerIP: perIP, MaxLeases: f.maxLeases,
 		HTTPHeaderTimeout: f.headerTimeout, HTTPReadTimeout: f.readTimeout,
@@ -224,7 +225,7 @@ func run(f serveFlags) error {
 	}
 	hs := srv.HTTPServer()
 	fmt.Printf("statecast listening on http://%s (store: %s)\n", ln.Addr(), where)
-	if auth == nil {
+	if authn == nil {
 		fmt.Println("statecast: no auth configured: anonymous clients may read and write every room")
 		fmt.Println("statecast: anonymous mode answers only Host names localhost, *.localhost, IP addresses and --allow-host patterns")
 	}
@@ -292,8 +293,8 @@ func openStore(f serveFlags, ret store.RetentionPolicy, limits store.Limits, log
 	return nil, "", fmt.Errorf("unknown --store %q: want file, memory or a redis:// URL", f.storeURL)
 }
 
-func authenticator(f serveFlags) (*server.Authenticator, error) {
-	cfg := server.AuthConfig{Algorithms: f.algs, Issuer: f.issuer, Audience: f.audience}
+func authenticator(f serveFlags) (*auth.Authenticator, error) {
+	cfg := auth.Config{Algorithms: f.algs, Issuer: f.issuer, Audience: f.audience}
 	switch {
 	case f.hmacSecretFile != "":
 		b, err := os.ReadFile(f.hmacSecretFile)
@@ -314,7 +315,7 @@ func authenticator(f serveFlags) (*server.Authenticator, error) {
 	if !cfg.Enabled() {
 		return nil, nil
 	}
-	return server.NewAuthenticator(cfg)
+	return auth.New(cfg)
 }
 
 // secret returns the contents of file (trimmed) when given, else value.
