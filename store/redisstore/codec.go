@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/statecast/statecast/store"
 )
 
 // Redis encodings. Both are built by apply.lua with plain concatenation and
@@ -35,7 +37,7 @@ var errRedisCodec = errors.New("store: malformed redis record")
 
 // redisBatch is a decoded batch with its chain tags.
 type redisBatch struct {
-	Batch
+	store.Batch
 	tag, prevTag string
 }
 
@@ -121,8 +123,8 @@ func (d *redisDecoder) byte(what string) byte {
 }
 
 // record reads a key's record into a KV named key.
-func (d *redisDecoder) record(key string) KV {
-	kv := KV{Key: key}
+func (d *redisDecoder) record(key string) store.KV {
+	kv := store.KV{Key: key}
 	kv.ModRev = d.uint(',', "mod_rev")
 	kv.CreateRev = d.uint(',', "create_rev")
 	kv.Version = d.uint(',', "version")
@@ -132,7 +134,7 @@ func (d *redisDecoder) record(key string) KV {
 }
 
 // decodeRedisKV decodes the record of key as stored in the kv hash.
-func decodeRedisKV(key, rec string) (KV, error) {
+func decodeRedisKV(key, rec string) (store.KV, error) {
 	d := redisDecoder{s: rec}
 	kv := d.record(key)
 	if d.err == nil && d.i != len(d.s) {
@@ -165,17 +167,17 @@ func decodeRedisBatch(s string) (redisBatch, error) {
 	if d.err != nil {
 		return b, d.err
 	}
-	b.Events = make([]Event, 0, n)
+	b.Events = make([]store.Event, 0, n)
 	for range n {
-		ev := Event{Wid: wid}
+		ev := store.Event{Wid: wid}
 		switch d.byte("event type") {
 		case 'P':
-			ev.Type = OpPut
+			ev.Type = store.OpPut
 			key := d.str("key")
 			ev.KV = d.record(key)
 		case 'D':
-			ev.Type = OpDelete
-			ev.KV = KV{Key: d.str("key")}
+			ev.Type = store.OpDelete
+			ev.KV = store.KV{Key: d.str("key")}
 			ev.KV.ModRev = d.uint(';', "delete rev")
 		default:
 			d.fail("event type")

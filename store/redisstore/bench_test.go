@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redistest"
 )
 
@@ -14,7 +15,7 @@ import (
 // persistence). They measure the client side too: on a 2-core machine the
 // Go process and redis-server share the cores.
 
-func benchRedis(b *testing.B) *Redis {
+func benchRedis(b *testing.B) *Store {
 	b.Helper()
 	srv := redistest.Start(b, redistest.Options{})
 	return openTestRedis(b, srv.URL(), nil)
@@ -26,7 +27,7 @@ func BenchmarkRedisApply(b *testing.B) {
 	v := make([]byte, 100)
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		if _, err := s.Apply(bg, "bench", Put(fmt.Sprint("k", i%100), v)); err != nil {
+		if _, err := s.Apply(bg, "bench", store.Put(fmt.Sprint("k", i%100), v)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -42,7 +43,7 @@ func BenchmarkRedisApplyParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := n.Add(1)
-			if _, err := s.Apply(bg, fmt.Sprint("room", i%100), Put(fmt.Sprint("k", i%10), v)); err != nil {
+			if _, err := s.Apply(bg, fmt.Sprint("room", i%100), store.Put(fmt.Sprint("k", i%10), v)); err != nil {
 				b.Error(err)
 				return
 			}
@@ -59,7 +60,7 @@ func BenchmarkRedisFollowLatency(b *testing.B) {
 			s := benchRedis(b)
 			got := make(chan time.Time, 1)
 			for r := range rooms {
-				stop, err := s.Follow(fmt.Sprint("room", r), func(Batch) { got <- time.Now() })
+				stop, err := s.Follow(fmt.Sprint("room", r), func(store.Batch) { got <- time.Now() })
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -71,7 +72,7 @@ func BenchmarkRedisFollowLatency(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
 				start := time.Now()
-				if _, err := s.Apply(bg, fmt.Sprint("room", i%rooms), Put("k", v)); err != nil {
+				if _, err := s.Apply(bg, fmt.Sprint("room", i%rooms), store.Put("k", v)); err != nil {
 					b.Fatal(err)
 				}
 				lat = append(lat, (<-got).Sub(start))
@@ -88,7 +89,7 @@ func BenchmarkRedisHistory(b *testing.B) {
 	s := benchRedis(b)
 	v := make([]byte, 100)
 	for i := range 1000 {
-		if _, err := s.Apply(bg, "hist", Put(fmt.Sprint("k", i%100), v)); err != nil {
+		if _, err := s.Apply(bg, "hist", store.Put(fmt.Sprint("k", i%100), v)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -106,7 +107,7 @@ func BenchmarkRedisSnapshot(b *testing.B) {
 	s := benchRedis(b)
 	v := make([]byte, 100)
 	for i := range 1000 {
-		if _, err := s.Apply(bg, "snap", Put(fmt.Sprint("k", i), v)); err != nil {
+		if _, err := s.Apply(bg, "snap", store.Put(fmt.Sprint("k", i), v)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -130,13 +131,13 @@ func BenchmarkRedisBigSnapshot(b *testing.B) {
 	}{{"one-multi", 1 << 30}, {"paged", 5000}} {
 		b.Run(tc.name, func(b *testing.B) {
 			srv := redistest.Start(b, redistest.Options{})
-			s := openTestRedis(b, srv.URL(), func(c *RedisConfig) { c.SnapshotPageAbove = tc.above })
+			s := openTestRedis(b, srv.URL(), func(c *Config) { c.SnapshotPageAbove = tc.above })
 			raw := rawRedis(b, srv.Addr())
 			v := make([]byte, 100)
 			for i := 0; i < 50_000; i += 100 {
-				var w Write
+				var w store.Write
 				for j := i; j < i+100; j++ {
-					w.Ops = append(w.Ops, Op{Type: OpPut, Key: fmt.Sprint("k", j), Value: v})
+					w.Ops = append(w.Ops, store.Op{Type: store.OpPut, Key: fmt.Sprint("k", j), Value: v})
 				}
 				if _, err := s.Apply(bg, "big", w); err != nil {
 					b.Fatal(err)

@@ -1,4 +1,4 @@
-package store_test
+package redisstore_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/store"
+	"github.com/statecast/statecast/store/redisstore"
 	"github.com/statecast/statecast/store/redistest"
 	"github.com/statecast/statecast/store/storetest"
 )
@@ -24,7 +25,7 @@ func TestRedisTwoNodesEpochReset(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	node := func() *rooms.Engine {
-		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: srv.URL(), CheckInterval: 200 * time.Millisecond})
+		st, err := redisstore.New(ctx, redisstore.Config{URL: srv.URL(), CheckInterval: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +116,7 @@ func TestRedisWidAcrossNodes(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	open := func() store.Store {
-		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: srv.URL(), CheckInterval: 200 * time.Millisecond})
+		st, err := redisstore.New(ctx, redisstore.Config{URL: srv.URL(), CheckInterval: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

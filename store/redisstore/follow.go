@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/statecast/statecast/store"
 )
 
 // Following rooms on Redis: sharded pub/sub for live pushes, the room's
@@ -19,7 +21,7 @@ import (
 // docs/LOCKS.md.
 
 type follow struct {
-	s *Redis
+	s *Store
 
 	mu      sync.RWMutex           // guards the maps and closed
 	views   map[string]*redisView  // by room
@@ -34,7 +36,7 @@ type follow struct {
 
 // redisFollower is one Follow registration and the position it has seen.
 type redisFollower struct {
-	fn    func(Batch)
+	fn    func(store.Batch)
 	epoch string // "" = the room had no epoch when it registered
 	rev   uint64
 }
@@ -60,7 +62,7 @@ type redisView struct {
 	retired []string
 }
 
-func (fl *follow) init(s *Redis) {
+func (fl *follow) init(s *Store) {
 	fl.s = s
 	fl.views = map[string]*redisView{}
 	fl.shards = map[string]*redisShard{}
@@ -89,8 +91,8 @@ func (fl *follow) opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(fl.s.ctx, fl.s.cfg.WriteTimeout)
 }
 
-func (s *Redis) Follow(room string, fn func(Batch)) (stop func(), err error) {
-	if err := ValidRoom(room); err != nil {
+func (s *Store) Follow(room string, fn func(store.Batch)) (stop func(), err error) {
+	if err := store.ValidRoom(room); err != nil {
 		return nil, err
 	}
 	if err := s.begin(); err != nil {
@@ -115,7 +117,7 @@ func (s *Redis) Follow(room string, fn func(Batch)) (stop func(), err error) {
 		fl.mu.Lock()
 		if fl.closed {
 			fl.mu.Unlock()
-			return nil, ErrClosed
+			return nil, store.ErrClosed
 		}
 		view = fl.views[room]
 		if view == nil {
@@ -169,8 +171,8 @@ func (s *Redis) Follow(room string, fn func(Batch)) (stop func(), err error) {
 }
 
 // Head reads the room's committed position from its meta: one HMGET.
-func (s *Redis) Head(ctx context.Context, room string) (epoch string, rev uint64, err error) {
-	if err := ValidRoom(room); err != nil {
+func (s *Store) Head(ctx context.Context, room string) (epoch string, rev uint64, err error) {
+	if err := store.ValidRoom(room); err != nil {
 		return "", 0, err
 	}
 	if err := s.begin(); err != nil {
@@ -189,7 +191,7 @@ func (s *Redis) Head(ctx context.Context, room string) (epoch string, rev uint64
 
 // CatchUp checks the room against Redis at once (a fill from the stream
 // when its view is behind), as for a lost push.
-func (s *Redis) CatchUp(room string) { s.fol.markDirty(room) }
+func (s *Store) CatchUp(room string) { s.fol.markDirty(room) }
 
 // --- delivery -------------------------------------------------------------
 
@@ -233,7 +235,7 @@ func (v *redisView) epochChangedLocked(e string, rev uint64, tag string) {
 			v.retired = v.retired[1:]
 		}
 	}
-	notice := Batch{Epoch: e}
+	notice := store.Batch{Epoch: e}
 	low := rev
 	for f := range v.fs {
 		if f.epoch != e {
@@ -380,7 +382,7 @@ func (v *redisView) divergedLocked(why string) {
 		}
 		s.log.Error("store: redis: room history diverged from what this node delivered; starting a new epoch", "room", v.room, "why", why,
 			"epoch", v.epoch, "delivered_rev", v.rev, "redis_rev", m.rev)
-		out, err := reepochScript.Run(ctx, s.rc, []string{v.k.meta, v.k.log, v.k.wids}, m.epoch, fmt.Sprint(m.rev), m.tag, NewEpoch()).StringSlice()
+		out, err := reepochScript.Run(ctx, s.rc, []string{v.k.meta, v.k.log, v.k.wids}, m.epoch, fmt.Sprint(m.rev), m.tag, store.NewEpoch()).StringSlice()
 		if err != nil || len(out) != 3 {
 			break
 		}
@@ -569,7 +571,7 @@ func (fl *follow) shardFor(ctx context.Context, ch string) (*redisShard, error) 
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
 	if fl.closed {
-		return nil, ErrClosed
+		return nil, store.ErrClosed
 	}
 	sh := fl.shards[addr]
 	if sh == nil {
@@ -594,7 +596,7 @@ func (fl *follow) subscribe(ctx context.Context, ch string) error {
 	}
 	err := sh.add(ctx, ch, 1)
 	fl.mu.Lock()
-	if fl.chShard[ch] == nil && !errors.Is(err, ErrClosed) {
+	if fl.chShard[ch] == nil && !errors.Is(err, store.ErrClosed) {
 		fl.chShard[ch] = sh
 	}
 	fl.mu.Unlock()
@@ -621,7 +623,7 @@ func (sh *redisShard) add(ctx context.Context, ch string, n int) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.closed {
-		return ErrClosed
+		return store.ErrClosed
 	}
 	sh.chans[ch] += n
 	if sh.chans[ch] > n {
