@@ -15,15 +15,15 @@ import (
 // persistence). They measure the client side too: on a 2-core machine the
 // Go process and redis-server share the cores.
 
-func benchRedis(b *testing.B) *Store {
+func benchStore(b *testing.B) *Store {
 	b.Helper()
 	srv := redistest.Start(b, redistest.Options{})
-	return openTestRedis(b, srv.URL(), nil)
+	return openStore(b, srv.URL(), nil)
 }
 
-// BenchmarkRedisApply: one writer, one put of 100 bytes per write.
-func BenchmarkRedisApply(b *testing.B) {
-	s := benchRedis(b)
+// BenchmarkApply: one writer, one put of 100 bytes per write.
+func BenchmarkApply(b *testing.B) {
+	s := benchStore(b)
 	v := make([]byte, 100)
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
@@ -33,9 +33,9 @@ func BenchmarkRedisApply(b *testing.B) {
 	}
 }
 
-// BenchmarkRedisApplyParallel: 8 writers per core over 100 rooms.
-func BenchmarkRedisApplyParallel(b *testing.B) {
-	s := benchRedis(b)
+// BenchmarkApplyParallel: 8 writers per core over 100 rooms.
+func BenchmarkApplyParallel(b *testing.B) {
+	s := benchStore(b)
 	v := make([]byte, 100)
 	var n atomic.Int64
 	b.SetParallelism(8)
@@ -51,13 +51,13 @@ func BenchmarkRedisApplyParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkRedisFollowLatency: time from Apply's call to the follower's
+// BenchmarkFollowLatency: time from Apply's call to the follower's
 // callback (script, SPUBLISH, the push connection, decode, sequencer), one
 // write at a time, over 1 and 100 followed rooms.
-func BenchmarkRedisFollowLatency(b *testing.B) {
+func BenchmarkFollowLatency(b *testing.B) {
 	for _, rooms := range []int{1, 100} {
 		b.Run(fmt.Sprint("rooms=", rooms), func(b *testing.B) {
-			s := benchRedis(b)
+			s := benchStore(b)
 			got := make(chan time.Time, 1)
 			for r := range rooms {
 				stop, err := s.Follow(fmt.Sprint("room", r), func(store.Batch) { got <- time.Now() })
@@ -84,9 +84,9 @@ func BenchmarkRedisFollowLatency(b *testing.B) {
 	}
 }
 
-// BenchmarkRedisHistory: replay of 1000 revisions.
-func BenchmarkRedisHistory(b *testing.B) {
-	s := benchRedis(b)
+// BenchmarkHistory: replay of 1000 revisions.
+func BenchmarkHistory(b *testing.B) {
+	s := benchStore(b)
 	v := make([]byte, 100)
 	for i := range 1000 {
 		if _, err := s.Apply(bg, "hist", store.Put(fmt.Sprint("k", i%100), v)); err != nil {
@@ -102,9 +102,9 @@ func BenchmarkRedisHistory(b *testing.B) {
 	}
 }
 
-// BenchmarkRedisSnapshot: a room of 1000 keys.
-func BenchmarkRedisSnapshot(b *testing.B) {
-	s := benchRedis(b)
+// BenchmarkSnapshot: a room of 1000 keys.
+func BenchmarkSnapshot(b *testing.B) {
+	s := benchStore(b)
 	v := make([]byte, 100)
 	for i := range 1000 {
 		if _, err := s.Apply(bg, "snap", store.Put(fmt.Sprint("k", i), v)); err != nil {
@@ -120,18 +120,18 @@ func BenchmarkRedisSnapshot(b *testing.B) {
 	}
 }
 
-// BenchmarkRedisBigSnapshot: a room of 50,000 keys, snapshotted by one
+// BenchmarkBigSnapshot: a room of 50,000 keys, snapshotted by one
 // MULTI with HGETALL and in HSCAN pages. Besides the time per snapshot it
 // reports the longest single command Redis ran (SLOWLOG), which is how
 // long every other room's reads and writes had to wait.
-func BenchmarkRedisBigSnapshot(b *testing.B) {
+func BenchmarkBigSnapshot(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
 		above int
 	}{{"one-multi", 1 << 30}, {"paged", 5000}} {
 		b.Run(tc.name, func(b *testing.B) {
 			srv := redistest.Start(b, redistest.Options{})
-			s := openTestRedis(b, srv.URL(), func(c *Config) { c.SnapshotPageAbove = tc.above })
+			s := openStore(b, srv.URL(), func(c *Config) { c.SnapshotPageAbove = tc.above })
 			raw := rawRedis(b, srv.Addr())
 			v := make([]byte, 100)
 			for i := 0; i < 50_000; i += 100 {

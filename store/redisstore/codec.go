@@ -33,28 +33,28 @@ import (
 // so a node can tell that a revision it applied was replaced (a failover
 // that lost writes) when the chain breaks.
 
-var errRedisCodec = errors.New("store: malformed redis record")
+var errCodec = errors.New("store: malformed redis record")
 
-// redisBatch is a decoded batch with its chain tags.
-type redisBatch struct {
+// batch is a decoded batch with its chain tags.
+type batch struct {
 	store.Batch
 	tag, prevTag string
 }
 
-type redisDecoder struct {
+type decoder struct {
 	s   string
 	i   int
 	err error
 }
 
-func (d *redisDecoder) fail(what string) {
+func (d *decoder) fail(what string) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: bad %s at byte %d", errRedisCodec, what, d.i)
+		d.err = fmt.Errorf("%w: bad %s at byte %d", errCodec, what, d.i)
 	}
 }
 
 // field returns the text up to term and moves past term.
-func (d *redisDecoder) field(term byte, what string) (string, bool) {
+func (d *decoder) field(term byte, what string) (string, bool) {
 	if d.err != nil {
 		return "", false
 	}
@@ -69,7 +69,7 @@ func (d *redisDecoder) field(term byte, what string) (string, bool) {
 }
 
 // uint reads a decimal number ended by term.
-func (d *redisDecoder) uint(term byte, what string) uint64 {
+func (d *decoder) uint(term byte, what string) uint64 {
 	f, ok := d.field(term, what)
 	if !ok {
 		return 0
@@ -82,7 +82,7 @@ func (d *redisDecoder) uint(term byte, what string) uint64 {
 }
 
 // int reads a signed decimal number ended by term.
-func (d *redisDecoder) int(term byte, what string) int64 {
+func (d *decoder) int(term byte, what string) int64 {
 	f, ok := d.field(term, what)
 	if !ok {
 		return 0
@@ -95,7 +95,7 @@ func (d *redisDecoder) int(term byte, what string) int64 {
 }
 
 // str reads <len>:<bytes>.
-func (d *redisDecoder) str(what string) string {
+func (d *decoder) str(what string) string {
 	n := d.uint(':', what)
 	if d.err != nil {
 		return ""
@@ -109,7 +109,7 @@ func (d *redisDecoder) str(what string) string {
 	return s
 }
 
-func (d *redisDecoder) byte(what string) byte {
+func (d *decoder) byte(what string) byte {
 	if d.err != nil {
 		return 0
 	}
@@ -123,7 +123,7 @@ func (d *redisDecoder) byte(what string) byte {
 }
 
 // record reads a key's record into a KV named key.
-func (d *redisDecoder) record(key string) store.KV {
+func (d *decoder) record(key string) store.KV {
 	kv := store.KV{Key: key}
 	kv.ModRev = d.uint(',', "mod_rev")
 	kv.CreateRev = d.uint(',', "create_rev")
@@ -133,9 +133,9 @@ func (d *redisDecoder) record(key string) store.KV {
 	return kv
 }
 
-// decodeRedisKV decodes the record of key as stored in the kv hash.
-func decodeRedisKV(key, rec string) (store.KV, error) {
-	d := redisDecoder{s: rec}
+// decodeKV decodes the record of key as stored in the kv hash.
+func decodeKV(key, rec string) (store.KV, error) {
+	d := decoder{s: rec}
 	kv := d.record(key)
 	if d.err == nil && d.i != len(d.s) {
 		d.fail("trailing bytes")
@@ -143,14 +143,14 @@ func decodeRedisKV(key, rec string) (store.KV, error) {
 	return kv, d.err
 }
 
-// decodeRedisBatch decodes a batch as written by apply.lua.
-func decodeRedisBatch(s string) (redisBatch, error) {
-	d := redisDecoder{s: s}
+// decodeBatch decodes a batch as written by apply.lua.
+func decodeBatch(s string) (batch, error) {
+	d := decoder{s: s}
 	if len(s) < 2 || s[:2] != "B1" && s[:2] != "B2" {
-		return redisBatch{}, fmt.Errorf("%w: unknown batch format", errRedisCodec)
+		return batch{}, fmt.Errorf("%w: unknown batch format", errCodec)
 	}
 	d.i = 2
-	var b redisBatch
+	var b batch
 	b.Epoch = d.str("epoch")
 	b.Rev = d.uint(';', "rev")
 	b.Time = time.UnixMilli(d.int(';', "time"))

@@ -14,9 +14,9 @@ import (
 	"github.com/statecast/statecast/store/storetest"
 )
 
-// redisFactory opens Redis stores on srvURL; each dir maps to its own key
+// factory opens Redis stores on srvURL; each dir maps to its own key
 // prefix, so subtests are isolated and reopening a dir sees its data.
-func redisFactory(url string, cluster bool, mods ...func(*redisstore.Config)) storetest.Factory {
+func factory(url string, cluster bool, mods ...func(*redisstore.Config)) storetest.Factory {
 	return storetest.Factory{
 		Open: func(t testing.TB, dir string, cfg storetest.Config) store.Store {
 			sum := sha1.Sum([]byte(dir))
@@ -43,22 +43,22 @@ func redisFactory(url string, cluster bool, mods ...func(*redisstore.Config)) st
 	}
 }
 
-func TestRedisConformance(t *testing.T) {
+func TestConformance(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	storetest.Run(t, redisFactory(srv.URL(), false))
+	storetest.Run(t, factory(srv.URL(), false))
 }
 
-// TestRedisPagedSnapshotConformance runs the suite with every snapshot
+// TestPagedSnapshotConformance runs the suite with every snapshot
 // taken in HSCAN pages plus the stream (the path of rooms of more than
 // SnapshotPageAbove keys).
-func TestRedisPagedSnapshotConformance(t *testing.T) {
+func TestPagedSnapshotConformance(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	storetest.Run(t, redisFactory(srv.URL(), false, func(c *redisstore.Config) { c.SnapshotPageAbove = 1 }))
+	storetest.Run(t, factory(srv.URL(), false, func(c *redisstore.Config) { c.SnapshotPageAbove = 1 }))
 }
 
-// TestRedisClusterConformance runs the whole suite against a local Redis
+// TestClusterConformance runs the whole suite against a local Redis
 // Cluster of 3 masters: every room's keys share one hash tag.
-func TestRedisClusterConformance(t *testing.T) {
+func TestClusterConformance(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	storetest.Run(t, redisFactory(strings.Join(c.Addrs(), ","), true))
+	storetest.Run(t, factory(strings.Join(c.Addrs(), ","), true))
 }

@@ -212,7 +212,7 @@ func (s *Store) LeaseIDs(ctx context.Context) ([]string, error) {
 	keys, _ := s.leaseKeys()
 	var ids []string
 	for cursor := uint64(0); ; {
-		page, next, err := s.rc.HScan(ctx, keys[0], cursor, "", redisPage).Result()
+		page, next, err := s.rc.HScan(ctx, keys[0], cursor, "", pageSize).Result()
 		if err != nil {
 			return nil, fmt.Errorf("store: redis: listing leases: %w", err)
 		}

@@ -187,7 +187,7 @@ func (s *Store) ListSessions(ctx context.Context) ([]store.SessionRecord, error)
 	defer s.mu.RUnlock()
 	all := make(map[string]string)
 	for cursor := uint64(0); ; {
-		page, next, err := s.rc.HScan(ctx, s.sessionKeys()[0], cursor, "", redisPage).Result()
+		page, next, err := s.rc.HScan(ctx, s.sessionKeys()[0], cursor, "", pageSize).Result()
 		if err != nil {
 			return nil, fmt.Errorf("store: redis: listing sessions: %w", err)
 		}

@@ -87,9 +87,9 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 const (
-	redisDefaultPrefix = "sc"
-	redisMetaTTL       = 24 * time.Hour
-	redisPage          = 1000
+	defaultPrefix = "sc"
+	metaTTL       = 24 * time.Hour
+	pageSize      = 1000
 )
 
 var (
@@ -112,7 +112,7 @@ var (
 // goroutines that follow rooms. Close it to stop them.
 func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Prefix == "" {
-		cfg.Prefix = redisDefaultPrefix
+		cfg.Prefix = defaultPrefix
 	}
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("store: redis prefix %q must not contain '{' or '}' (they would break the room's hash tag)", cfg.Prefix)
@@ -208,11 +208,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 // Limits returns the limits the store enforces (with defaults filled in).
 func (s *Store) Limits() store.Limits { return s.cfg.Limits.WithDefaults() }
 
-type redisKeys struct{ meta, kv, log, wids, ch string }
+type roomKeys struct{ meta, kv, log, wids, ch string }
 
-func (s *Store) keys(room string) redisKeys {
+func (s *Store) keys(room string) roomKeys {
 	base := s.cfg.Prefix + ":{" + room + "}:"
-	return redisKeys{base + "meta", base + "kv", base + "log", base + "wids", base + "ch"}
+	return roomKeys{base + "meta", base + "kv", base + "log", base + "wids", base + "ch"}
 }
 
 // roomOfChannel inverts keys(room).ch.
@@ -301,7 +301,7 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 	}
 	args := make([]any, 0, 11+2*len(w.Conds)+4*len(w.Ops))
 	args = append(args, store.NewEpoch(), strconv.FormatInt(now.UnixMilli(), 10), ret.MaxEvents, cut, ch, tag,
-		redisMetaTTL.Milliseconds(), w.Wid, since, len(w.Conds))
+		metaTTL.Milliseconds(), w.Wid, since, len(w.Conds))
 	for _, c := range w.Conds {
 		args = append(args, c.Key, strconv.FormatUint(c.ModRev, 10))
 	}
@@ -337,7 +337,7 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 	rev, _ := strconv.ParseUint(str(2), 10, 64)
 	switch str(0) {
 	case "OK":
-		b, err := decodeRedisBatch(str(3))
+		b, err := decodeBatch(str(3))
 		if err != nil {
 			return store.Result{}, fmt.Errorf("store: redis write to room %q committed at rev %d but its batch is unreadable: %w", room, rev, err)
 		}
@@ -356,8 +356,8 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 	return store.Result{}, fmt.Errorf("store: redis write to room %q: unexpected reply %v", room, reply)
 }
 
-// redisMeta is a room's meta hash as read by HMGET metaFields.
-type redisMeta struct {
+// meta is a room's meta hash as read by HMGET metaFields.
+type meta struct {
 	epoch string // "" when meta is missing
 	rev   uint64
 	floor uint64
@@ -366,7 +366,7 @@ type redisMeta struct {
 
 var metaFields = []string{"rev", "epoch", "floor", "tag"}
 
-func parseMeta(v []any) redisMeta {
+func parseMeta(v []any) meta {
 	get := func(i int) string {
 		if i < len(v) {
 			if s, ok := v[i].(string); ok {
@@ -375,7 +375,7 @@ func parseMeta(v []any) redisMeta {
 		}
 		return ""
 	}
-	var m redisMeta
+	var m meta
 	m.rev, _ = strconv.ParseUint(get(0), 10, 64)
 	m.epoch = get(1)
 	m.floor, _ = strconv.ParseUint(get(2), 10, 64)
@@ -387,8 +387,8 @@ func parseMeta(v []any) redisMeta {
 }
 
 // initRoom gives a room without meta an epoch (lua/init.lua).
-func (s *Store) initRoom(ctx context.Context, k redisKeys) (epoch string, rev uint64, err error) {
-	v, err := initScript.Run(ctx, s.rc, []string{k.meta, k.kv, k.log, k.wids}, store.NewEpoch(), redisMetaTTL.Milliseconds()).StringSlice()
+func (s *Store) initRoom(ctx context.Context, k roomKeys) (epoch string, rev uint64, err error) {
+	v, err := initScript.Run(ctx, s.rc, []string{k.meta, k.kv, k.log, k.wids}, store.NewEpoch(), metaTTL.Milliseconds()).StringSlice()
 	if err != nil {
 		return "", 0, fmt.Errorf("store: redis: creating the epoch of a room: %w", err)
 	}
@@ -426,7 +426,7 @@ func expired(m redis.XMessage, ret store.Retention, now time.Time) bool {
 
 // trim applies retention to the room's log on read (lua/trim.lua) and
 // returns its oldest replayable revision.
-func (s *Store) trim(ctx context.Context, room string, k redisKeys, now time.Time) (uint64, error) {
+func (s *Store) trim(ctx context.Context, room string, k roomKeys, now time.Time) (uint64, error) {
 	ret := s.cfg.Retention.For(room)
 	cut, _ := cutoff(ret, now)
 	v, err := trimScript.Run(ctx, s.rc, []string{k.meta, k.log, k.wids}, strconv.FormatInt(cut, 10), ret.MaxEvents).Text()
@@ -491,7 +491,7 @@ func (s *Store) Snapshot(ctx context.Context, room, prefix string) (store.Snapsh
 			if !strings.HasPrefix(key, prefix) {
 				continue
 			}
-			kv, err := decodeRedisKV(key, rec)
+			kv, err := decodeKV(key, rec)
 			if err != nil {
 				return store.Snapshot{}, fmt.Errorf("store: redis room %q key %q: %w", room, key, err)
 			}
@@ -528,7 +528,7 @@ func (s *Store) Snapshot(ctx context.Context, room, prefix string) (store.Snapsh
 // when the room is small, not
 // written, or the stream no longer holds what the scan overlapped (the
 // caller then reads it in one MULTI).
-func (s *Store) snapshotPaged(ctx context.Context, room, prefix string, k redisKeys, now time.Time) (snap store.Snapshot, ok bool, err error) {
+func (s *Store) snapshotPaged(ctx context.Context, room, prefix string, k roomKeys, now time.Time) (snap store.Snapshot, ok bool, err error) {
 	var (
 		metaCmd *redis.SliceCmd
 		lenCmd  *redis.IntCmd
@@ -547,12 +547,12 @@ func (s *Store) snapshotPaged(ctx context.Context, room, prefix string, k redisK
 	items := make(map[string]store.KV)
 	match := globEscape(prefix) + "*"
 	for cursor := uint64(0); ; {
-		page, next, err := s.rc.HScan(ctx, k.kv, cursor, match, redisPage).Result()
+		page, next, err := s.rc.HScan(ctx, k.kv, cursor, match, pageSize).Result()
 		if err != nil {
 			return store.Snapshot{}, false, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
 		}
 		for i := 0; i+1 < len(page); i += 2 {
-			kv, err := decodeRedisKV(page[i], page[i+1])
+			kv, err := decodeKV(page[i], page[i+1])
 			if err != nil {
 				return store.Snapshot{}, false, fmt.Errorf("store: redis room %q key %q: %w", room, page[i], err)
 			}
@@ -661,14 +661,14 @@ func (s *Store) History(ctx context.Context, room string, from uint64, limit int
 // history reads History once. retry is set when the read must be redone:
 // the oldest entries expired (err is nil: trim first), or the epoch
 // changed between pages (err says so).
-func (s *Store) history(ctx context.Context, room string, k redisKeys, from uint64, limit int, now time.Time) (out []store.Batch, retry bool, err error) {
+func (s *Store) history(ctx context.Context, room string, k roomKeys, from uint64, limit int, now time.Time) (out []store.Batch, retry bool, err error) {
 	ret := s.cfg.Retention.For(room)
-	page := int64(redisPage)
+	page := int64(pageSize)
 	if limit > 0 && int64(limit) < page {
 		page = int64(limit)
 	}
 	var (
-		m      redisMeta
+		m      meta
 		next   = from
 		events = 0
 	)
@@ -723,7 +723,7 @@ func (s *Store) history(ctx context.Context, room string, k redisKeys, from uint
 			if r != next { // a hole inside the log: never written by apply.lua
 				return nil, false, fmt.Errorf("store: redis room %q: log skips from revision %d to %d", room, next, r)
 			}
-			b, err := decodeRedisBatch(entryField(e, "d"))
+			b, err := decodeBatch(entryField(e, "d"))
 			if err != nil {
 				return nil, false, fmt.Errorf("store: redis room %q revision %d: %w", room, r, err)
 			}
@@ -786,7 +786,7 @@ func (s *Store) Leased(ctx context.Context, fn func(room string, kv store.KV) er
 		// dead nodes' keys), and one HGETALL of a big room stalls Redis.
 		all := make(map[string]string)
 		for cursor := uint64(0); ; {
-			page, next, err := s.rc.HScan(ctx, s.keys(room).kv, cursor, "", redisPage).Result()
+			page, next, err := s.rc.HScan(ctx, s.keys(room).kv, cursor, "", pageSize).Result()
 			if err != nil {
 				return fmt.Errorf("store: redis: reading room %q: %w", room, err)
 			}
@@ -803,7 +803,7 @@ func (s *Store) Leased(ctx context.Context, fn func(room string, kv store.KV) er
 		}
 		sort.Strings(keys)
 		for _, key := range keys {
-			kv, err := decodeRedisKV(key, all[key])
+			kv, err := decodeKV(key, all[key])
 			if err != nil {
 				return fmt.Errorf("store: redis room %q key %q: %w", room, key, err)
 			}

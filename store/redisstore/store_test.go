@@ -45,7 +45,7 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func openTestRedis(t testing.TB, url string, mod func(*Config)) *Store {
+func openStore(t testing.TB, url string, mod func(*Config)) *Store {
 	t.Helper()
 	cfg := Config{URL: url, Prefix: "it", CheckInterval: testCheck, PingInterval: time.Second}
 	if debugLogger != nil {
@@ -197,12 +197,12 @@ func putN(t testing.TB, s store.Store, room string, n int) []store.Result {
 	return out
 }
 
-// TestRedisWriteFailureLeavesNothing: when the script's first write
+// TestWriteFailureLeavesNothing: when the script's first write
 // (XADD) fails, nothing of the write is visible, the error is not a
 // conflict, and the room goes on once the cause is gone.
-func TestRedisWriteFailureLeavesNothing(t *testing.T) {
+func TestWriteFailureLeavesNothing(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
 	const room = "atomic"
 	mustApply(t, s, room, store.Put("a", []byte("1")))
@@ -250,12 +250,12 @@ func TestRedisWriteFailureLeavesNothing(t *testing.T) {
 	checkInOrder(t, bs, res.Epoch, 3, 3)
 }
 
-// TestRedisWriteTimeoutIsNotRetried: a write whose reply does not come in
+// TestWriteTimeoutIsNotRetried: a write whose reply does not come in
 // time fails with an error that is neither a conflict nor bad input (the
 // server answers outcome_unknown), and it is never sent twice.
-func TestRedisWriteTimeoutIsNotRetried(t *testing.T) {
+func TestWriteTimeoutIsNotRetried(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), func(c *Config) { c.WriteTimeout = 300 * time.Millisecond })
+	s := openStore(t, srv.URL(), func(c *Config) { c.WriteTimeout = 300 * time.Millisecond })
 	raw := rawRedis(t, srv.Addr())
 	const room = "timeout"
 	mustApply(t, s, room, store.Put("k", []byte("1")))
@@ -287,12 +287,12 @@ func TestRedisWriteTimeoutIsNotRetried(t *testing.T) {
 	}
 }
 
-// TestRedisUnreachableIsUnavailable: with redis-server down, a write that
+// TestUnreachableIsUnavailable: with redis-server down, a write that
 // could not even connect is ErrUnavailable (nothing was written), not an
 // unknown outcome; once it is back, writes go on.
-func TestRedisUnreachableIsUnavailable(t *testing.T) {
+func TestUnreachableIsUnavailable(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{AOF: true})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	const room = "down"
 	mustApply(t, s, room, store.Put("k", []byte("1")))
 	srv.Kill()
@@ -316,11 +316,11 @@ func TestRedisUnreachableIsUnavailable(t *testing.T) {
 	}
 }
 
-// TestRedisScriptReloaded: after SCRIPT FLUSH (as on a restarted or new
+// TestScriptReloaded: after SCRIPT FLUSH (as on a restarted or new
 // node) writes go on (EVALSHA falls back to EVAL on NOSCRIPT).
-func TestRedisScriptReloaded(t *testing.T) {
+func TestScriptReloaded(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
 	mustApply(t, s, "noscript", store.Put("k", []byte("1")))
 	raw.ScriptFlush(bg)
@@ -329,14 +329,14 @@ func TestRedisScriptReloaded(t *testing.T) {
 	}
 }
 
-// TestRedisCompaction: retention is exact (whole revisions, the stream
+// TestCompaction: retention is exact (whole revisions, the stream
 // holds exactly what is retained), and compaction is detected from the
 // stream itself: an entry missing at from, or an empty page while the head
 // is ahead (a log lost while meta survived), is compacted, never "no
 // history".
-func TestRedisCompaction(t *testing.T) {
+func TestCompaction(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), func(c *Config) {
+	s := openStore(t, srv.URL(), func(c *Config) {
 		c.Retention = store.RetentionPolicy{Default: store.Retention{MaxEvents: 5}}
 	})
 	raw := rawRedis(t, srv.Addr())
@@ -376,12 +376,12 @@ func TestRedisCompaction(t *testing.T) {
 	}
 }
 
-// TestRedisFollowAcrossCompaction: a follower that missed revisions the
+// TestFollowAcrossCompaction: a follower that missed revisions the
 // stream no longer holds gets the next retained batch, so it sees the gap
 // (and resyncs) instead of missing it.
-func TestRedisFollowAcrossCompaction(t *testing.T) {
+func TestFollowAcrossCompaction(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), func(c *Config) {
+	s := openStore(t, srv.URL(), func(c *Config) {
 		c.Retention = store.RetentionPolicy{Default: store.Retention{MaxEvents: 3}}
 		c.CheckInterval = time.Hour // checked by hand below
 	})
@@ -400,11 +400,11 @@ func TestRedisFollowAcrossCompaction(t *testing.T) {
 	}
 }
 
-// TestRedisFollowRecoversLostPushes: with every push lost, the periodic
+// TestFollowRecoversLostPushes: with every push lost, the periodic
 // check delivers each batch within CheckInterval, in order, exactly once.
-func TestRedisFollowRecoversLostPushes(t *testing.T) {
+func TestFollowRecoversLostPushes(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	const room = "lost"
 	l := followLog(t, s, room)
 	first := putN(t, s, room, 3)
@@ -462,11 +462,11 @@ func eventually(t testing.TB, what string, within time.Duration, ok func() bool)
 	return time.Since(start)
 }
 
-// TestRedisFollowRecoversAfterClientKill: killing the push connection
+// TestFollowRecoversAfterClientKill: killing the push connection
 // loses nothing and duplicates nothing; the node resubscribes by itself.
-func TestRedisFollowRecoversAfterClientKill(t *testing.T) {
+func TestFollowRecoversAfterClientKill(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
 	const room = "killed"
 	l := followLog(t, s, room)
@@ -490,12 +490,12 @@ func TestRedisFollowRecoversAfterClientKill(t *testing.T) {
 	checkInOrder(t, bs, epoch, 1, rev)
 }
 
-// TestRedisFollowCostsNothingUnfollowed: one push connection per node
+// TestFollowCostsNothingUnfollowed: one push connection per node
 // whatever the number of followed rooms, channels only for followed rooms,
 // and nothing at all once nothing is followed.
-func TestRedisFollowCostsNothingUnfollowed(t *testing.T) {
+func TestFollowCostsNothingUnfollowed(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
 	var stops []func()
 	for i := range 20 {
@@ -532,11 +532,11 @@ func isNotice(b store.Batch, old string) bool {
 	return len(b.Events) == 0 && b.Epoch != old && b.Epoch != ""
 }
 
-// TestRedisEpochAfterFlushAll: FLUSHALL while followed turns into an epoch
+// TestEpochAfterFlushAll: FLUSHALL while followed turns into an epoch
 // notice within CheckInterval, and the room goes on in the new epoch.
-func TestRedisEpochAfterFlushAll(t *testing.T) {
+func TestEpochAfterFlushAll(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
 	const room = "flushed"
 	l := followLog(t, s, room)
@@ -565,12 +565,12 @@ func TestRedisEpochAfterFlushAll(t *testing.T) {
 	}
 }
 
-// TestRedisEpochAfterRestartWithoutPersistence: redis-server killed and
+// TestEpochAfterRestartWithoutPersistence: redis-server killed and
 // restarted empty on the same port: Snapshot shows a new epoch, Follow
 // delivers an epoch notice, and pushes flow again.
-func TestRedisEpochAfterRestartWithoutPersistence(t *testing.T) {
+func TestEpochAfterRestartWithoutPersistence(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	const room = "restarted"
 	l := followLog(t, s, room)
 	old := putN(t, s, room, 3)[0].Epoch
@@ -593,12 +593,12 @@ func TestRedisEpochAfterRestartWithoutPersistence(t *testing.T) {
 	}
 }
 
-// TestRedisAOFRestartKeepsAcknowledgedWrites: with appendfsync always,
+// TestAOFRestartKeepsAcknowledgedWrites: with appendfsync always,
 // every write acknowledged before a SIGKILL is there after the restart, in
 // the same epoch, and followers go on without a notice.
-func TestRedisAOFRestartKeepsAcknowledgedWrites(t *testing.T) {
+func TestAOFRestartKeepsAcknowledgedWrites(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{AOF: true})
-	s := openTestRedis(t, srv.URL(), func(c *Config) { c.WriteTimeout = time.Second })
+	s := openStore(t, srv.URL(), func(c *Config) { c.WriteTimeout = time.Second })
 	rooms := []string{"aof-a", "aof-b"}
 	logs := map[string]*batchLog{}
 	epochs := map[string]string{}
@@ -674,7 +674,7 @@ func restoreKeys(t testing.TB, raw *redis.Client, dumps map[string]string) {
 	}
 }
 
-func dumpKeys(t testing.TB, raw *redis.Client, k redisKeys) map[string]string {
+func dumpKeys(t testing.TB, raw *redis.Client, k roomKeys) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, key := range []string{k.meta, k.kv, k.log} {
@@ -687,15 +687,15 @@ func dumpKeys(t testing.TB, raw *redis.Client, k redisKeys) map[string]string {
 	return out
 }
 
-// TestRedisFailoverLostWrites: Redis goes back to an earlier revision of a
+// TestFailoverLostWrites: Redis goes back to an earlier revision of a
 // room without changing its epoch (async replication lost the tail). The
 // node that delivered the lost revisions starts a new epoch, so nobody
 // mixes the two histories.
-func TestRedisFailoverLostWrites(t *testing.T) {
+func TestFailoverLostWrites(t *testing.T) {
 	for _, rewrite := range []bool{false, true} {
 		t.Run(fmt.Sprint("RewrittenAfterLoss=", rewrite), func(t *testing.T) {
 			srv := redistest.Start(t, redistest.Options{})
-			s := openTestRedis(t, srv.URL(), nil)
+			s := openStore(t, srv.URL(), nil)
 			raw := rawRedis(t, srv.Addr())
 			const room = "failover"
 			l := followLog(t, s, room)
@@ -707,7 +707,7 @@ func TestRedisFailoverLostWrites(t *testing.T) {
 			if rewrite {
 				// Another writer, unaware, reaches rev 5 again with other
 				// content; this node's pushes for 4 and 5 look like duplicates.
-				other := openTestRedis(t, srv.URL(), func(c *Config) { c.CheckInterval = time.Hour })
+				other := openStore(t, srv.URL(), func(c *Config) { c.CheckInterval = time.Hour })
 				s.noPublish.Store(true)
 				restoreKeys(t, raw, at3)
 				mustApply(t, other, room, store.Put("x", []byte("other 4")))
@@ -738,17 +738,17 @@ func TestRedisFailoverLostWrites(t *testing.T) {
 	}
 }
 
-// TestRedisReadOnlyRoomEpoch: reading a never-written room creates its
+// TestReadOnlyRoomEpoch: reading a never-written room creates its
 // epoch (the one its first write then carries) with a TTL; the first
 // write makes it permanent.
-func TestRedisReadOnlyRoomEpoch(t *testing.T) {
+func TestReadOnlyRoomEpoch(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
 	k := s.keys("ro")
 	snap := mustSnapshot(t, s, "ro")
-	if ttl := raw.PTTL(bg, k.meta).Val(); ttl <= 0 || ttl > redisMetaTTL {
-		t.Errorf("meta of a read-only room has TTL %v, want (0, %v]", ttl, redisMetaTTL)
+	if ttl := raw.PTTL(bg, k.meta).Val(); ttl <= 0 || ttl > metaTTL {
+		t.Errorf("meta of a read-only room has TTL %v, want (0, %v]", ttl, metaTTL)
 	}
 	res := mustApply(t, s, "ro", store.Put("k", []byte("v")))
 	if res.Epoch != snap.Epoch {
@@ -759,14 +759,14 @@ func TestRedisReadOnlyRoomEpoch(t *testing.T) {
 	}
 }
 
-// TestRedisClusterFollow: on a 3-master cluster, rooms spread over the
+// TestClusterFollow: on a 3-master cluster, rooms spread over the
 // masters; a node keeps one push connection per master (not per room or
 // slot); after the push connections are killed on every master they are
 // rebuilt with one SSUBSCRIBE per slot (one over several slots is refused)
 // and every room catches up, in order, exactly once.
-func TestRedisClusterFollow(t *testing.T) {
+func TestClusterFollow(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	s := openTestRedis(t, strings.Join(c.Addrs(), ","), func(cfg *Config) { cfg.Cluster = true })
+	s := openStore(t, strings.Join(c.Addrs(), ","), func(cfg *Config) { cfg.Cluster = true })
 	var raws []*redis.Client
 	for _, a := range c.Addrs() {
 		raws = append(raws, rawRedis(t, a))
@@ -924,20 +924,20 @@ func (p *freezeProxy) freeze() {
 	}
 }
 
-// TestRedisFollowRecoversSilentConnection: the push connection (and every
+// TestFollowRecoversSilentConnection: the push connection (and every
 // pooled one) goes silent without being closed. The node notices the
 // unanswered PING within 2 x PingInterval, rebuilds, and delivers what
 // was written meanwhile; the periodic check recovers too once its read
 // times out.
-func TestRedisFollowRecoversSilentConnection(t *testing.T) {
+func TestFollowRecoversSilentConnection(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	proxy := startFreezeProxy(t, srv.Addr())
 	const ping = 300 * time.Millisecond
-	s := openTestRedis(t, "redis://"+proxy.ln.Addr().String(), func(c *Config) {
+	s := openStore(t, "redis://"+proxy.ln.Addr().String(), func(c *Config) {
 		c.PingInterval = ping
 		c.WriteTimeout = 500 * time.Millisecond
 	})
-	writer := openTestRedis(t, srv.URL(), nil) // another node, not behind the proxy
+	writer := openStore(t, srv.URL(), nil) // another node, not behind the proxy
 	const room = "silent"
 	l := followLog(t, s, room)
 	epoch := putN(t, writer, room, 3)[0].Epoch
@@ -956,14 +956,14 @@ func TestRedisFollowRecoversSilentConnection(t *testing.T) {
 	checkInOrder(t, bs, epoch, 1, 8)
 }
 
-// TestRedisEpochChangeSeenInPush: the first sign of a new epoch is a push
+// TestEpochChangeSeenInPush: the first sign of a new epoch is a push
 // (here rev 3 of it, the pushes of 1 and 2 lost): followers of the old
 // epoch get the notice, then every batch of the new epoch in order, so a
 // consumer that already re-read the room in the new epoch misses nothing.
-func TestRedisEpochChangeSeenInPush(t *testing.T) {
+func TestEpochChangeSeenInPush(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), func(c *Config) { c.CheckInterval = time.Hour })
-	writer := openTestRedis(t, srv.URL(), func(c *Config) { c.CheckInterval = time.Hour })
+	s := openStore(t, srv.URL(), func(c *Config) { c.CheckInterval = time.Hour })
+	writer := openStore(t, srv.URL(), func(c *Config) { c.CheckInterval = time.Hour })
 	raw := rawRedis(t, srv.Addr())
 	const room = "pushed"
 	l := followLog(t, s, room)
@@ -989,13 +989,13 @@ func TestRedisEpochChangeSeenInPush(t *testing.T) {
 	}
 }
 
-// TestRedisPagedSnapshotUnderWrites: a room big enough to take several
+// TestPagedSnapshotUnderWrites: a room big enough to take several
 // HSCAN pages is snapshotted while a writer changes, deletes and recreates
 // keys; every snapshot must be the state at exactly its revision (the
 // history replayed from revision 1 up to it).
-func TestRedisPagedSnapshotUnderWrites(t *testing.T) {
+func TestPagedSnapshotUnderWrites(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), func(c *Config) {
+	s := openStore(t, srv.URL(), func(c *Config) {
 		c.SnapshotPageAbove = 1
 		c.Retention = store.RetentionPolicy{Default: store.Retention{MaxEvents: 100_000}}
 	})

@@ -12,15 +12,15 @@ import (
 	"github.com/statecast/statecast/store/redistest"
 )
 
-// TestRedisBatchWithoutWidUnchanged: a stream entry written before write
+// TestBatchWithoutWidUnchanged: a stream entry written before write
 // ids existed (B1) decodes without one; B2 carries it to every event.
-func TestRedisBatchWithoutWidUnchanged(t *testing.T) {
+func TestBatchWithoutWidUnchanged(t *testing.T) {
 	const body = "2;P1:k7,3,2,1:l2:v2p3,3,1,0:2:v1D4:gone7;p1,1,1,0:1:x"
-	b1, err := decodeRedisBatch("B11:e7;1700000000000;3:tag0:" + body)
+	b1, err := decodeBatch("B11:e7;1700000000000;3:tag0:" + body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b2, err := decodeRedisBatch("B21:e7;1700000000000;3:tag0:11:client-1.42" + body)
+	b2, err := decodeBatch("B21:e7;1700000000000;3:tag0:11:client-1.42" + body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestRedisBatchWithoutWidUnchanged(t *testing.T) {
 
 // widsOfLog returns a room's wids ZSET and the w fields of its stream,
 // each as id -> revision.
-func widsOfLog(t testing.TB, raw *redis.Client, k redisKeys) (zset, log map[string]uint64) {
+func widsOfLog(t testing.TB, raw *redis.Client, k roomKeys) (zset, log map[string]uint64) {
 	t.Helper()
 	zset, log = map[string]uint64{}, map[string]uint64{}
 	zs, err := raw.ZRangeWithScores(bg, k.wids, 0, -1).Result()
@@ -62,15 +62,15 @@ func widsOfLog(t testing.TB, raw *redis.Client, k redisKeys) (zset, log map[stri
 	return zset, log
 }
 
-// TestRedisWidsGoWithTheStream: a room's wids ZSET holds the ids of the
+// TestWidsGoWithTheStream: a room's wids ZSET holds the ids of the
 // entries its stream holds, whether the write script, the read-time trim
 // or a new epoch trims the stream.
-func TestRedisWidsGoWithTheStream(t *testing.T) {
+func TestWidsGoWithTheStream(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	raw := rawRedis(t, srv.Addr())
 	now := time.Unix(1700000000, 0)
 	clock := func() time.Time { return now }
-	s := openTestRedis(t, srv.URL(), func(c *Config) {
+	s := openStore(t, srv.URL(), func(c *Config) {
 		c.Clock = clock
 		c.Retention = store.RetentionPolicy{Default: store.Retention{MaxEvents: 3, MaxAge: time.Minute}}
 	})
