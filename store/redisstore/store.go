@@ -1,10 +1,5 @@
 package redisstore
 
-// The Redis store: rooms on a Redis or a Redis Cluster that many nodes
-// share. Its design (the key layout, one script per write, retention,
-// reads, epochs, how a node follows a room and recovers what pub/sub
-// lost) is docs/DESIGN.md#several-nodes-on-redis; the scripts are in lua/.
-
 import (
 	"context"
 	"crypto/tls"
