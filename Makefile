@@ -25,7 +25,7 @@ screenshots:
 
 # The figures in the README.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./rooms ./store
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./rooms ./store/...
 
 # The multi-node chaos soaks (not part of `make test`), each for $(SOAK):
 # TestSoak: 3 nodes on one redis-server, node kills and restarts, cut Redis

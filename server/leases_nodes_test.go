@@ -17,6 +17,7 @@ import (
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/store"
+	"github.com/statecast/statecast/store/redisstore"
 	"github.com/statecast/statecast/store/redistest"
 )
 
@@ -28,7 +29,7 @@ func TestLeasesAcrossNodes(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	ctx, room := testCtx(t), "lobby"
 	open := func() store.Store {
-		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "lt"})
+		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "lt"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +261,7 @@ func TestSessionOrphansEnd(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	ctx, room := testCtx(t), "lobby"
 	const timeout, grace = 500 * time.Millisecond, 200 * time.Millisecond
-	ghost, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "so"})
+	ghost, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "so"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +269,7 @@ func TestSessionOrphansEnd(t *testing.T) {
 	if err := ghost.SaveSession(ctx, store.SessionRecord{ID: "s_1", Subject: "u", ResumeHash: make([]byte, 32), Lease: "session:s_1", Owner: "gone.1"}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "so"})
+	st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "so"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +409,7 @@ func TestTTLLeasesAcrossNodes(t *testing.T) {
 	// under a lease that ended before the key was listed, and a lease
 	// taken out of the store whose keys were never deleted. The orphan
 	// sweep of the live nodes ends both.
-	ghost, err := store.OpenRedis(ctx, store.RedisConfig{URL: rs.URL(), Prefix: "tl"})
+	ghost, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "tl"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +473,7 @@ func TestTTLLeaseAnonymousAcrossNodes(t *testing.T) {
 // redisNode starts a node on the Redis at url, under key prefix, with cfg.
 func redisNode(t *testing.T, url, prefix string, cfg server.Config) *env {
 	t.Helper()
-	st, err := store.OpenRedis(testCtx(t), store.RedisConfig{URL: url, Prefix: prefix})
+	st, err := redisstore.New(testCtx(t), redisstore.Config{URL: url, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

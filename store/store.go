@@ -1,8 +1,10 @@
 // Package store holds the durable truth of each room: its key/value state,
 // its revision counter, its epoch and its retained history.
 //
-// Every backend implements Store and passes the conformance suite in
-// store/storetest. The revision contract (docs/DESIGN.md#the-revision-contract):
+// The memory (NewMemory) and file (OpenFile) backends are in this package,
+// the Redis backend in store/redisstore. Every backend implements Store and
+// passes the conformance suite in store/storetest. The revision contract
+// (docs/DESIGN.md#the-revision-contract):
 //
 //   - A room's revision starts at 0 and grows by exactly 1 per committed
 //     write. A transaction over many keys is one revision; all its events

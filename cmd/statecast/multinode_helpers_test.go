@@ -33,6 +33,7 @@ import (
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
+	"github.com/statecast/statecast/store/redisstore"
 	"github.com/statecast/statecast/store/redistest"
 )
 
@@ -225,14 +226,14 @@ type mnOptions struct {
 	Args    []string // extra serve flags for every node
 }
 
-// mnCluster is a redis-server, N nodes on it, and a store.Redis of the
+// mnCluster is a redis-server, N nodes on it, and a redisstore.Store of the
 // test's own for reading the room as Redis holds it.
 type mnCluster struct {
 	t       *testing.T
 	redis   *redistest.Server // nil on a cluster
 	nodes   []*mnNode
 	proxies []*redisProxy // per node when Proxied
-	st      *store.Redis
+	st      *redisstore.Store
 	nodeTO  time.Duration // --node-timeout, 0 when the build lacks it
 	// ownReads counts the test's own snapshot reads (one HGETALL each),
 	// so that commandstats can be corrected for them.
@@ -250,7 +251,7 @@ func startCluster(t *testing.T, n int, opts mnOptions) *mnCluster {
 	storeURL := ""
 	if opts.Cluster {
 		// The seeds as one --store value: the first a URL, the others
-		// host:port (store.RedisConfig accepts both).
+		// host:port (redisstore.Config accepts both).
 		storeURL = "redis://" + strings.Join(redistest.StartCluster(t, 3).Addrs(), ",")
 		args = append(args, "--redis-cluster")
 	} else {
@@ -284,7 +285,7 @@ func startCluster(t *testing.T, n int, opts mnOptions) *mnCluster {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := store.OpenRedis(ctx, store.RedisConfig{URL: storeURL, Cluster: opts.Cluster})
+	st, err := redisstore.New(ctx, redisstore.Config{URL: storeURL, Cluster: opts.Cluster})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/store"
+	"github.com/statecast/statecast/store/redisstore"
 )
 
 // classFlag collects --history-class PREFIX=EVENTS[/AGE[/BYTES]] rules.
@@ -282,7 +283,7 @@ func openStore(f serveFlags, ret store.RetentionPolicy, limits store.Limits, log
 	case strings.HasPrefix(f.storeURL, "redis://"), strings.HasPrefix(f.storeURL, "rediss://"):
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: f.storeURL, Cluster: f.redisCluster,
+		st, err := redisstore.New(ctx, redisstore.Config{URL: f.storeURL, Cluster: f.redisCluster,
 			Prefix: f.redisPrefix, Retention: ret, Limits: limits, Logger: log})
 		what := "redis " + redactURL(f.storeURL)
 		if f.redisCluster {

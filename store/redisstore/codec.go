@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/statecast/statecast/store"
 )
 
 // Redis encodings. Both are built by apply.lua with plain concatenation and
@@ -31,28 +33,28 @@ import (
 // so a node can tell that a revision it applied was replaced (a failover
 // that lost writes) when the chain breaks.
 
-var errRedisCodec = errors.New("store: malformed redis record")
+var errCodec = errors.New("store: malformed redis record")
 
-// redisBatch is a decoded batch with its chain tags.
-type redisBatch struct {
-	Batch
+// batch is a decoded batch with its chain tags.
+type batch struct {
+	store.Batch
 	tag, prevTag string
 }
 
-type redisDecoder struct {
+type decoder struct {
 	s   string
 	i   int
 	err error
 }
 
-func (d *redisDecoder) fail(what string) {
+func (d *decoder) fail(what string) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: bad %s at byte %d", errRedisCodec, what, d.i)
+		d.err = fmt.Errorf("%w: bad %s at byte %d", errCodec, what, d.i)
 	}
 }
 
 // field returns the text up to term and moves past term.
-func (d *redisDecoder) field(term byte, what string) (string, bool) {
+func (d *decoder) field(term byte, what string) (string, bool) {
 	if d.err != nil {
 		return "", false
 	}
@@ -67,7 +69,7 @@ func (d *redisDecoder) field(term byte, what string) (string, bool) {
 }
 
 // uint reads a decimal number ended by term.
-func (d *redisDecoder) uint(term byte, what string) uint64 {
+func (d *decoder) uint(term byte, what string) uint64 {
 	f, ok := d.field(term, what)
 	if !ok {
 		return 0
@@ -80,7 +82,7 @@ func (d *redisDecoder) uint(term byte, what string) uint64 {
 }
 
 // int reads a signed decimal number ended by term.
-func (d *redisDecoder) int(term byte, what string) int64 {
+func (d *decoder) int(term byte, what string) int64 {
 	f, ok := d.field(term, what)
 	if !ok {
 		return 0
@@ -93,7 +95,7 @@ func (d *redisDecoder) int(term byte, what string) int64 {
 }
 
 // str reads <len>:<bytes>.
-func (d *redisDecoder) str(what string) string {
+func (d *decoder) str(what string) string {
 	n := d.uint(':', what)
 	if d.err != nil {
 		return ""
@@ -107,7 +109,7 @@ func (d *redisDecoder) str(what string) string {
 	return s
 }
 
-func (d *redisDecoder) byte(what string) byte {
+func (d *decoder) byte(what string) byte {
 	if d.err != nil {
 		return 0
 	}
@@ -121,8 +123,8 @@ func (d *redisDecoder) byte(what string) byte {
 }
 
 // record reads a key's record into a KV named key.
-func (d *redisDecoder) record(key string) KV {
-	kv := KV{Key: key}
+func (d *decoder) record(key string) store.KV {
+	kv := store.KV{Key: key}
 	kv.ModRev = d.uint(',', "mod_rev")
 	kv.CreateRev = d.uint(',', "create_rev")
 	kv.Version = d.uint(',', "version")
@@ -131,9 +133,9 @@ func (d *redisDecoder) record(key string) KV {
 	return kv
 }
 
-// decodeRedisKV decodes the record of key as stored in the kv hash.
-func decodeRedisKV(key, rec string) (KV, error) {
-	d := redisDecoder{s: rec}
+// decodeKV decodes the record of key as stored in the kv hash.
+func decodeKV(key, rec string) (store.KV, error) {
+	d := decoder{s: rec}
 	kv := d.record(key)
 	if d.err == nil && d.i != len(d.s) {
 		d.fail("trailing bytes")
@@ -141,14 +143,14 @@ func decodeRedisKV(key, rec string) (KV, error) {
 	return kv, d.err
 }
 
-// decodeRedisBatch decodes a batch as written by apply.lua.
-func decodeRedisBatch(s string) (redisBatch, error) {
-	d := redisDecoder{s: s}
+// decodeBatch decodes a batch as written by apply.lua.
+func decodeBatch(s string) (batch, error) {
+	d := decoder{s: s}
 	if len(s) < 2 || s[:2] != "B1" && s[:2] != "B2" {
-		return redisBatch{}, fmt.Errorf("%w: unknown batch format", errRedisCodec)
+		return batch{}, fmt.Errorf("%w: unknown batch format", errCodec)
 	}
 	d.i = 2
-	var b redisBatch
+	var b batch
 	b.Epoch = d.str("epoch")
 	b.Rev = d.uint(';', "rev")
 	b.Time = time.UnixMilli(d.int(';', "time"))
@@ -165,17 +167,17 @@ func decodeRedisBatch(s string) (redisBatch, error) {
 	if d.err != nil {
 		return b, d.err
 	}
-	b.Events = make([]Event, 0, n)
+	b.Events = make([]store.Event, 0, n)
 	for range n {
-		ev := Event{Wid: wid}
+		ev := store.Event{Wid: wid}
 		switch d.byte("event type") {
 		case 'P':
-			ev.Type = OpPut
+			ev.Type = store.OpPut
 			key := d.str("key")
 			ev.KV = d.record(key)
 		case 'D':
-			ev.Type = OpDelete
-			ev.KV = KV{Key: d.str("key")}
+			ev.Type = store.OpDelete
+			ev.KV = store.KV{Key: d.str("key")}
 			ev.KV.ModRev = d.uint(';', "delete rev")
 		default:
 			d.fail("event type")

@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/statecast/statecast/store"
 )
 
 // TTL leases on Redis. Every key under one hash tag, {leases}, so that
@@ -26,7 +28,7 @@ import (
 // to finish (EndedLeaseKeys). Scripts run on the write client, which
 // never retries.
 
-var _ SharedLeases = (*Redis)(nil)
+var _ store.SharedLeases = (*Store)(nil)
 
 const leaseScriptHead = redisNow + `
 local function alive(id)
@@ -112,7 +114,7 @@ end
 return out`)
 )
 
-func (s *Redis) leaseKeys() ([]string, string) {
+func (s *Store) leaseKeys() ([]string, string) {
 	p := s.cfg.Prefix + ":{leases}:"
 	return []string{p + "rec", p + "due", p + "held", p + "ended"}, p + "k:"
 }
@@ -120,7 +122,7 @@ func (s *Redis) leaseKeys() ([]string, string) {
 // runLease runs a lease script with the lease keys and the key-list
 // prefix, on c: the write client (never retried) for scripts that change
 // anything.
-func (s *Redis) runLease(ctx context.Context, c redis.Scripter, sc *redis.Script, args ...any) (any, error) {
+func (s *Store) runLease(ctx context.Context, c redis.Scripter, sc *redis.Script, args ...any) (any, error) {
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
@@ -129,25 +131,25 @@ func (s *Redis) runLease(ctx context.Context, c redis.Scripter, sc *redis.Script
 	return sc.Run(ctx, c, keys, append([]any{list}, args...)...).Result()
 }
 
-func (s *Redis) GrantLease(ctx context.Context, id, holder string, ttl time.Duration, max int) (bool, error) {
+func (s *Store) GrantLease(ctx context.Context, id, holder string, ttl time.Duration, max int) (bool, error) {
 	v, err := s.runLease(ctx, s.wc, grantLeaseScript, id, holder, ttl.Milliseconds(), max)
 	n, _ := v.(int64)
 	return n == 1, err
 }
 
-func (s *Redis) KeepAliveLease(ctx context.Context, id, holder string) (LeaseState, error) {
+func (s *Store) KeepAliveLease(ctx context.Context, id, holder string) (store.LeaseState, error) {
 	v, err := s.runLease(ctx, s.wc, keepAliveLeaseScript, id, holder)
 	st, _, err := decodeLeaseState(v, err)
 	return st, err
 }
 
-func (s *Redis) Lease(ctx context.Context, id string) (LeaseState, error) {
+func (s *Store) Lease(ctx context.Context, id string) (store.LeaseState, error) {
 	v, err := s.runLease(ctx, s.rc, leaseScript, id)
 	st, _, err := decodeLeaseState(v, err)
 	return st, err
 }
 
-func (s *Redis) RevokeLease(ctx context.Context, id, holder string) (LeaseState, []LeaseKey, error) {
+func (s *Store) RevokeLease(ctx context.Context, id, holder string) (store.LeaseState, []store.LeaseKey, error) {
 	v, err := s.runLease(ctx, s.wc, revokeLeaseScript, id, holder)
 	st, rest, err := decodeLeaseState(v, err)
 	if err != nil || len(rest) == 0 {
@@ -158,29 +160,29 @@ func (s *Redis) RevokeLease(ctx context.Context, id, holder string) (LeaseState,
 }
 
 // decodeLeaseState reads {0} or {1, holder, ttl ms, rest...}.
-func decodeLeaseState(v any, err error) (LeaseState, []any, error) {
+func decodeLeaseState(v any, err error) (store.LeaseState, []any, error) {
 	if err != nil {
-		return LeaseState{}, nil, err
+		return store.LeaseState{}, nil, err
 	}
 	out, _ := v.([]any)
 	if len(out) == 1 && out[0] == int64(0) {
-		return LeaseState{}, nil, nil
+		return store.LeaseState{}, nil, nil
 	}
 	if len(out) < 3 || out[0] != int64(1) {
-		return LeaseState{}, nil, fmt.Errorf("%w: lease script reply %v", ErrCorrupt, v)
+		return store.LeaseState{}, nil, fmt.Errorf("%w: lease script reply %v", store.ErrCorrupt, v)
 	}
 	h, _ := out[1].(string)
 	ms, _ := out[2].(int64)
-	return LeaseState{Alive: true, Holder: h, TTL: time.Duration(ms) * time.Millisecond}, out[3:], nil
+	return store.LeaseState{Alive: true, Holder: h, TTL: time.Duration(ms) * time.Millisecond}, out[3:], nil
 }
 
-func (s *Redis) AttachLease(ctx context.Context, id string, k LeaseKey) (bool, error) {
+func (s *Store) AttachLease(ctx context.Context, id string, k store.LeaseKey) (bool, error) {
 	v, err := s.runLease(ctx, s.wc, attachLeaseScript, id, k.Room+"\x00"+k.Key, k.ModRev)
 	n, _ := v.(int64)
 	return n == 1, err
 }
 
-func (s *Redis) EndDueLeases(ctx context.Context, max int) (map[string][]LeaseKey, error) {
+func (s *Store) EndDueLeases(ctx context.Context, max int) (map[string][]store.LeaseKey, error) {
 	v, err := s.runLease(ctx, s.wc, endDueLeasesScript, max)
 	if err != nil {
 		return nil, err
@@ -188,12 +190,12 @@ func (s *Redis) EndDueLeases(ctx context.Context, max int) (map[string][]LeaseKe
 	return decodeLeaseLists(v)
 }
 
-func (s *Redis) ForgetLeaseKeys(ctx context.Context, id string) error {
+func (s *Store) ForgetLeaseKeys(ctx context.Context, id string) error {
 	_, err := s.runLease(ctx, s.wc, forgetLeaseScript, id)
 	return err
 }
 
-func (s *Redis) EndedLeaseKeys(ctx context.Context, max int) (map[string][]LeaseKey, error) {
+func (s *Store) EndedLeaseKeys(ctx context.Context, max int) (map[string][]store.LeaseKey, error) {
 	v, err := s.runLease(ctx, s.rc, endedLeasesScript, max)
 	if err != nil {
 		return nil, err
@@ -202,7 +204,7 @@ func (s *Redis) EndedLeaseKeys(ctx context.Context, max int) (map[string][]Lease
 }
 
 // LeaseIDs reads the records in HSCAN pages, like ListSessions.
-func (s *Redis) LeaseIDs(ctx context.Context) ([]string, error) {
+func (s *Store) LeaseIDs(ctx context.Context) ([]string, error) {
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
@@ -210,7 +212,7 @@ func (s *Redis) LeaseIDs(ctx context.Context) ([]string, error) {
 	keys, _ := s.leaseKeys()
 	var ids []string
 	for cursor := uint64(0); ; {
-		page, next, err := s.rc.HScan(ctx, keys[0], cursor, "", redisPage).Result()
+		page, next, err := s.rc.HScan(ctx, keys[0], cursor, "", pageSize).Result()
 		if err != nil {
 			return nil, fmt.Errorf("store: redis: listing leases: %w", err)
 		}
@@ -224,9 +226,9 @@ func (s *Redis) LeaseIDs(ctx context.Context) ([]string, error) {
 }
 
 // decodeLeaseLists reads {id, {field, value, ...}, ...}.
-func decodeLeaseLists(v any) (map[string][]LeaseKey, error) {
+func decodeLeaseLists(v any) (map[string][]store.LeaseKey, error) {
 	out, _ := v.([]any)
-	m := make(map[string][]LeaseKey, len(out)/2)
+	m := make(map[string][]store.LeaseKey, len(out)/2)
 	for i := 0; i+1 < len(out); i += 2 {
 		id, _ := out[i].(string)
 		keys, err := decodeLeaseKeys(out[i+1])
@@ -239,18 +241,18 @@ func decodeLeaseLists(v any) (map[string][]LeaseKey, error) {
 }
 
 // decodeLeaseKeys reads an HGETALL of a key list: room NUL key -> mod_rev.
-func decodeLeaseKeys(v any) ([]LeaseKey, error) {
+func decodeLeaseKeys(v any) ([]store.LeaseKey, error) {
 	flat, _ := v.([]any)
-	keys := make([]LeaseKey, 0, len(flat)/2)
+	keys := make([]store.LeaseKey, 0, len(flat)/2)
 	for i := 0; i+1 < len(flat); i += 2 {
 		f, _ := flat[i].(string)
 		rv, _ := flat[i+1].(string)
 		room, key, ok := strings.Cut(f, "\x00")
 		rev, err := strconv.ParseUint(rv, 10, 64)
 		if !ok || err != nil {
-			return keys, fmt.Errorf("%w: lease key list entry %q", ErrCorrupt, f)
+			return keys, fmt.Errorf("%w: lease key list entry %q", store.ErrCorrupt, f)
 		}
-		keys = append(keys, LeaseKey{Room: room, Key: key, ModRev: rev})
+		keys = append(keys, store.LeaseKey{Room: room, Key: key, ModRev: rev})
 	}
 	return keys, nil
 }

@@ -1,9 +1,4 @@
-package store
-
-// The Redis store: rooms on a Redis or a Redis Cluster that many nodes
-// share. Its design (the key layout, one script per write, retention,
-// reads, epochs, how a node follows a room and recovers what pub/sub
-// lost) is docs/DESIGN.md#several-nodes-on-redis; the scripts are in lua/.
+package redisstore
 
 import (
 	"context"
@@ -22,10 +17,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/statecast/statecast/store"
 )
 
-// RedisConfig configures a Redis store.
-type RedisConfig struct {
+// Config configures a Redis store.
+type Config struct {
 	// URL is redis://[user:password@]host:port[/db] for one server, or,
 	// with Cluster, a comma-separated list of cluster nodes (host:port or
 	// redis:// URLs) used as seeds.
@@ -34,8 +31,8 @@ type RedisConfig struct {
 	// Prefix starts every key of this store ("sc" by default), so several
 	// deployments can share a Redis. It must not contain '{' or '}'.
 	Prefix    string
-	Limits    Limits
-	Retention RetentionPolicy
+	Limits    store.Limits
+	Retention store.RetentionPolicy
 	// Clock gives commit times (kept at millisecond precision) and the
 	// time for age retention; defaults to time.Now.
 	Clock  func() time.Time
@@ -56,10 +53,10 @@ type RedisConfig struct {
 	PingInterval time.Duration
 }
 
-// Redis is a Store on Redis or Redis Cluster shared by many nodes
+// Store is a store.Store on Redis or Redis Cluster shared by many nodes
 // (docs/DESIGN.md#several-nodes-on-redis).
-type Redis struct {
-	cfg     RedisConfig
+type Store struct {
+	cfg     Config
 	wc      redis.UniversalClient // writes: never retried
 	rc      redis.UniversalClient // reads, checks and pub/sub
 	cluster *redis.ClusterClient  // rc in cluster mode, for routing
@@ -76,18 +73,18 @@ type Redis struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	fol follow // see redis_follow.go
+	fol follow // see follow.go
 
 	// noPublish makes writes skip SPUBLISH (tests: lost pushes).
 	noPublish atomic.Bool
 }
 
-var _ Store = (*Redis)(nil)
+var _ store.Store = (*Store)(nil)
 
 const (
-	redisDefaultPrefix = "sc"
-	redisMetaTTL       = 24 * time.Hour
-	redisPage          = 1000
+	defaultPrefix = "sc"
+	metaTTL       = 24 * time.Hour
+	pageSize      = 1000
 )
 
 var (
@@ -106,11 +103,11 @@ var (
 	reepochScript = redis.NewScript(reepochLua)
 )
 
-// OpenRedis connects to Redis (checking that it answers) and starts the
+// New connects to Redis (checking that it answers) and starts the
 // goroutines that follow rooms. Close it to stop them.
-func OpenRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
+func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Prefix == "" {
-		cfg.Prefix = redisDefaultPrefix
+		cfg.Prefix = defaultPrefix
 	}
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("store: redis prefix %q must not contain '{' or '}' (they would break the room's hash tag)", cfg.Prefix)
@@ -133,7 +130,7 @@ func OpenRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	if cfg.SnapshotPageAbove <= 0 {
 		cfg.SnapshotPageAbove = 5000
 	}
-	s := &Redis{cfg: cfg, log: cfg.Logger, id: NewEpoch()}
+	s := &Store{cfg: cfg, log: cfg.Logger, id: store.NewEpoch()}
 	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	if cfg.Cluster {
 		var addrs []string
@@ -204,17 +201,17 @@ func OpenRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 }
 
 // Limits returns the limits the store enforces (with defaults filled in).
-func (s *Redis) Limits() Limits { return s.cfg.Limits.WithDefaults() }
+func (s *Store) Limits() store.Limits { return s.cfg.Limits.WithDefaults() }
 
-type redisKeys struct{ meta, kv, log, wids, ch string }
+type roomKeys struct{ meta, kv, log, wids, ch string }
 
-func (s *Redis) keys(room string) redisKeys {
+func (s *Store) keys(room string) roomKeys {
 	base := s.cfg.Prefix + ":{" + room + "}:"
-	return redisKeys{base + "meta", base + "kv", base + "log", base + "wids", base + "ch"}
+	return roomKeys{base + "meta", base + "kv", base + "log", base + "wids", base + "ch"}
 }
 
 // roomOfChannel inverts keys(room).ch.
-func (s *Redis) roomOfChannel(ch string) (string, bool) {
+func (s *Store) roomOfChannel(ch string) (string, bool) {
 	r, ok := strings.CutPrefix(ch, s.cfg.Prefix+":{")
 	if !ok {
 		return "", false
@@ -247,11 +244,11 @@ func notSent(err error) bool {
 
 // begin checks that the store is open; on success the caller holds s.mu
 // for reading and must RUnlock it.
-func (s *Redis) begin() error {
+func (s *Store) begin() error {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return ErrClosed
+		return store.ErrClosed
 	}
 	return nil
 }
@@ -259,7 +256,7 @@ func (s *Redis) begin() error {
 // cutoff is the age retention bound of ret at now in unix ms: entries
 // committed before it are expired (now - t > MaxAge). ok is false when
 // there is no age limit.
-func cutoff(ret Retention, now time.Time) (ms int64, ok bool) {
+func cutoff(ret store.Retention, now time.Time) (ms int64, ok bool) {
 	if ret.MaxAge <= 0 {
 		return 0, false
 	}
@@ -270,15 +267,15 @@ func cutoff(ret Retention, now time.Time) (ms int64, ok bool) {
 	return now.UnixMilli() - age, true
 }
 
-func (s *Redis) Apply(ctx context.Context, room string, w Write) (Result, error) {
+func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Result, error) {
 	if err := s.cfg.Limits.Validate(room, w); err != nil {
-		return Result{}, err
+		return store.Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, err
+		return store.Result{}, err
 	}
 	if err := s.begin(); err != nil {
-		return Result{}, err
+		return store.Result{}, err
 	}
 	defer s.mu.RUnlock()
 	k := s.keys(room)
@@ -298,15 +295,15 @@ func (s *Redis) Apply(ctx context.Context, room string, w Write) (Result, error)
 		since = strconv.FormatUint(*w.Since, 10)
 	}
 	args := make([]any, 0, 11+2*len(w.Conds)+4*len(w.Ops))
-	args = append(args, NewEpoch(), strconv.FormatInt(now.UnixMilli(), 10), ret.MaxEvents, cut, ch, tag,
-		redisMetaTTL.Milliseconds(), w.Wid, since, len(w.Conds))
+	args = append(args, store.NewEpoch(), strconv.FormatInt(now.UnixMilli(), 10), ret.MaxEvents, cut, ch, tag,
+		metaTTL.Milliseconds(), w.Wid, since, len(w.Conds))
 	for _, c := range w.Conds {
 		args = append(args, c.Key, strconv.FormatUint(c.ModRev, 10))
 	}
 	args = append(args, len(w.Ops))
 	for _, op := range w.Ops {
 		t := "P"
-		if op.Type == OpDelete {
+		if op.Type == store.OpDelete {
 			t = "D"
 		}
 		v := op.Value
@@ -320,9 +317,9 @@ func (s *Redis) Apply(ctx context.Context, room string, w Write) (Result, error)
 	reply, err := applyScript.Run(wctx, s.wc, []string{k.meta, k.kv, k.log, k.wids}, args...).Slice()
 	if err != nil {
 		if notSent(err) {
-			return Result{}, fmt.Errorf("%w: redis write to room %q: %v", ErrUnavailable, room, err)
+			return store.Result{}, fmt.Errorf("%w: redis write to room %q: %v", store.ErrUnavailable, room, err)
 		}
-		return Result{}, fmt.Errorf("store: redis write to room %q (outcome unknown): %w", room, err)
+		return store.Result{}, fmt.Errorf("store: redis write to room %q (outcome unknown): %w", room, err)
 	}
 	str := func(i int) string {
 		if i < len(reply) {
@@ -335,27 +332,27 @@ func (s *Redis) Apply(ctx context.Context, room string, w Write) (Result, error)
 	rev, _ := strconv.ParseUint(str(2), 10, 64)
 	switch str(0) {
 	case "OK":
-		b, err := decodeRedisBatch(str(3))
+		b, err := decodeBatch(str(3))
 		if err != nil {
-			return Result{}, fmt.Errorf("store: redis write to room %q committed at rev %d but its batch is unreadable: %w", room, rev, err)
+			return store.Result{}, fmt.Errorf("store: redis write to room %q committed at rev %d but its batch is unreadable: %w", room, rev, err)
 		}
-		return Result{Epoch: b.Epoch, Rev: b.Rev, Events: b.Events}, nil
+		return store.Result{Epoch: b.Epoch, Rev: b.Rev, Events: b.Events}, nil
 	case "NOOP":
-		return Result{Epoch: str(1), Rev: rev}, nil
+		return store.Result{Epoch: str(1), Rev: rev}, nil
 	case "CONFLICT":
 		mr, _ := strconv.ParseUint(str(4), 10, 64)
-		return Result{}, &ConflictError{Key: str(3), ModRev: mr, Rev: rev}
+		return store.Result{}, &store.ConflictError{Key: str(3), ModRev: mr, Rev: rev}
 	case "DUP":
 		at, _ := strconv.ParseUint(str(3), 10, 64)
-		return Result{Epoch: str(1), Rev: at, Dup: true}, nil
+		return store.Result{Epoch: str(1), Rev: at, Dup: true}, nil
 	case "UNKNOWN":
-		return Result{}, fmt.Errorf("%w (oldest retained revision %s, write first sent after %s)", ErrWidCompacted, str(3), since)
+		return store.Result{}, fmt.Errorf("%w (oldest retained revision %s, write first sent after %s)", store.ErrWidCompacted, str(3), since)
 	}
-	return Result{}, fmt.Errorf("store: redis write to room %q: unexpected reply %v", room, reply)
+	return store.Result{}, fmt.Errorf("store: redis write to room %q: unexpected reply %v", room, reply)
 }
 
-// redisMeta is a room's meta hash as read by HMGET metaFields.
-type redisMeta struct {
+// meta is a room's meta hash as read by HMGET metaFields.
+type meta struct {
 	epoch string // "" when meta is missing
 	rev   uint64
 	floor uint64
@@ -364,7 +361,7 @@ type redisMeta struct {
 
 var metaFields = []string{"rev", "epoch", "floor", "tag"}
 
-func parseMeta(v []any) redisMeta {
+func parseMeta(v []any) meta {
 	get := func(i int) string {
 		if i < len(v) {
 			if s, ok := v[i].(string); ok {
@@ -373,7 +370,7 @@ func parseMeta(v []any) redisMeta {
 		}
 		return ""
 	}
-	var m redisMeta
+	var m meta
 	m.rev, _ = strconv.ParseUint(get(0), 10, 64)
 	m.epoch = get(1)
 	m.floor, _ = strconv.ParseUint(get(2), 10, 64)
@@ -385,8 +382,8 @@ func parseMeta(v []any) redisMeta {
 }
 
 // initRoom gives a room without meta an epoch (lua/init.lua).
-func (s *Redis) initRoom(ctx context.Context, k redisKeys) (epoch string, rev uint64, err error) {
-	v, err := initScript.Run(ctx, s.rc, []string{k.meta, k.kv, k.log, k.wids}, NewEpoch(), redisMetaTTL.Milliseconds()).StringSlice()
+func (s *Store) initRoom(ctx context.Context, k roomKeys) (epoch string, rev uint64, err error) {
+	v, err := initScript.Run(ctx, s.rc, []string{k.meta, k.kv, k.log, k.wids}, store.NewEpoch(), metaTTL.Milliseconds()).StringSlice()
 	if err != nil {
 		return "", 0, fmt.Errorf("store: redis: creating the epoch of a room: %w", err)
 	}
@@ -413,7 +410,7 @@ func entryField(m redis.XMessage, f string) string {
 }
 
 // expired reports whether entry m is older than ret allows at now.
-func expired(m redis.XMessage, ret Retention, now time.Time) bool {
+func expired(m redis.XMessage, ret store.Retention, now time.Time) bool {
 	cut, ok := cutoff(ret, now)
 	if !ok {
 		return false
@@ -424,7 +421,7 @@ func expired(m redis.XMessage, ret Retention, now time.Time) bool {
 
 // trim applies retention to the room's log on read (lua/trim.lua) and
 // returns its oldest replayable revision.
-func (s *Redis) trim(ctx context.Context, room string, k redisKeys, now time.Time) (uint64, error) {
+func (s *Store) trim(ctx context.Context, room string, k roomKeys, now time.Time) (uint64, error) {
 	ret := s.cfg.Retention.For(room)
 	cut, _ := cutoff(ret, now)
 	v, err := trimScript.Run(ctx, s.rc, []string{k.meta, k.log, k.wids}, strconv.FormatInt(cut, 10), ret.MaxEvents).Text()
@@ -434,15 +431,15 @@ func (s *Redis) trim(ctx context.Context, room string, k redisKeys, now time.Tim
 	return strconv.ParseUint(v, 10, 64)
 }
 
-func (s *Redis) Snapshot(ctx context.Context, room, prefix string) (Snapshot, error) {
-	if err := ValidRoom(room); err != nil {
-		return Snapshot{}, err
+func (s *Store) Snapshot(ctx context.Context, room, prefix string) (store.Snapshot, error) {
+	if err := store.ValidRoom(room); err != nil {
+		return store.Snapshot{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Snapshot{}, err
+		return store.Snapshot{}, err
 	}
 	if err := s.begin(); err != nil {
-		return Snapshot{}, err
+		return store.Snapshot{}, err
 	}
 	defer s.mu.RUnlock()
 	k := s.keys(room)
@@ -466,7 +463,7 @@ func (s *Redis) Snapshot(ctx context.Context, room, prefix string) (Snapshot, er
 			return nil
 		})
 		if err != nil {
-			return Snapshot{}, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
+			return store.Snapshot{}, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
 		}
 		m := parseMeta(metaCmd.Val())
 		if m.epoch == "" {
@@ -474,24 +471,24 @@ func (s *Redis) Snapshot(ctx context.Context, room, prefix string) (Snapshot, er
 			// the one reported here is the one its first write carries.
 			epoch, rev, err := s.initRoom(ctx, k)
 			if err != nil {
-				return Snapshot{}, err
+				return store.Snapshot{}, err
 			}
 			if rev == 0 {
-				return Snapshot{Epoch: epoch, Rev: 0, Oldest: 1}, nil
+				return store.Snapshot{Epoch: epoch, Rev: 0, Oldest: 1}, nil
 			}
 			if attempt >= 3 {
-				return Snapshot{}, fmt.Errorf("store: redis snapshot of room %q: the room keeps changing epoch", room)
+				return store.Snapshot{}, fmt.Errorf("store: redis snapshot of room %q: the room keeps changing epoch", room)
 			}
 			continue // written meanwhile: read it
 		}
-		snap := Snapshot{Epoch: m.epoch, Rev: m.rev, Oldest: m.rev + 1}
+		snap := store.Snapshot{Epoch: m.epoch, Rev: m.rev, Oldest: m.rev + 1}
 		for key, rec := range kvCmd.Val() {
 			if !strings.HasPrefix(key, prefix) {
 				continue
 			}
-			kv, err := decodeRedisKV(key, rec)
+			kv, err := decodeKV(key, rec)
 			if err != nil {
-				return Snapshot{}, fmt.Errorf("store: redis room %q key %q: %w", room, key, err)
+				return store.Snapshot{}, fmt.Errorf("store: redis room %q key %q: %w", room, key, err)
 			}
 			snap.Items = append(snap.Items, kv)
 		}
@@ -503,7 +500,7 @@ func (s *Redis) Snapshot(ctx context.Context, room, prefix string) (Snapshot, er
 			case expired(first[0], ret, now):
 				oldest, err := s.trim(ctx, room, k, now)
 				if err != nil {
-					return Snapshot{}, err
+					return store.Snapshot{}, err
 				}
 				// Writes after the MULTI may have moved it past rev+1;
 				// rev+1 is then as far as this snapshot can say.
@@ -526,7 +523,7 @@ func (s *Redis) Snapshot(ctx context.Context, room, prefix string) (Snapshot, er
 // when the room is small, not
 // written, or the stream no longer holds what the scan overlapped (the
 // caller then reads it in one MULTI).
-func (s *Redis) snapshotPaged(ctx context.Context, room, prefix string, k redisKeys, now time.Time) (snap Snapshot, ok bool, err error) {
+func (s *Store) snapshotPaged(ctx context.Context, room, prefix string, k roomKeys, now time.Time) (snap store.Snapshot, ok bool, err error) {
 	var (
 		metaCmd *redis.SliceCmd
 		lenCmd  *redis.IntCmd
@@ -536,23 +533,23 @@ func (s *Redis) snapshotPaged(ctx context.Context, room, prefix string, k redisK
 		lenCmd = p.HLen(ctx, k.kv)
 		return nil
 	}); err != nil {
-		return Snapshot{}, false, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
+		return store.Snapshot{}, false, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
 	}
 	m0 := parseMeta(metaCmd.Val())
 	if m0.epoch == "" || lenCmd.Val() <= int64(s.cfg.SnapshotPageAbove) {
-		return Snapshot{}, false, nil
+		return store.Snapshot{}, false, nil
 	}
-	items := make(map[string]KV)
+	items := make(map[string]store.KV)
 	match := globEscape(prefix) + "*"
 	for cursor := uint64(0); ; {
-		page, next, err := s.rc.HScan(ctx, k.kv, cursor, match, redisPage).Result()
+		page, next, err := s.rc.HScan(ctx, k.kv, cursor, match, pageSize).Result()
 		if err != nil {
-			return Snapshot{}, false, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
+			return store.Snapshot{}, false, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
 		}
 		for i := 0; i+1 < len(page); i += 2 {
-			kv, err := decodeRedisKV(page[i], page[i+1])
+			kv, err := decodeKV(page[i], page[i+1])
 			if err != nil {
-				return Snapshot{}, false, fmt.Errorf("store: redis room %q key %q: %w", room, page[i], err)
+				return store.Snapshot{}, false, fmt.Errorf("store: redis room %q key %q: %w", room, page[i], err)
 			}
 			if old, seen := items[kv.Key]; !seen || kv.ModRev > old.ModRev {
 				items[kv.Key] = kv
@@ -563,16 +560,16 @@ func (s *Redis) snapshotPaged(ctx context.Context, room, prefix string, k redisK
 		}
 	}
 	batches, retry, err := s.history(ctx, room, k, m0.rev+1, 0, now)
-	if retry || errors.Is(err, ErrCompacted) {
-		return Snapshot{}, false, nil
+	if retry || errors.Is(err, store.ErrCompacted) {
+		return store.Snapshot{}, false, nil
 	}
 	if err != nil {
-		return Snapshot{}, false, err
+		return store.Snapshot{}, false, err
 	}
 	head := m0.rev
 	for _, b := range batches {
 		if b.Epoch != m0.epoch {
-			return Snapshot{}, false, nil // the state was lost meanwhile
+			return store.Snapshot{}, false, nil // the state was lost meanwhile
 		}
 		head = b.Rev
 		for _, ev := range b.Events {
@@ -582,14 +579,14 @@ func (s *Redis) snapshotPaged(ctx context.Context, room, prefix string, k redisK
 			if cur, seen := items[ev.KV.Key]; seen && cur.ModRev >= b.Rev {
 				continue
 			}
-			if ev.Type == OpDelete {
+			if ev.Type == store.OpDelete {
 				delete(items, ev.KV.Key)
 			} else {
 				items[ev.KV.Key] = ev.KV
 			}
 		}
 	}
-	snap = Snapshot{Epoch: m0.epoch, Rev: head, Items: make([]KV, 0, len(items))}
+	snap = store.Snapshot{Epoch: m0.epoch, Rev: head, Items: make([]store.KV, 0, len(items))}
 	for _, kv := range items {
 		snap.Items = append(snap.Items, kv)
 	}
@@ -603,11 +600,11 @@ func (s *Redis) snapshotPaged(ctx context.Context, room, prefix string, k redisK
 		first = p.XRangeN(ctx, k.log, "-", "+", 1)
 		return nil
 	}); err != nil {
-		return Snapshot{}, false, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
+		return store.Snapshot{}, false, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
 	}
 	m := parseMeta(m1.Val())
 	if m.epoch != m0.epoch {
-		return Snapshot{}, false, nil
+		return store.Snapshot{}, false, nil
 	}
 	oldest := m.rev + 1
 	if f := first.Val(); len(f) > 0 {
@@ -616,7 +613,7 @@ func (s *Redis) snapshotPaged(ctx context.Context, room, prefix string, k redisK
 			oldest = max(m.floor, m.rev+1)
 		case expired(f[0], s.cfg.Retention.For(room), now):
 			if oldest, err = s.trim(ctx, room, k, now); err != nil {
-				return Snapshot{}, false, err
+				return store.Snapshot{}, false, err
 			}
 		default:
 			oldest = r
@@ -626,8 +623,8 @@ func (s *Redis) snapshotPaged(ctx context.Context, room, prefix string, k redisK
 	return snap, true, nil
 }
 
-func (s *Redis) History(ctx context.Context, room string, from uint64, limit int) ([]Batch, error) {
-	if err := ValidRoom(room); err != nil {
+func (s *Store) History(ctx context.Context, room string, from uint64, limit int) ([]store.Batch, error) {
+	if err := store.ValidRoom(room); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -659,14 +656,14 @@ func (s *Redis) History(ctx context.Context, room string, from uint64, limit int
 // history reads History once. retry is set when the read must be redone:
 // the oldest entries expired (err is nil: trim first), or the epoch
 // changed between pages (err says so).
-func (s *Redis) history(ctx context.Context, room string, k redisKeys, from uint64, limit int, now time.Time) (out []Batch, retry bool, err error) {
+func (s *Store) history(ctx context.Context, room string, k roomKeys, from uint64, limit int, now time.Time) (out []store.Batch, retry bool, err error) {
 	ret := s.cfg.Retention.For(room)
-	page := int64(redisPage)
+	page := int64(pageSize)
 	if limit > 0 && int64(limit) < page {
 		page = int64(limit)
 	}
 	var (
-		m      redisMeta
+		m      meta
 		next   = from
 		events = 0
 	)
@@ -692,7 +689,7 @@ func (s *Redis) history(ctx context.Context, room string, k redisKeys, from uint
 			m = cur
 			if m.epoch == "" { // never written (or lost): rev 0, Oldest 1
 				if from < 1 {
-					return nil, false, &CompactedError{Oldest: 1}
+					return nil, false, &store.CompactedError{Oldest: 1}
 				}
 				return nil, false, nil
 			}
@@ -714,14 +711,14 @@ func (s *Redis) history(ctx context.Context, room string, k redisKeys, from uint
 			if len(entries) > 0 {
 				oldest = entryRev(entries[0].ID)
 			}
-			return nil, false, &CompactedError{Oldest: oldest}
+			return nil, false, &store.CompactedError{Oldest: oldest}
 		}
 		for _, e := range entries {
 			r := entryRev(e.ID)
 			if r != next { // a hole inside the log: never written by apply.lua
 				return nil, false, fmt.Errorf("store: redis room %q: log skips from revision %d to %d", room, next, r)
 			}
-			b, err := decodeRedisBatch(entryField(e, "d"))
+			b, err := decodeBatch(entryField(e, "d"))
 			if err != nil {
 				return nil, false, fmt.Errorf("store: redis room %q revision %d: %w", room, r, err)
 			}
@@ -741,7 +738,7 @@ func (s *Redis) history(ctx context.Context, room string, k redisKeys, from uint
 	}
 }
 
-func (s *Redis) Leased(ctx context.Context, fn func(room string, kv KV) error) error {
+func (s *Store) Leased(ctx context.Context, fn func(room string, kv store.KV) error) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -757,7 +754,7 @@ func (s *Redis) Leased(ctx context.Context, fn func(room string, kv KV) error) e
 		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
 		for it.Next(ctx) {
 			r, ok := strings.CutPrefix(it.Val(), s.cfg.Prefix+":{")
-			if r, ok2 := strings.CutSuffix(r, "}:meta"); ok && ok2 && ValidRoom(r) == nil {
+			if r, ok2 := strings.CutSuffix(r, "}:meta"); ok && ok2 && store.ValidRoom(r) == nil {
 				mu.Lock()
 				rooms[r] = struct{}{}
 				mu.Unlock()
@@ -784,7 +781,7 @@ func (s *Redis) Leased(ctx context.Context, fn func(room string, kv KV) error) e
 		// dead nodes' keys), and one HGETALL of a big room stalls Redis.
 		all := make(map[string]string)
 		for cursor := uint64(0); ; {
-			page, next, err := s.rc.HScan(ctx, s.keys(room).kv, cursor, "", redisPage).Result()
+			page, next, err := s.rc.HScan(ctx, s.keys(room).kv, cursor, "", pageSize).Result()
 			if err != nil {
 				return fmt.Errorf("store: redis: reading room %q: %w", room, err)
 			}
@@ -801,7 +798,7 @@ func (s *Redis) Leased(ctx context.Context, fn func(room string, kv KV) error) e
 		}
 		sort.Strings(keys)
 		for _, key := range keys {
-			kv, err := decodeRedisKV(key, all[key])
+			kv, err := decodeKV(key, all[key])
 			if err != nil {
 				return fmt.Errorf("store: redis room %q key %q: %w", room, key, err)
 			}
@@ -830,11 +827,11 @@ func globEscape(s string) string {
 
 // Close stops following, waits for calls in flight and closes the
 // connections.
-func (s *Redis) Close() error {
+func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrClosed
+		return store.ErrClosed
 	}
 	s.closed = true
 	s.mu.Unlock()

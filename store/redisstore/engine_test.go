@@ -1,4 +1,4 @@
-package store_test
+package redisstore_test
 
 import (
 	"context"
@@ -12,19 +12,20 @@ import (
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/store"
+	"github.com/statecast/statecast/store/redisstore"
 	"github.com/statecast/statecast/store/redistest"
 	"github.com/statecast/statecast/store/storetest"
 )
 
-// TestRedisTwoNodesEpochReset: two nodes (an engine on its own Redis store
+// TestTwoNodesEpochReset: two nodes (an engine on its own Redis store
 // each) share one Redis. A write on node A reaches a watcher on node B;
 // after FLUSHALL, B's watcher is reset within about CheckInterval, and a
 // resume from the old epoch gets an epoch snapshot, then live events.
-func TestRedisTwoNodesEpochReset(t *testing.T) {
+func TestTwoNodesEpochReset(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	node := func() *rooms.Engine {
-		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: srv.URL(), CheckInterval: 200 * time.Millisecond})
+		st, err := redisstore.New(ctx, redisstore.Config{URL: srv.URL(), CheckInterval: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,16 +107,16 @@ func TestRedisTwoNodesEpochReset(t *testing.T) {
 	}
 }
 
-// TestRedisWidAcrossNodes: one write sent with one id through two store
+// TestWidAcrossNodes: one write sent with one id through two store
 // clients, and through two nodes (engines), of one Redis at once -- an
 // original still in flight on node A while its resend reaches node B --
 // applies once: every send names the same revision, and a watcher on B
 // sees one event, carrying the id.
-func TestRedisWidAcrossNodes(t *testing.T) {
+func TestWidAcrossNodes(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	open := func() store.Store {
-		st, err := store.OpenRedis(ctx, store.RedisConfig{URL: srv.URL(), CheckInterval: 200 * time.Millisecond})
+		st, err := redisstore.New(ctx, redisstore.Config{URL: srv.URL(), CheckInterval: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,12 +1,15 @@
-package store
+package redisstore
 
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/statecast/statecast/store"
 )
 
 // Session records on Redis. Three keys under one hash tag, {sessions},
@@ -22,7 +25,7 @@ import (
 // the write client, which never retries: a retry after a lost reply
 // would find the record already changed.
 
-var _ SharedSessions = (*Redis)(nil)
+var _ store.SharedSessions = (*Store)(nil)
 
 const sessionScriptHead = redisNow + `
 local function attached(r) return not r.deadline or tonumber(r.deadline) == 0 end
@@ -99,19 +102,30 @@ end
 return out`)
 )
 
-func (s *Redis) sessionKeys() []string {
+// decodeSession reads a record as SaveSession and the scripts write it:
+// JSON, by SessionRecord's tags (the scripts read and change the fields
+// subject, resume_hash, owner, gen and deadline by those names).
+func decodeSession(v string) (store.SessionRecord, error) {
+	var rec store.SessionRecord
+	if err := json.Unmarshal([]byte(v), &rec); err != nil {
+		return rec, fmt.Errorf("%w: session record: %v", store.ErrCorrupt, err)
+	}
+	return rec, nil
+}
+
+func (s *Store) sessionKeys() []string {
 	p := s.cfg.Prefix + ":{sessions}:"
 	return []string{p + "rec", p + "due", p + "owned"}
 }
 
 // SaveSession writes rec (a new session, or a single-node rewrite) with
 // its index entries.
-func (s *Redis) SaveSession(ctx context.Context, rec SessionRecord) error {
+func (s *Store) SaveSession(ctx context.Context, rec store.SessionRecord) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
 	defer s.mu.RUnlock()
-	v, err := encodeSession(rec)
+	v, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
@@ -133,23 +147,23 @@ func (s *Redis) SaveSession(ctx context.Context, rec SessionRecord) error {
 	return err
 }
 
-func (s *Redis) Session(ctx context.Context, id string) (SessionRecord, bool, error) {
+func (s *Store) Session(ctx context.Context, id string) (store.SessionRecord, bool, error) {
 	if err := s.begin(); err != nil {
-		return SessionRecord{}, false, err
+		return store.SessionRecord{}, false, err
 	}
 	defer s.mu.RUnlock()
 	v, err := s.rc.HGet(ctx, s.sessionKeys()[0], id).Result()
 	if err == redis.Nil {
-		return SessionRecord{}, false, nil
+		return store.SessionRecord{}, false, nil
 	}
 	if err != nil {
-		return SessionRecord{}, false, err
+		return store.SessionRecord{}, false, err
 	}
-	rec, err := decodeSession([]byte(v))
+	rec, err := decodeSession(v)
 	return rec, err == nil, err
 }
 
-func (s *Redis) DeleteSession(ctx context.Context, id string) error {
+func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -166,14 +180,14 @@ func (s *Redis) DeleteSession(ctx context.Context, id string) error {
 
 // ListSessions reads the records in HSCAN pages (one HGETALL of many
 // sessions would stall Redis for everyone).
-func (s *Redis) ListSessions(ctx context.Context) ([]SessionRecord, error) {
+func (s *Store) ListSessions(ctx context.Context) ([]store.SessionRecord, error) {
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
 	defer s.mu.RUnlock()
 	all := make(map[string]string)
 	for cursor := uint64(0); ; {
-		page, next, err := s.rc.HScan(ctx, s.sessionKeys()[0], cursor, "", redisPage).Result()
+		page, next, err := s.rc.HScan(ctx, s.sessionKeys()[0], cursor, "", pageSize).Result()
 		if err != nil {
 			return nil, fmt.Errorf("store: redis: listing sessions: %w", err)
 		}
@@ -184,9 +198,9 @@ func (s *Redis) ListSessions(ctx context.Context) ([]SessionRecord, error) {
 			break
 		}
 	}
-	out := make([]SessionRecord, 0, len(all))
+	out := make([]store.SessionRecord, 0, len(all))
 	for _, v := range all {
-		rec, err := decodeSession([]byte(v))
+		rec, err := decodeSession(v)
 		if err != nil {
 			return nil, err
 		}
@@ -195,23 +209,23 @@ func (s *Redis) ListSessions(ctx context.Context) ([]SessionRecord, error) {
 	return out, nil
 }
 
-func (s *Redis) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string) (SessionRecord, string, bool, error) {
+func (s *Store) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string) (store.SessionRecord, string, bool, error) {
 	if err := s.begin(); err != nil {
-		return SessionRecord{}, "", false, err
+		return store.SessionRecord{}, "", false, err
 	}
 	defer s.mu.RUnlock()
 	b64 := base64.StdEncoding.EncodeToString
 	v, err := takeScript.Run(ctx, s.wc, s.sessionKeys(), id, subject, b64(old), b64(new), node).Slice()
 	if err != nil || len(v) < 3 {
-		return SessionRecord{}, "", false, err
+		return store.SessionRecord{}, "", false, err
 	}
 	prev, _ := v[1].(string)
 	enc, _ := v[2].(string)
-	rec, err := decodeSession([]byte(enc))
+	rec, err := decodeSession(enc)
 	return rec, prev, err == nil, err
 }
 
-func (s *Redis) DetachSession(ctx context.Context, id string, gen int64, grace time.Duration) (bool, error) {
+func (s *Store) DetachSession(ctx context.Context, id string, gen int64, grace time.Duration) (bool, error) {
 	if err := s.begin(); err != nil {
 		return false, err
 	}
@@ -220,7 +234,7 @@ func (s *Redis) DetachSession(ctx context.Context, id string, gen int64, grace t
 	return n == 1, err
 }
 
-func (s *Redis) SessionOwners(ctx context.Context) ([]string, error) {
+func (s *Store) SessionOwners(ctx context.Context) ([]string, error) {
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
@@ -240,7 +254,7 @@ func (s *Redis) SessionOwners(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-func (s *Redis) ReleaseSessions(ctx context.Context, dead []string, grace time.Duration) (int, error) {
+func (s *Store) ReleaseSessions(ctx context.Context, dead []string, grace time.Duration) (int, error) {
 	if len(dead) == 0 {
 		return 0, nil
 	}
@@ -255,7 +269,7 @@ func (s *Redis) ReleaseSessions(ctx context.Context, dead []string, grace time.D
 	return releaseScript.Run(ctx, s.wc, s.sessionKeys(), args...).Int()
 }
 
-func (s *Redis) EndDueSessions(ctx context.Context, max int) ([]SessionRecord, error) {
+func (s *Store) EndDueSessions(ctx context.Context, max int) ([]store.SessionRecord, error) {
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
@@ -264,9 +278,9 @@ func (s *Redis) EndDueSessions(ctx context.Context, max int) ([]SessionRecord, e
 	if err != nil {
 		return nil, err
 	}
-	out := make([]SessionRecord, 0, len(v))
+	out := make([]store.SessionRecord, 0, len(v))
 	for _, enc := range v {
-		rec, err := decodeSession([]byte(enc))
+		rec, err := decodeSession(enc)
 		if err != nil {
 			return out, err
 		}

@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redistest"
 )
 
@@ -44,21 +45,21 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func openTestRedis(t testing.TB, url string, mod func(*RedisConfig)) *Redis {
+func openStore(t testing.TB, url string, mod func(*Config)) *Store {
 	t.Helper()
-	cfg := RedisConfig{URL: url, Prefix: "it", CheckInterval: testCheck, PingInterval: time.Second}
+	cfg := Config{URL: url, Prefix: "it", CheckInterval: testCheck, PingInterval: time.Second}
 	if debugLogger != nil {
 		cfg.Logger = debugLogger(t)
 	}
 	if mod != nil {
 		mod(&cfg)
 	}
-	s, err := OpenRedis(context.Background(), cfg)
+	s, err := New(context.Background(), cfg)
 	if err != nil {
-		t.Fatalf("OpenRedis: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := s.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		if err := s.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
 			t.Errorf("Close: %v", err)
 		}
 	})
@@ -72,17 +73,46 @@ func rawRedis(t testing.TB, addr string) *redis.Client {
 	return c
 }
 
+var bg = context.Background()
+
+func mustApply(t testing.TB, s store.Store, room string, w store.Write) store.Result {
+	t.Helper()
+	res, err := s.Apply(bg, room, w)
+	if err != nil {
+		t.Fatalf("Apply(%q): %v", room, err)
+	}
+	return res
+}
+
+func mustSnapshot(t testing.TB, s store.Store, room string) store.Snapshot {
+	t.Helper()
+	snap, err := s.Snapshot(bg, room, "")
+	if err != nil {
+		t.Fatalf("Snapshot(%q): %v", room, err)
+	}
+	return snap
+}
+
+func mustHistory(t testing.TB, s store.Store, room string, from uint64) []store.Batch {
+	t.Helper()
+	bs, err := s.History(bg, room, from, 0)
+	if err != nil {
+		t.Fatalf("History(%q, %d): %v", room, from, err)
+	}
+	return bs
+}
+
 // batchLog records what a Follow callback receives.
 type batchLog struct {
 	mu     sync.Mutex
-	bs     []Batch
+	bs     []store.Batch
 	notify chan struct{}
 }
 
-func followLog(t testing.TB, s Store, room string) *batchLog {
+func followLog(t testing.TB, s store.Store, room string) *batchLog {
 	t.Helper()
 	l := &batchLog{notify: make(chan struct{}, 1)}
-	stop, err := s.Follow(room, func(b Batch) {
+	stop, err := s.Follow(room, func(b store.Batch) {
 		l.mu.Lock()
 		l.bs = append(l.bs, b)
 		l.mu.Unlock()
@@ -98,7 +128,7 @@ func followLog(t testing.TB, s Store, room string) *batchLog {
 	return l
 }
 
-func (l *batchLog) get() []Batch {
+func (l *batchLog) get() []store.Batch {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.bs)
@@ -106,7 +136,7 @@ func (l *batchLog) get() []Batch {
 
 // wait waits until ok holds for the batches received and returns them
 // with the time it took.
-func (l *batchLog) wait(t testing.TB, what string, within time.Duration, ok func([]Batch) bool) ([]Batch, time.Duration) {
+func (l *batchLog) wait(t testing.TB, what string, within time.Duration, ok func([]store.Batch) bool) ([]store.Batch, time.Duration) {
 	t.Helper()
 	start := time.Now()
 	deadline := time.NewTimer(within)
@@ -125,7 +155,7 @@ func (l *batchLog) wait(t testing.TB, what string, within time.Duration, ok func
 	}
 }
 
-func describe(bs []Batch) string {
+func describe(bs []store.Batch) string {
 	var parts []string
 	for _, b := range bs {
 		parts = append(parts, fmt.Sprintf("%s/%d(%d)", b.Epoch, b.Rev, len(b.Events)))
@@ -133,12 +163,14 @@ func describe(bs []Batch) string {
 	return "[" + strings.Join(parts, " ") + "]"
 }
 
-func lastRev(rev uint64) func([]Batch) bool {
-	return func(bs []Batch) bool { return len(bs) > 0 && bs[len(bs)-1].Rev >= rev && len(bs[len(bs)-1].Events) > 0 }
+func lastRev(rev uint64) func([]store.Batch) bool {
+	return func(bs []store.Batch) bool {
+		return len(bs) > 0 && bs[len(bs)-1].Rev >= rev && len(bs[len(bs)-1].Events) > 0
+	}
 }
 
 // checkInOrder fails unless bs (all of epoch) are exactly revisions from..to.
-func checkInOrder(t testing.TB, bs []Batch, epoch string, from, to uint64) {
+func checkInOrder(t testing.TB, bs []store.Batch, epoch string, from, to uint64) {
 	t.Helper()
 	var got []uint64
 	for _, b := range bs {
@@ -156,25 +188,25 @@ func checkInOrder(t testing.TB, bs []Batch, epoch string, from, to uint64) {
 	}
 }
 
-func putN(t testing.TB, s Store, room string, n int) []Result {
+func putN(t testing.TB, s store.Store, room string, n int) []store.Result {
 	t.Helper()
-	var out []Result
+	var out []store.Result
 	for i := range n {
-		out = append(out, mustApply(t, s, room, Put(fmt.Sprintf("k%d", i%4), []byte(fmt.Sprint(i)))))
+		out = append(out, mustApply(t, s, room, store.Put(fmt.Sprintf("k%d", i%4), []byte(fmt.Sprint(i)))))
 	}
 	return out
 }
 
-// TestRedisWriteFailureLeavesNothing: when the script's first write
+// TestWriteFailureLeavesNothing: when the script's first write
 // (XADD) fails, nothing of the write is visible, the error is not a
 // conflict, and the room goes on once the cause is gone.
-func TestRedisWriteFailureLeavesNothing(t *testing.T) {
+func TestWriteFailureLeavesNothing(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
 	const room = "atomic"
-	mustApply(t, s, room, Put("a", []byte("1")))
-	mustApply(t, s, room, Put("b", []byte("2")))
+	mustApply(t, s, room, store.Put("a", []byte("1")))
+	mustApply(t, s, room, store.Put("b", []byte("2")))
 	l := followLog(t, s, room)
 	k := s.keys(room)
 	// A stream entry ahead of the room's head makes XADD <rev>-0 fail.
@@ -185,12 +217,12 @@ func TestRedisWriteFailureLeavesNothing(t *testing.T) {
 	kvBefore := raw.HGetAll(bg, k.kv).Val()
 	snapBefore := mustSnapshot(t, s, room)
 
-	_, err := s.Apply(bg, room, Write{Ops: []Op{
-		{Type: OpPut, Key: "a", Value: []byte("3")},
-		{Type: OpDelete, Key: "b"},
-		{Type: OpPut, Key: "c", Value: []byte("4")},
+	_, err := s.Apply(bg, room, store.Write{Ops: []store.Op{
+		{Type: store.OpPut, Key: "a", Value: []byte("3")},
+		{Type: store.OpDelete, Key: "b"},
+		{Type: store.OpPut, Key: "c", Value: []byte("4")},
 	}})
-	if err == nil || errors.Is(err, ErrConflict) {
+	if err == nil || errors.Is(err, store.ErrConflict) {
 		t.Fatalf("Apply with a failing XADD: got %v, want an error that is not a conflict", err)
 	}
 	t.Logf("failed write: %v", err)
@@ -207,7 +239,7 @@ func TestRedisWriteFailureLeavesNothing(t *testing.T) {
 	// The stream keeps its last ID after XDEL: only dropping the bad
 	// stream (its history) lets the room go on.
 	raw.Del(bg, k.log)
-	res := mustApply(t, s, room, Put("c", []byte("5")))
+	res := mustApply(t, s, room, store.Put("c", []byte("5")))
 	if res.Rev != 3 {
 		t.Fatalf("write after the failure committed at rev %d, want 3", res.Rev)
 	}
@@ -218,25 +250,25 @@ func TestRedisWriteFailureLeavesNothing(t *testing.T) {
 	checkInOrder(t, bs, res.Epoch, 3, 3)
 }
 
-// TestRedisWriteTimeoutIsNotRetried: a write whose reply does not come in
+// TestWriteTimeoutIsNotRetried: a write whose reply does not come in
 // time fails with an error that is neither a conflict nor bad input (the
 // server answers outcome_unknown), and it is never sent twice.
-func TestRedisWriteTimeoutIsNotRetried(t *testing.T) {
+func TestWriteTimeoutIsNotRetried(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), func(c *RedisConfig) { c.WriteTimeout = 300 * time.Millisecond })
+	s := openStore(t, srv.URL(), func(c *Config) { c.WriteTimeout = 300 * time.Millisecond })
 	raw := rawRedis(t, srv.Addr())
 	const room = "timeout"
-	mustApply(t, s, room, Put("k", []byte("1")))
+	mustApply(t, s, room, store.Put("k", []byte("1")))
 	if err := raw.Do(bg, "CLIENT", "PAUSE", "1500", "WRITE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err := s.Apply(bg, room, Put("k", []byte("2")))
+	_, err := s.Apply(bg, room, store.Put("k", []byte("2")))
 	took := time.Since(start)
 	if err == nil {
 		t.Fatal("Apply during CLIENT PAUSE WRITE succeeded")
 	}
-	for _, sentinel := range []error{ErrConflict, ErrInvalidKey, ErrInvalidRoom, ErrClosed, ErrEmptyWrite, ErrUnavailable} {
+	for _, sentinel := range []error{store.ErrConflict, store.ErrInvalidKey, store.ErrInvalidRoom, store.ErrClosed, store.ErrEmptyWrite, store.ErrUnavailable} {
 		if errors.Is(err, sentinel) {
 			t.Fatalf("timed-out write returned %v, which reads as %v", err, sentinel)
 		}
@@ -250,62 +282,62 @@ func TestRedisWriteTimeoutIsNotRetried(t *testing.T) {
 		t.Fatalf("room at rev %d after one timed-out write: it was applied more than once", snap.Rev)
 	}
 	t.Logf("timed-out write: %v after %v; applied afterwards: %v", err, took, snap.Rev == 2)
-	if res := mustApply(t, s, room, Put("k", []byte("3"))); res.Rev != snap.Rev+1 {
+	if res := mustApply(t, s, room, store.Put("k", []byte("3"))); res.Rev != snap.Rev+1 {
 		t.Fatalf("next write at rev %d, want %d", res.Rev, snap.Rev+1)
 	}
 }
 
-// TestRedisUnreachableIsUnavailable: with redis-server down, a write that
+// TestUnreachableIsUnavailable: with redis-server down, a write that
 // could not even connect is ErrUnavailable (nothing was written), not an
 // unknown outcome; once it is back, writes go on.
-func TestRedisUnreachableIsUnavailable(t *testing.T) {
+func TestUnreachableIsUnavailable(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{AOF: true})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	const room = "down"
-	mustApply(t, s, room, Put("k", []byte("1")))
+	mustApply(t, s, room, store.Put("k", []byte("1")))
 	srv.Kill()
 	// A pooled connection may carry the first write before it finds the
 	// socket dead: that one's outcome is unknown. Later ones cannot dial.
 	var err error
 	for range 3 {
-		if _, err = s.Apply(bg, room, Put("k", []byte("2"))); errors.Is(err, ErrUnavailable) {
+		if _, err = s.Apply(bg, room, store.Put("k", []byte("2"))); errors.Is(err, store.ErrUnavailable) {
 			break
 		}
 		if err == nil {
 			t.Fatal("a write succeeded with redis-server down")
 		}
 	}
-	if !errors.Is(err, ErrUnavailable) {
+	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("writes with redis-server down: %v, want ErrUnavailable", err)
 	}
 	srv.Restart(t)
-	if res := mustApply(t, s, room, Put("k", []byte("3"))); res.Rev != 2 {
+	if res := mustApply(t, s, room, store.Put("k", []byte("3"))); res.Rev != 2 {
 		t.Fatalf("first write after the restart at rev %d, want 2: nothing of the refused writes was applied", res.Rev)
 	}
 }
 
-// TestRedisScriptReloaded: after SCRIPT FLUSH (as on a restarted or new
+// TestScriptReloaded: after SCRIPT FLUSH (as on a restarted or new
 // node) writes go on (EVALSHA falls back to EVAL on NOSCRIPT).
-func TestRedisScriptReloaded(t *testing.T) {
+func TestScriptReloaded(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
-	mustApply(t, s, "noscript", Put("k", []byte("1")))
+	mustApply(t, s, "noscript", store.Put("k", []byte("1")))
 	raw.ScriptFlush(bg)
-	if res := mustApply(t, s, "noscript", Put("k", []byte("2"))); res.Rev != 2 {
+	if res := mustApply(t, s, "noscript", store.Put("k", []byte("2"))); res.Rev != 2 {
 		t.Fatalf("write after SCRIPT FLUSH at rev %d, want 2", res.Rev)
 	}
 }
 
-// TestRedisCompaction: retention is exact (whole revisions, the stream
+// TestCompaction: retention is exact (whole revisions, the stream
 // holds exactly what is retained), and compaction is detected from the
 // stream itself: an entry missing at from, or an empty page while the head
 // is ahead (a log lost while meta survived), is compacted, never "no
 // history".
-func TestRedisCompaction(t *testing.T) {
+func TestCompaction(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), func(c *RedisConfig) {
-		c.Retention = RetentionPolicy{Default: Retention{MaxEvents: 5}}
+	s := openStore(t, srv.URL(), func(c *Config) {
+		c.Retention = store.RetentionPolicy{Default: store.Retention{MaxEvents: 5}}
 	})
 	raw := rawRedis(t, srv.Addr())
 	const room = "compact"
@@ -320,7 +352,7 @@ func TestRedisCompaction(t *testing.T) {
 	wantCompactedAt := func(from, oldest uint64) {
 		t.Helper()
 		_, err := s.History(bg, room, from, 0)
-		var ce *CompactedError
+		var ce *store.CompactedError
 		if !errors.As(err, &ce) || ce.Oldest != oldest {
 			t.Errorf("History(%d) = %v, want CompactedError{Oldest: %d}", from, err, oldest)
 		}
@@ -344,13 +376,13 @@ func TestRedisCompaction(t *testing.T) {
 	}
 }
 
-// TestRedisFollowAcrossCompaction: a follower that missed revisions the
+// TestFollowAcrossCompaction: a follower that missed revisions the
 // stream no longer holds gets the next retained batch, so it sees the gap
 // (and resyncs) instead of missing it.
-func TestRedisFollowAcrossCompaction(t *testing.T) {
+func TestFollowAcrossCompaction(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), func(c *RedisConfig) {
-		c.Retention = RetentionPolicy{Default: Retention{MaxEvents: 3}}
+	s := openStore(t, srv.URL(), func(c *Config) {
+		c.Retention = store.RetentionPolicy{Default: store.Retention{MaxEvents: 3}}
 		c.CheckInterval = time.Hour // checked by hand below
 	})
 	raw := rawRedis(t, srv.Addr())
@@ -368,11 +400,11 @@ func TestRedisFollowAcrossCompaction(t *testing.T) {
 	}
 }
 
-// TestRedisFollowRecoversLostPushes: with every push lost, the periodic
+// TestFollowRecoversLostPushes: with every push lost, the periodic
 // check delivers each batch within CheckInterval, in order, exactly once.
-func TestRedisFollowRecoversLostPushes(t *testing.T) {
+func TestFollowRecoversLostPushes(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	const room = "lost"
 	l := followLog(t, s, room)
 	first := putN(t, s, room, 3)
@@ -430,11 +462,11 @@ func eventually(t testing.TB, what string, within time.Duration, ok func() bool)
 	return time.Since(start)
 }
 
-// TestRedisFollowRecoversAfterClientKill: killing the push connection
+// TestFollowRecoversAfterClientKill: killing the push connection
 // loses nothing and duplicates nothing; the node resubscribes by itself.
-func TestRedisFollowRecoversAfterClientKill(t *testing.T) {
+func TestFollowRecoversAfterClientKill(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
 	const room = "killed"
 	l := followLog(t, s, room)
@@ -458,16 +490,16 @@ func TestRedisFollowRecoversAfterClientKill(t *testing.T) {
 	checkInOrder(t, bs, epoch, 1, rev)
 }
 
-// TestRedisFollowCostsNothingUnfollowed: one push connection per node
+// TestFollowCostsNothingUnfollowed: one push connection per node
 // whatever the number of followed rooms, channels only for followed rooms,
 // and nothing at all once nothing is followed.
-func TestRedisFollowCostsNothingUnfollowed(t *testing.T) {
+func TestFollowCostsNothingUnfollowed(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
 	var stops []func()
 	for i := range 20 {
-		stop, err := s.Follow(fmt.Sprint("room", i), func(Batch) {})
+		stop, err := s.Follow(fmt.Sprint("room", i), func(store.Batch) {})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -496,13 +528,15 @@ func TestRedisFollowCostsNothingUnfollowed(t *testing.T) {
 }
 
 // isNotice reports whether b is an epoch notice of another epoch than old.
-func isNotice(b Batch, old string) bool { return len(b.Events) == 0 && b.Epoch != old && b.Epoch != "" }
+func isNotice(b store.Batch, old string) bool {
+	return len(b.Events) == 0 && b.Epoch != old && b.Epoch != ""
+}
 
-// TestRedisEpochAfterFlushAll: FLUSHALL while followed turns into an epoch
+// TestEpochAfterFlushAll: FLUSHALL while followed turns into an epoch
 // notice within CheckInterval, and the room goes on in the new epoch.
-func TestRedisEpochAfterFlushAll(t *testing.T) {
+func TestEpochAfterFlushAll(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
 	const room = "flushed"
 	l := followLog(t, s, room)
@@ -510,7 +544,7 @@ func TestRedisEpochAfterFlushAll(t *testing.T) {
 	l.wait(t, "before the flush", 5*time.Second, lastRev(3))
 	raw.FlushAll(bg)
 	start := time.Now()
-	bs, _ := l.wait(t, "epoch notice", 5*time.Second, func(bs []Batch) bool { return isNotice(bs[len(bs)-1], old) })
+	bs, _ := l.wait(t, "epoch notice", 5*time.Second, func(bs []store.Batch) bool { return isNotice(bs[len(bs)-1], old) })
 	took := time.Since(start)
 	t.Logf("epoch notice %v after FLUSHALL (CheckInterval %v)", took, testCheck)
 	if took > 2*testCheck+time.Second {
@@ -521,7 +555,7 @@ func TestRedisEpochAfterFlushAll(t *testing.T) {
 	if snap.Epoch != notice.Epoch || snap.Rev != 0 || len(snap.Items) != 0 {
 		t.Errorf("snapshot after FLUSHALL %+v, want the notice's epoch %q at rev 0, empty", snap, notice.Epoch)
 	}
-	res := mustApply(t, s, room, Put("k", []byte("new")))
+	res := mustApply(t, s, room, store.Put("k", []byte("new")))
 	if res.Epoch != notice.Epoch || res.Rev != 1 {
 		t.Errorf("first write after FLUSHALL: epoch %q rev %d, want %q rev 1", res.Epoch, res.Rev, notice.Epoch)
 	}
@@ -531,19 +565,19 @@ func TestRedisEpochAfterFlushAll(t *testing.T) {
 	}
 }
 
-// TestRedisEpochAfterRestartWithoutPersistence: redis-server killed and
+// TestEpochAfterRestartWithoutPersistence: redis-server killed and
 // restarted empty on the same port: Snapshot shows a new epoch, Follow
 // delivers an epoch notice, and pushes flow again.
-func TestRedisEpochAfterRestartWithoutPersistence(t *testing.T) {
+func TestEpochAfterRestartWithoutPersistence(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	const room = "restarted"
 	l := followLog(t, s, room)
 	old := putN(t, s, room, 3)[0].Epoch
 	l.wait(t, "before the restart", 5*time.Second, lastRev(3))
 	srv.Restart(t)
 	start := time.Now()
-	bs, _ := l.wait(t, "epoch notice after restart", 10*time.Second, func(bs []Batch) bool { return isNotice(bs[len(bs)-1], old) })
+	bs, _ := l.wait(t, "epoch notice after restart", 10*time.Second, func(bs []store.Batch) bool { return isNotice(bs[len(bs)-1], old) })
 	t.Logf("epoch notice %v after the server came back", time.Since(start))
 	notice := bs[len(bs)-1]
 	snap := mustSnapshot(t, s, room)
@@ -552,29 +586,29 @@ func TestRedisEpochAfterRestartWithoutPersistence(t *testing.T) {
 	}
 	raw := rawRedis(t, srv.Addr())
 	eventually(t, "resubscribed after restart", 5*time.Second, func() bool { return shardSubs(t, raw, s.keys(room).ch) == 1 })
-	res := mustApply(t, s, room, Put("k", []byte("after")))
+	res := mustApply(t, s, room, store.Put("k", []byte("after")))
 	bs, _ = l.wait(t, "batch after restart", 5*time.Second, lastRev(1))
 	if last := bs[len(bs)-1]; last.Epoch != notice.Epoch || !reflect.DeepEqual(last.Events, res.Events) {
 		t.Errorf("batch after restart %+v, want %+v", last, res)
 	}
 }
 
-// TestRedisAOFRestartKeepsAcknowledgedWrites: with appendfsync always,
+// TestAOFRestartKeepsAcknowledgedWrites: with appendfsync always,
 // every write acknowledged before a SIGKILL is there after the restart, in
 // the same epoch, and followers go on without a notice.
-func TestRedisAOFRestartKeepsAcknowledgedWrites(t *testing.T) {
+func TestAOFRestartKeepsAcknowledgedWrites(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{AOF: true})
-	s := openTestRedis(t, srv.URL(), func(c *RedisConfig) { c.WriteTimeout = time.Second })
+	s := openStore(t, srv.URL(), func(c *Config) { c.WriteTimeout = time.Second })
 	rooms := []string{"aof-a", "aof-b"}
 	logs := map[string]*batchLog{}
 	epochs := map[string]string{}
 	for _, room := range rooms {
 		logs[room] = followLog(t, s, room)
-		epochs[room] = mustApply(t, s, room, Put("init", []byte("x"))).Epoch
+		epochs[room] = mustApply(t, s, room, store.Put("init", []byte("x"))).Epoch
 	}
 	var (
 		mu    sync.Mutex
-		acked = map[string][]Result{}
+		acked = map[string][]store.Result{}
 		wg    sync.WaitGroup
 		ready = make(chan struct{}, 4)
 	)
@@ -582,9 +616,9 @@ func TestRedisAOFRestartKeepsAcknowledgedWrites(t *testing.T) {
 		room := rooms[w%2]
 		wg.Go(func() {
 			for i := 0; ; i++ {
-				res, err := s.Apply(bg, room, Write{Ops: []Op{
-					{Type: OpPut, Key: fmt.Sprint("w", w), Value: []byte(fmt.Sprint(i))},
-					{Type: OpPut, Key: fmt.Sprint("w", w, "/n"), Value: []byte(fmt.Sprint(i))},
+				res, err := s.Apply(bg, room, store.Write{Ops: []store.Op{
+					{Type: store.OpPut, Key: fmt.Sprint("w", w), Value: []byte(fmt.Sprint(i))},
+					{Type: store.OpPut, Key: fmt.Sprint("w", w, "/n"), Value: []byte(fmt.Sprint(i))},
 				}})
 				if err != nil {
 					if i < 20 {
@@ -623,7 +657,7 @@ func TestRedisAOFRestartKeepsAcknowledgedWrites(t *testing.T) {
 			}
 		}
 		t.Logf("room %q: %d acknowledged writes, head %d after restart", room, len(acked[room]), snap.Rev)
-		res := mustApply(t, s, room, Put("after", []byte("restart")))
+		res := mustApply(t, s, room, store.Put("after", []byte("restart")))
 		bs, _ := logs[room].wait(t, "follow after the AOF restart", 10*time.Second, lastRev(res.Rev))
 		checkInOrder(t, bs, epochs[room], 1, res.Rev)
 	}
@@ -640,7 +674,7 @@ func restoreKeys(t testing.TB, raw *redis.Client, dumps map[string]string) {
 	}
 }
 
-func dumpKeys(t testing.TB, raw *redis.Client, k redisKeys) map[string]string {
+func dumpKeys(t testing.TB, raw *redis.Client, k roomKeys) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, key := range []string{k.meta, k.kv, k.log} {
@@ -653,15 +687,15 @@ func dumpKeys(t testing.TB, raw *redis.Client, k redisKeys) map[string]string {
 	return out
 }
 
-// TestRedisFailoverLostWrites: Redis goes back to an earlier revision of a
+// TestFailoverLostWrites: Redis goes back to an earlier revision of a
 // room without changing its epoch (async replication lost the tail). The
 // node that delivered the lost revisions starts a new epoch, so nobody
 // mixes the two histories.
-func TestRedisFailoverLostWrites(t *testing.T) {
+func TestFailoverLostWrites(t *testing.T) {
 	for _, rewrite := range []bool{false, true} {
 		t.Run(fmt.Sprint("RewrittenAfterLoss=", rewrite), func(t *testing.T) {
 			srv := redistest.Start(t, redistest.Options{})
-			s := openTestRedis(t, srv.URL(), nil)
+			s := openStore(t, srv.URL(), nil)
 			raw := rawRedis(t, srv.Addr())
 			const room = "failover"
 			l := followLog(t, s, room)
@@ -673,15 +707,15 @@ func TestRedisFailoverLostWrites(t *testing.T) {
 			if rewrite {
 				// Another writer, unaware, reaches rev 5 again with other
 				// content; this node's pushes for 4 and 5 look like duplicates.
-				other := openTestRedis(t, srv.URL(), func(c *RedisConfig) { c.CheckInterval = time.Hour })
+				other := openStore(t, srv.URL(), func(c *Config) { c.CheckInterval = time.Hour })
 				s.noPublish.Store(true)
 				restoreKeys(t, raw, at3)
-				mustApply(t, other, room, Put("x", []byte("other 4")))
-				mustApply(t, other, room, Put("x", []byte("other 5")))
+				mustApply(t, other, room, store.Put("x", []byte("other 4")))
+				mustApply(t, other, room, store.Put("x", []byte("other 5")))
 			} else {
 				restoreKeys(t, raw, at3)
 			}
-			bs, took := l.wait(t, "epoch notice after lost writes", 5*time.Second, func(bs []Batch) bool { return isNotice(bs[len(bs)-1], old) })
+			bs, took := l.wait(t, "epoch notice after lost writes", 5*time.Second, func(bs []store.Batch) bool { return isNotice(bs[len(bs)-1], old) })
 			t.Logf("notice after %v: %s", took, describe(bs))
 			notice := bs[len(bs)-1]
 			snap := mustSnapshot(t, s, room)
@@ -692,7 +726,7 @@ func TestRedisFailoverLostWrites(t *testing.T) {
 				t.Errorf("snapshot after the loss %+v, want the state at rev 3 %+v", snap, snap3)
 			}
 			s.noPublish.Store(false)
-			res := mustApply(t, s, room, Put("next", []byte("1")))
+			res := mustApply(t, s, room, store.Put("next", []byte("1")))
 			if res.Epoch != notice.Epoch {
 				t.Errorf("next write in epoch %q, want %q", res.Epoch, notice.Epoch)
 			}
@@ -704,19 +738,19 @@ func TestRedisFailoverLostWrites(t *testing.T) {
 	}
 }
 
-// TestRedisReadOnlyRoomEpoch: reading a never-written room creates its
+// TestReadOnlyRoomEpoch: reading a never-written room creates its
 // epoch (the one its first write then carries) with a TTL; the first
 // write makes it permanent.
-func TestRedisReadOnlyRoomEpoch(t *testing.T) {
+func TestReadOnlyRoomEpoch(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), nil)
+	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
 	k := s.keys("ro")
 	snap := mustSnapshot(t, s, "ro")
-	if ttl := raw.PTTL(bg, k.meta).Val(); ttl <= 0 || ttl > redisMetaTTL {
-		t.Errorf("meta of a read-only room has TTL %v, want (0, %v]", ttl, redisMetaTTL)
+	if ttl := raw.PTTL(bg, k.meta).Val(); ttl <= 0 || ttl > metaTTL {
+		t.Errorf("meta of a read-only room has TTL %v, want (0, %v]", ttl, metaTTL)
 	}
-	res := mustApply(t, s, "ro", Put("k", []byte("v")))
+	res := mustApply(t, s, "ro", store.Put("k", []byte("v")))
 	if res.Epoch != snap.Epoch {
 		t.Errorf("first write epoch %q, want the snapshot's %q", res.Epoch, snap.Epoch)
 	}
@@ -725,14 +759,14 @@ func TestRedisReadOnlyRoomEpoch(t *testing.T) {
 	}
 }
 
-// TestRedisClusterFollow: on a 3-master cluster, rooms spread over the
+// TestClusterFollow: on a 3-master cluster, rooms spread over the
 // masters; a node keeps one push connection per master (not per room or
 // slot); after the push connections are killed on every master they are
 // rebuilt with one SSUBSCRIBE per slot (one over several slots is refused)
 // and every room catches up, in order, exactly once.
-func TestRedisClusterFollow(t *testing.T) {
+func TestClusterFollow(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	s := openTestRedis(t, strings.Join(c.Addrs(), ","), func(cfg *RedisConfig) { cfg.Cluster = true })
+	s := openStore(t, strings.Join(c.Addrs(), ","), func(cfg *Config) { cfg.Cluster = true })
 	var raws []*redis.Client
 	for _, a := range c.Addrs() {
 		raws = append(raws, rawRedis(t, a))
@@ -742,7 +776,7 @@ func TestRedisClusterFollow(t *testing.T) {
 	epochs := make([]string, rooms)
 	for i := range rooms {
 		logs[i] = followLog(t, s, fmt.Sprint("cl-", i))
-		epochs[i] = mustApply(t, s, fmt.Sprint("cl-", i), Put("k", []byte("0"))).Epoch
+		epochs[i] = mustApply(t, s, fmt.Sprint("cl-", i), store.Put("k", []byte("0"))).Epoch
 	}
 	perMaster := map[int]int{}
 	for i := range rooms {
@@ -769,7 +803,7 @@ func TestRedisClusterFollow(t *testing.T) {
 			raw.Do(bg, "CLIENT", "KILL", "TYPE", "pubsub")
 		}
 		for i := range rooms {
-			mustApply(t, s, fmt.Sprint("cl-", i), Put("k", []byte(fmt.Sprint(round+1))))
+			mustApply(t, s, fmt.Sprint("cl-", i), store.Put("k", []byte(fmt.Sprint(round+1))))
 		}
 	}
 	for i := range rooms {
@@ -791,16 +825,16 @@ func TestRedisClusterFollow(t *testing.T) {
 	})
 	// Live pushes flow again (not only the check).
 	for i := range rooms {
-		mustApply(t, s, fmt.Sprint("cl-", i), Put("k", []byte("live")))
+		mustApply(t, s, fmt.Sprint("cl-", i), store.Put("k", []byte("live")))
 	}
 	for i := range rooms {
 		bs, _ := logs[i].wait(t, fmt.Sprint("room cl-", i, " live"), 5*time.Second, lastRev(4))
 		checkInOrder(t, bs, epochs[i], 1, 4)
 	}
-	if err := ValidRoom("{cl-1}"); !errors.Is(err, ErrInvalidRoom) {
+	if err := store.ValidRoom("{cl-1}"); !errors.Is(err, store.ErrInvalidRoom) {
 		t.Errorf("ValidRoom accepts a name with hash-tag braces: %v", err)
 	}
-	if _, err := s.Apply(bg, "a{b}c", Put("k", nil)); !errors.Is(err, ErrInvalidRoom) {
+	if _, err := s.Apply(bg, "a{b}c", store.Put("k", nil)); !errors.Is(err, store.ErrInvalidRoom) {
 		t.Errorf("Apply to a room named with braces: %v, want ErrInvalidRoom", err)
 	}
 }
@@ -890,20 +924,20 @@ func (p *freezeProxy) freeze() {
 	}
 }
 
-// TestRedisFollowRecoversSilentConnection: the push connection (and every
+// TestFollowRecoversSilentConnection: the push connection (and every
 // pooled one) goes silent without being closed. The node notices the
 // unanswered PING within 2 x PingInterval, rebuilds, and delivers what
 // was written meanwhile; the periodic check recovers too once its read
 // times out.
-func TestRedisFollowRecoversSilentConnection(t *testing.T) {
+func TestFollowRecoversSilentConnection(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	proxy := startFreezeProxy(t, srv.Addr())
 	const ping = 300 * time.Millisecond
-	s := openTestRedis(t, "redis://"+proxy.ln.Addr().String(), func(c *RedisConfig) {
+	s := openStore(t, "redis://"+proxy.ln.Addr().String(), func(c *Config) {
 		c.PingInterval = ping
 		c.WriteTimeout = 500 * time.Millisecond
 	})
-	writer := openTestRedis(t, srv.URL(), nil) // another node, not behind the proxy
+	writer := openStore(t, srv.URL(), nil) // another node, not behind the proxy
 	const room = "silent"
 	l := followLog(t, s, room)
 	epoch := putN(t, writer, room, 3)[0].Epoch
@@ -922,14 +956,14 @@ func TestRedisFollowRecoversSilentConnection(t *testing.T) {
 	checkInOrder(t, bs, epoch, 1, 8)
 }
 
-// TestRedisEpochChangeSeenInPush: the first sign of a new epoch is a push
+// TestEpochChangeSeenInPush: the first sign of a new epoch is a push
 // (here rev 3 of it, the pushes of 1 and 2 lost): followers of the old
 // epoch get the notice, then every batch of the new epoch in order, so a
 // consumer that already re-read the room in the new epoch misses nothing.
-func TestRedisEpochChangeSeenInPush(t *testing.T) {
+func TestEpochChangeSeenInPush(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), func(c *RedisConfig) { c.CheckInterval = time.Hour })
-	writer := openTestRedis(t, srv.URL(), func(c *RedisConfig) { c.CheckInterval = time.Hour })
+	s := openStore(t, srv.URL(), func(c *Config) { c.CheckInterval = time.Hour })
+	writer := openStore(t, srv.URL(), func(c *Config) { c.CheckInterval = time.Hour })
 	raw := rawRedis(t, srv.Addr())
 	const room = "pushed"
 	l := followLog(t, s, room)
@@ -940,7 +974,7 @@ func TestRedisEpochChangeSeenInPush(t *testing.T) {
 	res := putN(t, writer, room, 2)
 	writer.noPublish.Store(false)
 	res = append(res, putN(t, writer, room, 1)...)
-	bs, _ := l.wait(t, "new epoch", 5*time.Second, func(bs []Batch) bool {
+	bs, _ := l.wait(t, "new epoch", 5*time.Second, func(bs []store.Batch) bool {
 		last := bs[len(bs)-1]
 		return last.Epoch == res[0].Epoch && last.Rev == 3
 	})
@@ -955,21 +989,21 @@ func TestRedisEpochChangeSeenInPush(t *testing.T) {
 	}
 }
 
-// TestRedisPagedSnapshotUnderWrites: a room big enough to take several
+// TestPagedSnapshotUnderWrites: a room big enough to take several
 // HSCAN pages is snapshotted while a writer changes, deletes and recreates
 // keys; every snapshot must be the state at exactly its revision (the
 // history replayed from revision 1 up to it).
-func TestRedisPagedSnapshotUnderWrites(t *testing.T) {
+func TestPagedSnapshotUnderWrites(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := openTestRedis(t, srv.URL(), func(c *RedisConfig) {
+	s := openStore(t, srv.URL(), func(c *Config) {
 		c.SnapshotPageAbove = 1
-		c.Retention = RetentionPolicy{Default: Retention{MaxEvents: 100_000}}
+		c.Retention = store.RetentionPolicy{Default: store.Retention{MaxEvents: 100_000}}
 	})
 	const room, keys = "big", 3000
 	for i := 0; i < keys; i += 100 {
-		var w Write
+		var w store.Write
 		for j := i; j < i+100; j++ {
-			w.Ops = append(w.Ops, Op{Type: OpPut, Key: fmt.Sprintf("k%04d", j), Value: []byte(`"v0"`)})
+			w.Ops = append(w.Ops, store.Op{Type: store.OpPut, Key: fmt.Sprintf("k%04d", j), Value: []byte(`"v0"`)})
 		}
 		mustApply(t, s, room, w)
 	}
@@ -985,9 +1019,9 @@ func TestRedisPagedSnapshotUnderWrites(t *testing.T) {
 			default:
 			}
 			key := fmt.Sprintf("k%04d", rng.IntN(200))
-			w := Put(key, []byte(fmt.Sprintf(`"v%d"`, i)))
+			w := store.Put(key, []byte(fmt.Sprintf(`"v%d"`, i)))
 			if rng.IntN(3) == 0 {
-				w = Delete(key)
+				w = store.Delete(key)
 			}
 			if _, err := s.Apply(bg, room, w); err != nil {
 				done <- err
@@ -995,7 +1029,7 @@ func TestRedisPagedSnapshotUnderWrites(t *testing.T) {
 			}
 		}
 	}()
-	var snaps []Snapshot
+	var snaps []store.Snapshot
 	for range 15 {
 		snaps = append(snaps, mustSnapshot(t, s, room))
 	}
@@ -1009,13 +1043,13 @@ func TestRedisPagedSnapshotUnderWrites(t *testing.T) {
 	}
 	moved := 0
 	for _, snap := range snaps {
-		state := map[string]KV{}
+		state := map[string]store.KV{}
 		for _, b := range batches {
 			if b.Rev > snap.Rev {
 				break
 			}
 			for _, ev := range b.Events {
-				if ev.Type == OpDelete {
+				if ev.Type == store.OpDelete {
 					delete(state, ev.KV.Key)
 				} else {
 					state[ev.KV.Key] = ev.KV

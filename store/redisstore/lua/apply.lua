@@ -1,5 +1,5 @@
 #!lua
--- apply.lua: one Write to one room, atomically (see store/redis.go).
+-- apply.lua: one Write to one room, atomically (see store/redisstore/store.go).
 --
 -- KEYS[1] meta  HASH  rev, epoch, events (retained), floor, tag
 -- KEYS[2] kv    HASH  key -> record "mod,create,version,<n>:lease<n>:value"

@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redistest"
 )
 
@@ -14,27 +15,27 @@ import (
 // persistence). They measure the client side too: on a 2-core machine the
 // Go process and redis-server share the cores.
 
-func benchRedis(b *testing.B) *Redis {
+func benchStore(b *testing.B) *Store {
 	b.Helper()
 	srv := redistest.Start(b, redistest.Options{})
-	return openTestRedis(b, srv.URL(), nil)
+	return openStore(b, srv.URL(), nil)
 }
 
-// BenchmarkRedisApply: one writer, one put of 100 bytes per write.
-func BenchmarkRedisApply(b *testing.B) {
-	s := benchRedis(b)
+// BenchmarkApply: one writer, one put of 100 bytes per write.
+func BenchmarkApply(b *testing.B) {
+	s := benchStore(b)
 	v := make([]byte, 100)
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		if _, err := s.Apply(bg, "bench", Put(fmt.Sprint("k", i%100), v)); err != nil {
+		if _, err := s.Apply(bg, "bench", store.Put(fmt.Sprint("k", i%100), v)); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
-// BenchmarkRedisApplyParallel: 8 writers per core over 100 rooms.
-func BenchmarkRedisApplyParallel(b *testing.B) {
-	s := benchRedis(b)
+// BenchmarkApplyParallel: 8 writers per core over 100 rooms.
+func BenchmarkApplyParallel(b *testing.B) {
+	s := benchStore(b)
 	v := make([]byte, 100)
 	var n atomic.Int64
 	b.SetParallelism(8)
@@ -42,7 +43,7 @@ func BenchmarkRedisApplyParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := n.Add(1)
-			if _, err := s.Apply(bg, fmt.Sprint("room", i%100), Put(fmt.Sprint("k", i%10), v)); err != nil {
+			if _, err := s.Apply(bg, fmt.Sprint("room", i%100), store.Put(fmt.Sprint("k", i%10), v)); err != nil {
 				b.Error(err)
 				return
 			}
@@ -50,16 +51,16 @@ func BenchmarkRedisApplyParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkRedisFollowLatency: time from Apply's call to the follower's
+// BenchmarkFollowLatency: time from Apply's call to the follower's
 // callback (script, SPUBLISH, the push connection, decode, sequencer), one
 // write at a time, over 1 and 100 followed rooms.
-func BenchmarkRedisFollowLatency(b *testing.B) {
+func BenchmarkFollowLatency(b *testing.B) {
 	for _, rooms := range []int{1, 100} {
 		b.Run(fmt.Sprint("rooms=", rooms), func(b *testing.B) {
-			s := benchRedis(b)
+			s := benchStore(b)
 			got := make(chan time.Time, 1)
 			for r := range rooms {
-				stop, err := s.Follow(fmt.Sprint("room", r), func(Batch) { got <- time.Now() })
+				stop, err := s.Follow(fmt.Sprint("room", r), func(store.Batch) { got <- time.Now() })
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -71,7 +72,7 @@ func BenchmarkRedisFollowLatency(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
 				start := time.Now()
-				if _, err := s.Apply(bg, fmt.Sprint("room", i%rooms), Put("k", v)); err != nil {
+				if _, err := s.Apply(bg, fmt.Sprint("room", i%rooms), store.Put("k", v)); err != nil {
 					b.Fatal(err)
 				}
 				lat = append(lat, (<-got).Sub(start))
@@ -83,12 +84,12 @@ func BenchmarkRedisFollowLatency(b *testing.B) {
 	}
 }
 
-// BenchmarkRedisHistory: replay of 1000 revisions.
-func BenchmarkRedisHistory(b *testing.B) {
-	s := benchRedis(b)
+// BenchmarkHistory: replay of 1000 revisions.
+func BenchmarkHistory(b *testing.B) {
+	s := benchStore(b)
 	v := make([]byte, 100)
 	for i := range 1000 {
-		if _, err := s.Apply(bg, "hist", Put(fmt.Sprint("k", i%100), v)); err != nil {
+		if _, err := s.Apply(bg, "hist", store.Put(fmt.Sprint("k", i%100), v)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -101,12 +102,12 @@ func BenchmarkRedisHistory(b *testing.B) {
 	}
 }
 
-// BenchmarkRedisSnapshot: a room of 1000 keys.
-func BenchmarkRedisSnapshot(b *testing.B) {
-	s := benchRedis(b)
+// BenchmarkSnapshot: a room of 1000 keys.
+func BenchmarkSnapshot(b *testing.B) {
+	s := benchStore(b)
 	v := make([]byte, 100)
 	for i := range 1000 {
-		if _, err := s.Apply(bg, "snap", Put(fmt.Sprint("k", i), v)); err != nil {
+		if _, err := s.Apply(bg, "snap", store.Put(fmt.Sprint("k", i), v)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -119,24 +120,24 @@ func BenchmarkRedisSnapshot(b *testing.B) {
 	}
 }
 
-// BenchmarkRedisBigSnapshot: a room of 50,000 keys, snapshotted by one
+// BenchmarkBigSnapshot: a room of 50,000 keys, snapshotted by one
 // MULTI with HGETALL and in HSCAN pages. Besides the time per snapshot it
 // reports the longest single command Redis ran (SLOWLOG), which is how
 // long every other room's reads and writes had to wait.
-func BenchmarkRedisBigSnapshot(b *testing.B) {
+func BenchmarkBigSnapshot(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
 		above int
 	}{{"one-multi", 1 << 30}, {"paged", 5000}} {
 		b.Run(tc.name, func(b *testing.B) {
 			srv := redistest.Start(b, redistest.Options{})
-			s := openTestRedis(b, srv.URL(), func(c *RedisConfig) { c.SnapshotPageAbove = tc.above })
+			s := openStore(b, srv.URL(), func(c *Config) { c.SnapshotPageAbove = tc.above })
 			raw := rawRedis(b, srv.Addr())
 			v := make([]byte, 100)
 			for i := 0; i < 50_000; i += 100 {
-				var w Write
+				var w store.Write
 				for j := i; j < i+100; j++ {
-					w.Ops = append(w.Ops, Op{Type: OpPut, Key: fmt.Sprint("k", j), Value: v})
+					w.Ops = append(w.Ops, store.Op{Type: store.OpPut, Key: fmt.Sprint("k", j), Value: v})
 				}
 				if _, err := s.Apply(bg, "big", w); err != nil {
 					b.Fatal(err)

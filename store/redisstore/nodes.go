@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/statecast/statecast/store"
 )
 
 // The node registry is one sorted set, <prefix>:nodes, of node -> last
@@ -14,7 +16,7 @@ import (
 // "still stale" and the removal are one step: a node that beat again
 // meanwhile is not claimed.
 
-var _ Nodes = (*Redis)(nil)
+var _ store.Nodes = (*Store)(nil)
 
 // redisNow is the Redis server's time in unix ms, inside a script.
 const redisNow = `local t = redis.call('TIME')
@@ -37,10 +39,10 @@ end
 return 0`)
 )
 
-func (s *Redis) nodesKey() string { return s.cfg.Prefix + ":nodes" }
+func (s *Store) nodesKey() string { return s.cfg.Prefix + ":nodes" }
 
 // Beat records that node is alive now.
-func (s *Redis) Beat(ctx context.Context, node string) (bool, error) {
+func (s *Store) Beat(ctx context.Context, node string) (bool, error) {
 	if err := s.begin(); err != nil {
 		return false, err
 	}
@@ -51,7 +53,7 @@ func (s *Redis) Beat(ctx context.Context, node string) (bool, error) {
 
 // Registered splits the registered nodes into those that beat within
 // timeout and the others.
-func (s *Redis) Registered(ctx context.Context, timeout time.Duration) (alive, stale []string, err error) {
+func (s *Store) Registered(ctx context.Context, timeout time.Duration) (alive, stale []string, err error) {
 	if err := s.begin(); err != nil {
 		return nil, nil, err
 	}
@@ -78,7 +80,7 @@ func (s *Redis) Registered(ctx context.Context, timeout time.Duration) (alive, s
 // callers racing for it. It runs on the write client, which never
 // retries: a retry after a lost reply would find the node gone and tell
 // every caller no.
-func (s *Redis) Claim(ctx context.Context, node string, timeout time.Duration) (bool, error) {
+func (s *Store) Claim(ctx context.Context, node string, timeout time.Duration) (bool, error) {
 	if err := s.begin(); err != nil {
 		return false, err
 	}

@@ -1,4 +1,4 @@
-package store_test
+package redisstore_test
 
 import (
 	"context"
@@ -9,17 +9,18 @@ import (
 	"time"
 
 	"github.com/statecast/statecast/store"
+	"github.com/statecast/statecast/store/redisstore"
 	"github.com/statecast/statecast/store/redistest"
 	"github.com/statecast/statecast/store/storetest"
 )
 
-// redisFactory opens Redis stores on srvURL; each dir maps to its own key
+// factory opens Redis stores on srvURL; each dir maps to its own key
 // prefix, so subtests are isolated and reopening a dir sees its data.
-func redisFactory(url string, cluster bool, mods ...func(*store.RedisConfig)) storetest.Factory {
+func factory(url string, cluster bool, mods ...func(*redisstore.Config)) storetest.Factory {
 	return storetest.Factory{
 		Open: func(t testing.TB, dir string, cfg storetest.Config) store.Store {
 			sum := sha1.Sum([]byte(dir))
-			rc := store.RedisConfig{
+			rc := redisstore.Config{
 				URL:           url,
 				Cluster:       cluster,
 				Prefix:        "t" + hex.EncodeToString(sum[:8]),
@@ -31,9 +32,9 @@ func redisFactory(url string, cluster bool, mods ...func(*store.RedisConfig)) st
 			for _, m := range mods {
 				m(&rc)
 			}
-			r, err := store.OpenRedis(context.Background(), rc)
+			r, err := redisstore.New(context.Background(), rc)
 			if err != nil {
-				t.Fatalf("OpenRedis: %v", err)
+				t.Fatalf("New: %v", err)
 			}
 			return r
 		},
@@ -42,22 +43,22 @@ func redisFactory(url string, cluster bool, mods ...func(*store.RedisConfig)) st
 	}
 }
 
-func TestRedisConformance(t *testing.T) {
+func TestConformance(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	storetest.Run(t, redisFactory(srv.URL(), false))
+	storetest.Run(t, factory(srv.URL(), false))
 }
 
-// TestRedisPagedSnapshotConformance runs the suite with every snapshot
+// TestPagedSnapshotConformance runs the suite with every snapshot
 // taken in HSCAN pages plus the stream (the path of rooms of more than
 // SnapshotPageAbove keys).
-func TestRedisPagedSnapshotConformance(t *testing.T) {
+func TestPagedSnapshotConformance(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	storetest.Run(t, redisFactory(srv.URL(), false, func(c *store.RedisConfig) { c.SnapshotPageAbove = 1 }))
+	storetest.Run(t, factory(srv.URL(), false, func(c *redisstore.Config) { c.SnapshotPageAbove = 1 }))
 }
 
-// TestRedisClusterConformance runs the whole suite against a local Redis
+// TestClusterConformance runs the whole suite against a local Redis
 // Cluster of 3 masters: every room's keys share one hash tag.
-func TestRedisClusterConformance(t *testing.T) {
+func TestClusterConformance(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	storetest.Run(t, redisFactory(strings.Join(c.Addrs(), ","), true))
+	storetest.Run(t, factory(strings.Join(c.Addrs(), ","), true))
 }

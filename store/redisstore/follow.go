@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/statecast/statecast/store"
 )
 
 // Following rooms on Redis: sharded pub/sub for live pushes, the room's
@@ -19,12 +21,12 @@ import (
 // docs/LOCKS.md.
 
 type follow struct {
-	s *Redis
+	s *Store
 
-	mu      sync.RWMutex           // guards the maps and closed
-	views   map[string]*redisView  // by room
-	shards  map[string]*redisShard // by node address ("" for a standalone server)
-	chShard map[string]*redisShard // the shard each subscribed channel is on
+	mu      sync.RWMutex      // guards the maps and closed
+	views   map[string]*view  // by room
+	shards  map[string]*shard // by node address ("" for a standalone server)
+	chShard map[string]*shard // the shard each subscribed channel is on
 	closed  bool
 
 	dmu   sync.Mutex
@@ -32,19 +34,19 @@ type follow struct {
 	kick  chan struct{}
 }
 
-// redisFollower is one Follow registration and the position it has seen.
-type redisFollower struct {
-	fn    func(Batch)
+// follower is one Follow registration and the position it has seen.
+type follower struct {
+	fn    func(store.Batch)
 	epoch string // "" = the room had no epoch when it registered
 	rev   uint64
 }
 
-// redisView is this node's view of one followed room: the position of the
+// view is this node's view of one followed room: the position of the
 // last batch delivered (or known) and the followers.
-type redisView struct {
+type view struct {
 	fl   *follow
 	room string
-	k    redisKeys
+	k    roomKeys
 
 	// mu serialises whatever moves the view (pushes, fills, checks,
 	// follower changes); it is held while followers' callbacks run and
@@ -54,17 +56,17 @@ type redisView struct {
 	epoch string
 	rev   uint64
 	tag   string // tag of revision rev, "" when unknown
-	fs    map[*redisFollower]struct{}
+	fs    map[*follower]struct{}
 	// retired lists the epochs the view left (the last few): a push of
 	// one of them was in flight when the check moved on, and is dropped.
 	retired []string
 }
 
-func (fl *follow) init(s *Redis) {
+func (fl *follow) init(s *Store) {
 	fl.s = s
-	fl.views = map[string]*redisView{}
-	fl.shards = map[string]*redisShard{}
-	fl.chShard = map[string]*redisShard{}
+	fl.views = map[string]*view{}
+	fl.shards = map[string]*shard{}
+	fl.chShard = map[string]*shard{}
 	fl.dirty = map[string]struct{}{}
 	fl.kick = make(chan struct{}, 1)
 	s.wg.Add(1)
@@ -74,7 +76,7 @@ func (fl *follow) init(s *Redis) {
 func (fl *follow) close() {
 	fl.mu.Lock()
 	fl.closed = true
-	shards := make([]*redisShard, 0, len(fl.shards))
+	shards := make([]*shard, 0, len(fl.shards))
 	for _, sh := range fl.shards {
 		shards = append(shards, sh)
 	}
@@ -89,8 +91,8 @@ func (fl *follow) opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(fl.s.ctx, fl.s.cfg.WriteTimeout)
 }
 
-func (s *Redis) Follow(room string, fn func(Batch)) (stop func(), err error) {
-	if err := ValidRoom(room); err != nil {
+func (s *Store) Follow(room string, fn func(store.Batch)) (stop func(), err error) {
+	if err := store.ValidRoom(room); err != nil {
 		return nil, err
 	}
 	if err := s.begin(); err != nil {
@@ -103,39 +105,39 @@ func (s *Redis) Follow(room string, fn func(Batch)) (stop func(), err error) {
 	defer cancel()
 	// Batches committed after this read are delivered to fn; those at or
 	// before it are not.
-	v, err := s.rc.HMGet(ctx, k.meta, metaFields...).Result()
+	mv, err := s.rc.HMGet(ctx, k.meta, metaFields...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store: redis: following room %q: %w", room, err)
 	}
-	m := parseMeta(v)
-	f := &redisFollower{fn: fn, epoch: m.epoch, rev: m.rev}
-	var view *redisView
+	m := parseMeta(mv)
+	f := &follower{fn: fn, epoch: m.epoch, rev: m.rev}
+	var v *view
 	for {
 		var created bool
 		fl.mu.Lock()
 		if fl.closed {
 			fl.mu.Unlock()
-			return nil, ErrClosed
+			return nil, store.ErrClosed
 		}
-		view = fl.views[room]
-		if view == nil {
-			view = &redisView{fl: fl, room: room, k: k, epoch: m.epoch, rev: m.rev, tag: m.tag, fs: map[*redisFollower]struct{}{}}
-			fl.views[room] = view
+		v = fl.views[room]
+		if v == nil {
+			v = &view{fl: fl, room: room, k: k, epoch: m.epoch, rev: m.rev, tag: m.tag, fs: map[*follower]struct{}{}}
+			fl.views[room] = v
 			created = true
 		}
 		fl.mu.Unlock()
-		view.mu.Lock()
-		if view.dead { // its last follower just stopped: replace it
-			view.mu.Unlock()
+		v.mu.Lock()
+		if v.dead { // its last follower just stopped: replace it
+			v.mu.Unlock()
 			fl.mu.Lock()
-			if fl.views[room] == view {
+			if fl.views[room] == v {
 				delete(fl.views, room)
 			}
 			fl.mu.Unlock()
 			continue
 		}
-		view.fs[f] = struct{}{}
-		view.mu.Unlock()
+		v.fs[f] = struct{}{}
+		v.mu.Unlock()
 		if created {
 			if err := fl.subscribe(ctx, k.ch); err != nil {
 				// Not fatal: the periodic check delivers without pushes,
@@ -148,18 +150,18 @@ func (s *Redis) Follow(room string, fn func(Batch)) (stop func(), err error) {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			view.mu.Lock()
-			delete(view.fs, f)
-			last := len(view.fs) == 0 && !view.dead
+			v.mu.Lock()
+			delete(v.fs, f)
+			last := len(v.fs) == 0 && !v.dead
 			if last {
-				view.dead = true
+				v.dead = true
 			}
-			view.mu.Unlock()
+			v.mu.Unlock()
 			if !last {
 				return
 			}
 			fl.mu.Lock()
-			if fl.views[room] == view {
+			if fl.views[room] == v {
 				delete(fl.views, room)
 			}
 			fl.mu.Unlock()
@@ -169,8 +171,8 @@ func (s *Redis) Follow(room string, fn func(Batch)) (stop func(), err error) {
 }
 
 // Head reads the room's committed position from its meta: one HMGET.
-func (s *Redis) Head(ctx context.Context, room string) (epoch string, rev uint64, err error) {
-	if err := ValidRoom(room); err != nil {
+func (s *Store) Head(ctx context.Context, room string) (epoch string, rev uint64, err error) {
+	if err := store.ValidRoom(room); err != nil {
 		return "", 0, err
 	}
 	if err := s.begin(); err != nil {
@@ -189,13 +191,13 @@ func (s *Redis) Head(ctx context.Context, room string) (epoch string, rev uint64
 
 // CatchUp checks the room against Redis at once (a fill from the stream
 // when its view is behind), as for a lost push.
-func (s *Redis) CatchUp(room string) { s.fol.markDirty(room) }
+func (s *Store) CatchUp(room string) { s.fol.markDirty(room) }
 
 // --- delivery -------------------------------------------------------------
 
 // deliverLocked hands b to every follower that has not seen it and moves
 // the view to it.
-func (v *redisView) deliverLocked(b redisBatch) {
+func (v *view) deliverLocked(b batch) {
 	for f := range v.fs {
 		if f.epoch == b.Epoch && b.Rev <= f.rev {
 			continue
@@ -209,7 +211,7 @@ func (v *redisView) deliverLocked(b redisBatch) {
 // adoptLocked sets the epoch of a view that had none (the room had no
 // meta when it was followed) without delivering anything: the room was at
 // rev 0 in it.
-func (v *redisView) adoptLocked(epoch string) {
+func (v *view) adoptLocked(epoch string) {
 	v.epoch = epoch
 	for f := range v.fs {
 		if f.epoch == "" {
@@ -225,7 +227,7 @@ func (v *redisView) adoptLocked(epoch string) {
 // loaded a snapshot in e (and ignores the notice: rev 0 is behind it) misses
 // nothing. The view sits at the oldest position of its followers; the
 // caller fills it up to rev.
-func (v *redisView) epochChangedLocked(e string, rev uint64, tag string) {
+func (v *view) epochChangedLocked(e string, rev uint64, tag string) {
 	v.fl.s.log.Warn("store: redis: room changed epoch (its state was lost or replaced)", "room", v.room, "old_epoch", v.epoch, "old_rev", v.rev, "epoch", e, "rev", rev)
 	if v.epoch != "" {
 		v.retired = append(v.retired, v.epoch)
@@ -233,7 +235,7 @@ func (v *redisView) epochChangedLocked(e string, rev uint64, tag string) {
 			v.retired = v.retired[1:]
 		}
 	}
-	notice := Batch{Epoch: e}
+	notice := store.Batch{Epoch: e}
 	low := rev
 	for f := range v.fs {
 		if f.epoch != e {
@@ -251,7 +253,7 @@ func (v *redisView) epochChangedLocked(e string, rev uint64, tag string) {
 }
 
 // push handles a batch received by pub/sub.
-func (v *redisView) push(b redisBatch) {
+func (v *view) push(b batch) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.dead || slices.Contains(v.retired, b.Epoch) {
@@ -288,7 +290,7 @@ func (v *redisView) push(b redisBatch) {
 // meanwhile, Redis behind the view): the caller leaves that to the check.
 // Revisions the stream no longer holds are skipped: the next batch
 // delivered then shows the gap, and a follower resyncs.
-func (v *redisView) fillLocked(to uint64) bool {
+func (v *view) fillLocked(to uint64) bool {
 	s := v.fl.s
 	for v.rev < to {
 		ctx, cancel := v.fl.opCtx()
@@ -298,7 +300,7 @@ func (v *redisView) fillLocked(to uint64) bool {
 		)
 		_, err := s.rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			metaCmd = p.HMGet(ctx, v.k.meta, metaFields...)
-			logCmd = p.XRangeN(ctx, v.k.log, fmt.Sprintf("%d-0", v.rev+1), fmt.Sprintf("%d-0", to), redisPage)
+			logCmd = p.XRangeN(ctx, v.k.log, fmt.Sprintf("%d-0", v.rev+1), fmt.Sprintf("%d-0", to), pageSize)
 			return nil
 		})
 		cancel()
@@ -331,7 +333,7 @@ func (v *redisView) fillLocked(to uint64) bool {
 			return false
 		}
 		for _, e := range entries {
-			b, err := decodeRedisBatch(entryField(e, "d"))
+			b, err := decodeBatch(entryField(e, "d"))
 			if err != nil || b.Epoch != v.epoch {
 				s.log.Error("store: redis: unreadable stream entry", "room", v.room, "id", e.ID, "err", err)
 				return false
@@ -354,7 +356,7 @@ func (v *redisView) fillLocked(to uint64) bool {
 // revisions may have been reused): it starts a new epoch for the room
 // (lua/reepoch.lua), so every node and client resyncs, and gives the
 // followers an epoch notice.
-func (v *redisView) divergedLocked(why string) {
+func (v *view) divergedLocked(why string) {
 	s := v.fl.s
 	ctx, cancel := v.fl.opCtx()
 	defer cancel()
@@ -380,7 +382,7 @@ func (v *redisView) divergedLocked(why string) {
 		}
 		s.log.Error("store: redis: room history diverged from what this node delivered; starting a new epoch", "room", v.room, "why", why,
 			"epoch", v.epoch, "delivered_rev", v.rev, "redis_rev", m.rev)
-		out, err := reepochScript.Run(ctx, s.rc, []string{v.k.meta, v.k.log, v.k.wids}, m.epoch, fmt.Sprint(m.rev), m.tag, NewEpoch()).StringSlice()
+		out, err := reepochScript.Run(ctx, s.rc, []string{v.k.meta, v.k.log, v.k.wids}, m.epoch, fmt.Sprint(m.rev), m.tag, store.NewEpoch()).StringSlice()
 		if err != nil || len(out) != 3 {
 			break
 		}
@@ -422,7 +424,7 @@ func (fl *follow) checkLoop() {
 			clear(fl.dirty)
 			fl.dmu.Unlock()
 			fl.mu.RLock()
-			views := make([]*redisView, 0, len(fl.views))
+			views := make([]*view, 0, len(fl.views))
 			for _, v := range fl.views {
 				views = append(views, v)
 			}
@@ -433,7 +435,7 @@ func (fl *follow) checkLoop() {
 			rooms := fl.dirty
 			fl.dirty = map[string]struct{}{}
 			fl.dmu.Unlock()
-			var views []*redisView
+			var views []*view
 			fl.mu.RLock()
 			for r := range rooms {
 				if v := fl.views[r]; v != nil {
@@ -448,19 +450,19 @@ func (fl *follow) checkLoop() {
 
 // check compares the views with their rooms' meta (one pipelined HMGET per
 // room) and repairs what differs.
-func (fl *follow) check(views []*redisView) {
+func (fl *follow) check(views []*view) {
 	type probe struct {
-		v          *redisView
+		v          *view
 		epoch, tag string
 		rev        uint64
 		cmd        *redis.SliceCmd
 	}
 	for len(views) > 0 {
 		n := min(len(views), 500)
-		batch := views[:n]
+		chunk := views[:n]
 		views = views[n:]
 		probes := make([]*probe, 0, n)
-		for _, v := range batch {
+		for _, v := range chunk {
 			v.mu.Lock()
 			if !v.dead {
 				// Recorded before the read: meta can only be at or past it.
@@ -498,7 +500,7 @@ func (fl *follow) check(views []*redisView) {
 }
 
 // reconcileLocked moves the view to meta m read after its position.
-func (v *redisView) reconcileLocked(m redisMeta) {
+func (v *view) reconcileLocked(m meta) {
 	switch {
 	case m.epoch == "":
 		if v.epoch == "" {
@@ -539,9 +541,9 @@ func (v *redisView) reconcileLocked(m redisMeta) {
 
 // --- pub/sub --------------------------------------------------------------
 
-// redisShard is one SSUBSCRIBE connection: to the standalone server, or to
+// shard is one SSUBSCRIBE connection: to the standalone server, or to
 // one cluster master for the channels of the slots it serves.
-type redisShard struct {
+type shard struct {
 	fl   *follow
 	addr string
 	node *redis.Client
@@ -555,7 +557,7 @@ type redisShard struct {
 
 // shardFor returns the shard serving channel ch, creating it (and its
 // receiver) when needed.
-func (fl *follow) shardFor(ctx context.Context, ch string) (*redisShard, error) {
+func (fl *follow) shardFor(ctx context.Context, ch string) (*shard, error) {
 	addr, node := "", (*redis.Client)(nil)
 	if fl.s.cluster != nil {
 		c, err := fl.s.cluster.MasterForKey(ctx, ch)
@@ -569,11 +571,11 @@ func (fl *follow) shardFor(ctx context.Context, ch string) (*redisShard, error) 
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
 	if fl.closed {
-		return nil, ErrClosed
+		return nil, store.ErrClosed
 	}
 	sh := fl.shards[addr]
 	if sh == nil {
-		sh = &redisShard{fl: fl, addr: addr, node: node, chans: map[string]int{}, wake: make(chan struct{}, 1)}
+		sh = &shard{fl: fl, addr: addr, node: node, chans: map[string]int{}, wake: make(chan struct{}, 1)}
 		fl.shards[addr] = sh
 		fl.s.wg.Add(1)
 		go sh.run()
@@ -594,7 +596,7 @@ func (fl *follow) subscribe(ctx context.Context, ch string) error {
 	}
 	err := sh.add(ctx, ch, 1)
 	fl.mu.Lock()
-	if fl.chShard[ch] == nil && !errors.Is(err, ErrClosed) {
+	if fl.chShard[ch] == nil && !errors.Is(err, store.ErrClosed) {
 		fl.chShard[ch] = sh
 	}
 	fl.mu.Unlock()
@@ -617,11 +619,11 @@ func (fl *follow) unsubscribe(ch string) {
 	fl.mu.Unlock()
 }
 
-func (sh *redisShard) add(ctx context.Context, ch string, n int) error {
+func (sh *shard) add(ctx context.Context, ch string, n int) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.closed {
-		return ErrClosed
+		return store.ErrClosed
 	}
 	sh.chans[ch] += n
 	if sh.chans[ch] > n {
@@ -638,7 +640,7 @@ func (sh *redisShard) add(ctx context.Context, ch string, n int) error {
 }
 
 // remove drops n references to ch and returns those left.
-func (sh *redisShard) remove(ch string, n int) int {
+func (sh *shard) remove(ch string, n int) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.closed || sh.chans[ch] == 0 {
@@ -665,19 +667,19 @@ func (sh *redisShard) remove(ch string, n int) int {
 	return 0
 }
 
-func (sh *redisShard) wants(ch string) bool {
+func (sh *shard) wants(ch string) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return sh.chans[ch] > 0
 }
 
-func (sh *redisShard) current(ps *redis.PubSub) bool {
+func (sh *shard) current(ps *redis.PubSub) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return sh.ps == ps && !sh.closed
 }
 
-func (sh *redisShard) close() {
+func (sh *shard) close() {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.closed = true
@@ -692,7 +694,7 @@ func (sh *redisShard) close() {
 // over several slots; go-redis's own resubscribe sends them all at once).
 // In a cluster, channels whose slot moved go to their new master's shard.
 // Every channel's confirmation then triggers a check of its room.
-func (sh *redisShard) rebuild(old *redis.PubSub) {
+func (sh *shard) rebuild(old *redis.PubSub) {
 	fl := sh.fl
 	ctx, cancel := fl.opCtx()
 	defer cancel()
@@ -753,7 +755,7 @@ func (sh *redisShard) rebuild(old *redis.PubSub) {
 }
 
 // run receives the shard's pushes until the store closes.
-func (sh *redisShard) run() {
+func (sh *shard) run() {
 	fl := sh.fl
 	s := fl.s
 	defer s.wg.Done()
@@ -829,7 +831,7 @@ func (fl *follow) onMessage(ch, payload string) {
 	if v == nil {
 		return
 	}
-	b, err := decodeRedisBatch(payload)
+	b, err := decodeBatch(payload)
 	if err != nil {
 		fl.s.log.Error("store: redis: unreadable push; reading the stream instead", "room", room, "err", err)
 		fl.markDirty(room)
@@ -847,7 +849,7 @@ func isNetTimeout(err error) bool {
 func slotGroups(chans map[string]int) [][]string {
 	bySlot := map[uint16][]string{}
 	for ch := range chans {
-		sl := redisSlot(ch)
+		sl := slot(ch)
 		bySlot[sl] = append(bySlot[sl], ch)
 	}
 	var out [][]string
@@ -862,8 +864,8 @@ func slotGroups(chans map[string]int) [][]string {
 	return out
 }
 
-// redisSlot is the cluster slot of key: CRC16 (XMODEM) of its hash tag.
-func redisSlot(key string) uint16 {
+// slot is the cluster slot of key: CRC16 (XMODEM) of its hash tag.
+func slot(key string) uint16 {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
 			key = key[i+1 : i+1+j]
