@@ -23,7 +23,7 @@ type instr struct{ cmd, args string }
 
 // parseDockerfile returns the instructions of each build stage, joining
 // continued lines and skipping comments.
-func parseDockerfile(t *testing.T, path string) [][]instr {
+func parseDockerfile(t testing.TB, path string) [][]instr {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -57,7 +57,7 @@ func parseDockerfile(t *testing.T, path string) [][]instr {
 
 // words splits a shell command line of the Dockerfile with the load
 // tool's splitter (quotes and escapes as a shell reads them).
-func words(t *testing.T, s string) []string {
+func words(t testing.TB, s string) []string {
 	t.Helper()
 	w, err := splitCommand(s)
 	if err != nil || len(w) == 0 {
@@ -85,10 +85,29 @@ func execForm(t *testing.T, what, args string) []string {
 	return v
 }
 
-func TestDockerfile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary as the Dockerfile does")
+// dockerBuild returns the environment, the arguments after "go" and the
+// output path of the first stage's `go build`.
+func dockerBuild(t testing.TB, stages [][]instr) (env, args []string, out string) {
+	t.Helper()
+	for _, a := range find(stages[0], "RUN") {
+		w := words(t, a)
+		i := slices.Index(w, "go")
+		if i < 0 || i+1 >= len(w) || w[i+1] != "build" {
+			continue
+		}
+		env, args = w[:i], w[i+1:]
 	}
+	if args == nil {
+		t.Fatal("no RUN … go build in the first stage")
+	}
+	o := slices.Index(args, "-o")
+	if o < 0 || o+1 >= len(args) {
+		t.Fatalf("go %s: no -o", strings.Join(args, " "))
+	}
+	return env, args, args[o+1]
+}
+
+func TestDockerfile(t *testing.T) {
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +116,7 @@ func TestDockerfile(t *testing.T) {
 	if len(stages) < 2 {
 		t.Fatalf("%d stages, want a build stage and a runtime stage", len(stages))
 	}
-	build, final := stages[0], stages[len(stages)-1]
+	final := stages[len(stages)-1]
 
 	// Sources copied from the build context exist.
 	for _, st := range stages {
@@ -114,36 +133,23 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 
-	// The build command, run here with its environment and flags, writes
-	// a static, stripped binary where the runtime stage copies it from.
-	var buildArgs []string
-	var env []string
-	for _, args := range find(build, "RUN") {
-		w := words(t, args)
-		i := slices.Index(w, "go")
-		if i < 0 || i+1 >= len(w) || w[i+1] != "build" {
-			continue
-		}
-		env, buildArgs = w[:i], w[i+1:]
-	}
-	if buildArgs == nil {
-		t.Fatal("no RUN … go build in the first stage")
-	}
+	// The build command, run with its environment and flags (statecastBin
+	// runs it, so the multi-node tests run this binary), writes a static,
+	// stripped binary where the runtime stage copies it from.
+	env, buildArgs, out := dockerBuild(t, stages)
 	if !slices.Contains(env, "CGO_ENABLED=0") {
 		t.Errorf("the build runs with %v, want CGO_ENABLED=0", env)
 	}
-	o := slices.Index(buildArgs, "-o")
-	if o < 0 || o+1 >= len(buildArgs) {
-		t.Fatalf("go %s: no -o", strings.Join(buildArgs, " "))
-	}
-	out := buildArgs[o+1]
-	bin := filepath.Join(t.TempDir(), "statecast")
-	buildArgs[o+1] = bin
-	cmd := exec.Command("go", buildArgs...)
-	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), env...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(buildArgs, " "), err, b)
+	bin := statecastBin(t)
+	if os.Getenv("MULTINODE_RACE") == "1" { // statecastBin's is a -race build: build one as the Dockerfile does
+		bin = filepath.Join(t.TempDir(), "statecast")
+		args := slices.Clone(buildArgs)
+		args[slices.Index(args, "-o")+1] = bin
+		cmd := exec.Command("go", args...)
+		cmd.Dir, cmd.Env = repo, append(os.Environ(), env...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
 	}
 	f, err := elf.Open(bin)
 	if err != nil {

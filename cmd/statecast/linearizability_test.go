@@ -268,6 +268,7 @@ func writeLzVisualization(t *testing.T, info porcupine.LinearizationInfo) (strin
 
 // TestLinearizableRedis: 6 clients over 3 nodes on one redis-server.
 func TestLinearizableRedis(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, mnOptions{})
 	var urls []string
 	for _, n := range c.nodes {
@@ -278,6 +279,7 @@ func TestLinearizableRedis(t *testing.T) {
 
 // TestLinearizableRedisOneNode: the same on a single node.
 func TestLinearizableRedisOneNode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1, mnOptions{})
 	lzRun(t, []string{c.nodes[0].HTTP()}, "", 6, 150, nil)
 }
@@ -285,6 +287,7 @@ func TestLinearizableRedisOneNode(t *testing.T) {
 // TestLinearizableFileMemory: the same on one node of the file store and
 // one of the memory store.
 func TestLinearizableFileMemory(t *testing.T) {
+	t.Parallel()
 	statecastBin(t)
 	for _, st := range []string{"file", "memory"} {
 		t.Run(st, func(t *testing.T) {
@@ -302,6 +305,7 @@ func TestLinearizableFileMemory(t *testing.T) {
 // restarted from its AOF (appendfsync always: no acknowledged write lost):
 // each twice, in random order.
 func TestLinearizableRedisFaults(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, mnOptions{AOF: true, Proxied: true})
 	lzRun(t, c.httpURLs(), "", 6, 0, func(ctx context.Context) { lzFaults(ctx, t, c, 2) })
 }

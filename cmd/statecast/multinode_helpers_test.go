@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,13 +58,22 @@ func statecastBin(t testing.TB) string {
 			return
 		}
 		mnBin = filepath.Join(mnBinDir, "statecast")
-		args := []string{"build", "-o", mnBin}
+		// Built as the Dockerfile builds it (TestDockerfile checks the
+		// result): the nodes run the production binary, and the run
+		// compiles the project once for both.
+		repo, _ := filepath.Abs("../..")
+		env, args, _ := dockerBuild(t, parseDockerfile(t, filepath.Join(repo, "Dockerfile")))
+		args = slices.Clone(args)
+		args[slices.Index(args, "-o")+1] = mnBin
 		if os.Getenv("MULTINODE_RACE") == "1" {
-			args = append(args, "-race")
+			args = append(args[:1], append([]string{"-race"}, args[1:]...)...)
+			env = slices.DeleteFunc(env, func(e string) bool { return e == "CGO_ENABLED=0" })
 		}
-		cmd := exec.Command("go", append(args, ".")...)
+		cmd := exec.Command("go", args...)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), env...)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			mnBuildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			mnBuildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 			return
 		}
 		out, _ := exec.Command(mnBin, "serve", "-h").CombinedOutput()

@@ -57,11 +57,17 @@ func firstDiff(a, b []string) string {
 // 1. Writes on any node reach watchers on every node in the same revision
 // order: every watcher's full sequence of (rev, events) equals the room's
 // history in Redis.
-func TestMultiNodeOrder(t *testing.T) { testOrder(t, mnOptions{}) }
+func TestMultiNodeOrder(t *testing.T) {
+	t.Parallel()
+	testOrder(t, mnOptions{})
+}
 
 // The same on a 3-master Redis Cluster, the nodes started with
 // --redis-cluster.
-func TestMultiNodeOrderRedisCluster(t *testing.T) { testOrder(t, mnOptions{Cluster: true}) }
+func TestMultiNodeOrderRedisCluster(t *testing.T) {
+	t.Parallel()
+	testOrder(t, mnOptions{Cluster: true})
+}
 
 func testOrder(t *testing.T, opts mnOptions) {
 	c := startCluster(t, 3, opts)
@@ -107,6 +113,7 @@ func testOrder(t *testing.T, opts mnOptions) {
 // 2. A client that moves between nodes (closes on one, resumes on the
 // next with its position) gets every revision exactly once, by replay.
 func TestMultiNodeMove(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, mnOptions{})
 	room := "mn:move"
 	fs := startFollowers(t, 1, room, c.wsURLs(), true, nil)
@@ -148,6 +155,7 @@ func TestMultiNodeMove(t *testing.T) {
 // each of the 1,000 reconnects needs a snapshot (reason compacted) and
 // each node loads the room afresh.
 func TestMultiNodeReconnectStorm(t *testing.T) {
+	t.Parallel()
 	const clients = 1000
 	c := startCluster(t, 3, mnOptions{Args: []string{"--history", "50"}})
 	room := "mn:storm"
@@ -293,10 +301,16 @@ func (ch *chaos) resyncs(f *follower) int {
 // 4a. A node killed with SIGKILL mid-load: its clients resume on another
 // node by replay; the session-leased keys written through it are deleted,
 // once, by a survivor within the node timeout + 2 s; the others stay.
-func TestMultiNodeKillNode(t *testing.T) { testKillNode(t, mnOptions{}) }
+func TestMultiNodeKillNode(t *testing.T) {
+	t.Parallel()
+	testKillNode(t, mnOptions{})
+}
 
 // The same on a 3-master Redis Cluster.
-func TestMultiNodeKillNodeRedisCluster(t *testing.T) { testKillNode(t, mnOptions{Cluster: true}) }
+func TestMultiNodeKillNodeRedisCluster(t *testing.T) {
+	t.Parallel()
+	testKillNode(t, mnOptions{Cluster: true})
+}
 
 func testKillNode(t *testing.T, opts mnOptions) {
 	ch := startChaos(t, "mn:kill", opts)
@@ -372,6 +386,7 @@ func testKillNode(t *testing.T, opts mnOptions) {
 // 4b. One node's connections to Redis cut for 2 s, then restored: its
 // watchers catch up from the stream; nothing is lost or repeated.
 func TestMultiNodeRedisCut(t *testing.T) {
+	t.Parallel()
 	ch := startChaos(t, "mn:cut", mnOptions{Proxied: true})
 	ch.c.proxies[1].Cut()
 	time.Sleep(2 * time.Second)
@@ -391,6 +406,7 @@ func TestMultiNodeRedisCut(t *testing.T) {
 // no acknowledged write lost, same epoch, clients continue without a
 // resync.
 func TestMultiNodeRedisRestartAOF(t *testing.T) {
+	t.Parallel()
 	ch := startChaos(t, "mn:aof", mnOptions{AOF: true})
 	epoch := ch.c.snapshot(ch.room).Epoch
 	ch.c.redis.Restart(t)
@@ -410,12 +426,14 @@ func TestMultiNodeRedisRestartAOF(t *testing.T) {
 // gone, so a new epoch; every client resyncs from a snapshot and ends
 // equal to the rewritten room.
 func TestMultiNodeRedisRestartEmpty(t *testing.T) {
+	t.Parallel()
 	testStateLost(t, "mn:empty", "Redis lost the room", func(ch *chaos) { ch.c.redis.Restart(t) })
 }
 
 // 4e. FLUSHALL while the nodes are connected: the epoch change is
 // detected without any reconnect, clients resync.
 func TestMultiNodeFlushAll(t *testing.T) {
+	t.Parallel()
 	testStateLost(t, "mn:flush", "FLUSHALL", func(ch *chaos) {
 		if _, err := redistest.Do(ch.c.redis.Addr(), "FLUSHALL"); err != nil {
 			t.Fatal(err)
@@ -447,6 +465,7 @@ func testStateLost(t *testing.T, room, what string, lose func(*chaos)) {
 // stream can deliver), then by killing the push connections (CLIENT KILL
 // TYPE pubsub) twice under load.
 func TestMultiNodeLostPushes(t *testing.T) {
+	t.Parallel()
 	ch := startChaos(t, "mn:push", mnOptions{Proxied: true})
 	for _, p := range ch.c.proxies {
 		p.drop.Store(true)

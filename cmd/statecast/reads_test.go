@@ -25,6 +25,7 @@ import (
 // (this node's view: it holds the node's own acknowledged writes), reads
 // the value just written.
 func TestReadYourWritesRedis(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1, mnOptions{})
 	h := &client.HTTP{URL: c.nodes[0].HTTP()}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -126,6 +127,7 @@ func TestReadFigures(t *testing.T) {
 // holds its view; the next linearizable read must neither hang nor serve
 // the lost state: the key is gone. Then a write in the new epoch is read.
 func TestReadAfterFlushRedis(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1, mnOptions{})
 	h := &client.HTTP{URL: c.nodes[0].HTTP()}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

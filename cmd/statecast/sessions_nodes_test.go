@@ -29,12 +29,14 @@ import (
 // the grace and the node timeout. The clients of the first node that do
 // not come back (one in 6) have their keys deleted, each once.
 func TestSessionsAcrossNodes(t *testing.T) {
+	t.Parallel()
 	statecastBin(t)
 	if !serveHasFlag("node-timeout") {
 		t.Skip("the build has no --node-timeout")
 	}
 	for _, how := range []string{"rolling", "SIGKILL", "rolling on Redis Cluster"} {
 		t.Run(how, func(t *testing.T) {
+			t.Parallel()
 			sessAcrossNodes(t, how == "SIGKILL", how == "rolling on Redis Cluster")
 		})
 	}

@@ -113,6 +113,7 @@ func sessionClients(t *testing.T) int {
 // keys of the clients that do not come back are deleted after the grace,
 // once (each watcher sees one delete of each).
 func TestSessionsSurviveRestart(t *testing.T) {
+	t.Parallel()
 	statecastBin(t)
 	back := sessionClients(t)
 	for _, how := range []string{"SIGTERM", "SIGKILL"} {

@@ -17,6 +17,7 @@ import (
 // B), and every resend is answered with the revision the room's history
 // holds for its wid: dup for the ones A had applied.
 func TestMultiNodeWidAfterKill(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2, mnOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
