@@ -3,8 +3,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/statecast/statecast/cmd/statecast/bench"
 )
 
 const usage = `statecast: realtime shared state in rooms
@@ -37,7 +42,9 @@ func main() {
 	case "get", "put", "del", "watch":
 		err = runClient(cmd, args, os.Stdout)
 	case "bench":
-		err = bench(args)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = bench.Run(ctx, args, os.Stdout, os.Stderr)
+		stop()
 	case "healthcheck":
 		err = healthcheck(args)
 	case "-h", "--help", "help":
