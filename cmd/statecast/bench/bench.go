@@ -1,9 +1,9 @@
 // Package bench is the load tool, statecast bench: it drives a running
 // server over real sockets and reports delivered messages per second,
 // end-to-end latency, loss, and the server's CPU and memory; it drives a
-// reference broadcast server (the "ceiling", a separate program given with
-// --ceiling-bin) the same way, so figures can be set against it. Run is its
-// entry point.
+// reference broadcast server (the "ceiling", package ceiling, statecast
+// bench ceiling) the same way, so figures can be set against it. Run is
+// its entry point.
 package bench
 
 import (
@@ -27,13 +27,15 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/statecast/statecast/cmd/statecast/bench/ceiling"
 	"github.com/statecast/statecast/cmd/statecast/internal/flags"
 	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 )
 
 const usage = `usage:
   statecast bench SCENARIO [flags]
-  statecast bench compare SCENARIO --ceiling-bin PATH --statecast-bin PATH [flags]
+  statecast bench compare SCENARIO [--ceiling-bin PATH] [--statecast-bin PATH] [flags]
+  statecast bench ceiling [--addr HOST:PORT] [--batch] [--history N] [--queue N]
 
 scenarios:
   fanout   --subs N subscribers of one room; --rate writes/s of --payload bytes
@@ -52,6 +54,12 @@ The server is --url (statecast: http://127.0.0.1:8080, ceiling: http://127.0.0.1
 or started with --spawn "COMMAND LINE" (stopped with SIGTERM at the end). Its CPU and
 memory are read from /proc when --server-pid is given or it was spawned. compare spawns
 the ceiling, then statecast, on free loopback ports and prints both figures and their ratio.
+
+The ceiling is the reference broadcast server figures are set against: encode once,
+queue to every socket, one writer goroutine per socket, slow sockets closed; --batch
+joins the queued messages into one frame. statecast bench ceiling runs it (-h: its
+protocol); compare spawns it from this executable unless --ceiling-bin names another
+program speaking that protocol, and statecast serve likewise unless --statecast-bin.
 
 Several nodes on one store: --sub-url (repeatable) spreads the subscribers over other
 nodes while the writer stays on --url, so latency is publish on one node to delivery on
@@ -132,8 +140,8 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 		fs.Var(&c.subURLs, "sub-url", "statecast: subscribers connect to these nodes in turn (repeatable); the writer stays on --url")
 		fs.IntVar(&c.redisPID, "redis-pid", 0, "redis-server process id: report its CPU per write")
 	} else {
-		fs.StringVar(&c.ceilingBin, "ceiling-bin", "", "the reference broadcast server's binary (the ceiling)")
-		fs.StringVar(&c.statecastBin, "statecast-bin", "", "the statecast binary")
+		fs.StringVar(&c.ceilingBin, "ceiling-bin", "", "another reference broadcast server's binary, run with -addr, -batch and -history (default: this executable's bench ceiling)")
+		fs.StringVar(&c.statecastBin, "statecast-bin", "", "the statecast binary (default: this executable)")
 		fs.StringVar(&c.ceilingArgs, "ceiling-args", "", "extra flags for the ceiling")
 		fs.StringVar(&c.statecastArgs, "statecast-args", "", "extra flags for statecast serve")
 	}
@@ -271,6 +279,9 @@ func Run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 		fmt.Fprint(out, usage)
 		return nil
+	}
+	if len(args) > 0 && args[0] == "ceiling" {
+		return ceiling.Run(ctx, args[1:], errOut)
 	}
 	// The load tool allocates little per message; collect less often.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))

@@ -20,8 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
+	"github.com/statecast/statecast/cmd/statecast/bench/ceiling"
 	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server"
@@ -257,47 +256,30 @@ func TestStormStatecast(t *testing.T) {
 	}
 }
 
-// realCeiling builds the reference ceiling from $CEILING_DIR (its source;
-// not part of this repository) and returns the flags to spawn it, or nil
-// when it is not given or does not build offline.
-func realCeiling(t *testing.T) []string {
+// spawnCeiling are the bench flags that spawn statecast bench ceiling
+// from the statecast binary on a free port, as compare does.
+func spawnCeiling(t *testing.T) []string {
 	t.Helper()
-	src := os.Getenv("CEILING_DIR")
-	if src == "" {
-		return nil
-	}
-	if _, err := os.Stat(filepath.Join(src, "go.mod")); err != nil {
-		return nil
-	}
-	bin := filepath.Join(t.TempDir(), "ceiling")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Logf("the ceiling does not build here (%v: %s)", err, out)
-		return nil
-	}
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	return []string{"--url", "http://" + addr, "--spawn", proc.Quote([]string{bin, "-addr", addr, "-batch"})}
+	return []string{"--url", "http://" + addr, "--spawn", proc.Quote([]string{statecastBin(t), "bench", "ceiling", "-addr", addr, "-batch"})}
 }
 
-// The ceiling path runs against the real ceiling, spawned by the tool
-// (which then reads its CPU and RSS), when it builds offline, and always
-// against an in-process fake speaking its protocol.
+// The scenarios run against the ceiling in-process, and spawned by the
+// tool, which then reads its CPU and RSS.
 func TestCeiling(t *testing.T) {
-	ts := httptest.NewServer(newFakeCeiling())
-	t.Cleanup(ts.Close)
-	targets := map[string][]string{"fake": {"--url", ts.URL}}
-	if real := realCeiling(t); real != nil {
-		targets["real"] = real
-	}
-	for name, target := range targets {
+	c := ceiling.New(ceiling.Config{Batch: true})
+	ts := httptest.NewServer(c)
+	t.Cleanup(func() {
+		c.Close()
+		ts.Close()
+	})
+	for name, target := range map[string][]string{"in-process": {"--url", ts.URL}, "spawned": spawnCeiling(t)} {
 		target = append(target, "--target", "ceiling")
-		t.Run(name, func(t *testing.T) { testCeiling(t, target, name == "real") })
+		t.Run(name, func(t *testing.T) { testCeiling(t, target, name == "spawned") })
 	}
 }
 
@@ -341,83 +323,35 @@ func testCeiling(t *testing.T, target []string, spawned bool) {
 	})
 }
 
-// fakeCeiling speaks the ceiling's protocol (its README): GET /ws[?since=O]
-// streams {"o":N,"d":payload} lines, POST /publish answers {"o":N}, GET
-// /stats has last_offset.
-type fakeCeiling struct {
-	mu    sync.Mutex
-	msgs  [][]byte // msgs[i] has offset i+1
-	conns map[chan []byte]struct{}
-}
-
-func newFakeCeiling() http.Handler {
-	f := &fakeCeiling{conns: map[chan []byte]struct{}{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /publish", func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		f.mu.Lock()
-		o := len(f.msgs) + 1
-		m := []byte(`{"o":` + strconv.Itoa(o) + `,"d":` + string(body) + `}`)
-		f.msgs = append(f.msgs, m)
-		for ch := range f.conns {
-			select {
-			case ch <- m:
-			default: // the real ceiling drops on a full queue too
-			}
+// compare spawns the ceiling and statecast from its own executable: the
+// README's commands, in small.
+func TestCompare(t *testing.T) {
+	cmd := exec.Command(statecastBin(t), "bench", "compare", "fanout", "--subs", "3", "--rate", "50", "--duration", "1s", "--warmup", "200ms", "--json")
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var c comparison
+	if err := json.Unmarshal(out, &c); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if c.CeilingErr != "" || c.StatecastErr != "" || c.Ceiling == nil || c.Statecast == nil {
+		t.Fatalf("compare: %s", out)
+	}
+	for _, r := range []*result{c.Ceiling, c.Statecast} {
+		checkFanout(t, r, 3, 50)
+		if r.ServerPID == 0 || r.ServerCPUUsPerMsg <= 0 {
+			t.Errorf("%s: pid %d, CPU %v µs/msg: want the spawned server measured", r.Target, r.ServerPID, r.ServerCPUUsPerMsg)
 		}
-		f.mu.Unlock()
-		_, _ = w.Write([]byte(`{"o":` + strconv.Itoa(o) + `}`))
-	})
-	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		_ = json.NewEncoder(w).Encode(map[string]int{"last_offset": len(f.msgs)})
-	})
-	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		ch := make(chan []byte, 1<<16)
-		f.mu.Lock()
-		var backlog [][]byte
-		if s := r.URL.Query().Get("since"); s != "" {
-			since, _ := strconv.Atoi(s)
-			backlog = slices.Clone(f.msgs[min(since, len(f.msgs)):])
-		}
-		f.conns[ch] = struct{}{}
-		f.mu.Unlock()
-		defer func() {
-			f.mu.Lock()
-			delete(f.conns, ch)
-			f.mu.Unlock()
-		}()
-		ctx := c.CloseRead(r.Context())
-		if len(backlog) > 0 && c.Write(ctx, websocket.MessageText, bytes.Join(backlog, []byte("\n"))) != nil {
-			return
-		}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case m := <-ch:
-				batch := [][]byte{m}
-				for more := true; more; {
-					select {
-					case m := <-ch:
-						batch = append(batch, m)
-					default:
-						more = false
-					}
-				}
-				if c.Write(ctx, websocket.MessageText, bytes.Join(batch, []byte("\n"))) != nil {
-					return
-				}
-			}
-		}
-	})
-	return mux
+	}
+	if !strings.Contains(c.Ceiling.ServerCmd, "bench ceiling") || !strings.Contains(c.Statecast.ServerCmd, " serve ") {
+		t.Errorf("servers spawned: %q, %q", c.Ceiling.ServerCmd, c.Statecast.ServerCmd)
+	}
+	if c.Ratios["delivered msgs/s"] <= 0 {
+		t.Errorf("ratios %v", c.Ratios)
+	}
 }
 
 func TestFlags(t *testing.T) {
@@ -443,10 +377,6 @@ func TestFlags(t *testing.T) {
 		if err := Run(context.Background(), args, io.Discard, io.Discard); err != nil {
 			t.Errorf("bench %q: %v", args, err)
 		}
-	}
-	err := Run(context.Background(), []string{"compare", "fanout"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "--ceiling-bin") {
-		t.Errorf("compare without binaries: %v", err)
 	}
 	// Flags may come before the scenario, and the URL follows the target.
 	c, err := parseFlags([]string{"--target", "ceiling", "storm", "--conns", "7"}, false, io.Discard)

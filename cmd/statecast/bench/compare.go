@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"time"
 
@@ -20,8 +21,20 @@ func runCompare(ctx context.Context, args []string, out, errOut io.Writer) error
 	if err != nil {
 		return err
 	}
-	if cfg.ceilingBin == "" || cfg.statecastBin == "" {
-		return errors.New("bench compare: --ceiling-bin and --statecast-bin are required")
+	// Both servers are this executable unless given: statecast bench
+	// ceiling and statecast serve.
+	ceilingCmd, statecastBin := []string{cfg.ceilingBin}, cfg.statecastBin
+	if cfg.ceilingBin == "" || statecastBin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench compare: %w: give --ceiling-bin and --statecast-bin", err)
+		}
+		if cfg.ceilingBin == "" {
+			ceilingCmd = []string{self, "bench", "ceiling"}
+		}
+		if statecastBin == "" {
+			statecastBin = self
+		}
 	}
 	ceilingExtra, err := optionalCommand(cfg.ceilingArgs)
 	if err != nil {
@@ -43,7 +56,7 @@ func runCompare(ctx context.Context, args []string, out, errOut io.Writer) error
 			return err
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(port)
-		spawn := append([]string{cfg.ceilingBin, "-addr", addr, "-batch", "-history", history}, ceilingExtra...)
+		spawn := append(append(ceilingCmd, "-addr", addr, "-batch", "-history", history), ceilingExtra...)
 		cmp.Ceiling, err = runTarget(ctx, cfg, "ceiling", "http://"+addr, 0, spawn, logf)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -63,7 +76,7 @@ func runCompare(ctx context.Context, args []string, out, errOut io.Writer) error
 		return err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	spawn := append([]string{cfg.statecastBin, "serve", "--store", "memory", "--addr", addr,
+	spawn := append([]string{statecastBin, "serve", "--store", "memory", "--addr", addr,
 		"--history", history, "--write-rate", "1000000", "--log-level", "warn"}, statecastExtra...)
 	cmp.Statecast, err = runTarget(ctx, cfg, "statecast", "http://"+addr, 0, spawn, logf)
 	if err != nil {
