@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/cmd/statecast/internal/flags"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -42,7 +43,7 @@ func runClient(cmd string, args []string, out io.Writer) error {
 // cliFlags are the flags of every client command.
 type cliFlags struct {
 	url, token, output string
-	prefixes           listFlag
+	prefixes           flags.List
 	ifRev              optUint
 	leaseTTL           time.Duration
 	from               uint64
@@ -86,7 +87,7 @@ func runClientCtx(ctx context.Context, cmd string, args []string, out, errOut io
 	if err != nil {
 		return err
 	}
-	if err := envDefaults(fs); err != nil {
+	if err := flags.FromEnv(fs); err != nil {
 		return err
 	}
 	if f.output != "simple" && f.output != "json" {

@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 )
 
 // instr is one Dockerfile instruction: its keyword and the rest of the line.
@@ -59,7 +61,7 @@ func parseDockerfile(t testing.TB, path string) [][]instr {
 // tool's splitter (quotes and escapes as a shell reads them).
 func words(t testing.TB, s string) []string {
 	t.Helper()
-	w, err := splitCommand(s)
+	w, err := proc.Split(s)
 	if err != nil || len(w) == 0 {
 		t.Fatalf("cannot split %q: %v", s, err)
 	}

@@ -3,8 +3,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/statecast/statecast/cmd/statecast/bench"
 )
 
 const usage = `statecast: realtime shared state in rooms
@@ -15,7 +20,9 @@ usage:
   statecast put ROOM KEY VALUE [--if-rev N] [--lease-ttl D]
   statecast del ROOM KEY [--if-rev N]
   statecast watch ROOM [--prefix P] [--from N] print every change, from revision N on
-  statecast bench SCENARIO [flags]             load a running server: fanout, rooms, idle, resume, storm
+  statecast bench SCENARIO [flags]             load a running server: fanout, rooms, idle, resume, storm, writes, attack
+  statecast bench compare SCENARIO [flags]     run a scenario against the reference server (the ceiling), then statecast
+  statecast bench ceiling [--addr HOST:PORT]   run the reference broadcast server the figures are set against
   statecast healthcheck [--addr HOST:PORT]     exit 0 if the local server answers /healthz (container health check)
 
 Every flag can also be set by environment (STATECAST_ plus the flag name in
@@ -37,7 +44,9 @@ func main() {
 	case "get", "put", "del", "watch":
 		err = runClient(cmd, args, os.Stdout)
 	case "bench":
-		err = bench(args)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = bench.Run(ctx, args, os.Stdout, os.Stderr)
+		stop()
 	case "healthcheck":
 		err = healthcheck(args)
 	case "-h", "--help", "help":

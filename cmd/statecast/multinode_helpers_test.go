@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redisstore"
@@ -96,6 +97,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// pause waits d, or less when ctx ends first.
+func pause(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
 // ---------------------------------------------------------------- nodes
 
 // mnNode is one `statecast serve` process.
@@ -107,7 +116,7 @@ type mnNode struct {
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	out    *tailBuffer
+	out    *proc.Tail
 	exited chan struct{}
 	url    string // http://127.0.0.1:port
 }
@@ -142,7 +151,7 @@ func (n *mnNode) tryStart(bin string) error {
 		"--node-id", n.name, "--write-rate", "100000", "--log-level", "warn"}
 	args = append(args, n.extra...)
 	cmd := exec.Command(bin, args...)
-	out := &tailBuffer{max: 64 << 10}
+	out := proc.NewTail(64 << 10)
 	cmd.Stderr = out
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -454,7 +463,7 @@ func (f *follower) run(ctx context.Context) {
 		cancel()
 		if err != nil {
 			f.rotate()
-			_ = sleepCtx(ctx, time.Duration(20+rand.IntN(80))*time.Millisecond)
+			pause(ctx, time.Duration(20+rand.IntN(80))*time.Millisecond)
 			continue
 		}
 		f.mu.Lock()
@@ -897,7 +906,7 @@ func (w *writer) run(ctx context.Context) {
 			cancel()
 			if err != nil {
 				w.idx.Add(1)
-				_ = sleepCtx(ctx, 50*time.Millisecond)
+				pause(ctx, 50*time.Millisecond)
 				continue
 			}
 			conn = c
@@ -934,9 +943,9 @@ func (w *writer) run(ctx context.Context) {
 		default:
 		}
 		if err != nil {
-			_ = sleepCtx(ctx, 50*time.Millisecond)
+			pause(ctx, 50*time.Millisecond)
 		} else {
-			_ = sleepCtx(ctx, w.interval)
+			pause(ctx, w.interval)
 		}
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/statecast/statecast/cmd/statecast/internal/flags"
+	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 	"github.com/statecast/statecast/demo"
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server"
@@ -86,10 +88,10 @@ type serveFlags struct {
 	redisPrefix, nodeID                 string
 	redisCluster                        bool
 	hmacSecret, hmacSecretFile, pubKey  string
-	algs                                listFlag
+	algs                                flags.List
 	issuer, audience                    string
 	insecure                            bool
-	origins, hosts                      listFlag
+	origins, hosts                      flags.List
 	history                             int
 	historyAge                          time.Duration
 	historyBytes, nodeHistoryBytes      bytesFlag
@@ -161,7 +163,7 @@ func serve(args []string) error {
 }
 
 // parseFlags parses args, then sets what they left out from the
-// environment (envDefaults). help reports -h: the usage was printed.
+// environment (flags.FromEnv). help reports -h: the usage was printed.
 func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -169,7 +171,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
 		}
 		return false, err
 	}
-	return false, envDefaults(fs)
+	return false, flags.FromEnv(fs)
 }
 
 func run(f serveFlags) error {
@@ -255,7 +257,7 @@ const fdHeadroom = 256
 // the file limit cannot hold that many connections and their reserve.
 // Past it accept fails for everyone (EMFILE), health checks included.
 func fitConnections(want int, log *slog.Logger) int {
-	limit, err := raiseNofile() // Go raised it at start already, on Linux
+	limit, err := proc.RaiseNofile() // Go raised it at start already, on Linux
 	if err != nil || limit > math.MaxInt32 {
 		return want
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 	"github.com/statecast/statecast/demo"
 	"github.com/statecast/statecast/server"
 )
@@ -93,7 +94,7 @@ func TestFitConnections(t *testing.T) {
 	if got := fitConnections(100, log); got != 100 {
 		t.Errorf("fitConnections(100) = %d", got)
 	}
-	nofile, err := raiseNofile()
+	nofile, err := proc.RaiseNofile()
 	if err != nil {
 		t.Skip(err)
 	}

@@ -1,9 +1,10 @@
-package main
+package bench
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -19,21 +20,53 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
+	"github.com/statecast/statecast/cmd/statecast/bench/ceiling"
+	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )
 
-// benchServer starts an in-process statecast server on a memory store
-// that takes writes as fast as the load tool sends them.
-func benchServer(t *testing.T) string { return benchServerWith(t, server.Config{}) }
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
 
-// benchServerWith is benchServer with cfg (Store and Engine are set
+// statecastBin builds the statecast command once, for the tests that
+// spawn it as the load tool does.
+func statecastBin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if binDir, buildErr = os.MkdirTemp("", "statecast-bench-"); buildErr != nil {
+			return
+		}
+		if out, err := exec.Command("go", "build", "-o", binDir, "..").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(binDir, "statecast")
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// startStatecast starts an in-process statecast server on a memory store
+// that takes writes as fast as the load tool sends them.
+func startStatecast(t *testing.T) string { return startStatecastWith(t, server.Config{}) }
+
+// startStatecastWith is startStatecast with cfg (Store and Engine are set
 // unless given, WriteRate unless given).
-func benchServerWith(t *testing.T, cfg server.Config) string {
+func startStatecastWith(t *testing.T, cfg server.Config) string {
 	t.Helper()
 	if cfg.Store == nil {
 		st := store.NewMemory(store.MemoryConfig{Retention: store.RetentionPolicy{Default: store.Retention{MaxEvents: 20000}}})
@@ -58,16 +91,16 @@ func benchServerWith(t *testing.T, cfg server.Config) string {
 	return ts.URL
 }
 
-// runBenchJSON runs statecast bench with --json and decodes its result.
-func runBenchJSON(t *testing.T, args ...string) *benchResult {
+// runJSON runs statecast bench with --json and decodes its result.
+func runJSON(t *testing.T, args ...string) *result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	if err := runBench(ctx, append(args, "--json"), &out, &errOut); err != nil {
+	if err := Run(ctx, append(args, "--json"), &out, &errOut); err != nil {
 		t.Fatalf("bench %s: %v\n%s", strings.Join(args, " "), err, errOut.String())
 	}
-	var r benchResult
+	var r result
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("bench output %q: %v", out.String(), err)
 	}
@@ -78,7 +111,7 @@ func runBenchJSON(t *testing.T, args ...string) *benchResult {
 }
 
 // checkFanout asserts the shape of a fanout or rooms result with no loss.
-func checkFanout(t *testing.T, r *benchResult, subs int, rate float64) {
+func checkFanout(t *testing.T, r *result, subs int, rate float64) {
 	t.Helper()
 	if r.Subs != subs {
 		t.Errorf("subs = %d, want %d", r.Subs, subs)
@@ -101,10 +134,10 @@ func checkFanout(t *testing.T, r *benchResult, subs int, rate float64) {
 	}
 }
 
-func TestBenchFanoutStatecast(t *testing.T) {
-	url := benchServer(t)
+func TestFanoutStatecast(t *testing.T) {
+	url := startStatecast(t)
 	// One writer connection: each reply is checked to be the next revision.
-	r := runBenchJSON(t, "fanout", "--url", url, "--subs", "5", "--rate", "50", "--duration", "1s", "--warmup", "200ms", "--writers", "1")
+	r := runJSON(t, "fanout", "--url", url, "--subs", "5", "--rate", "50", "--duration", "1s", "--warmup", "200ms", "--writers", "1")
 	checkFanout(t, r, 5, 50)
 	// Every subscriber gets every write: about 5 × 50 per second.
 	if r.DeliveredPerS < 0.5*250 || r.DeliveredPerS > 1.5*250 {
@@ -121,32 +154,32 @@ func TestBenchFanoutStatecast(t *testing.T) {
 // TestBenchFanoutAcrossNodes: with --sub-url the subscribers are on other
 // nodes than the writer. Here two servers share one memory store's
 // engine, so a write on one is delivered by the other.
-func TestBenchFanoutAcrossNodes(t *testing.T) {
+func TestFanoutAcrossNodes(t *testing.T) {
 	st := store.NewMemory(store.MemoryConfig{})
 	eng := rooms.New(st, rooms.Config{})
 	t.Cleanup(func() { _ = eng.Close(); _ = st.Close() })
-	writerURL := benchServerWith(t, server.Config{Store: st, Engine: eng})
-	subURL := benchServerWith(t, server.Config{Store: st, Engine: eng})
-	r := runBenchJSON(t, "fanout", "--url", writerURL, "--sub-url", subURL, "--subs", "4", "--rate", "50", "--duration", "1s", "--warmup", "200ms")
+	writerURL := startStatecastWith(t, server.Config{Store: st, Engine: eng})
+	subURL := startStatecastWith(t, server.Config{Store: st, Engine: eng})
+	r := runJSON(t, "fanout", "--url", writerURL, "--sub-url", subURL, "--subs", "4", "--rate", "50", "--duration", "1s", "--warmup", "200ms")
 	checkFanout(t, r, 4, 50)
 }
 
 // TestBenchWrites: the writes scenario commits exactly --events writes.
-func TestBenchWrites(t *testing.T) {
-	url := benchServer(t)
-	r := runBenchJSON(t, "writes", "--url", url, "--events", "300", "--writers", "1", "--window", "1", "--room", "w")
+func TestWrites(t *testing.T) {
+	url := startStatecast(t)
+	r := runJSON(t, "writes", "--url", url, "--events", "300", "--writers", "1", "--window", "1", "--room", "w")
 	if r.Events != 300 || r.WritesPerS <= 0 || r.Subs != 1 {
 		t.Errorf("writes result %+v", r)
 	}
-	rev, _, err := (&benchEnv{cfg: &benchConfig{}, base: url, rest: http.DefaultClient}).roomState(context.Background(), "w")
+	rev, _, err := (&env{cfg: &config{}, base: url, rest: http.DefaultClient}).roomState(context.Background(), "w")
 	if err != nil || rev != 300 {
 		t.Errorf("room w at revision %d (%v), want 300: one per write", rev, err)
 	}
 }
 
-func TestBenchRoomsStatecast(t *testing.T) {
-	url := benchServer(t)
-	r := runBenchJSON(t, "rooms", "--url", url, "--rooms", "3", "--subs-per-room", "2", "--rate", "60", "--duration", "1s", "--warmup", "200ms", "--room", "rb")
+func TestRoomsStatecast(t *testing.T) {
+	url := startStatecast(t)
+	r := runJSON(t, "rooms", "--url", url, "--rooms", "3", "--subs-per-room", "2", "--rate", "60", "--duration", "1s", "--warmup", "200ms", "--room", "rb")
 	checkFanout(t, r, 6, 60)
 	if r.Rooms != 3 {
 		t.Errorf("rooms = %d, want 3", r.Rooms)
@@ -157,19 +190,19 @@ func TestBenchRoomsStatecast(t *testing.T) {
 	}
 }
 
-func TestBenchIdleStatecast(t *testing.T) {
-	url := benchServer(t)
-	r := runBenchJSON(t, "idle", "--url", url, "--conns", "20", "--hold", "200ms")
+func TestIdleStatecast(t *testing.T) {
+	url := startStatecast(t)
+	r := runJSON(t, "idle", "--url", url, "--conns", "20", "--hold", "200ms")
 	if r.Conns != 20 || r.Disconnected != 0 || r.LostSubs != 0 || r.ConnectS <= 0 {
 		t.Errorf("idle result: %+v", r)
 	}
 }
 
 // A server that refuses writes stops the run with the reason.
-func TestBenchWriterRefused(t *testing.T) {
-	url := benchServerWith(t, server.Config{WriteRate: 20, WriteBurst: 20})
+func TestWriterRefused(t *testing.T) {
+	url := startStatecastWith(t, server.Config{WriteRate: 20, WriteBurst: 20})
 	start := time.Now()
-	err := runBench(context.Background(), []string{"fanout", "--url", url, "--subs", "2", "--rate", "200", "--duration", "10s", "--warmup", "200ms"}, io.Discard, io.Discard)
+	err := Run(context.Background(), []string{"fanout", "--url", url, "--subs", "2", "--rate", "200", "--duration", "10s", "--warmup", "200ms"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "rate_limited") || !strings.Contains(err.Error(), "--write-rate") {
 		t.Errorf("fanout above the server's write rate: %v", err)
 	}
@@ -180,17 +213,17 @@ func TestBenchWriterRefused(t *testing.T) {
 
 // Idle subscribers never write: the tool pings them so that the server
 // does not close them as silent (after 2 × ping_ms).
-func TestBenchIdleKeepsAlive(t *testing.T) {
-	url := benchServerWith(t, server.Config{PingInterval: 2 * time.Second})
-	r := runBenchJSON(t, "idle", "--url", url, "--conns", "5", "--hold", "5s")
+func TestIdleKeepsAlive(t *testing.T) {
+	url := startStatecastWith(t, server.Config{PingInterval: 2 * time.Second})
+	r := runJSON(t, "idle", "--url", url, "--conns", "5", "--hold", "5s")
 	if r.Disconnected != 0 {
 		t.Errorf("%d connections closed while idle: %q", r.Disconnected, r.Notes)
 	}
 }
 
-func TestBenchResumeStatecast(t *testing.T) {
-	url := benchServer(t)
-	r := runBenchJSON(t, "resume", "--url", url, "--events", "300", "--repeat", "3")
+func TestResumeStatecast(t *testing.T) {
+	url := startStatecast(t)
+	r := runJSON(t, "resume", "--url", url, "--events", "300", "--repeat", "3")
 	if r.ResumeComplete != 3 || r.ResumeSnapshots != 0 || r.LostMsgs != 0 {
 		t.Errorf("resume: complete %d, snapshots %d, lost %d; want 3, 0, 0 (notes %q)", r.ResumeComplete, r.ResumeSnapshots, r.LostMsgs, r.Notes)
 	}
@@ -199,22 +232,22 @@ func TestBenchResumeStatecast(t *testing.T) {
 	}
 }
 
-func TestBenchResumeFallsBackToSnapshot(t *testing.T) {
+func TestResumeFallsBackToSnapshot(t *testing.T) {
 	// History of 20000 events in the test server: missing more than that
 	// comes back as a snapshot, which the tool must say.
 	if testing.Short() {
 		t.Skip("writes 20k events")
 	}
-	url := benchServer(t)
-	r := runBenchJSON(t, "resume", "--url", url, "--events", "20500", "--repeat", "1")
+	url := startStatecast(t)
+	r := runJSON(t, "resume", "--url", url, "--events", "20500", "--repeat", "1")
 	if r.ResumeSnapshots != 1 || r.ResumeComplete != 0 {
 		t.Errorf("resume past history: complete %d, snapshots %d; want 0, 1", r.ResumeComplete, r.ResumeSnapshots)
 	}
 }
 
-func TestBenchStormStatecast(t *testing.T) {
-	url := benchServer(t)
-	r := runBenchJSON(t, "storm", "--url", url, "--conns", "30", "--storm-writes", "5", "--dial-concurrency", "8")
+func TestStormStatecast(t *testing.T) {
+	url := startStatecast(t)
+	r := runJSON(t, "storm", "--url", url, "--conns", "30", "--storm-writes", "5", "--dial-concurrency", "8")
 	if r.StormReplayed != 30 || r.StormSnapshot != 0 || r.LostSubs != 0 {
 		t.Errorf("storm: replayed %d, snapshot %d, lost %d; want 30, 0, 0 (notes %q)", r.StormReplayed, r.StormSnapshot, r.LostSubs, r.Notes)
 	}
@@ -223,53 +256,36 @@ func TestBenchStormStatecast(t *testing.T) {
 	}
 }
 
-// realCeiling builds the reference ceiling from $CEILING_DIR (its source;
-// not part of this repository) and returns the flags to spawn it, or nil
-// when it is not given or does not build offline.
-func realCeiling(t *testing.T) []string {
+// spawnCeiling are the bench flags that spawn statecast bench ceiling
+// from the statecast binary on a free port, as compare does.
+func spawnCeiling(t *testing.T) []string {
 	t.Helper()
-	src := os.Getenv("CEILING_DIR")
-	if src == "" {
-		return nil
-	}
-	if _, err := os.Stat(filepath.Join(src, "go.mod")); err != nil {
-		return nil
-	}
-	bin := filepath.Join(t.TempDir(), "ceiling")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Logf("the ceiling does not build here (%v: %s)", err, out)
-		return nil
-	}
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	return []string{"--url", "http://" + addr, "--spawn", quoteCommand([]string{bin, "-addr", addr, "-batch"})}
+	return []string{"--url", "http://" + addr, "--spawn", proc.Quote([]string{statecastBin(t), "bench", "ceiling", "-addr", addr, "-batch"})}
 }
 
-// The ceiling path runs against the real ceiling, spawned by the tool
-// (which then reads its CPU and RSS), when it builds offline, and always
-// against an in-process fake speaking its protocol.
-func TestBenchCeiling(t *testing.T) {
-	ts := httptest.NewServer(newFakeCeiling())
-	t.Cleanup(ts.Close)
-	targets := map[string][]string{"fake": {"--url", ts.URL}}
-	if real := realCeiling(t); real != nil {
-		targets["real"] = real
-	}
-	for name, target := range targets {
+// The scenarios run against the ceiling in-process, and spawned by the
+// tool, which then reads its CPU and RSS.
+func TestCeiling(t *testing.T) {
+	c := ceiling.New(ceiling.Config{Batch: true})
+	ts := httptest.NewServer(c)
+	t.Cleanup(func() {
+		c.Close()
+		ts.Close()
+	})
+	for name, target := range map[string][]string{"in-process": {"--url", ts.URL}, "spawned": spawnCeiling(t)} {
 		target = append(target, "--target", "ceiling")
-		t.Run(name, func(t *testing.T) { testCeiling(t, target, name == "real") })
+		t.Run(name, func(t *testing.T) { testCeiling(t, target, name == "spawned") })
 	}
 }
 
 func testCeiling(t *testing.T, target []string, spawned bool) {
 	t.Run("fanout", func(t *testing.T) {
-		r := runBenchJSON(t, append([]string{"fanout", "--subs", "5", "--rate", "50", "--duration", "1s", "--warmup", "200ms"}, target...)...)
+		r := runJSON(t, append([]string{"fanout", "--subs", "5", "--rate", "50", "--duration", "1s", "--warmup", "200ms"}, target...)...)
 		checkFanout(t, r, 5, 50)
 		if r.Target != "ceiling" {
 			t.Errorf("target %q", r.Target)
@@ -279,7 +295,7 @@ func testCeiling(t *testing.T, target []string, spawned bool) {
 		}
 	})
 	t.Run("idle", func(t *testing.T) {
-		r := runBenchJSON(t, append([]string{"idle", "--conns", "20", "--hold", "200ms"}, target...)...)
+		r := runJSON(t, append([]string{"idle", "--conns", "20", "--hold", "200ms"}, target...)...)
 		if r.Conns != 20 || r.Disconnected != 0 {
 			t.Errorf("idle: %+v", r)
 		}
@@ -288,105 +304,57 @@ func testCeiling(t *testing.T, target []string, spawned bool) {
 		}
 	})
 	t.Run("resume", func(t *testing.T) {
-		r := runBenchJSON(t, append([]string{"resume", "--events", "300", "--repeat", "2"}, target...)...)
+		r := runJSON(t, append([]string{"resume", "--events", "300", "--repeat", "2"}, target...)...)
 		if r.ResumeComplete != 2 || r.LostMsgs != 0 || r.ResumeMedianMs <= 0 {
 			t.Errorf("resume: %+v", r)
 		}
 	})
 	t.Run("storm", func(t *testing.T) {
-		r := runBenchJSON(t, append([]string{"storm", "--conns", "30", "--storm-writes", "5"}, target...)...)
+		r := runJSON(t, append([]string{"storm", "--conns", "30", "--storm-writes", "5"}, target...)...)
 		if r.StormReplayed != 30 || r.LostSubs != 0 {
 			t.Errorf("storm: %+v", r)
 		}
 	})
 	t.Run("rooms", func(t *testing.T) {
-		err := runBench(context.Background(), append([]string{"rooms"}, target...), io.Discard, io.Discard)
+		err := Run(context.Background(), append([]string{"rooms"}, target...), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), "no rooms") {
 			t.Errorf("rooms against the ceiling: %v", err)
 		}
 	})
 }
 
-// fakeCeiling speaks the ceiling's protocol (its README): GET /ws[?since=O]
-// streams {"o":N,"d":payload} lines, POST /publish answers {"o":N}, GET
-// /stats has last_offset.
-type fakeCeiling struct {
-	mu    sync.Mutex
-	msgs  [][]byte // msgs[i] has offset i+1
-	conns map[chan []byte]struct{}
+// compare spawns the ceiling and statecast from its own executable: the
+// README's commands, in small.
+func TestCompare(t *testing.T) {
+	cmd := exec.Command(statecastBin(t), "bench", "compare", "fanout", "--subs", "3", "--rate", "50", "--duration", "1s", "--warmup", "200ms", "--json")
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var c comparison
+	if err := json.Unmarshal(out, &c); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if c.CeilingErr != "" || c.StatecastErr != "" || c.Ceiling == nil || c.Statecast == nil {
+		t.Fatalf("compare: %s", out)
+	}
+	for _, r := range []*result{c.Ceiling, c.Statecast} {
+		checkFanout(t, r, 3, 50)
+		if r.ServerPID == 0 || r.ServerCPUUsPerMsg <= 0 {
+			t.Errorf("%s: pid %d, CPU %v µs/msg: want the spawned server measured", r.Target, r.ServerPID, r.ServerCPUUsPerMsg)
+		}
+	}
+	if !strings.Contains(c.Ceiling.ServerCmd, "bench ceiling") || !strings.Contains(c.Statecast.ServerCmd, " serve ") {
+		t.Errorf("servers spawned: %q, %q", c.Ceiling.ServerCmd, c.Statecast.ServerCmd)
+	}
+	if c.Ratios["delivered msgs/s"] <= 0 {
+		t.Errorf("ratios %v", c.Ratios)
+	}
 }
 
-func newFakeCeiling() http.Handler {
-	f := &fakeCeiling{conns: map[chan []byte]struct{}{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /publish", func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		f.mu.Lock()
-		o := len(f.msgs) + 1
-		m := []byte(`{"o":` + strconv.Itoa(o) + `,"d":` + string(body) + `}`)
-		f.msgs = append(f.msgs, m)
-		for ch := range f.conns {
-			select {
-			case ch <- m:
-			default: // the real ceiling drops on a full queue too
-			}
-		}
-		f.mu.Unlock()
-		_, _ = w.Write([]byte(`{"o":` + strconv.Itoa(o) + `}`))
-	})
-	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		_ = json.NewEncoder(w).Encode(map[string]int{"last_offset": len(f.msgs)})
-	})
-	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		ch := make(chan []byte, 1<<16)
-		f.mu.Lock()
-		var backlog [][]byte
-		if s := r.URL.Query().Get("since"); s != "" {
-			since, _ := strconv.Atoi(s)
-			backlog = slices.Clone(f.msgs[min(since, len(f.msgs)):])
-		}
-		f.conns[ch] = struct{}{}
-		f.mu.Unlock()
-		defer func() {
-			f.mu.Lock()
-			delete(f.conns, ch)
-			f.mu.Unlock()
-		}()
-		ctx := c.CloseRead(r.Context())
-		if len(backlog) > 0 && c.Write(ctx, websocket.MessageText, bytes.Join(backlog, []byte("\n"))) != nil {
-			return
-		}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case m := <-ch:
-				batch := [][]byte{m}
-				for more := true; more; {
-					select {
-					case m := <-ch:
-						batch = append(batch, m)
-					default:
-						more = false
-					}
-				}
-				if c.Write(ctx, websocket.MessageText, bytes.Join(batch, []byte("\n"))) != nil {
-					return
-				}
-			}
-		}
-	})
-	return mux
-}
-
-func TestBenchFlags(t *testing.T) {
+func TestFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -400,28 +368,24 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"fanout", "--rate", "0"}, "--rate"},
 		{[]string{"fanout", "--sub-url", "http://192.0.2.1:8080"}, "--sub-url"},
 	} {
-		err := runBench(context.Background(), tc.args, io.Discard, io.Discard)
+		err := Run(context.Background(), tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("bench %q: error %v, want one containing %q", tc.args, err, tc.want)
 		}
 	}
 	for _, args := range [][]string{{"-h"}, {"fanout", "-h"}, {"compare", "storm", "--help"}} {
-		if err := runBench(context.Background(), args, io.Discard, io.Discard); err != nil {
+		if err := Run(context.Background(), args, io.Discard, io.Discard); err != nil {
 			t.Errorf("bench %q: %v", args, err)
 		}
 	}
-	err := runBench(context.Background(), []string{"compare", "fanout"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "--ceiling-bin") {
-		t.Errorf("compare without binaries: %v", err)
-	}
 	// Flags may come before the scenario, and the URL follows the target.
-	c, err := parseBenchFlags([]string{"--target", "ceiling", "storm", "--conns", "7"}, false, io.Discard)
+	c, err := parseFlags([]string{"--target", "ceiling", "storm", "--conns", "7"}, false, io.Discard)
 	if err != nil || c.scenario != "storm" || c.conns != 7 || c.url != "http://127.0.0.1:8001" {
 		t.Errorf("parse: %+v, %v", c, err)
 	}
 }
 
-func TestBenchHistQuantiles(t *testing.T) {
+func TestHistQuantiles(t *testing.T) {
 	var h latencyHist
 	if h.Quantile(0.5) != 0 || h.Count() != 0 {
 		t.Fatal("empty histogram")
@@ -488,7 +452,7 @@ func TestBenchHistQuantiles(t *testing.T) {
 }
 
 // The hot-path scanner reads what the server's own encoder writes.
-func TestBenchScanServerMessages(t *testing.T) {
+func TestScanServerMessages(t *testing.T) {
 	st := newRunState(false, 10)
 	s := newSubscriber(0, 0, 10)
 	frame, err := wire.JSON.Append(nil, &wire.Snapshot{T: wire.TSnapshot, S: 1, Epoch: "ep1", Rev: 7, Reason: "initial", Items: []wire.Item{
@@ -550,7 +514,7 @@ func TestBenchScanServerMessages(t *testing.T) {
 	}
 }
 
-func TestBenchSkipJSON(t *testing.T) {
+func TestSkipJSON(t *testing.T) {
 	for _, v := range []string{`"a"`, `"a\"b"`, `"a\\"`, `"\\\""`, `""`, `12.5e3`, `true`, `null`,
 		`{"a":"}","b":[1,{"c":"]"}]}`, `[["\"]"]]`, `{}`} {
 		if n := skipJSON([]byte(v + `,"next":1}`)); n != len(v) {
@@ -562,11 +526,11 @@ func TestBenchSkipJSON(t *testing.T) {
 	}
 }
 
-func TestBenchCompareTable(t *testing.T) {
-	c := &benchComparison{
+func TestCompareTable(t *testing.T) {
+	c := &comparison{
 		Scenario: "fanout", Command: "statecast bench compare fanout",
-		Ceiling:   &benchResult{Scenario: "fanout", Target: "ceiling", ServerPID: 10, Subs: 1000, Rate: 1000, DeliveredPerS: 1e6, LatencyP99Ms: 100, ServerCPUUsPerMsg: 1},
-		Statecast: &benchResult{Scenario: "fanout", Target: "statecast", ServerPID: 11, Subs: 1000, Rate: 1000, DeliveredPerS: 5e5, LatencyP99Ms: 300, ServerCPUUsPerMsg: 2},
+		Ceiling:   &result{Scenario: "fanout", Target: "ceiling", ServerPID: 10, Subs: 1000, Rate: 1000, DeliveredPerS: 1e6, LatencyP99Ms: 100, ServerCPUUsPerMsg: 1},
+		Statecast: &result{Scenario: "fanout", Target: "statecast", ServerPID: 11, Subs: 1000, Rate: 1000, DeliveredPerS: 5e5, LatencyP99Ms: 300, ServerCPUUsPerMsg: 2},
 	}
 	c.ratios()
 	if c.Ratios["delivered msgs/s"] != 0.5 || c.Ratios["latency p99"] != 3 || c.Ratios["server CPU per delivered msg"] != 2 {
@@ -581,7 +545,7 @@ func TestBenchCompareTable(t *testing.T) {
 	}
 }
 
-func TestBenchFmtNum(t *testing.T) {
+func TestFmtNum(t *testing.T) {
 	for v, want := range map[float64]string{0: "0", 7: "7", 99999: "99999", 0.1234: "0.123", 1.234: "1.23",
 		12.34: "12.3", 123.4: "123", 123456: "123.5k", 999960: "1.000M", 2.5e6: "2.500M", -3.5: "-3.50"} {
 		if got := fmtNum(v); got != want {
@@ -590,23 +554,7 @@ func TestBenchFmtNum(t *testing.T) {
 	}
 }
 
-func TestBenchHelpers(t *testing.T) {
-	for _, line := range []string{`/bin/x -a 'b c' "d e" f\ g`, `x ''`} {
-		args, err := splitCommand(line)
-		if err != nil {
-			t.Fatal(err)
-		}
-		again, err := splitCommand(quoteCommand(args))
-		if err != nil || !slices.Equal(args, again) {
-			t.Errorf("%q → %q → %q (%v)", line, args, again, err)
-		}
-	}
-	if args, _ := splitCommand(`/bin/x -a 'b c' "d e" f\ g`); !slices.Equal(args, []string{"/bin/x", "-a", "b c", "d e", "f g"}) {
-		t.Errorf("split: %q", args)
-	}
-	if _, err := splitCommand(`x 'y`); err == nil {
-		t.Error("unterminated quote accepted")
-	}
+func TestHelpers(t *testing.T) {
 	if cpu, err := procCPU(os.Getpid()); err != nil || cpu < 0 {
 		t.Errorf("procCPU: %v %v", cpu, err)
 	}

@@ -1,9 +1,8 @@
-package main
+package bench
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,9 +10,10 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 )
 
 // The load tool reads the server's CPU time and memory from /proc, raises
@@ -101,22 +101,6 @@ func machineBusy() time.Duration {
 	return time.Duration(busy) * (time.Second / clockTicks)
 }
 
-// raiseNofile raises the soft RLIMIT_NOFILE to the hard limit and returns
-// the limit in force.
-func raiseNofile() (uint64, error) {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return 0, err
-	}
-	if lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			return 0, err
-		}
-	}
-	return lim.Cur, nil
-}
-
 // localPorts is the number of ephemeral ports (ip_local_port_range), or 0
 // when unknown.
 func localPorts() int {
@@ -140,7 +124,7 @@ func localPorts() int {
 // server port (fresh ones: reconnects double that while the old ones sit
 // in TIME_WAIT) and says what limits them.
 func checkCapacity(conns, fresh int) error {
-	limit, err := raiseNofile()
+	limit, err := proc.RaiseNofile()
 	if err != nil {
 		return fmt.Errorf("cannot raise RLIMIT_NOFILE: %v", err)
 	}
@@ -153,99 +137,11 @@ func checkCapacity(conns, fresh int) error {
 	return nil
 }
 
-// splitCommand splits a command line on blanks, honouring '…' and "…"
-// quoting and backslash escapes outside single quotes.
-func splitCommand(s string) ([]string, error) {
-	var out []string
-	var cur strings.Builder
-	inWord := false
-	var quote rune
-	esc := false
-	for _, r := range s {
-		switch {
-		case esc:
-			cur.WriteRune(r)
-			esc = false
-		case quote == '\'':
-			if r == '\'' {
-				quote = 0
-			} else {
-				cur.WriteRune(r)
-			}
-		case r == '\\':
-			esc, inWord = true, true
-		case quote == '"':
-			if r == '"' {
-				quote = 0
-			} else {
-				cur.WriteRune(r)
-			}
-		case r == '\'' || r == '"':
-			quote, inWord = r, true
-		case r == ' ' || r == '\t' || r == '\n':
-			if inWord {
-				out = append(out, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		default:
-			cur.WriteRune(r)
-			inWord = true
-		}
-	}
-	if quote != 0 || esc {
-		return nil, fmt.Errorf("unterminated quote or escape in %q", s)
-	}
-	if inWord {
-		out = append(out, cur.String())
-	}
-	if len(out) == 0 {
-		return nil, errors.New("empty command")
-	}
-	return out, nil
-}
-
-// quoteCommand is the inverse of splitCommand, for echoing command lines.
-func quoteCommand(args []string) string {
-	q := make([]string, len(args))
-	for i, a := range args {
-		if a != "" && !strings.ContainsAny(a, " \t\n'\"\\$`*?;&|<>()[]{}#~") {
-			q[i] = a
-			continue
-		}
-		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-	}
-	return strings.Join(q, " ")
-}
-
-// tailBuffer keeps the last bytes written to it (a server's output).
-type tailBuffer struct {
-	mu  sync.Mutex
-	b   []byte
-	max int
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
-}
-
 // spawned is a server process started by the load tool.
 type spawned struct {
 	args   []string
 	cmd    *exec.Cmd
-	out    *tailBuffer
+	out    *proc.Tail
 	exited chan struct{}
 	err    error // of Wait, set before exited is closed
 }
@@ -254,11 +150,11 @@ type spawned struct {
 // process is killed if this process dies first (Pdeathsig).
 func spawnServer(ctx context.Context, args []string, probe string, timeout time.Duration) (*spawned, error) {
 	cmd := exec.Command(args[0], args[1:]...)
-	out := &tailBuffer{max: 16 << 10}
+	out := proc.NewTail(16 << 10)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("spawn %s: %w", quoteCommand(args), err)
+		return nil, fmt.Errorf("spawn %s: %w", proc.Quote(args), err)
 	}
 	s := &spawned{args: args, cmd: cmd, out: out, exited: make(chan struct{})}
 	go func() {
@@ -277,7 +173,7 @@ func spawnServer(ctx context.Context, args []string, probe string, timeout time.
 		}
 		select {
 		case <-s.exited:
-			return nil, fmt.Errorf("%s exited before answering (%v); its output:\n%s", quoteCommand(args), s.err, out)
+			return nil, fmt.Errorf("%s exited before answering (%v); its output:\n%s", proc.Quote(args), s.err, out)
 		case <-ctx.Done():
 			s.stop()
 			return nil, ctx.Err()
@@ -285,7 +181,7 @@ func spawnServer(ctx context.Context, args []string, probe string, timeout time.
 		}
 		if time.Now().After(deadline) {
 			s.stop()
-			return nil, fmt.Errorf("%s did not answer %s within %v; its output:\n%s", quoteCommand(args), probe, timeout, out)
+			return nil, fmt.Errorf("%s did not answer %s within %v; its output:\n%s", proc.Quote(args), probe, timeout, out)
 		}
 	}
 }

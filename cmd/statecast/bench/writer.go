@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 	"github.com/coder/websocket"
 )
 
-// benchWriter is the load tool's writer: --writers connections, used in
+// writer is the load tool's writer: --writers connections, used in
 // turn. Against statecast each sends put requests on a WebSocket; against
 // the ceiling, POST /publish requests on a keep-alive HTTP/1.1 connection.
 // Both pipeline up to --window requests in all (a server handles one
@@ -26,8 +26,8 @@ import (
 // with seq, which is how subscribers find its send time. With a single
 // connection, write seq commits as revision (offset) base + seq/rooms + 1
 // of its room, and each reply is checked against that: nobody else writes.
-type benchWriter struct {
-	e       *benchEnv
+type writer struct {
+	e       *env
 	st      *runState
 	rooms   []string
 	base    []uint64 // revision (offset) of each room before the first write
@@ -60,8 +60,8 @@ type writerConn struct {
 }
 
 // newWriter connects the writer and reads the rooms' current revisions.
-func (e *benchEnv) newWriter(ctx context.Context, st *runState, rooms []string) (*benchWriter, error) {
-	w := &benchWriter{
+func (e *env) newWriter(ctx context.Context, st *runState, rooms []string) (*writer, error) {
+	w := &writer{
 		e: e, st: st, rooms: rooms, keys: e.cfg.keys, payload: e.cfg.payload,
 		base: make([]uint64, len(rooms)), last: make([]atomic.Uint64, len(rooms)),
 		window: make(chan struct{}, e.cfg.window), failed: make(chan struct{}),
@@ -97,7 +97,7 @@ func (e *benchEnv) newWriter(ctx context.Context, st *runState, rooms []string) 
 }
 
 // connect opens one writer connection and starts its reply reader.
-func (w *benchWriter) connect(ctx context.Context) (*writerConn, error) {
+func (w *writer) connect(ctx context.Context) (*writerConn, error) {
 	wc := &writerConn{done: make(chan struct{})}
 	if w.e.ceiling {
 		d := net.Dialer{Timeout: 10 * time.Second}
@@ -130,7 +130,7 @@ func (w *benchWriter) connect(ctx context.Context) (*writerConn, error) {
 	return wc, nil
 }
 
-func (w *benchWriter) setErr(err error) {
+func (w *writer) setErr(err error) {
 	w.errMu.Lock()
 	if w.err == nil {
 		w.err = err
@@ -140,7 +140,7 @@ func (w *benchWriter) setErr(err error) {
 }
 
 // failure is the first error of the writer, if any.
-func (w *benchWriter) failure() error {
+func (w *writer) failure() error {
 	w.errMu.Lock()
 	defer w.errMu.Unlock()
 	return w.err
@@ -170,7 +170,7 @@ func valueSeq(v []byte) (uint64, bool) {
 
 // send writes n requests in one frame (ceiling: one write) on the next
 // connection, after taking n window tokens.
-func (w *benchWriter) send(ctx context.Context, n int) error {
+func (w *writer) send(ctx context.Context, n int) error {
 	for range n {
 		select {
 		case w.window <- struct{}{}:
@@ -245,7 +245,7 @@ func (w *benchWriter) send(ctx context.Context, n int) error {
 }
 
 // ack accounts for the reply to write seq, which committed at rev.
-func (w *benchWriter) ack(seq, rev uint64) {
+func (w *writer) ack(seq, rev uint64) {
 	r := uint64(len(w.rooms))
 	room := int(seq % r)
 	if want := w.base[room] + seq/r + 1; len(w.conns) == 1 && rev != want {
@@ -262,7 +262,7 @@ func (w *benchWriter) ack(seq, rev uint64) {
 }
 
 // readStatecast reads the replies to the puts of wc.
-func (w *benchWriter) readStatecast(wc *writerConn) {
+func (w *writer) readStatecast(wc *writerConn) {
 	defer close(wc.done)
 	var buf []byte
 	for {
@@ -300,7 +300,7 @@ func (w *benchWriter) readStatecast(wc *writerConn) {
 }
 
 // readCeiling reads the replies to the POSTs of wc, in order.
-func (w *benchWriter) readCeiling(wc *writerConn, br *bufio.Reader) {
+func (w *writer) readCeiling(wc *writerConn, br *bufio.Reader) {
 	defer close(wc.done)
 	for {
 		resp, err := http.ReadResponse(br, nil)
@@ -331,7 +331,7 @@ func (w *benchWriter) readCeiling(wc *writerConn, br *bufio.Reader) {
 }
 
 // drain waits until every write sent is answered.
-func (w *benchWriter) drain(ctx context.Context, timeout time.Duration) error {
+func (w *writer) drain(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for w.acked.Load() < w.sent.Load() {
 		if err := w.failure(); err != nil {
@@ -350,7 +350,7 @@ func (w *benchWriter) drain(ctx context.Context, timeout time.Duration) error {
 }
 
 // burst writes n as fast as the window allows and waits for the replies.
-func (w *benchWriter) burst(ctx context.Context, n int) error {
+func (w *writer) burst(ctx context.Context, n int) error {
 	for n > 0 {
 		k := min(n, 100, cap(w.window))
 		if err := w.send(ctx, k); err != nil {
@@ -366,7 +366,7 @@ func (w *benchWriter) burst(ctx context.Context, n int) error {
 // the pacer for the CPU) catches up with at most 50 ms worth of writes (at
 // least 4) at once; what it cannot catch up is given up and counted in
 // skipped.
-func (w *benchWriter) pace(ctx context.Context, rate float64, limit int, stop <-chan struct{}) (skipped int64, err error) {
+func (w *writer) pace(ctx context.Context, rate float64, limit int, stop <-chan struct{}) (skipped int64, err error) {
 	burstMax := max(4, int64(rate*0.05))
 	start := time.Now()
 	timer := time.NewTimer(0)
@@ -402,7 +402,7 @@ func (w *benchWriter) pace(ctx context.Context, rate float64, limit int, stop <-
 }
 
 // sleep waits d, or until the writer fails or ctx ends.
-func (w *benchWriter) sleep(ctx context.Context, d time.Duration) error {
+func (w *writer) sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -416,9 +416,9 @@ func (w *benchWriter) sleep(ctx context.Context, d time.Duration) error {
 }
 
 // position is the highest revision (offset) of room i acknowledged.
-func (w *benchWriter) position(i int) uint64 { return w.last[i].Load() }
+func (w *writer) position(i int) uint64 { return w.last[i].Load() }
 
-func (w *benchWriter) close() {
+func (w *writer) close() {
 	for _, wc := range w.conns {
 		if wc.ws != nil {
 			w.e.pinger.remove(wc.ws)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -128,8 +128,8 @@ func skipJSON(b []byte) int {
 	return len(b)
 }
 
-// benchKeyIndex maps the load tool's keys k0..k<n-1> to their index.
-func benchKeyIndex(key []byte, n int) (int, bool) {
+// keyIndex maps the load tool's keys k0..k<n-1> to their index.
+func keyIndex(key []byte, n int) (int, bool) {
 	if len(key) < 2 || key[0] != 'k' || len(key) > 8 {
 		return 0, false
 	}
@@ -403,7 +403,7 @@ func (s *subscriber) statecastMessage(line []byte, st *runState, now int64) int6
 // setKey applies a put (val non-nil) or a delete of key (raw JSON string
 // contents) to the view.
 func (s *subscriber) setKey(key, val []byte, put bool) {
-	if k, ok := benchKeyIndex(key, len(s.vals)); ok {
+	if k, ok := keyIndex(key, len(s.vals)); ok {
 		if put {
 			s.vals[k] = append(s.vals[k][:0], val...)
 		}
@@ -508,7 +508,7 @@ func (s *subscriber) viewDiff(items []roomItem) string {
 	seen := 0
 	for _, it := range items {
 		var got []byte
-		if k, ok := benchKeyIndex([]byte(it.Key), len(s.vals)); ok {
+		if k, ok := keyIndex([]byte(it.Key), len(s.vals)); ok {
 			if !s.has[k] {
 				return fmt.Sprintf("key %q missing", it.Key)
 			}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 )
 
 // spawnFlags are the bench flags that spawn the real statecast binary on
@@ -18,14 +20,14 @@ func spawnFlags(t *testing.T, extra ...string) []string {
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	serve := append([]string{statecastBin(t), "serve", "--addr", addr, "--store", "memory"}, extra...)
-	return []string{"--url", "http://" + addr, "--spawn", quoteCommand(serve)}
+	return []string{"--url", "http://" + addr, "--spawn", proc.Quote(serve)}
 }
 
 // TestBenchAttacks runs each attack at a tiny size against a spawned
 // server: the server's figures are measured and the bystander ran
 // without failing (at these sizes nothing should hurt it), but for the
 // WebSockets a full node refuses (4004) by design.
-func TestBenchAttacks(t *testing.T) {
+func TestAttacks(t *testing.T) {
 	cases := []struct {
 		attack string
 		flags  []string
@@ -73,7 +75,7 @@ func TestBenchAttacks(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.attack, func(t *testing.T) {
 			args := append([]string{"attack", "--attack", c.attack}, c.flags...)
-			r := runBenchJSON(t, append(args, spawnFlags(t, c.serve...)...)...)
+			r := runJSON(t, append(args, spawnFlags(t, c.serve...)...)...)
 			a := r.Attack
 			if a == nil || a.Attack != c.attack || r.ServerPID == 0 {
 				t.Fatalf("result %+v", r)
@@ -97,17 +99,17 @@ func TestBenchAttacks(t *testing.T) {
 	}
 }
 
-func TestBenchAttackFlags(t *testing.T) {
+func TestAttackFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"attack", "--url", "http://127.0.0.1:1"},
 		{"attack", "--attack", "nope", "--url", "http://127.0.0.1:1"},
 	} {
-		err := runBench(context.Background(), args, io.Discard, io.Discard)
+		err := Run(context.Background(), args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), "--attack must be one of unsub-prefixes") {
 			t.Errorf("%q: %v", args, err)
 		}
 	}
-	err := runBench(context.Background(), []string{"attack", "--attack", "sse-flood", "--target", "ceiling"}, io.Discard, io.Discard)
+	err := Run(context.Background(), []string{"attack", "--attack", "sse-flood", "--target", "ceiling"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "statecast only") {
 		t.Errorf("against the ceiling: %v", err)
 	}

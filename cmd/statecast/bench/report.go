@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -9,10 +9,10 @@ import (
 	"unicode/utf8"
 )
 
-// benchResult is what one scenario measured against one server. Times are
+// result is what one scenario measured against one server. Times are
 // in the unit their name says; zero fields did not apply (lost_* are
 // always present).
-type benchResult struct {
+type result struct {
 	Scenario  string `json:"scenario"`
 	Target    string `json:"target"`
 	Command   string `json:"command,omitempty"`
@@ -95,7 +95,7 @@ type benchResult struct {
 const maxNotes = 20
 
 // addNote keeps the first notes and counts the others.
-func (r *benchResult) addNote(format string, a ...any) {
+func (r *result) addNote(format string, a ...any) {
 	switch {
 	case len(r.Notes) < maxNotes:
 		r.Notes = append(r.Notes, fmt.Sprintf(format, a...))
@@ -107,7 +107,7 @@ func (r *benchResult) addNote(format string, a ...any) {
 	}
 }
 
-func (r *benchResult) setLatency(h *latencyHist) {
+func (r *result) setLatency(h *latencyHist) {
 	ms := func(q float64) float64 { return float64(h.Quantile(q)) / 1e6 }
 	r.LatencySamples = h.Count()
 	r.LatencyP50Ms, r.LatencyP99Ms, r.LatencyP999Ms = ms(0.50), ms(0.99), ms(0.999)
@@ -115,8 +115,8 @@ func (r *benchResult) setLatency(h *latencyHist) {
 	r.LatencyMeanMs = float64(h.Mean()) / 1e6
 }
 
-// benchRow is one line of the table: a figure and how to show it.
-type benchRow struct {
+// figure is one line of the table: a figure and how to show it.
+type figure struct {
 	name string
 	v    float64
 	unit string
@@ -127,12 +127,12 @@ type benchRow struct {
 }
 
 // rows are the figures of r, in the order the table shows them.
-func (r *benchResult) rows() []benchRow {
+func (r *result) rows() []figure {
 	pid := r.ServerPID != 0
-	var rows []benchRow
+	var rows []figure
 	add := func(ok bool, name string, v float64, unit string, higher, always bool) {
 		if ok {
-			rows = append(rows, benchRow{name, v, unit, higher, always})
+			rows = append(rows, figure{name, v, unit, higher, always})
 		}
 	}
 	switch r.Scenario {
@@ -227,7 +227,7 @@ func fmtNum(v float64) string {
 	return strconv.FormatFloat(v, 'f', 3, 64)
 }
 
-func fmtValue(row benchRow) string {
+func fmtValue(row figure) string {
 	s := fmtNum(row.v)
 	if row.unit != "" && row.unit != "/s" {
 		s += " " + row.unit
@@ -236,7 +236,7 @@ func fmtValue(row benchRow) string {
 }
 
 // printResult prints one result as a table.
-func printResult(out io.Writer, r *benchResult) {
+func printResult(out io.Writer, r *result) {
 	if r.Command != "" {
 		fmt.Fprintf(out, "$ %s\n", r.Command)
 	}
@@ -259,7 +259,7 @@ func printResult(out io.Writer, r *benchResult) {
 	printNotes(out, r)
 }
 
-func printNotes(out io.Writer, r *benchResult) {
+func printNotes(out io.Writer, r *result) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(out, "note (%s): %s\n", r.Target, n)
 	}

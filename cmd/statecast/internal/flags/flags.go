@@ -1,4 +1,6 @@
-package main
+// Package flags holds what the statecast subcommands share in parsing their
+// flags: defaults from the environment and a repeatable list flag.
+package flags
 
 import (
 	"flag"
@@ -7,10 +9,10 @@ import (
 	"strings"
 )
 
-// envDefaults sets every flag of fs not given on the command line from
+// FromEnv sets every flag of fs not given on the command line from
 // STATECAST_<NAME> in the environment, so each flag is also settable by
 // environment. It runs after Parse and reports bad values like Parse does.
-func envDefaults(fs *flag.FlagSet) error {
+func FromEnv(fs *flag.FlagSet) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
@@ -28,12 +30,12 @@ func envDefaults(fs *flag.FlagSet) error {
 	return err
 }
 
-// listFlag is a repeatable flag that also splits on commas.
-type listFlag []string
+// List is a repeatable flag that also splits on commas.
+type List []string
 
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *List) String() string { return strings.Join(*l, ",") }
 
-func (l *listFlag) Set(v string) error {
+func (l *List) Set(v string) error {
 	for _, s := range strings.Split(v, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			*l = append(*l, s)

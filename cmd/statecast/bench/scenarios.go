@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // runFanout runs fanout (one room) and rooms: nRooms rooms of perRoom
 // subscribers each, one writer at --rate writes/s in total spread over the
 // rooms in turn.
-func (e *benchEnv) runFanout(ctx context.Context, r *benchResult, nRooms, perRoom int) error {
+func (e *env) runFanout(ctx context.Context, r *result, nRooms, perRoom int) error {
 	cfg := e.cfg
 	n := nRooms * perRoom
 	if err := checkCapacity(n+8, n+8); err != nil {
@@ -167,7 +167,7 @@ func (e *benchEnv) runFanout(ctx context.Context, r *benchResult, nRooms, perRoo
 
 // drainSubs waits until every subscriber reached its room's final
 // revision, nobody progressed for 2 s, or --drain passed.
-func (e *benchEnv) drainSubs(ctx context.Context, st *runState, subs []*subscriber, finals []uint64) time.Duration {
+func (e *env) drainSubs(ctx context.Context, st *runState, subs []*subscriber, finals []uint64) time.Duration {
 	start := time.Now()
 	deadline := start.Add(e.cfg.drain)
 	lastTotal, lastMove := int64(-1), time.Now()
@@ -193,7 +193,7 @@ func (e *benchEnv) drainSubs(ctx context.Context, st *runState, subs []*subscrib
 
 // runIdle holds --conns subscribed connections and reads the server's
 // RSS before and after.
-func (e *benchEnv) runIdle(ctx context.Context, r *benchResult) error {
+func (e *env) runIdle(ctx context.Context, r *result) error {
 	cfg := e.cfg
 	n := cfg.conns
 	if err := checkCapacity(n+8, n+8); err != nil {
@@ -245,7 +245,7 @@ func (e *benchEnv) runIdle(ctx context.Context, r *benchResult) error {
 
 // runResume: a subscriber takes a position, goes away, --events writes
 // happen, it comes back at its position; how long until it has them all.
-func (e *benchEnv) runResume(ctx context.Context, r *benchResult) error {
+func (e *env) runResume(ctx context.Context, r *result) error {
 	cfg := e.cfg
 	k := cfg.events
 	r.Events = k
@@ -347,7 +347,7 @@ func median(v []float64) float64 {
 
 // runStorm: --conns subscribers synced; every connection drops at once;
 // --storm-writes happen; all reconnect at once and resume.
-func (e *benchEnv) runStorm(ctx context.Context, r *benchResult) error {
+func (e *env) runStorm(ctx context.Context, r *result) error {
 	cfg := e.cfg
 	n := cfg.conns
 	// Reconnecting needs fresh local ports while the dropped ones are in
@@ -463,7 +463,7 @@ func (e *benchEnv) runStorm(ctx context.Context, r *benchResult) error {
 // runWrites: --events writes as fast as --writers connections with up to
 // --window in flight allow — the node's write throughput, and with
 // --redis-pid the Redis server's CPU per write.
-func (e *benchEnv) runWrites(ctx context.Context, r *benchResult) error {
+func (e *env) runWrites(ctx context.Context, r *result) error {
 	if e.ceiling {
 		return errors.New("bench: the ceiling takes no writes of its own: run writes against statecast")
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 )
 
 // statecast bench attack --attack NAME: one client trying to take the
@@ -36,15 +38,15 @@ type attackSpec struct {
 	// writes and waits for its event on a WebSocket (attacks on CPU and
 	// memory).
 	httpBystander bool
-	run           func(e *benchEnv, ctx context.Context, rep *attackReport) error
+	run           func(e *env, ctx context.Context, rep *attackReport) error
 }
 
 var attackSpecs = []attackSpec{
-	{"unsub-prefixes", false, (*benchEnv).attackUnsubPrefixes},
-	{"history-bytes", false, (*benchEnv).attackHistoryBytes},
-	{"slow-body", true, (*benchEnv).attackSlowBody},
-	{"sse-flood", true, (*benchEnv).attackSSEFlood},
-	{"http-write-rate", false, (*benchEnv).attackHTTPWriteRate},
+	{"unsub-prefixes", false, (*env).attackUnsubPrefixes},
+	{"history-bytes", false, (*env).attackHistoryBytes},
+	{"slow-body", true, (*env).attackSlowBody},
+	{"sse-flood", true, (*env).attackSSEFlood},
+	{"http-write-rate", false, (*env).attackHTTPWriteRate},
 }
 
 func attackNames() string {
@@ -117,7 +119,7 @@ func (r *attackReport) outcome(format string, a ...any) {
 
 // prepareAttack checks the attack flags and fills the defaults that
 // depend on the attack.
-func prepareAttack(c *benchConfig) error {
+func prepareAttack(c *config) error {
 	var spec *attackSpec
 	for i := range attackSpecs {
 		if attackSpecs[i].name == c.attack {
@@ -146,7 +148,7 @@ func prepareAttack(c *benchConfig) error {
 // connections, or lowers --attack-conns to what the limit and the local
 // ports allow. It runs after the server is spawned, so the server keeps
 // the machine's limit (a spawned process inherits a raised one).
-func (e *benchEnv) capConns(r *benchResult) {
+func (e *env) capConns(r *result) {
 	c := e.cfg
 	limit := ensureNofile(uint64(c.attackConns) + 1024)
 	if max := int(limit) - 1024; c.attackConns > max {
@@ -166,12 +168,12 @@ func ensureNofile(need uint64) uint64 {
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil && lim.Max < need {
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: need, Max: need})
 	}
-	n, _ := raiseNofile()
+	n, _ := proc.RaiseNofile()
 	return n
 }
 
 // runAttack runs cfg.attack with the sampler and the bystander around it.
-func (e *benchEnv) runAttack(ctx context.Context, r *benchResult) error {
+func (e *env) runAttack(ctx context.Context, r *result) error {
 	var spec attackSpec
 	for _, a := range attackSpecs {
 		if a.name == e.cfg.attack {
@@ -360,7 +362,7 @@ func (b *bystander) fail(err error) {
 // new connection every 50 ms and a WebSocket opened (upgrade, connect,
 // connected) every tenth tick; otherwise a WebSocket client in a room of
 // its own writing a key every 50 ms and waiting for its event.
-func (e *benchEnv) startBystander(ctx context.Context, overHTTP bool) *bystander {
+func (e *env) startBystander(ctx context.Context, overHTTP bool) *bystander {
 	ctx, cancel := context.WithCancel(ctx)
 	b := &bystander{cancel: cancel, done: make(chan struct{}), ready: make(chan struct{})}
 	go func() {
@@ -385,7 +387,7 @@ func (b *bystander) finish() bystanderReport {
 	return b.rep
 }
 
-func (e *benchEnv) bystandHTTP(ctx context.Context, b *bystander) {
+func (e *env) bystandHTTP(ctx context.Context, b *bystander) {
 	hc := &http.Client{Timeout: bystanderTimeout, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	defer hc.CloseIdleConnections()
 	for tick := 0; ctx.Err() == nil; tick++ {
@@ -418,7 +420,7 @@ func (e *benchEnv) bystandHTTP(ctx context.Context, b *bystander) {
 }
 
 // openWS opens a WebSocket, waits for connected and closes it.
-func (e *benchEnv) openWS(ctx context.Context) error {
+func (e *env) openWS(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, bystanderTimeout)
 	defer cancel()
 	c, err := e.wsSession(ctx)
@@ -428,7 +430,7 @@ func (e *benchEnv) openWS(ctx context.Context) error {
 	return err
 }
 
-func (e *benchEnv) bystandWS(ctx context.Context, b *bystander) {
+func (e *env) bystandWS(ctx context.Context, b *bystander) {
 	room := attackRoom("bystander")
 	var c *websocket.Conn
 	defer func() {
@@ -464,7 +466,7 @@ func (e *benchEnv) bystandWS(ctx context.Context, b *bystander) {
 }
 
 // bystanderConn opens a WebSocket subscribed to room.
-func (e *benchEnv) bystanderConn(ctx context.Context, room string) (*websocket.Conn, error) {
+func (e *env) bystanderConn(ctx context.Context, room string) (*websocket.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, bystanderTimeout)
 	defer cancel()
 	c, err := e.dialStatecast(dctx)
@@ -522,7 +524,7 @@ func bystanderWrite(ctx context.Context, c *websocket.Conn, room string, seq uin
 // --- the attacks -----------------------------------------------------
 
 // wsSession opens a WebSocket and waits for connected.
-func (e *benchEnv) wsSession(ctx context.Context) (*websocket.Conn, error) {
+func (e *env) wsSession(ctx context.Context) (*websocket.Conn, error) {
 	c, err := e.dialStatecast(ctx)
 	if err != nil {
 		return nil, err
@@ -572,7 +574,7 @@ func replyCode(m []byte) string {
 
 // attackUnsubPrefixes: --prefix-subs subscriptions of --prefixes distinct
 // key prefixes each on one WebSocket, then their unsubscriptions.
-func (e *benchEnv) attackUnsubPrefixes(ctx context.Context, rep *attackReport) error {
+func (e *env) attackUnsubPrefixes(ctx context.Context, rep *attackReport) error {
 	n, subs := e.cfg.prefixes, e.cfg.prefixSubs
 	room := attackRoom("unsub")
 	c, err := e.wsSession(ctx)
@@ -651,7 +653,7 @@ func (e *benchEnv) attackUnsubPrefixes(ctx context.Context, rep *attackReport) e
 // on one WebSocket while --watchers raw sockets watch it and never read.
 // Writes refused with rate_limited are sent again after a pause: the
 // attacker stays under the limit and the history fills all the same.
-func (e *benchEnv) attackHistoryBytes(ctx context.Context, rep *attackReport) error {
+func (e *env) attackHistoryBytes(ctx context.Context, rep *attackReport) error {
 	n, size, keys := e.cfg.attackWrites, e.cfg.valueBytes, e.cfg.keys
 	room := attackRoom("history")
 	rep.Params = fmt.Sprintf("%d writes of %d-byte values over %d keys, %d watchers that never read", n, size, keys, e.cfg.watchers)
@@ -765,7 +767,7 @@ func drainState(c net.Conn) string {
 
 // rawWS opens a WebSocket over a plain TCP socket and sends first as one
 // client frame: the socket is then left alone, never read.
-func (e *benchEnv) rawWS(ctx context.Context, first []byte) (net.Conn, error) {
+func (e *env) rawWS(ctx context.Context, first []byte) (net.Conn, error) {
 	d := net.Dialer{Timeout: 10 * time.Second}
 	c, err := d.DialContext(ctx, "tcp", e.hostport())
 	if err != nil {
@@ -814,7 +816,7 @@ func clientFrame(p []byte) []byte {
 // dialMany opens n TCP connections (--dial-concurrency at a time), sends
 // each its request, and hands each open one to hold in its own goroutine;
 // it returns when every hold has returned.
-func (e *benchEnv) dialMany(ctx context.Context, n int, request []byte, rep *attackReport, hold func(c net.Conn, sent time.Time), failed func()) {
+func (e *env) dialMany(ctx context.Context, n int, request []byte, rep *attackReport, hold func(c net.Conn, sent time.Time), failed func()) {
 	sem := make(chan struct{}, e.cfg.dialConc)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -862,7 +864,7 @@ func (e *benchEnv) dialMany(ctx context.Context, n int, request []byte, rep *att
 // attackSlowBody: connections that each send a PUT's headers and one of
 // its ten body bytes, then stall; each is held until the server cuts it
 // or --attack-hold passes.
-func (e *benchEnv) attackSlowBody(ctx context.Context, rep *attackReport) error {
+func (e *env) attackSlowBody(ctx context.Context, rep *attackReport) error {
 	n, hold := e.cfg.attackConns, e.cfg.attackHold
 	rep.Params = fmt.Sprintf("%d connections sending 1 of 10 body bytes, held up to %v", n, hold)
 	req := []byte("PUT /v1/rooms/" + attackRoom("slow") + "/kv/k HTTP/1.1\r\nHost: " + e.hostport() +
@@ -901,7 +903,7 @@ func (e *benchEnv) attackSlowBody(ctx context.Context, rep *attackReport) error 
 
 // attackSSEFlood: SSE watch streams, each on its own connection, held
 // --attack-hold once all are opened.
-func (e *benchEnv) attackSSEFlood(ctx context.Context, rep *attackReport) error {
+func (e *env) attackSSEFlood(ctx context.Context, rep *attackReport) error {
 	n, hold := e.cfg.attackConns, e.cfg.attackHold
 	rep.Params = fmt.Sprintf("%d SSE streams, held %v after the last one", n, hold)
 	req := []byte("GET /v1/rooms/" + attackRoom("sse") + "/watch HTTP/1.1\r\nHost: " + e.hostport() + "\r\nAccept: text/event-stream\r\n\r\n")
@@ -934,7 +936,7 @@ func (e *benchEnv) attackSSEFlood(ctx context.Context, rep *attackReport) error 
 
 // attackHTTPWriteRate: --http-writes PUTs one after another on one
 // keep-alive connection.
-func (e *benchEnv) attackHTTPWriteRate(ctx context.Context, rep *attackReport) error {
+func (e *env) attackHTTPWriteRate(ctx context.Context, rep *attackReport) error {
 	n := e.cfg.httpWrites
 	rep.Params = fmt.Sprintf("%d PUTs on one keep-alive connection", n)
 	var conns atomic.Int64
@@ -975,7 +977,7 @@ func (e *benchEnv) attackHTTPWriteRate(ctx context.Context, rep *attackReport) e
 // --- report ------------------------------------------------------------
 
 // printAttack prints an attack's result as a table.
-func printAttack(out io.Writer, r *benchResult) {
+func printAttack(out io.Writer, r *result) {
 	if r.Command != "" {
 		fmt.Fprintf(out, "$ %s\n", r.Command)
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -6,20 +6,35 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"time"
+
+	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 )
 
 // runCompare runs one scenario against the ceiling, then against
 // statecast, each spawned on a free loopback port and stopped after its
 // run, and prints both figures with their ratio.
 func runCompare(ctx context.Context, args []string, out, errOut io.Writer) error {
-	cfg, err := parseBenchFlags(args, true, errOut)
+	cfg, err := parseFlags(args, true, errOut)
 	if err != nil {
 		return err
 	}
-	if cfg.ceilingBin == "" || cfg.statecastBin == "" {
-		return errors.New("bench compare: --ceiling-bin and --statecast-bin are required")
+	// Both servers are this executable unless given: statecast bench
+	// ceiling and statecast serve.
+	ceilingCmd, statecastBin := []string{cfg.ceilingBin}, cfg.statecastBin
+	if cfg.ceilingBin == "" || statecastBin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench compare: %w: give --ceiling-bin and --statecast-bin", err)
+		}
+		if cfg.ceilingBin == "" {
+			ceilingCmd = []string{self, "bench", "ceiling"}
+		}
+		if statecastBin == "" {
+			statecastBin = self
+		}
 	}
 	ceilingExtra, err := optionalCommand(cfg.ceilingArgs)
 	if err != nil {
@@ -31,7 +46,7 @@ func runCompare(ctx context.Context, args []string, out, errOut io.Writer) error
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(errOut, "bench: "+format+"\n", a...) }
 	history := strconv.Itoa(max(20000, 2*cfg.events))
-	cmp := &benchComparison{Scenario: cfg.scenario, Command: "statecast bench compare " + quoteCommand(cfg.args)}
+	cmp := &comparison{Scenario: cfg.scenario, Command: "statecast bench compare " + proc.Quote(cfg.args)}
 
 	if cfg.scenario == "rooms" {
 		cmp.CeilingErr = "the ceiling has no rooms"
@@ -41,8 +56,8 @@ func runCompare(ctx context.Context, args []string, out, errOut io.Writer) error
 			return err
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(port)
-		spawn := append([]string{cfg.ceilingBin, "-addr", addr, "-batch", "-history", history}, ceilingExtra...)
-		cmp.Ceiling, err = benchTarget(ctx, cfg, "ceiling", "http://"+addr, 0, spawn, logf)
+		spawn := append(append(ceilingCmd, "-addr", addr, "-batch", "-history", history), ceilingExtra...)
+		cmp.Ceiling, err = runTarget(ctx, cfg, "ceiling", "http://"+addr, 0, spawn, logf)
 		if err != nil {
 			if ctx.Err() != nil {
 				return err
@@ -61,9 +76,9 @@ func runCompare(ctx context.Context, args []string, out, errOut io.Writer) error
 		return err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	spawn := append([]string{cfg.statecastBin, "serve", "--store", "memory", "--addr", addr,
+	spawn := append([]string{statecastBin, "serve", "--store", "memory", "--addr", addr,
 		"--history", history, "--write-rate", "1000000", "--log-level", "warn"}, statecastExtra...)
-	cmp.Statecast, err = benchTarget(ctx, cfg, "statecast", "http://"+addr, 0, spawn, logf)
+	cmp.Statecast, err = runTarget(ctx, cfg, "statecast", "http://"+addr, 0, spawn, logf)
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -91,15 +106,15 @@ func optionalCommand(s string) ([]string, error) {
 	if s == "" {
 		return nil, nil
 	}
-	return splitCommand(s)
+	return proc.Split(s)
 }
 
-// benchComparison is one scenario run against both servers.
-type benchComparison struct {
+// comparison is one scenario run against both servers.
+type comparison struct {
 	Scenario     string             `json:"scenario"`
 	Command      string             `json:"command"`
-	Ceiling      *benchResult       `json:"ceiling,omitempty"`
-	Statecast    *benchResult       `json:"statecast,omitempty"`
+	Ceiling      *result            `json:"ceiling,omitempty"`
+	Statecast    *result            `json:"statecast,omitempty"`
 	CeilingErr   string             `json:"ceiling_error,omitempty"`
 	StatecastErr string             `json:"statecast_error,omitempty"`
 	Ratios       map[string]float64 `json:"ratios,omitempty"` // statecast / ceiling, by row name
@@ -108,13 +123,13 @@ type benchComparison struct {
 // compareRow is one figure of both runs.
 type compareRow struct {
 	name                string
-	ceiling, statecast  *benchRow
+	ceiling, statecast  *figure
 	ratio               float64
 	hasRatio, bothEqual bool
 }
 
-func rowsByName(r *benchResult) map[string]*benchRow {
-	m := map[string]*benchRow{}
+func rowsByName(r *result) map[string]*figure {
+	m := map[string]*figure{}
 	if r == nil {
 		return m
 	}
@@ -127,11 +142,11 @@ func rowsByName(r *benchResult) map[string]*benchRow {
 
 // table lines up the rows of both results: statecast's order, then the
 // ceiling's rows statecast lacks.
-func (c *benchComparison) table() []compareRow {
+func (c *comparison) table() []compareRow {
 	cm, sm := rowsByName(c.Ceiling), rowsByName(c.Statecast)
 	var names []string
 	seen := map[string]bool{}
-	for _, r := range []*benchResult{c.Statecast, c.Ceiling} {
+	for _, r := range []*result{c.Statecast, c.Ceiling} {
 		if r == nil {
 			continue
 		}
@@ -158,7 +173,7 @@ func (c *benchComparison) table() []compareRow {
 	return out
 }
 
-func (c *benchComparison) ratios() {
+func (c *comparison) ratios() {
 	for _, row := range c.table() {
 		if row.hasRatio {
 			if c.Ratios == nil {
@@ -169,9 +184,9 @@ func (c *benchComparison) ratios() {
 	}
 }
 
-func printComparison(out io.Writer, c *benchComparison) {
+func printComparison(out io.Writer, c *comparison) {
 	fmt.Fprintf(out, "$ %s\n", c.Command)
-	for _, r := range []*benchResult{c.Ceiling, c.Statecast} {
+	for _, r := range []*result{c.Ceiling, c.Statecast} {
 		if r != nil {
 			fmt.Fprintf(out, "%-9s  %s (pid %d)\n", r.Target+":", r.ServerCmd, r.ServerPID)
 		}
@@ -179,7 +194,7 @@ func printComparison(out io.Writer, c *benchComparison) {
 	fmt.Fprintln(out)
 	t := [][]string{{c.Scenario, "ceiling", "statecast", "statecast/ceiling"}}
 	for _, row := range c.table() {
-		cell := func(r *benchRow) string {
+		cell := func(r *figure) string {
 			if r == nil {
 				return "-"
 			}
@@ -201,7 +216,7 @@ func printComparison(out io.Writer, c *benchComparison) {
 	if c.StatecastErr != "" {
 		fmt.Fprintf(out, "statecast: %s\n", c.StatecastErr)
 	}
-	for _, r := range []*benchResult{c.Ceiling, c.Statecast} {
+	for _, r := range []*result{c.Ceiling, c.Statecast} {
 		if r != nil {
 			printNotes(out, r)
 		}

@@ -1,4 +1,10 @@
-package main
+// Package bench is the load tool, statecast bench: it drives a running
+// server over real sockets and reports delivered messages per second,
+// end-to-end latency, loss, and the server's CPU and memory; it drives a
+// reference broadcast server (the "ceiling", package ceiling, statecast
+// bench ceiling) the same way, so figures can be set against it. Run is
+// its entry point.
+package bench
 
 import (
 	"context"
@@ -11,28 +17,25 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/statecast/statecast/cmd/statecast/bench/ceiling"
+	"github.com/statecast/statecast/cmd/statecast/internal/flags"
+	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 )
 
-// statecast bench drives a running server over real sockets and reports
-// delivered messages per second, end-to-end latency, loss, and the
-// server's CPU and memory; it drives a reference broadcast server (the
-// "ceiling", a separate program given with --ceiling-bin) the same way,
-// so figures can be set against it.
-
-const benchUsage = `usage:
+const usage = `usage:
   statecast bench SCENARIO [flags]
-  statecast bench compare SCENARIO --ceiling-bin PATH --statecast-bin PATH [flags]
+  statecast bench compare SCENARIO [--ceiling-bin PATH] [--statecast-bin PATH] [flags]
+  statecast bench ceiling [--addr HOST:PORT] [--batch] [--history N] [--queue N]
 
 scenarios:
   fanout   --subs N subscribers of one room; --rate writes/s of --payload bytes
@@ -51,6 +54,12 @@ The server is --url (statecast: http://127.0.0.1:8080, ceiling: http://127.0.0.1
 or started with --spawn "COMMAND LINE" (stopped with SIGTERM at the end). Its CPU and
 memory are read from /proc when --server-pid is given or it was spawned. compare spawns
 the ceiling, then statecast, on free loopback ports and prints both figures and their ratio.
+
+The ceiling is the reference broadcast server figures are set against: encode once,
+queue to every socket, one writer goroutine per socket, slow sockets closed; --batch
+joins the queued messages into one frame. statecast bench ceiling runs it (-h: its
+protocol); compare spawns it from this executable unless --ceiling-bin names another
+program speaking that protocol, and statecast serve likewise unless --statecast-bin.
 
 Several nodes on one store: --sub-url (repeatable) spreads the subscribers over other
 nodes while the writer stays on --url, so latency is publish on one node to delivery on
@@ -72,8 +81,8 @@ A spawned server keeps this machine's file limit (the load tool raises only its 
 set the server's with --spawn "sh -c 'ulimit -n N && exec statecast serve …'".
 `
 
-// benchConfig holds the flags of one bench command.
-type benchConfig struct {
+// config holds the flags of one bench command.
+type config struct {
 	scenario              string
 	target, url, spawn    string
 	pid                   int
@@ -90,7 +99,7 @@ type benchConfig struct {
 	writers               int
 	waitIdle              time.Duration
 	cpuProfile            string
-	subURLs               listFlag
+	subURLs               flags.List
 	redisPID              int
 
 	// attack
@@ -107,11 +116,11 @@ type benchConfig struct {
 	args []string // as given, for echoing
 }
 
-var benchScenarios = []string{"fanout", "rooms", "idle", "resume", "storm", "writes", "attack"}
+var scenarios = []string{"fanout", "rooms", "idle", "resume", "storm", "writes", "attack"}
 
-// parseBenchFlags parses SCENARIO and the flags, in any order.
-func parseBenchFlags(args []string, compare bool, errOut io.Writer) (*benchConfig, error) {
-	c := &benchConfig{args: args}
+// parseFlags parses SCENARIO and the flags, in any order.
+func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) {
+	c := &config{args: args}
 	name := "bench"
 	if compare {
 		name = "bench compare"
@@ -119,7 +128,7 @@ func parseBenchFlags(args []string, compare bool, errOut io.Writer) (*benchConfi
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	fs.Usage = func() {
-		fmt.Fprint(errOut, benchUsage)
+		fmt.Fprint(errOut, usage)
 		fmt.Fprintln(errOut, "\nflags:")
 		fs.PrintDefaults()
 	}
@@ -131,8 +140,8 @@ func parseBenchFlags(args []string, compare bool, errOut io.Writer) (*benchConfi
 		fs.Var(&c.subURLs, "sub-url", "statecast: subscribers connect to these nodes in turn (repeatable); the writer stays on --url")
 		fs.IntVar(&c.redisPID, "redis-pid", 0, "redis-server process id: report its CPU per write")
 	} else {
-		fs.StringVar(&c.ceilingBin, "ceiling-bin", "", "the reference broadcast server's binary (the ceiling)")
-		fs.StringVar(&c.statecastBin, "statecast-bin", "", "the statecast binary")
+		fs.StringVar(&c.ceilingBin, "ceiling-bin", "", "another reference broadcast server's binary, run with -addr, -batch and -history (default: this executable's bench ceiling)")
+		fs.StringVar(&c.statecastBin, "statecast-bin", "", "the statecast binary (default: this executable)")
 		fs.StringVar(&c.ceilingArgs, "ceiling-args", "", "extra flags for the ceiling")
 		fs.StringVar(&c.statecastArgs, "statecast-args", "", "extra flags for statecast serve")
 	}
@@ -180,21 +189,21 @@ func parseBenchFlags(args []string, compare bool, errOut io.Writer) (*benchConfi
 		pos = append(pos, fs.Arg(0))
 		rest = fs.Args()[1:]
 	}
-	if err := envDefaults(fs); err != nil {
+	if err := flags.FromEnv(fs); err != nil {
 		return nil, err
 	}
 	if len(pos) != 1 {
 		fs.Usage()
-		return nil, errors.New("bench: want one SCENARIO: " + strings.Join(benchScenarios, ", "))
+		return nil, errors.New("bench: want one SCENARIO: " + strings.Join(scenarios, ", "))
 	}
 	c.scenario = pos[0]
 	known := false
-	for _, s := range benchScenarios {
+	for _, s := range scenarios {
 		known = known || s == c.scenario
 	}
 	switch {
 	case !known:
-		return nil, fmt.Errorf("bench: unknown scenario %q (want %s)", c.scenario, strings.Join(benchScenarios, ", "))
+		return nil, fmt.Errorf("bench: unknown scenario %q (want %s)", c.scenario, strings.Join(scenarios, ", "))
 	case !compare && c.target != "statecast" && c.target != "ceiling":
 		return nil, fmt.Errorf("bench: --target must be statecast or ceiling, not %q", c.target)
 	case !compare && c.pid != 0 && c.spawn != "":
@@ -207,11 +216,11 @@ func parseBenchFlags(args []string, compare bool, errOut io.Writer) (*benchConfi
 		return nil, errors.New("bench: --keys must be 1…1000 and --payload 1…65536")
 	case c.dialConc < 1 || c.window < 1 || c.writers < 1:
 		return nil, errors.New("bench: --dial-concurrency, --window and --writers must be at least 1")
-	case !validBenchRoom(c.room):
+	case !validRoom(c.room):
 		return nil, fmt.Errorf("bench: bad --room %q", c.room)
 	}
 	for _, u := range c.subURLs {
-		if pu, err := url.Parse(u); err != nil || pu.Scheme != "http" || !benchLoopback(pu.Hostname()) {
+		if pu, err := url.Parse(u); err != nil || pu.Scheme != "http" || !loopback(pu.Hostname()) {
 			return nil, fmt.Errorf("bench: bad --sub-url %q: want http:// on this machine", u)
 		}
 	}
@@ -224,9 +233,9 @@ func parseBenchFlags(args []string, compare bool, errOut io.Writer) (*benchConfi
 	return c, nil
 }
 
-// validBenchRoom accepts room names (PROTOCOL.md §1) short enough for a
+// validRoom accepts room names (PROTOCOL.md §1) short enough for a
 // -N suffix.
-func validBenchRoom(r string) bool {
+func validRoom(r string) bool {
 	if r == "" || len(r) > 120 {
 		return false
 	}
@@ -254,8 +263,8 @@ func startProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
-// benchLoopback reports whether host names this machine's loopback.
-func benchLoopback(host string) bool {
+// loopback reports whether host names this machine's loopback.
+func loopback(host string) bool {
 	if host == "localhost" {
 		return true
 	}
@@ -263,18 +272,16 @@ func benchLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// bench runs the bench command until done or interrupted.
-func bench(args []string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return runBench(ctx, args, os.Stdout, os.Stderr)
-}
-
-// runBench is bench with its context and streams (tests call it).
-func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
+// Run runs statecast bench with args (what follows "bench" on the command
+// line) until done or ctx ends; results go to out, progress and usage to
+// errOut.
+func Run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		fmt.Fprint(out, benchUsage)
+		fmt.Fprint(out, usage)
 		return nil
+	}
+	if len(args) > 0 && args[0] == "ceiling" {
+		return ceiling.Run(ctx, args[1:], errOut)
 	}
 	// The load tool allocates little per message; collect less often.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
@@ -285,7 +292,7 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		}
 		return err
 	}
-	cfg, err := parseBenchFlags(args, false, errOut)
+	cfg, err := parseFlags(args, false, errOut)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil // -h: the usage was printed
 	}
@@ -307,15 +314,15 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	var spawnArgs []string
 	if cfg.spawn != "" {
-		if spawnArgs, err = splitCommand(cfg.spawn); err != nil {
+		if spawnArgs, err = proc.Split(cfg.spawn); err != nil {
 			return err
 		}
 	}
-	res, err := benchTarget(ctx, cfg, cfg.target, cfg.url, cfg.pid, spawnArgs, logf)
+	res, err := runTarget(ctx, cfg, cfg.target, cfg.url, cfg.pid, spawnArgs, logf)
 	if err != nil {
 		return err
 	}
-	res.Command = "statecast bench " + quoteCommand(cfg.args)
+	res.Command = "statecast bench " + proc.Quote(cfg.args)
 	if cfg.json {
 		b, err := json.Marshal(res)
 		if err != nil {
@@ -332,14 +339,14 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	return nil
 }
 
-// benchTarget runs cfg.scenario against one server, spawning it first
+// runTarget runs cfg.scenario against one server, spawning it first
 // when spawnArgs is set.
-func benchTarget(ctx context.Context, cfg *benchConfig, target, base string, pid int, spawnArgs []string, logf func(string, ...any)) (*benchResult, error) {
+func runTarget(ctx context.Context, cfg *config, target, base string, pid int, spawnArgs []string, logf func(string, ...any)) (*result, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("bench: bad --url %q", base)
 	}
-	if !benchLoopback(u.Hostname()) {
+	if !loopback(u.Hostname()) {
 		return nil, fmt.Errorf("bench: refusing non-loopback target %s: the load tool only drives servers on this machine", u.Host)
 	}
 	ceiling := target == "ceiling"
@@ -349,7 +356,7 @@ func benchTarget(ctx context.Context, cfg *benchConfig, target, base string, pid
 	if ceiling && cfg.scenario == "rooms" {
 		return nil, errors.New("bench: the ceiling has no rooms: run fanout against it")
 	}
-	res := &benchResult{Scenario: cfg.scenario, Target: target, URL: base}
+	res := &result{Scenario: cfg.scenario, Target: target, URL: base}
 	if pid != 0 || len(spawnArgs) > 0 {
 		// The server's CPU is measured: say if something else loads the
 		// machine.
@@ -364,17 +371,17 @@ func benchTarget(ctx context.Context, cfg *benchConfig, target, base string, pid
 		if ceiling {
 			probe = strings.TrimRight(base, "/") + "/stats"
 		}
-		logf("starting %s", quoteCommand(spawnArgs))
+		logf("starting %s", proc.Quote(spawnArgs))
 		sp, err := spawnServer(ctx, spawnArgs, probe, 30*time.Second)
 		if err != nil {
 			return nil, err
 		}
 		defer sp.stop()
 		pid = sp.pid()
-		res.ServerCmd = quoteCommand(spawnArgs)
+		res.ServerCmd = proc.Quote(spawnArgs)
 	}
 	res.ServerPID = pid
-	e := newBenchEnv(cfg, ceiling, strings.TrimRight(base, "/"), pid, logf)
+	e := newEnv(cfg, ceiling, strings.TrimRight(base, "/"), pid, logf)
 	defer e.close()
 	switch cfg.scenario {
 	case "fanout":
@@ -423,9 +430,9 @@ func waitIdle(ctx context.Context, d time.Duration) (float64, error) {
 	}
 }
 
-// benchEnv is one server under load.
-type benchEnv struct {
-	cfg     *benchConfig
+// env is one server under load.
+type env struct {
+	cfg     *config
 	ceiling bool
 	base    string // http://host:port
 	ws      string
@@ -438,14 +445,14 @@ type benchEnv struct {
 	pingMS  atomic.Int64
 }
 
-func newBenchEnv(cfg *benchConfig, ceiling bool, base string, pid int, logf func(string, ...any)) *benchEnv {
+func newEnv(cfg *config, ceiling bool, base string, pid int, logf func(string, ...any)) *env {
 	ws := "ws" + strings.TrimPrefix(base, "http")
 	if ceiling {
 		ws += "/ws"
 	} else {
 		ws += "/v1/ws"
 	}
-	e := &benchEnv{
+	e := &env{
 		cfg: cfg, ceiling: ceiling, base: base, ws: ws, pid: pid, logf: logf,
 		rest: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 8}},
 		dialer: &http.Client{Transport: &http.Transport{
@@ -461,13 +468,13 @@ func newBenchEnv(cfg *benchConfig, ceiling bool, base string, pid int, logf func
 	return e
 }
 
-func (e *benchEnv) close() {
+func (e *env) close() {
 	e.pinger.close()
 	e.rest.CloseIdleConnections()
 	e.dialer.CloseIdleConnections()
 }
 
-func (e *benchEnv) hostport() string {
+func (e *env) hostport() string {
 	u, _ := url.Parse(e.base)
 	if u.Port() == "" {
 		return u.Host + ":80"
@@ -476,14 +483,14 @@ func (e *benchEnv) hostport() string {
 }
 
 // notePing adopts the ping interval a run's connections were given.
-func (e *benchEnv) notePing(st *runState) {
+func (e *env) notePing(st *runState) {
 	if ms := st.pingMS.Load(); ms > 0 {
 		e.pingMS.Store(ms)
 	}
 }
 
 // getJSON GETs path and decodes the reply.
-func (e *benchEnv) getJSON(ctx context.Context, path string, v any) error {
+func (e *env) getJSON(ctx context.Context, path string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.base+path, nil)
 	if err != nil {
 		return err
@@ -504,7 +511,7 @@ func (e *benchEnv) getJSON(ctx context.Context, path string, v any) error {
 }
 
 // roomState is a room's revision and items (GET /v1/rooms/{room}/kv).
-func (e *benchEnv) roomState(ctx context.Context, room string) (uint64, []roomItem, error) {
+func (e *env) roomState(ctx context.Context, room string) (uint64, []roomItem, error) {
 	var l struct {
 		Rev   uint64     `json:"rev"`
 		Items []roomItem `json:"items"`
@@ -514,7 +521,7 @@ func (e *benchEnv) roomState(ctx context.Context, room string) (uint64, []roomIt
 }
 
 // ceilingOffset is the ceiling's last published offset (GET /stats).
-func (e *benchEnv) ceilingOffset(ctx context.Context) (uint64, error) {
+func (e *env) ceilingOffset(ctx context.Context) (uint64, error) {
 	var s struct {
 		Last uint64 `json:"last_offset"`
 	}
@@ -522,7 +529,7 @@ func (e *benchEnv) ceilingOffset(ctx context.Context) (uint64, error) {
 	return s.Last, err
 }
 
-func (e *benchEnv) dialWS(ctx context.Context, u string, subprotocols []string) (*websocket.Conn, error) {
+func (e *env) dialWS(ctx context.Context, u string, subprotocols []string) (*websocket.Conn, error) {
 	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{
 		HTTPClient:      e.dialer,
 		Subprotocols:    subprotocols,
@@ -535,14 +542,14 @@ func (e *benchEnv) dialWS(ctx context.Context, u string, subprotocols []string) 
 	return c, nil
 }
 
-func (e *benchEnv) dialStatecast(ctx context.Context) (*websocket.Conn, error) {
+func (e *env) dialStatecast(ctx context.Context) (*websocket.Conn, error) {
 	return e.dialWS(ctx, e.ws, []string{"statecast.v1.json"})
 }
 
 // connectSub opens a connection for s and starts its reader. With from,
 // it resumes at s's position: statecast sub from {epoch, lastRev+1}, the
 // ceiling ?since=lastRev.
-func (e *benchEnv) connectSub(ctx context.Context, st *runState, s *subscriber, room string, from bool) error {
+func (e *env) connectSub(ctx context.Context, st *runState, s *subscriber, room string, from bool) error {
 	s.replayed = 0
 	var c *websocket.Conn
 	var err error
@@ -595,7 +602,7 @@ func (e *benchEnv) connectSub(ctx context.Context, st *runState, s *subscriber, 
 // connectAll connects subs with at most --dial-concurrency dials at a
 // time, retrying failed dials until --timeout. It returns the retries and
 // the subscribers it could not connect, with the first error.
-func (e *benchEnv) connectAll(ctx context.Context, st *runState, subs []*subscriber, room func(*subscriber) string, from bool) (retries int64, failed int, firstErr error) {
+func (e *env) connectAll(ctx context.Context, st *runState, subs []*subscriber, room func(*subscriber) string, from bool) (retries int64, failed int, firstErr error) {
 	deadline := time.Now().Add(e.cfg.timeout)
 	sem := make(chan struct{}, e.cfg.dialConc)
 	var wg sync.WaitGroup
@@ -640,7 +647,7 @@ func (e *benchEnv) connectAll(ctx context.Context, st *runState, subs []*subscri
 }
 
 // waitReady waits until want subscribers are ready (st.ready).
-func (e *benchEnv) waitReady(ctx context.Context, st *runState, want int64) error {
+func (e *env) waitReady(ctx context.Context, st *runState, want int64) error {
 	deadline := time.Now().Add(e.cfg.timeout)
 	for st.ready.Load() < want {
 		if time.Now().After(deadline) {
@@ -658,7 +665,7 @@ func (e *benchEnv) waitReady(ctx context.Context, st *runState, want int64) erro
 
 // closeSubs drops the subscribers' connections at once (no close
 // handshake) and waits for their readers.
-func (e *benchEnv) closeSubs(subs []*subscriber) {
+func (e *env) closeSubs(subs []*subscriber) {
 	for _, s := range subs {
 		s.closing.Store(true)
 		s.mu.Lock()
@@ -705,12 +712,12 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // load tool and all processes of the machine (-1: unknown).
 type cpuSample struct{ server, tool, machine, redis time.Duration }
 
-func (e *benchEnv) sampleCPU() cpuSample {
+func (e *env) sampleCPU() cpuSample {
 	return cpuSample{e.serverCPU(), selfCPU(), machineBusy(), e.redisCPU()}
 }
 
 // redisCPU is the Redis server's CPU time so far, or -1 without --redis-pid.
-func (e *benchEnv) redisCPU() time.Duration {
+func (e *env) redisCPU() time.Duration {
 	if e.cfg.redisPID == 0 {
 		return -1
 	}
@@ -722,7 +729,7 @@ func (e *benchEnv) redisCPU() time.Duration {
 }
 
 // cpuShares fills the CPU figures of r for the window between a and b.
-func (r *benchResult) cpuShares(a, b cpuSample, win time.Duration) {
+func (r *result) cpuShares(a, b cpuSample, win time.Duration) {
 	pct := func(d time.Duration) float64 { return 100 * d.Seconds() / win.Seconds() }
 	r.ToolCPUPct = pct(b.tool - a.tool)
 	if a.server >= 0 && b.server >= 0 {
@@ -743,7 +750,7 @@ func (r *benchResult) cpuShares(a, b cpuSample, win time.Duration) {
 }
 
 // serverCPU is the server's CPU time so far, or -1 when its pid is unknown.
-func (e *benchEnv) serverCPU() time.Duration {
+func (e *env) serverCPU() time.Duration {
 	if e.pid == 0 {
 		return -1
 	}
@@ -755,7 +762,7 @@ func (e *benchEnv) serverCPU() time.Duration {
 }
 
 // serverRSS is the server's resident memory, or -1 when its pid is unknown.
-func (e *benchEnv) serverRSS() int64 {
+func (e *env) serverRSS() int64 {
 	if e.pid == 0 {
 		return -1
 	}
