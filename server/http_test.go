@@ -19,6 +19,7 @@ import (
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/internal/openapicheck"
 	"github.com/statecast/statecast/store"
 )
 
@@ -67,7 +68,7 @@ func newAPIEnv(t testing.TB, o apiOpts) *apiEnv {
 		e.Any("/*", echo.WrapHandler(h))
 		h = e
 	}
-	hs := httptest.NewServer(checkedByOpenAPI(t, h))
+	hs := httptest.NewServer(openapicheck.Handler(t, loadOpenAPI(t), h))
 	t.Cleanup(hs.Close) // runs first: after each test's streams are closed
 	return &apiEnv{st: st, eng: eng, srv: srv, hs: hs, client: hs.Client()}
 }
@@ -630,7 +631,7 @@ func FuzzHTTPInputs(f *testing.F) {
 		req.Header.Set("If-Match", strings.Map(apiHeaderSafe, cond))
 		req.Header.Set("Last-Event-ID", strings.Map(apiHeaderSafe, from))
 		rec := httptest.NewRecorder()
-		checkedByOpenAPI(t, e.srv.Handler()).ServeHTTP(rec, req)
+		openapicheck.Handler(t, loadOpenAPI(t), e.srv.Handler()).ServeHTTP(rec, req)
 		if !apiStatuses[rec.Code] {
 			t.Fatalf("%s %s (If-Match %q): status %d, body %s", method, target, cond, rec.Code, rec.Body)
 		}
