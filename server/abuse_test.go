@@ -22,6 +22,7 @@ import (
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -45,7 +46,7 @@ func TestAbuse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := newEnv(t, envOpts{Cfg: server.Config{Auth: authn, MaxFrameBytes: 256 << 10}})
+			e := servertest.Start(t, servertest.Options{Server: server.Config{Auth: authn, MaxFrameBytes: 256 << 10}})
 			good := tokenFor(t, "good", time.Now().Add(time.Hour), allRooms)
 			bad := tokenFor(t, "mallory", time.Now().Add(time.Hour), map[string]any{"grants": []any{
 				map[string]any{"room": "r*", "access": "rw"}, map[string]any{"room": "good", "access": "r"}}})
@@ -72,7 +73,7 @@ func TestAbuse(t *testing.T) {
 // goodClient writes to its room and waits for each write's event on its
 // own subscription, checking the revision contract as it goes.
 type goodClient struct {
-	e    *env
+	e    *servertest.Node
 	c    *client.Conn
 	sub  *client.Subscription
 	v    *client.View
@@ -80,11 +81,11 @@ type goodClient struct {
 	n    int
 }
 
-func newGoodClient(t *testing.T, e *env, token string) *goodClient {
+func newGoodClient(t *testing.T, e *servertest.Node, token string) *goodClient {
 	g := &goodClient{e: e, c: dial(t, e, &client.Options{Codec: "msgpack", Token: token}), v: client.NewView(),
 		http: &client.HTTP{URL: e.TS.URL, Token: token}}
 	var err error
-	if g.sub, err = g.c.Subscribe(testCtx(t), "good", client.SubscribeOptions{}); err != nil {
+	if g.sub, err = g.c.Subscribe(servertest.Context(t), "good", client.SubscribeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	applyUntil(t, g.sub, g.v, func(m wire.Message) bool { return m.T == wire.TSnapshot })
@@ -96,7 +97,7 @@ func newGoodClient(t *testing.T, e *env, token string) *goodClient {
 func (g *goodClient) run(t *testing.T, d time.Duration) []time.Duration {
 	t.Helper()
 	var lat []time.Duration
-	ctx := testCtx(t)
+	ctx := servertest.Context(t)
 	for end := time.Now().Add(d); time.Now().Before(end); {
 		g.n++
 		start := time.Now()
@@ -126,7 +127,7 @@ func (g *goodClient) check(t *testing.T) {
 	if err := g.c.Err(); err != nil {
 		t.Fatalf("the good client's connection ended: %v", err)
 	}
-	l, err := g.http.List(testCtx(t), "good", "")
+	l, err := g.http.List(servertest.Context(t), "good", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +155,7 @@ func pct(d []time.Duration, p int) time.Duration {
 
 // attacker sends random bad input through one surface until ctx ends.
 type attacker struct {
-	e     *env
+	e     *servertest.Node
 	token string
 	rng   *rand.Rand
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -33,7 +34,7 @@ type rawHTTP struct {
 	sb *bufio.Reader // the body of an open SSE response
 }
 
-func dialHTTP(t testing.TB, e *env) *rawHTTP {
+func dialHTTP(t testing.TB, e *servertest.Node) *rawHTTP {
 	t.Helper()
 	c, err := net.Dial("tcp", e.TS.Listener.Addr().String())
 	if err != nil {
@@ -144,22 +145,22 @@ func wantFull(t testing.TB, r *rawHTTP, method, path, tail string) {
 	r.ended()
 }
 
-func waitSockets(t testing.TB, e *env, n float64, labels ...string) {
+func waitSockets(t testing.TB, e *servertest.Node, n float64, labels ...string) {
 	t.Helper()
 	waitFor(t, 10*time.Second, fmt.Sprintf("statecast_sockets %v = %v", labels, n), func() bool {
-		return e.counter("statecast_sockets", labels...) == n
+		return e.Counter("statecast_sockets", labels...) == n
 	})
 }
 
 // TestHTTPStalledBodyCut: a request whose body stops coming is cut at the
 // read timeout and nothing is written.
 func TestHTTPStalledBodyCut(t *testing.T) {
-	e := newEnv(t, envOpts{Cfg: server.Config{HTTPReadTimeout: 200 * time.Millisecond}})
+	e := servertest.Start(t, servertest.Options{Server: server.Config{HTTPReadTimeout: 200 * time.Millisecond}})
 	r := dialHTTP(t, e)
 	r.send("PUT /v1/rooms/r/kv/k HTTP/1.1\r\nHost: " + r.c.RemoteAddr().String() + "\r\n" + stalledPut)
 	r.ended()
 	waitSockets(t, e, 0)
-	if _, _, err := e.HTTP.Get(testCtx(t), "r", "k"); !errors.Is(err, client.ErrNotFound) {
+	if _, _, err := e.HTTP.Get(servertest.Context(t), "r", "k"); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("the stalled PUT: %v, want not found", err)
 	}
 }
@@ -167,7 +168,7 @@ func TestHTTPStalledBodyCut(t *testing.T) {
 // TestHTTPIdleKeepAliveClosed: a keep-alive connection with no request is
 // closed after the idle timeout.
 func TestHTTPIdleKeepAliveClosed(t *testing.T) {
-	e := newEnv(t, envOpts{Cfg: server.Config{HTTPIdleTimeout: 200 * time.Millisecond}})
+	e := servertest.Start(t, servertest.Options{Server: server.Config{HTTPIdleTimeout: 200 * time.Millisecond}})
 	r := dialHTTP(t, e)
 	resp, b := r.get("/healthz")
 	wantStatus(t, resp, b, http.StatusOK)
@@ -181,11 +182,11 @@ func TestHTTPIdleKeepAliveClosed(t *testing.T) {
 // TestHTTPUnreadResponseCut: a client that does not read its response
 // (a large list) is dropped at the write timeout.
 func TestHTTPUnreadResponseCut(t *testing.T) {
-	e := newEnv(t, envOpts{Cfg: server.Config{HTTPWriteTimeout: 200 * time.Millisecond}, SendBuffer: 64 << 10})
+	e := servertest.Start(t, servertest.Options{Server: server.Config{HTTPWriteTimeout: 200 * time.Millisecond}, SendBuffer: 64 << 10})
 	c := dialCodec(t, e, "json")
 	big := strings.Repeat("x", 250<<10)
 	for i := range 10 { // a 2.5 MB list
-		if _, err := c.Put(testCtx(t), "r", fmt.Sprint("k", i), big); err != nil {
+		if _, err := c.Put(servertest.Context(t), "r", fmt.Sprint("k", i), big); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -200,7 +201,7 @@ func TestHTTPUnreadResponseCut(t *testing.T) {
 // stream and a WebSocket fill a node limited to 3; past it, requests get
 // 503 and WebSockets 4004, but health checks and metrics still answer.
 func TestConnLimitCountsEveryKind(t *testing.T) {
-	e := newEnv(t, envOpts{Cfg: server.Config{MaxConnections: 3}})
+	e := servertest.Start(t, servertest.Options{Server: server.Config{MaxConnections: 3}})
 	h := dialHTTP(t, e)
 	resp, b := h.get("/v1/rooms/r/kv")
 	wantStatus(t, resp, b, http.StatusOK)
@@ -224,18 +225,18 @@ func TestConnLimitCountsEveryKind(t *testing.T) {
 	// Also a request to the WebSocket path that is no upgrade: it would
 	// otherwise be answered 426 on a connection kept open.
 	wantFull(t, dialHTTP(t, e), "GET", "/v1/ws", "\r\n")
-	if c, err := client.Dial(testCtx(t), e.WS, nil); client.CloseCode(err) != int(wire.CloseServerFull) {
+	if c, err := client.Dial(servertest.Context(t), e.WS, nil); client.CloseCode(err) != int(wire.CloseServerFull) {
 		if err == nil {
 			c.CloseNow()
 		}
 		t.Fatalf("a WebSocket on a full node: %v, want close 4004", err)
 	}
-	if n := e.counter("statecast_connections_rejected_total", "reason", "full"); n != 5 {
+	if n := e.Counter("statecast_connections_rejected_total", "reason", "full"); n != 5 {
 		t.Errorf("rejected full = %v, want 5", n)
 	}
 
 	// The three still work, and a closed one frees its slot.
-	if _, err := ws.Put(testCtx(t), "r", "k", 1); err != nil {
+	if _, err := ws.Put(servertest.Context(t), "r", "k", 1); err != nil {
 		t.Fatal(err)
 	}
 	if ev := s.event(); ev != "put" {
@@ -250,7 +251,7 @@ func TestConnLimitCountsEveryKind(t *testing.T) {
 // TestConnLimitReserveFull: past the limit and its reserve (16 at least),
 // a connection is closed at accept without an answer.
 func TestConnLimitReserveFull(t *testing.T) {
-	e := newEnv(t, envOpts{Cfg: server.Config{MaxConnections: 1}})
+	e := servertest.Start(t, servertest.Options{Server: server.Config{MaxConnections: 1}})
 	for range 1 + 16 {
 		dialHTTP(t, e) // silent: held until the header timeout
 	}
@@ -260,7 +261,7 @@ func TestConnLimitReserveFull(t *testing.T) {
 	if got := r.ended(); got != "" {
 		t.Fatalf("past the reserve: answered %q, want a closed connection", got)
 	}
-	if n := e.counter("statecast_connections_rejected_total", "reason", "reserve_full"); n != 1 {
+	if n := e.Counter("statecast_connections_rejected_total", "reason", "reserve_full"); n != 1 {
 		t.Errorf("rejected reserve_full = %v, want 1", n)
 	}
 }
@@ -269,7 +270,7 @@ func TestConnLimitReserveFull(t *testing.T) {
 // connections; loopback is exempt unless LimitLoopback.
 func TestConnLimitPerIP(t *testing.T) {
 	t.Run("limited", func(t *testing.T) {
-		e := newEnv(t, envOpts{Cfg: server.Config{MaxConnectionsPerIP: 2, LimitLoopback: true}})
+		e := servertest.Start(t, servertest.Options{Server: server.Config{MaxConnectionsPerIP: 2, LimitLoopback: true}})
 		a, b := dialHTTP(t, e), dialHTTP(t, e)
 		for _, r := range []*rawHTTP{a, b} {
 			resp, body := r.get("/healthz")
@@ -280,7 +281,7 @@ func TestConnLimitPerIP(t *testing.T) {
 		if got := c.ended(); got != "" {
 			t.Fatalf("third connection from one address: answered %q, want it closed", got)
 		}
-		if n := e.counter("statecast_connections_rejected_total", "reason", "per_ip"); n != 1 {
+		if n := e.Counter("statecast_connections_rejected_total", "reason", "per_ip"); n != 1 {
 			t.Errorf("rejected per_ip = %v, want 1", n)
 		}
 		a.c.Close()
@@ -289,7 +290,7 @@ func TestConnLimitPerIP(t *testing.T) {
 		wantStatus(t, resp, body, http.StatusOK)
 	})
 	t.Run("loopback exempt", func(t *testing.T) {
-		e := newEnv(t, envOpts{Cfg: server.Config{MaxConnectionsPerIP: 2}})
+		e := servertest.Start(t, servertest.Options{Server: server.Config{MaxConnectionsPerIP: 2}})
 		for range 3 {
 			resp, body := dialHTTP(t, e).get("/healthz")
 			wantStatus(t, resp, body, http.StatusOK)
@@ -306,13 +307,13 @@ var shortHTTPTimeouts = server.Config{HTTPReadTimeout: 250 * time.Millisecond,
 // TestSSEOutlivesHTTPTimeouts: the request's timeouts do not end an SSE
 // stream.
 func TestSSEOutlivesHTTPTimeouts(t *testing.T) {
-	e := newEnv(t, envOpts{Cfg: shortHTTPTimeouts})
+	e := servertest.Start(t, servertest.Options{Server: shortHTTPTimeouts})
 	s := dialHTTP(t, e)
 	s.watch("r")
 	ws := dialCodec(t, e, "json")
 	for i := range 8 { // 800 ms: three read timeouts
 		time.Sleep(100 * time.Millisecond)
-		if _, err := ws.Put(testCtx(t), "r", "k", i); err != nil {
+		if _, err := ws.Put(servertest.Context(t), "r", "k", i); err != nil {
 			t.Fatal(err)
 		}
 		if ev := s.event(); ev != "put" {
@@ -325,13 +326,13 @@ func TestSSEOutlivesHTTPTimeouts(t *testing.T) {
 // TestWSOutlivesHTTPTimeouts: a WebSocket does not inherit the request's
 // deadlines (net/http clears them at the hijack).
 func TestWSOutlivesHTTPTimeouts(t *testing.T) {
-	e := newEnv(t, envOpts{Cfg: shortHTTPTimeouts})
+	e := servertest.Start(t, servertest.Options{Server: shortHTTPTimeouts})
 	c := dialCodec(t, e, "json")
 	time.Sleep(800 * time.Millisecond) // three read and idle timeouts
-	if _, err := c.Put(testCtx(t), "r", "k", 1); err != nil {
+	if _, err := c.Put(servertest.Context(t), "r", "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Ping(testCtx(t)); err != nil {
+	if err := c.Ping(servertest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	waitSockets(t, e, 1, "kind", "ws")

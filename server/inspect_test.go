@@ -9,10 +9,11 @@ import (
 
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/servertest"
 )
 
 // getInspect asks the inspector as if from remoteAddr, with token as bearer when set.
-func getInspect(t *testing.T, e *env, remoteAddr, token string, header ...string) (int, map[string]any, server.InspectReply) {
+func getInspect(t *testing.T, e *servertest.Node, remoteAddr, token string, header ...string) (int, map[string]any, server.InspectReply) {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, "/v1/admin/inspect", nil)
 	req.RemoteAddr, req.Host = remoteAddr, "127.0.0.1:8080"
@@ -27,7 +28,7 @@ func getInspect(t *testing.T, e *env, remoteAddr, token string, header ...string
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	rec := httptest.NewRecorder()
-	e.Srv.Handler().ServeHTTP(rec, req)
+	e.Server.Handler().ServeHTTP(rec, req)
 	var raw map[string]any
 	var rep server.InspectReply
 	if err := json.Unmarshal(rec.Body.Bytes(), &raw); err != nil {
@@ -38,8 +39,8 @@ func getInspect(t *testing.T, e *env, remoteAddr, token string, header ...string
 }
 
 func TestInspectRoomsClientsAndWatches(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	ctx := testCtx(t)
+	e := servertest.Start(t, servertest.Options{})
+	ctx := servertest.Context(t)
 	c := dial(t, e, nil)
 	for _, v := range []string{`1`, `2`, `3`} {
 		if _, err := c.Put(ctx, "doc:1", "items/"+v, json.RawMessage(v)); err != nil {
@@ -80,13 +81,13 @@ func TestInspectRoomsClientsAndWatches(t *testing.T) {
 
 func TestInspectNeedsAdminTokenOffLoopback(t *testing.T) {
 	const remote = "192.0.2.7:40000"
-	open := newEnv(t, envOpts{})
+	open := servertest.Start(t, servertest.Options{})
 	code, raw, _ := getInspect(t, open, remote, "anything")
 	if code != http.StatusForbidden || raw["error"].(map[string]any)["code"] != "forbidden" {
 		t.Errorf("no token configured, off loopback: %d %v, want 403 forbidden", code, raw)
 	}
 
-	e := newEnv(t, envOpts{Cfg: server.Config{AdminToken: "s3cret"}})
+	e := servertest.Start(t, servertest.Options{Server: server.Config{AdminToken: "s3cret"}})
 	for _, tok := range []string{"", "s3cre", "s3cret2"} {
 		code, raw, _ := getInspect(t, e, remote, tok)
 		if code != http.StatusUnauthorized || raw["error"].(map[string]any)["code"] != "unauthorized" {
@@ -124,10 +125,10 @@ func TestInspectNeedsAdminTokenOffLoopback(t *testing.T) {
 // forwarding header that is present but empty still marks the request
 // as forwarded: no loopback pass.
 func TestInspectEmptyForwardHeader(t *testing.T) {
-	e := newEnv(t, envOpts{Cfg: server.Config{AdminToken: "s3cret"}})
+	e := servertest.Start(t, servertest.Options{Server: server.Config{AdminToken: "s3cret"}})
 	get := func(header string) int {
 		t.Helper()
-		req, err := http.NewRequestWithContext(testCtx(t), http.MethodGet, e.TS.URL+"/v1/admin/inspect", nil)
+		req, err := http.NewRequestWithContext(servertest.Context(t), http.MethodGet, e.TS.URL+"/v1/admin/inspect", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redisstore"
 	"github.com/statecast/statecast/store/redistest"
@@ -27,7 +28,7 @@ import (
 // delete events; a starting node never adopts the keys of a live one.
 func TestLeasesAcrossNodes(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	ctx, room := testCtx(t), "lobby"
+	ctx, room := servertest.Context(t), "lobby"
 	open := func() store.Store {
 		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "lt"})
 		if err != nil {
@@ -36,8 +37,8 @@ func TestLeasesAcrossNodes(t *testing.T) {
 		return st
 	}
 	const timeout, grace = time.Second, 200 * time.Millisecond
-	node := func(id string) *env {
-		return newEnv(t, envOpts{Store: open(), Cfg: server.Config{NodeID: id, NodeTimeout: timeout, LeaseGrace: grace}})
+	node := func(id string) *servertest.Node {
+		return servertest.Start(t, servertest.Options{Store: open(), Server: server.Config{NodeID: id, NodeTimeout: timeout, LeaseGrace: grace}})
 	}
 	a, b, c := node("a"), node("b"), node("c")
 
@@ -142,14 +143,14 @@ func TestLeasesAcrossNodes(t *testing.T) {
 // The lease names a node stores carry the node, so the survivors know
 // whose keys they are; the name on the wire stays a flag.
 func TestLeaseStoredUnderNode(t *testing.T) {
-	e := newEnv(t, envOpts{Cfg: server.Config{NodeID: "n1"}})
+	e := servertest.Start(t, servertest.Options{Server: server.Config{NodeID: "n1"}})
 	ctx := context.Background()
 	c := dialCodec(t, e, "json")
-	if _, err := c.Put(testCtx(t), "r", "k", 1, client.WithLease("session")); err != nil {
+	if _, err := c.Put(servertest.Context(t), "r", "k", 1, client.WithLease("session")); err != nil {
 		t.Fatal(err)
 	}
 	var leases []string
-	if err := e.St.Leased(ctx, func(_ string, kv store.KV) error { leases = append(leases, kv.Lease); return nil }); err != nil {
+	if err := e.Store.Leased(ctx, func(_ string, kv store.KV) error { leases = append(leases, kv.Lease); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(leases) != 1 || !strings.HasPrefix(leases[0], "n1.") || !strings.Contains(leases[0], "/session:") {
@@ -163,8 +164,8 @@ func TestLeaseStoredUnderNode(t *testing.T) {
 // grants a new one); its keys end after the grace.
 func TestLeaseRecoveredHasNoOwner(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "statecast.db")
-	ctx := testCtx(t)
-	e1 := newEnv(t, envOpts{File: path})
+	ctx := servertest.Context(t)
+	e1 := servertest.Start(t, servertest.Options{File: path})
 	id, err := e1.HTTP.GrantLease(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -172,9 +173,9 @@ func TestLeaseRecoveredHasNoOwner(t *testing.T) {
 	if _, err := e1.HTTP.Put(ctx, "r", "k", json.RawMessage(`1`), nil, id); err != nil {
 		t.Fatal(err)
 	}
-	e1.stop()
+	e1.Stop()
 
-	e2 := newEnv(t, envOpts{File: path, Cfg: server.Config{LeaseGrace: 200 * time.Millisecond}})
+	e2 := servertest.Start(t, servertest.Options{File: path, Server: server.Config{LeaseGrace: 200 * time.Millisecond}})
 	if err := e2.HTTP.KeepAlive(ctx, id); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("keep-alive of an adopted lease: %v, want not found", err)
 	}
@@ -196,9 +197,9 @@ func TestLeaseRecoveredHasNoOwner(t *testing.T) {
 // deleted, each once.
 func TestSessionResumedOnAnotherNode(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	ctx, room := testCtx(t), "lobby"
+	ctx, room := servertest.Context(t), "lobby"
 	const timeout, grace = time.Second, 300 * time.Millisecond
-	node := func(id string) *env {
+	node := func(id string) *servertest.Node {
 		return redisNode(t, rs.URL(), "rs", server.Config{NodeID: id, NodeTimeout: timeout, LeaseGrace: grace})
 	}
 	a, b := node("a"), node("b")
@@ -259,7 +260,7 @@ func TestSessionResumedOnAnotherNode(t *testing.T) {
 // record is gone (its ender died before deleting it).
 func TestSessionOrphansEnd(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	ctx, room := testCtx(t), "lobby"
+	ctx, room := servertest.Context(t), "lobby"
 	const timeout, grace = 500 * time.Millisecond, 200 * time.Millisecond
 	ghost, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "so"})
 	if err != nil {
@@ -273,7 +274,7 @@ func TestSessionOrphansEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, envOpts{Store: st, Cfg: server.Config{NodeID: "a", NodeTimeout: timeout, LeaseGrace: grace}})
+	e := servertest.Start(t, servertest.Options{Store: st, Server: server.Config{NodeID: "a", NodeTimeout: timeout, LeaseGrace: grace}})
 	_, next := watchKeys(t, dialCodec(t, e, "json"), room)
 	for _, kv := range [][2]string{{"attached", "session:s_1"}, {"ended", "session:s_2"}} {
 		if _, err := ghost.Apply(ctx, room, store.Write{Ops: []store.Op{{Type: store.OpPut, Key: kv[0], Value: []byte(`1`), Lease: kv[1]}}}); err != nil {
@@ -312,18 +313,18 @@ func TestSessionOrphansEnd(t *testing.T) {
 // keys is deleted by exactly one delete event.
 func TestTTLLeasesAcrossNodes(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	ctx, room := testCtx(t), "lobby"
+	ctx, room := servertest.Context(t), "lobby"
 	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const timeout, ttl = time.Second, 1500 * time.Millisecond
-	node := func(id string) *env {
+	node := func(id string) *servertest.Node {
 		return redisNode(t, rs.URL(), "tl", server.Config{NodeID: id, NodeTimeout: timeout, Auth: authn})
 	}
 	a, b, c := node("a"), node("b"), node("c")
 	alice := tokenFor(t, "alice", time.Now().Add(time.Hour), allRooms)
-	as := func(e *env, tok string) *client.HTTP { return &client.HTTP{URL: e.TS.URL, Token: tok} }
+	as := func(e *servertest.Node, tok string) *client.HTTP { return &client.HTTP{URL: e.TS.URL, Token: tok} }
 	onA, onB, onC := as(a, alice), as(b, alice), as(c, alice)
 	mallory := as(b, tokenFor(t, "mallory", time.Now().Add(time.Hour), allRooms))
 	_, next := watchKeys(t, dial(t, c, &client.Options{Token: alice}), room)
@@ -340,7 +341,7 @@ func TestTTLLeasesAcrossNodes(t *testing.T) {
 	}
 	// Node a, which granted it, stops; keep-alives through b and c keep
 	// the lease past three TTLs.
-	a.stop()
+	a.Stop()
 	for i := range 9 {
 		time.Sleep(ttl / 3)
 		if err := []*client.HTTP{onB, onC}[i%2].KeepAlive(ctx, id); err != nil {
@@ -447,8 +448,8 @@ func sorted(s []string) []string { slices.Sort(s); return s }
 // anonymous subject (""), a holder like any other on Redis too.
 func TestTTLLeaseAnonymousAcrossNodes(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	ctx := testCtx(t)
-	node := func(id string) *env {
+	ctx := servertest.Context(t)
+	node := func(id string) *servertest.Node {
 		return redisNode(t, rs.URL(), "ta", server.Config{NodeID: id, NodeTimeout: time.Second})
 	}
 	a, b := node("a"), node("b")
@@ -471,11 +472,11 @@ func TestTTLLeaseAnonymousAcrossNodes(t *testing.T) {
 }
 
 // redisNode starts a node on the Redis at url, under key prefix, with cfg.
-func redisNode(t *testing.T, url, prefix string, cfg server.Config) *env {
+func redisNode(t *testing.T, url, prefix string, cfg server.Config) *servertest.Node {
 	t.Helper()
-	st, err := redisstore.New(testCtx(t), redisstore.Config{URL: url, Prefix: prefix})
+	st, err := redisstore.New(servertest.Context(t), redisstore.Config{URL: url, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newEnv(t, envOpts{Store: st, Cfg: cfg})
+	return servertest.Start(t, servertest.Options{Store: st, Server: cfg})
 }

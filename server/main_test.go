@@ -1,10 +1,11 @@
 package server_test
 
 // Integration tests of the WebSocket server over real sockets on loopback:
-// an httptest.Server runs server.New(...)'s HTTPServer and Listener on a real store and
-// room engine, and the tests speak protocol v1 (PROTOCOL.md) through the
-// client package or, where the bytes on the wire matter, through a raw
-// coder/websocket connection. This file holds TestMain and the helpers;
+// servertest.Start runs a node (a real store, room engine and server,
+// served as statecast serve serves it), and the tests speak protocol v1
+// (PROTOCOL.md) through the client package or, where the bytes on the
+// wire matter, through a raw coder/websocket connection. This file holds
+// TestMain and the helpers;
 // ws_test.go covers the messages, resume and leases, ws_auth_test.go the
 // tokens, ws_limits_test.go the limits and close codes.
 
@@ -17,22 +18,17 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
 
 	"github.com/statecast/statecast/client"
-	"github.com/statecast/statecast/rooms"
-	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
-	"github.com/statecast/statecast/store"
 )
 
 // Every connection's reader, writer and timers, the lease keeper and the
@@ -41,158 +37,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var codecs = []string{"json", "msgpack"}
 
-// env is one node: a store, an engine, a server and its HTTP listener.
-type env struct {
-	t    testing.TB
-	St   store.Store
-	Eng  *rooms.Engine
-	Srv  *server.Server
-	TS   *httptest.Server
-	WS   string // ws://…/v1/ws
-	HTTP *client.HTTP
-	Reg  *prometheus.Registry
-
-	stopOnce sync.Once
-}
-
-// envOpts says how to build an env. Zero values take the defaults: a
-// memory store and default engine and server configurations.
-type envOpts struct {
-	Cfg   server.Config
-	Rooms rooms.Config
-	Mem   store.MemoryConfig
-	File  string      // when set, a file store at this path
-	Store store.Store // when set, this store (closed with the env)
-	// SendBuffer, when set, is the socket send buffer of every accepted
-	// connection: a socket that is not read then fills after a few
-	// hundred KB instead of the several MB of loopback autotuning.
-	SendBuffer int
-}
-
-// sendBufferListener sets the send buffer of the connections it accepts.
-type sendBufferListener struct {
-	net.Listener
-	size int
-}
-
-func (l sendBufferListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetWriteBuffer(l.size)
-	}
-	return c, err
-}
-
-// newEnv starts a node; it is stopped (server shut down, engine and store
-// closed) when the test ends, or earlier by stop.
-func newEnv(t testing.TB, o envOpts) *env {
-	t.Helper()
-	st := o.Store
-	switch {
-	case st != nil:
-	case o.File != "":
-		f, err := store.OpenFile(store.FileConfig{Path: o.File, Retention: o.Mem.Retention, Limits: o.Mem.Limits})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = f
-	default:
-		st = store.NewMemory(o.Mem)
-	}
-	eng := rooms.New(st, o.Rooms)
-	cfg := o.Cfg
-	cfg.Store, cfg.Engine = st, eng
-	reg := prometheus.NewRegistry()
-	cfg.Registerer, cfg.Gatherer = reg, reg
-	srv, err := server.New(context.Background(), cfg)
-	if err != nil {
-		_ = eng.Close()
-		_ = st.Close()
-		t.Fatal(err)
-	}
-	// Served as statecast serve serves it: its http.Server (timeouts) on
-	// its Listener (connection limits).
-	ts := httptest.NewUnstartedServer(nil)
-	ts.Config = srv.HTTPServer()
-	ts.Config.Handler = server.CheckedByOpenAPI(t, ts.Config.Handler)
-	if o.SendBuffer > 0 {
-		ts.Listener = sendBufferListener{ts.Listener, o.SendBuffer}
-	}
-	ts.Listener = srv.Listener(ts.Listener)
-	ts.Start()
-	e := &env{t: t, St: st, Eng: eng, Srv: srv, TS: ts, Reg: reg,
-		WS:   "ws" + strings.TrimPrefix(ts.URL, "http") + "/v1/ws",
-		HTTP: &client.HTTP{URL: ts.URL}}
-	t.Cleanup(e.stop)
-	return e
-}
-
-// stop shuts the node down as a deploy would: server, listener, engine,
-// store. It may be called more than once.
-func (e *env) stop() {
-	e.stopOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := e.Srv.Shutdown(ctx); err != nil {
-			e.t.Errorf("Shutdown: %v", err)
-		}
-		e.TS.Close()
-		_ = e.Eng.Close() // may have been closed by the test
-		_ = e.St.Close()
-	})
-}
-
-// counter returns the value of a counter or gauge of the server's
-// registry, summed over its labels when labels is empty, else the series
-// whose labels include them.
-func (e *env) counter(name string, labels ...string) float64 {
-	e.t.Helper()
-	mfs, err := e.Reg.Gather()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue metric
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				sum += m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				sum += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-// testCtx bounds a test so that a missing message fails it instead of
-// hanging the run.
-func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // dial connects through the client package and closes the connection
 // when the test ends.
-func dial(t testing.TB, e *env, o *client.Options) *client.Conn {
+func dial(t testing.TB, e *servertest.Node, o *client.Options) *client.Conn {
 	t.Helper()
-	c, err := client.Dial(testCtx(t), e.WS, o)
+	c, err := client.Dial(servertest.Context(t), e.WS, o)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -200,7 +49,7 @@ func dial(t testing.TB, e *env, o *client.Options) *client.Conn {
 	return c
 }
 
-func dialCodec(t testing.TB, e *env, codec string) *client.Conn {
+func dialCodec(t testing.TB, e *servertest.Node, codec string) *client.Conn {
 	t.Helper()
 	return dial(t, e, &client.Options{Codec: codec})
 }
@@ -272,24 +121,6 @@ func describe(msgs []wire.Message) string {
 	return b.String()
 }
 
-// assertViewIsRoom checks that v holds exactly the room's keys (under
-// prefix) at the room's revision, as a fresh snapshot would.
-func assertViewIsRoom(t testing.TB, e *env, room string, v *client.View) {
-	t.Helper()
-	l, err := e.HTTP.List(testCtx(t), room, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Rev != v.Rev || l.Epoch != v.Epoch {
-		t.Fatalf("view at %s/%d, room at %s/%d", v.Epoch, v.Rev, l.Epoch, l.Rev)
-	}
-	got, _ := json.Marshal(v.Sorted())
-	want, _ := json.Marshal(l.Items)
-	if string(got) != string(want) {
-		t.Fatalf("view %.2000s\nroom %.2000s", got, want)
-	}
-}
-
 // rawConn is a WebSocket speaking protocol v1 without the client package:
 // for tests of the bytes on the wire, of misbehaving peers and of sockets
 // that stop reading.
@@ -325,7 +156,7 @@ func codecByName(t testing.TB, name string) wire.Codec {
 
 // dialRawResp opens a raw WebSocket; it returns the upgrade's response and
 // error instead of failing, for tests of refused upgrades.
-func dialRawResp(t testing.TB, e *env, codec string, o rawOpts) (*rawConn, *http.Response, error) {
+func dialRawResp(t testing.TB, e *servertest.Node, codec string, o rawOpts) (*rawConn, *http.Response, error) {
 	t.Helper()
 	cd := codecByName(t, codec)
 	protos := o.Subprotocols
@@ -356,7 +187,7 @@ func dialRawResp(t testing.TB, e *env, codec string, o rawOpts) (*rawConn, *http
 	return r, resp, nil
 }
 
-func dialRaw(t testing.TB, e *env, codec string) *rawConn {
+func dialRaw(t testing.TB, e *servertest.Node, codec string) *rawConn {
 	t.Helper()
 	r, _, err := dialRawResp(t, e, codec, rawOpts{})
 	if err != nil {
@@ -366,7 +197,7 @@ func dialRaw(t testing.TB, e *env, codec string) *rawConn {
 }
 
 // connectRaw dials and sends connect, returning the connected message.
-func connectRaw(t testing.TB, e *env, codec string) (*rawConn, rawMsg) {
+func connectRaw(t testing.TB, e *servertest.Node, codec string) (*rawConn, rawMsg) {
 	t.Helper()
 	r := dialRaw(t, e, codec)
 	r.send(&wire.Request{T: wire.TConnect})

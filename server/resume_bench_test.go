@@ -8,6 +8,7 @@ import (
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )
@@ -19,15 +20,15 @@ import (
 func BenchmarkResumeSocket(b *testing.B) {
 	ctx := context.Background()
 	ret := store.RetentionPolicy{Default: store.Retention{MaxEvents: 20_000}}
-	e := newEnv(b, envOpts{Mem: store.MemoryConfig{Retention: ret},
+	e := servertest.Start(b, servertest.Options{Memory: store.MemoryConfig{Retention: ret},
 		Rooms: rooms.Config{Retention: ret, Prepare: server.PrepareChange}})
 	value := []byte(fmt.Sprintf(`"%0100d"`, 7))
 	for i := range 10_000 {
-		if _, err := e.Eng.Apply(ctx, "r", store.Put(fmt.Sprintf("k%d", i%10), value)); err != nil {
+		if _, err := e.Engine.Apply(ctx, "r", store.Put(fmt.Sprintf("k%d", i%10), value)); err != nil {
 			b.Fatal(err)
 		}
 	}
-	snap, err := e.Eng.List(ctx, "r", "", rooms.ReadOptions{})
+	snap, err := e.Engine.List(ctx, "r", "", rooms.ReadOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,30 +21,31 @@ import (
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )
 
 // fileAuthEnv starts a node with auth on the file store at path.
-func fileAuthEnv(t *testing.T, path string, grace time.Duration) *env {
+func fileAuthEnv(t *testing.T, path string, grace time.Duration) *servertest.Node {
 	t.Helper()
 	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret, Leeway: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newEnv(t, envOpts{File: path, Cfg: server.Config{Auth: authn, LeaseGrace: grace}})
+	return servertest.Start(t, servertest.Options{File: path, Server: server.Config{Auth: authn, LeaseGrace: grace}})
 }
 
 // dialAs connects as subject sub, resuming session/resume when set.
-func dialAs(t *testing.T, e *env, sub, session, resume string) *client.Conn {
+func dialAs(t *testing.T, e *servertest.Node, sub, session, resume string) *client.Conn {
 	t.Helper()
 	return dial(t, e, &client.Options{Token: tokenFor(t, sub, time.Now().Add(time.Hour), allRooms), Session: session, Resume: resume})
 }
 
 // storedKeys lists the keys of room, read from the store itself.
-func storedKeys(t *testing.T, e *env, room string) []string {
+func storedKeys(t *testing.T, e *servertest.Node, room string) []string {
 	t.Helper()
-	snap, err := e.St.Snapshot(context.Background(), room, "")
+	snap, err := e.Store.Snapshot(context.Background(), room, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,9 +57,9 @@ func storedKeys(t *testing.T, e *env, room string) []string {
 }
 
 // sessionRecord returns the store's record of session id.
-func sessionRecord(t *testing.T, e *env, id string) (store.SessionRecord, bool) {
+func sessionRecord(t *testing.T, e *servertest.Node, id string) (store.SessionRecord, bool) {
 	t.Helper()
-	rec, ok, err := e.St.(store.Sessions).Session(context.Background(), id)
+	rec, ok, err := e.Store.(store.Sessions).Session(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func sessionRecord(t *testing.T, e *env, id string) (store.SessionRecord, bool) 
 // resumes too. Shutdown deleted nothing.
 func TestWSSessionSurvivesRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "statecast.db")
-	ctx, room := testCtx(t), "lobby"
+	ctx, room := servertest.Context(t), "lobby"
 	e1 := fileAuthEnv(t, path, 10*time.Second)
 	alice := dialAs(t, e1, "alice", "", "")
 	if _, err := alice.Put(ctx, room, "presence/alice", 1, client.WithLease("session")); err != nil {
@@ -81,7 +82,7 @@ func TestWSSessionSurvivesRestart(t *testing.T) {
 	}
 	bob := dialAs(t, e1, "bob", "", "") // no keys
 	a1, b1 := alice.Connected(), bob.Connected()
-	e1.stop()
+	e1.Stop()
 
 	const grace = 500 * time.Millisecond
 	e2 := fileAuthEnv(t, path, grace)
@@ -129,7 +130,7 @@ func TestWSSessionSurvivesRestart(t *testing.T) {
 // does not come back ends after the grace: keys and record deleted.
 func TestWSSessionRestartRefusesOthers(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "statecast.db")
-	ctx, room := testCtx(t), "lobby"
+	ctx, room := servertest.Context(t), "lobby"
 	e1 := fileAuthEnv(t, path, 10*time.Second)
 	alice := dialAs(t, e1, "alice", "", "")
 	carol := dialAs(t, e1, "carol", "", "")
@@ -139,7 +140,7 @@ func TestWSSessionRestartRefusesOthers(t *testing.T) {
 		}
 	}
 	a1, c1 := alice.Connected(), carol.Connected()
-	e1.stop()
+	e1.Stop()
 
 	const grace = 500 * time.Millisecond
 	e2 := fileAuthEnv(t, path, grace)
@@ -170,7 +171,7 @@ func TestWSSessionRestartRefusesOthers(t *testing.T) {
 // is deleted when the session ends.
 func TestWSSessionRecord(t *testing.T) {
 	const grace = 200 * time.Millisecond
-	e := newEnv(t, envOpts{File: filepath.Join(t.TempDir(), "statecast.db"), Cfg: server.Config{LeaseGrace: grace}})
+	e := servertest.Start(t, servertest.Options{File: filepath.Join(t.TempDir(), "statecast.db"), Server: server.Config{LeaseGrace: grace}})
 	c := dialCodec(t, e, "json")
 	first := c.Connected()
 	c.CloseNow()
@@ -199,8 +200,8 @@ func TestSessionResumeFigures(t *testing.T) {
 	const n, room = 1000, "lobby"
 	path := filepath.Join(t.TempDir(), "statecast.db")
 	cfg := server.Config{LeaseGrace: time.Minute, WriteRate: 1e6}
-	e1 := newEnv(t, envOpts{File: path, Cfg: cfg})
-	ctx := testCtx(t)
+	e1 := servertest.Start(t, servertest.Options{File: path, Server: cfg})
+	ctx := servertest.Context(t)
 	first := make([]wire.Message, n)
 	conns := make([]*client.Conn, n)
 	var wg sync.WaitGroup
@@ -221,13 +222,13 @@ func TestSessionResumeFigures(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	e1.stop()
+	e1.Stop()
 	for _, c := range conns {
 		<-c.Done()
 	}
 
-	e2 := newEnv(t, envOpts{File: path, Cfg: cfg})
-	f := e2.St.(*store.File)
+	e2 := servertest.Start(t, servertest.Options{File: path, Server: cfg})
+	f := e2.Store.(*store.File)
 	before := f.Commits()
 	var resumed atomic.Int64
 	start := time.Now()
@@ -263,8 +264,8 @@ func TestSessionResumeFigures(t *testing.T) {
 func TestWSShutdownEndsNoSession(t *testing.T) {
 	const grace = 100 * time.Millisecond
 	bs := &blockingStore{Store: store.NewMemory(store.MemoryConfig{}), entered: make(chan struct{}, 1), release: make(chan struct{})}
-	e := newEnv(t, envOpts{Store: bs, Cfg: server.Config{LeaseGrace: grace}})
-	ctx, room := testCtx(t), "lobby"
+	e := servertest.Start(t, servertest.Options{Store: bs, Server: server.Config{LeaseGrace: grace}})
+	ctx, room := servertest.Context(t), "lobby"
 	c := dialCodec(t, e, "json")
 	if _, err := c.Put(ctx, room, "presence/me", 1, client.WithLease("session")); err != nil {
 		t.Fatal(err)
@@ -273,7 +274,7 @@ func TestWSShutdownEndsNoSession(t *testing.T) {
 	go func() { _, _ = blocked.Put(ctx, "block", "k", 1) }() // holds the shutdown up
 	<-bs.entered
 	stopped := make(chan struct{})
-	go func() { e.stop(); close(stopped) }()
+	go func() { e.Stop(); close(stopped) }()
 	waitDone(t, c, 10*time.Second) // closed by the shutdown
 	time.Sleep(5 * grace)          // on purpose: past the grace, the shutdown still going
 	snap, err := bs.Store.Snapshot(ctx, room, "")
@@ -313,8 +314,8 @@ func TestWSSessionSlowShutdownEndsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	bf := &blockingFile{File: f, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	e1 := newEnv(t, envOpts{Store: bf, Cfg: server.Config{LeaseGrace: grace}})
-	ctx, room := testCtx(t), "lobby"
+	e1 := servertest.Start(t, servertest.Options{Store: bf, Server: server.Config{LeaseGrace: grace}})
+	ctx, room := servertest.Context(t), "lobby"
 	alice := dialCodec(t, e1, "json")
 	if _, err := alice.Put(ctx, room, "presence/alice", 1, client.WithLease("session")); err != nil {
 		t.Fatal(err)
@@ -326,12 +327,12 @@ func TestWSSessionSlowShutdownEndsNothing(t *testing.T) {
 	alice.CloseNow() // detached: its grace runs
 	time.Sleep(50 * time.Millisecond)
 	stopped := make(chan struct{})
-	go func() { e1.stop(); close(stopped) }()
+	go func() { e1.Stop(); close(stopped) }()
 	time.Sleep(4 * grace)
 	close(bf.release)
 	<-stopped
 
-	e2 := newEnv(t, envOpts{File: path, Cfg: server.Config{LeaseGrace: 10 * time.Second}})
+	e2 := servertest.Start(t, servertest.Options{File: path, Server: server.Config{LeaseGrace: 10 * time.Second}})
 	keys := storedKeys(t, e2, room)
 	c := dial(t, e2, &client.Options{Session: a1.Session, Resume: a1.Resume})
 	m := c.Connected()
@@ -363,17 +364,17 @@ func TestWSSessionUnsavedSecretNotHandedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs := &failingSaves{File: f}
-	e1 := newEnv(t, envOpts{Store: fs, Cfg: server.Config{LeaseGrace: 10 * time.Second}})
+	e1 := servertest.Start(t, servertest.Options{Store: fs, Server: server.Config{LeaseGrace: 10 * time.Second}})
 	c := dialCodec(t, e1, "json")
 	a1 := c.Connected()
 	c.CloseNow()
 	fs.fail = true
-	_, err = client.Dial(testCtx(t), e1.WS, &client.Options{Session: a1.Session, Resume: a1.Resume})
+	_, err = client.Dial(servertest.Context(t), e1.WS, &client.Options{Session: a1.Session, Resume: a1.Resume})
 	if code := client.CloseCode(err); code != int(websocket.StatusInternalError) {
 		t.Fatalf("connect whose secret cannot be saved: %v (close %d), want 1011", err, code)
 	}
-	e1.stop()
-	e2 := newEnv(t, envOpts{File: path, Cfg: server.Config{LeaseGrace: 10 * time.Second}})
+	e1.Stop()
+	e2 := servertest.Start(t, servertest.Options{File: path, Server: server.Config{LeaseGrace: 10 * time.Second}})
 	if m := dial(t, e2, &client.Options{Session: a1.Session, Resume: a1.Resume}).Connected(); !m.Resumed {
 		t.Fatalf("the secret presented last, after a restart: %+v, want resumed", m)
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -14,7 +15,7 @@ import (
 func TestWSWidResentAfterLostReply(t *testing.T) {
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			e := newEnv(t, envOpts{})
+			e := servertest.Start(t, servertest.Options{})
 			const room = "wid"
 			watcher, _ := connectRaw(t, e, codec)
 			watcher.send(&wire.Request{T: wire.TSub, ID: 1, Room: room})
@@ -66,7 +67,7 @@ func TestWSWidResentAfterLostReply(t *testing.T) {
 func TestWSWidInvalid(t *testing.T) {
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			e := newEnv(t, envOpts{})
+			e := servertest.Start(t, servertest.Options{})
 			c, _ := connectRaw(t, e, codec)
 			bad := []*wire.Request{
 				{Wid: strings.Repeat("w", 65)},
@@ -82,7 +83,7 @@ func TestWSWidInvalid(t *testing.T) {
 					t.Errorf("put with wid %q since %v: %+v, want err bad_request about the write id", r.Wid, r.Since, m.Raw)
 				}
 			}
-			if snap, _ := e.St.Snapshot(testCtx(t), "r", ""); snap.Rev != 0 {
+			if snap, _ := e.Store.Snapshot(servertest.Context(t), "r", ""); snap.Rev != 0 {
 				t.Errorf("room at revision %d after bad writes, want 0", snap.Rev)
 			}
 		})

@@ -16,6 +16,7 @@ import (
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -23,13 +24,13 @@ var hmacSecret = []byte("statecast-test-secret-of-at-least-32-bytes")
 
 // authEnv starts a server that verifies HS256 tokens with no clock leeway,
 // so expiry is exact.
-func authEnv(t *testing.T) *env {
+func authEnv(t *testing.T) *servertest.Node {
 	t.Helper()
 	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret, Leeway: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newEnv(t, envOpts{Cfg: server.Config{Auth: authn}})
+	return servertest.Start(t, servertest.Options{Server: server.Config{Auth: authn}})
 }
 
 func sign(t *testing.T, method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
@@ -136,7 +137,7 @@ func TestWSAuthConnect(t *testing.T) {
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
 			for _, tc := range cases {
-				_, err := client.Dial(testCtx(t), e.WS, &client.Options{Codec: codec, Token: tc.token(t)})
+				_, err := client.Dial(servertest.Context(t), e.WS, &client.Options{Codec: codec, Token: tc.token(t)})
 				if code := client.CloseCode(err); code != tc.code {
 					t.Errorf("%s: Dial = %v (close %d), want close %d", tc.name, err, code, tc.code)
 				}
@@ -145,12 +146,12 @@ func TestWSAuthConnect(t *testing.T) {
 			if ms := c.Connected().ExpiresMS; ms < 3590_000 || ms > 3600_000 {
 				t.Fatalf("connected expires_ms = %d, want about an hour", ms)
 			}
-			if _, err := c.Put(testCtx(t), "r", "k", 1); err != nil {
+			if _, err := c.Put(servertest.Context(t), "r", "k", 1); err != nil {
 				t.Fatal(err)
 			}
 		})
 	}
-	if n := e.counter("statecast_auth_failures_total"); n < float64(2*len(cases)) {
+	if n := e.Counter("statecast_auth_failures_total"); n < float64(2*len(cases)) {
 		t.Fatalf("auth failures counted: %v, want at least %d", n, 2*len(cases))
 	}
 }
@@ -167,7 +168,7 @@ func TestWSAuthPermissions(t *testing.T) {
 	admin := dial(t, e, &client.Options{Token: tokenFor(t, "admin", time.Now().Add(time.Hour), allRooms)})
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			ctx := testCtx(t)
+			ctx := servertest.Context(t)
 			c := dial(t, e, &client.Options{Codec: codec, Token: tokenFor(t, "alice", time.Now().Add(time.Hour), grants)})
 			h := *e.HTTP
 			h.Token = tokenFor(t, "admin", time.Now().Add(time.Hour), allRooms)
@@ -259,10 +260,10 @@ func TestWSAuthRefreshMessage(t *testing.T) {
 				t.Fatal("no refresh message for a token with 20 s left")
 			}
 			// Refreshed with a long token: no further refresh.
-			if err := c.Auth(testCtx(t), tokenFor(t, "alice", time.Now().Add(time.Hour), allRooms)); err != nil {
+			if err := c.Auth(servertest.Context(t), tokenFor(t, "alice", time.Now().Add(time.Hour), allRooms)); err != nil {
 				t.Fatal(err)
 			}
-			if err := c.Ping(testCtx(t)); err != nil {
+			if err := c.Ping(servertest.Context(t)); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -279,7 +280,7 @@ func TestWSAuthRefreshMessage(t *testing.T) {
 // refreshes do not extend it.
 func TestWSAuthExpiry(t *testing.T) {
 	e := authEnv(t)
-	ctx := testCtx(t)
+	ctx := servertest.Context(t)
 
 	exp := soon()
 	expiring := dial(t, e, &client.Options{Token: tokenFor(t, "alice", exp, allRooms)})
@@ -323,7 +324,7 @@ func TestWSAuthExpiry(t *testing.T) {
 // requests; existing subscriptions stay.
 func TestWSAuthRefreshPermissions(t *testing.T) {
 	e := authEnv(t)
-	ctx := testCtx(t)
+	ctx := servertest.Context(t)
 	only := func(room string) map[string]any {
 		return map[string]any{"grants": []any{map[string]any{"room": room, "access": "rw"}}}
 	}
@@ -364,7 +365,7 @@ func TestWSAuthRefreshPermissions(t *testing.T) {
 // keep it alive, revoke it nor bind keys to it, over HTTP or WebSocket.
 func TestWSAuthLeaseOwner(t *testing.T) {
 	e := authEnv(t)
-	ctx := testCtx(t)
+	ctx := servertest.Context(t)
 	hour := time.Now().Add(time.Hour)
 	alice, bob := *e.HTTP, *e.HTTP
 	alice.Token, bob.Token = tokenFor(t, "alice", hour, allRooms), tokenFor(t, "bob", hour, allRooms)
@@ -460,8 +461,8 @@ func TestWSAuthLeewayAgrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, envOpts{Cfg: server.Config{Auth: authn}})
-	ctx := testCtx(t)
+	e := servertest.Start(t, servertest.Options{Server: server.Config{Auth: authn}})
+	ctx := servertest.Context(t)
 	tok := tokenFor(t, "alice", time.Unix(time.Now().Unix()-1, 0), allRooms) // 1 to 2 s ago
 	h := *e.HTTP
 	h.Token = tok

@@ -15,6 +15,7 @@ import (
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -27,11 +28,11 @@ type bystander struct {
 	n   int
 }
 
-func newBystander(t *testing.T, e *env) *bystander {
+func newBystander(t *testing.T, e *servertest.Node) *bystander {
 	t.Helper()
 	b := &bystander{c: dialCodec(t, e, "msgpack"), v: client.NewView()}
 	var err error
-	if b.sub, err = b.c.Subscribe(testCtx(t), "bystander", client.SubscribeOptions{}); err != nil {
+	if b.sub, err = b.c.Subscribe(servertest.Context(t), "bystander", client.SubscribeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	applyUntil(t, b.sub, b.v, func(m wire.Message) bool { return m.T == wire.TSnapshot })
@@ -41,7 +42,7 @@ func newBystander(t *testing.T, e *env) *bystander {
 // check writes, sees its own write's event and pings.
 func (b *bystander) check(t *testing.T) {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := servertest.Context(t)
 	b.n++
 	rev, err := b.c.Put(ctx, "bystander", "k", b.n)
 	if err != nil {
@@ -79,9 +80,9 @@ func TestWSViolations(t *testing.T) {
 	cases := []struct {
 		name string
 		cfg  server.Config
-		run  func(t *testing.T, e *env)
+		run  func(t *testing.T, e *servertest.Node)
 	}{
-		{"frame over MaxFrameBytes closes 1009", server.Config{MaxFrameBytes: 4 << 10}, func(t *testing.T, e *env) {
+		{"frame over MaxFrameBytes closes 1009", server.Config{MaxFrameBytes: 4 << 10}, func(t *testing.T, e *servertest.Node) {
 			r, _ := connectRaw(t, e, "json")
 			r.send(&wire.Request{T: wire.TPut, ID: 1, Room: "r", Key: "k", Value: wire.Value(`"` + strings.Repeat("x", 3<<10) + `"`)})
 			if m := r.reply(1); m.T != wire.TOK {
@@ -91,32 +92,32 @@ func TestWSViolations(t *testing.T) {
 			if code, msgs := r.closeStatus(10 * time.Second); code != websocket.StatusMessageTooBig || len(msgs) != 0 {
 				t.Fatalf("oversized frame: close %d after %v, want 1009 and no reply", code, msgs)
 			}
-			if it, _, err := e.HTTP.Get(testCtx(t), "r", "k"); err != nil || len(it.Value) != 3<<10+2 {
+			if it, _, err := e.HTTP.Get(servertest.Context(t), "r", "k"); err != nil || len(it.Value) != 3<<10+2 {
 				t.Fatalf("k = %d bytes, %v: the oversized put must not apply", len(it.Value), err)
 			}
 		}},
-		{"garbage JSON closes 1007", server.Config{}, func(t *testing.T, e *env) {
+		{"garbage JSON closes 1007", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			r, _ := connectRaw(t, e, "json")
 			r.sendBytes([]byte("this is not json"))
 			if code, _ := r.closeStatus(10 * time.Second); code != websocket.StatusInvalidFramePayloadData {
 				t.Fatalf("close %d, want 1007", code)
 			}
 		}},
-		{"JSON that is not an object closes 1007", server.Config{}, func(t *testing.T, e *env) {
+		{"JSON that is not an object closes 1007", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			r, _ := connectRaw(t, e, "json")
 			r.sendBytes([]byte(`{"t":"ping"}` + "\n" + `[1,2]`))
 			if code, _ := r.closeStatus(10 * time.Second); code != websocket.StatusInvalidFramePayloadData {
 				t.Fatalf("close %d, want 1007", code)
 			}
 		}},
-		{"garbage msgpack closes 1007", server.Config{}, func(t *testing.T, e *env) {
+		{"garbage msgpack closes 1007", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			r, _ := connectRaw(t, e, "msgpack")
 			r.sendBytes([]byte{0xc1, 0xc1, 0x00})
 			if code, _ := r.closeStatus(10 * time.Second); code != websocket.StatusInvalidFramePayloadData {
 				t.Fatalf("close %d, want 1007", code)
 			}
 		}},
-		{"truncated msgpack closes 1007", server.Config{}, func(t *testing.T, e *env) {
+		{"truncated msgpack closes 1007", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			r, _ := connectRaw(t, e, "msgpack")
 			f := msgpackFrame(t, map[string]any{"t": "put", "id": 1, "room": "r", "key": "k", "value": "abcdef"})
 			r.sendBytes(f[:len(f)-3])
@@ -124,7 +125,7 @@ func TestWSViolations(t *testing.T) {
 				t.Fatalf("close %d, want 1007", code)
 			}
 		}},
-		{"text frame that is not UTF-8 closes 1007", server.Config{}, func(t *testing.T, e *env) {
+		{"text frame that is not UTF-8 closes 1007", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			// RFC 6455 §8.1: the whole frame is invalid, not one key.
 			r, _ := connectRaw(t, e, "json")
 			r.sendBytes([]byte(`{"t":"put","id":1,"room":"r","key":"ok","value":1}` + "\n" +
@@ -132,32 +133,32 @@ func TestWSViolations(t *testing.T) {
 			if code, msgs := r.closeStatus(10 * time.Second); code != websocket.StatusInvalidFramePayloadData || len(msgs) != 0 {
 				t.Fatalf("close %d after %v, want 1007 and no reply", code, msgs)
 			}
-			if l, err := e.HTTP.List(testCtx(t), "r", ""); err != nil || len(l.Items) != 0 {
+			if l, err := e.HTTP.List(servertest.Context(t), "r", ""); err != nil || len(l.Items) != 0 {
 				t.Fatalf("keys %+v, %v: nothing of the frame may apply", l, err)
 			}
 		}},
-		{"binary frame on JSON closes 1003", server.Config{}, func(t *testing.T, e *env) {
+		{"binary frame on JSON closes 1003", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			r, _ := connectRaw(t, e, "json")
-			if err := r.ws.Write(testCtx(t), websocket.MessageBinary, []byte(`{"t":"put","id":1,"room":"r","key":"bin","value":1}`)); err != nil {
+			if err := r.ws.Write(servertest.Context(t), websocket.MessageBinary, []byte(`{"t":"put","id":1,"room":"r","key":"bin","value":1}`)); err != nil {
 				t.Fatal(err)
 			}
 			if code, msgs := r.closeStatus(10 * time.Second); code != websocket.StatusUnsupportedData || len(msgs) != 0 {
 				t.Fatalf("close %d after %v, want 1003", code, msgs)
 			}
-			if _, _, err := e.HTTP.Get(testCtx(t), "r", "bin"); !errors.Is(err, client.ErrNotFound) {
+			if _, _, err := e.HTTP.Get(servertest.Context(t), "r", "bin"); !errors.Is(err, client.ErrNotFound) {
 				t.Fatalf("a binary frame was applied: %v", err)
 			}
 		}},
-		{"text frame on msgpack closes 1003", server.Config{}, func(t *testing.T, e *env) {
+		{"text frame on msgpack closes 1003", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			r, _ := connectRaw(t, e, "msgpack")
-			if err := r.ws.Write(testCtx(t), websocket.MessageText, []byte(`{"t":"ping"}`)); err != nil {
+			if err := r.ws.Write(servertest.Context(t), websocket.MessageText, []byte(`{"t":"ping"}`)); err != nil {
 				t.Fatal(err)
 			}
 			if code, msgs := r.closeStatus(10 * time.Second); code != websocket.StatusUnsupportedData || len(msgs) != 0 {
 				t.Fatalf("close %d after %v, want 1003", code, msgs)
 			}
 		}},
-		{"request without id closes 4500", server.Config{}, func(t *testing.T, e *env) {
+		{"request without id closes 4500", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			frames := map[string][]byte{
 				"json:absent":  []byte(`{"t":"ping"}` + "\n" + `{"t":"put","room":"r","key":"noid","value":1}`),
 				"json:zero":    []byte(`{"t":"ping"}` + "\n" + `{"t":"del","id":0,"room":"r","key":"noid"}`),
@@ -172,28 +173,28 @@ func TestWSViolations(t *testing.T) {
 					t.Fatalf("%s: close %d after %v, want the pong, then 4500", name, code, msgs)
 				}
 			}
-			if _, _, err := e.HTTP.Get(testCtx(t), "r", "noid"); !errors.Is(err, client.ErrNotFound) {
+			if _, _, err := e.HTTP.Get(servertest.Context(t), "r", "noid"); !errors.Is(err, client.ErrNotFound) {
 				t.Fatalf("a request without id was applied: %v", err)
 			}
 		}},
-		{"negative msgpack id closes 1007", server.Config{}, func(t *testing.T, e *env) {
+		{"negative msgpack id closes 1007", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			r, _ := connectRaw(t, e, "msgpack")
 			r.sendBytes(msgpackFrame(t, map[string]any{"t": "put", "id": -5, "room": "r", "key": "neg", "value": 1}))
 			if code, msgs := r.closeStatus(10 * time.Second); code != websocket.StatusInvalidFramePayloadData || len(msgs) != 0 {
 				t.Fatalf("close %d after %v, want 1007 (as JSON's -5), not an answer to id 2^64-5", code, msgs)
 			}
-			if _, _, err := e.HTTP.Get(testCtx(t), "r", "neg"); !errors.Is(err, client.ErrNotFound) {
+			if _, _, err := e.HTTP.Get(servertest.Context(t), "r", "neg"); !errors.Is(err, client.ErrNotFound) {
 				t.Fatalf("a request with a negative id was applied: %v", err)
 			}
 		}},
-		{"ping before connect closes 4500", server.Config{}, func(t *testing.T, e *env) {
+		{"ping before connect closes 4500", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			r := dialRaw(t, e, "json")
 			r.send(&wire.Request{T: wire.TPing})
 			if code, msgs := r.closeStatus(10 * time.Second); code != wire.CloseProtocolError || len(msgs) != 0 {
 				t.Fatalf("close %d after %v, want 4500", code, msgs)
 			}
 		}},
-		{"long message type before connect closes 4500", server.Config{}, func(t *testing.T, e *env) {
+		{"long message type before connect closes 4500", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			// The close reason quotes the type: it must be cut to fit a
 			// close frame (123 bytes), or no close frame goes out at all.
 			r := dialRaw(t, e, "json")
@@ -202,24 +203,24 @@ func TestWSViolations(t *testing.T) {
 				t.Fatalf("close %d after %v, want 4500", code, msgs)
 			}
 		}},
-		{"put before connect closes 4500", server.Config{}, func(t *testing.T, e *env) {
+		{"put before connect closes 4500", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			r := dialRaw(t, e, "msgpack")
 			r.send(&wire.Request{T: wire.TPut, ID: 1, Room: "r", Key: "early", Value: wire.Value(`1`)})
 			if code, msgs := r.closeStatus(10 * time.Second); code != wire.CloseProtocolError || len(msgs) != 0 {
 				t.Fatalf("close %d after %v, want 4500", code, msgs)
 			}
-			if _, _, err := e.HTTP.Get(testCtx(t), "r", "early"); !errors.Is(err, client.ErrNotFound) {
+			if _, _, err := e.HTTP.Get(servertest.Context(t), "r", "early"); !errors.Is(err, client.ErrNotFound) {
 				t.Fatalf("a put before connect was applied: %v", err)
 			}
 		}},
-		{"invalid value before connect closes 4500", server.Config{}, func(t *testing.T, e *env) {
+		{"invalid value before connect closes 4500", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			r := dialRaw(t, e, "msgpack")
 			r.sendBytes(msgpackFrame(t, map[string]any{"t": "put", "id": 1, "room": "r", "key": "k", "value": []byte{1}}))
 			if code, msgs := r.closeStatus(10 * time.Second); code != wire.CloseProtocolError || len(msgs) != 0 {
 				t.Fatalf("close %d after %v, want 4500: any message before connect is a protocol error", code, msgs)
 			}
 		}},
-		{"unknown message type closes 4500", server.Config{}, func(t *testing.T, e *env) {
+		{"unknown message type closes 4500", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			r, _ := connectRaw(t, e, "json")
 			r.sendBytes([]byte(`{"t":"ping"}` + "\n" + `{"t":"hello","id":3}`))
 			code, msgs := r.closeStatus(10 * time.Second)
@@ -227,7 +228,7 @@ func TestWSViolations(t *testing.T) {
 				t.Fatalf("close %d after %v, want the pong, then 4500", code, msgs)
 			}
 		}},
-		{"no connect within ConnectTimeout closes 4005", server.Config{ConnectTimeout: 150 * time.Millisecond}, func(t *testing.T, e *env) {
+		{"no connect within ConnectTimeout closes 4005", server.Config{ConnectTimeout: 150 * time.Millisecond}, func(t *testing.T, e *servertest.Node) {
 			start := time.Now()
 			r := dialRaw(t, e, "json")
 			if code, _ := r.closeStatus(10 * time.Second); code != wire.CloseConnectTimeout {
@@ -237,13 +238,13 @@ func TestWSViolations(t *testing.T) {
 				t.Fatalf("closed after %v, before the connect timeout", since)
 			}
 		}},
-		{"silence for two ping intervals closes 4001", server.Config{PingInterval: 100 * time.Millisecond}, func(t *testing.T, e *env) {
+		{"silence for two ping intervals closes 4001", server.Config{PingInterval: 100 * time.Millisecond}, func(t *testing.T, e *servertest.Node) {
 			c := dial(t, e, &client.Options{NoKeepAlive: true})
 			if code := waitDone(t, c, 10*time.Second); code != int(wire.CloseHeartbeatTimeout) {
 				t.Fatalf("close %d (%v), want 4001", code, c.Err())
 			}
 		}},
-		{"foreign Origin gets 403 at upgrade", server.Config{AllowOrigins: []string{"*.allowed.example"}}, func(t *testing.T, e *env) {
+		{"foreign Origin gets 403 at upgrade", server.Config{AllowOrigins: []string{"*.allowed.example"}}, func(t *testing.T, e *servertest.Node) {
 			for origin, want := range map[string]int{
 				"http://evil.example":              http.StatusForbidden,
 				"https://allowed.example.evil.com": http.StatusForbidden,
@@ -262,7 +263,7 @@ func TestWSViolations(t *testing.T) {
 				}
 			}
 		}},
-		{"unknown subprotocol only gets 400 at upgrade", server.Config{}, func(t *testing.T, e *env) {
+		{"unknown subprotocol only gets 400 at upgrade", server.Config{}, func(t *testing.T, e *servertest.Node) {
 			_, resp, err := dialRawResp(t, e, "json", rawOpts{Subprotocols: []string{"graphql-ws", "statecast.v2.json"}})
 			if err == nil || resp == nil || resp.StatusCode != http.StatusBadRequest {
 				t.Fatalf("unknown subprotocols: %v, %v; want HTTP 400", resp, err)
@@ -285,22 +286,22 @@ func TestWSViolations(t *testing.T) {
 				t.Fatalf("%v", m.Raw)
 			}
 		}},
-		{"connection limit closes 4004", server.Config{MaxConnections: 2}, func(t *testing.T, e *env) {
+		{"connection limit closes 4004", server.Config{MaxConnections: 2}, func(t *testing.T, e *servertest.Node) {
 			second := dialCodec(t, e, "json") // the bystander is the first
-			_, err := client.Dial(testCtx(t), e.WS, nil)
+			_, err := client.Dial(servertest.Context(t), e.WS, nil)
 			if code := client.CloseCode(err); code != int(wire.CloseServerFull) {
 				t.Fatalf("third connection: %v (close %d), want 4004", err, code)
 			}
 			second.CloseNow()
 			waitFor(t, 10*time.Second, "a free connection slot", func() bool {
-				c, err := client.Dial(testCtx(t), e.WS, nil)
+				c, err := client.Dial(servertest.Context(t), e.WS, nil)
 				if err == nil {
 					c.CloseNow()
 				}
 				return err == nil
 			})
 		}},
-		{"subscription limit answers too_many_subscriptions", server.Config{MaxSubscriptions: 2}, func(t *testing.T, e *env) {
+		{"subscription limit answers too_many_subscriptions", server.Config{MaxSubscriptions: 2}, func(t *testing.T, e *servertest.Node) {
 			r, _ := connectRaw(t, e, "msgpack")
 			r.send(&wire.Request{T: wire.TSub, ID: 1, Room: "a"}, &wire.Request{T: wire.TSub, ID: 2, Room: "b"},
 				&wire.Request{T: wire.TSub, ID: 3, Room: "c"})
@@ -318,7 +319,7 @@ func TestWSViolations(t *testing.T) {
 				t.Fatalf("sub after an unsub: %v", m.Raw)
 			}
 		}},
-		{"prefix limits answer too_large", server.Config{MaxPrefixes: 4, MaxConnPrefixes: 6}, func(t *testing.T, e *env) {
+		{"prefix limits answer too_large", server.Config{MaxPrefixes: 4, MaxConnPrefixes: 6}, func(t *testing.T, e *servertest.Node) {
 			r, _ := connectRaw(t, e, "json")
 			prefixes := func(n int) []string {
 				ps := make([]string, n)
@@ -358,7 +359,7 @@ func TestWSViolations(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, envOpts{Cfg: tc.cfg})
+			e := servertest.Start(t, servertest.Options{Server: tc.cfg})
 			b := newBystander(t, e)
 			b.check(t)
 			tc.run(t, e)
@@ -371,7 +372,7 @@ func TestWSViolations(t *testing.T) {
 // up to 1 MiB (a 256 KiB value fits with room to spare) and closes on
 // larger ones with 1009.
 func TestWSMaxFrameDefault(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e := servertest.Start(t, servertest.Options{})
 	r, _ := connectRaw(t, e, "json")
 	r.send(&wire.Request{T: wire.TPut, ID: 1, Room: "r", Key: "k", Value: wire.Value(`"` + strings.Repeat("x", 250<<10) + `"`)},
 		&wire.Request{T: wire.TPut, ID: 2, Room: "r", Key: "k2", Value: wire.Value(`"` + strings.Repeat("x", 250<<10) + `"`)})
@@ -393,8 +394,8 @@ func TestWriteRateLimitPerSubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, envOpts{Cfg: server.Config{Auth: authn, WriteRate: 5, WriteBurst: 5}})
-	ctx := testCtx(t)
+	e := servertest.Start(t, servertest.Options{Server: server.Config{Auth: authn, WriteRate: 5, WriteBurst: 5}})
+	ctx := servertest.Context(t)
 	alice := tokenFor(t, "alice", time.Now().Add(time.Hour), allRooms)
 	a1, a2 := dial(t, e, &client.Options{Token: alice}), dial(t, e, &client.Options{Token: alice})
 	aliceHTTP := &client.HTTP{URL: e.TS.URL, Token: alice}

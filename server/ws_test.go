@@ -22,6 +22,7 @@ import (
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )
@@ -43,7 +44,7 @@ func rawEvents(t testing.TB, m rawMsg) []map[string]any {
 }
 
 func TestWSConnected(t *testing.T) {
-	e := newEnv(t, envOpts{Cfg: server.Config{PingInterval: 7 * time.Second, LeaseGrace: 3 * time.Second}})
+	e := servertest.Start(t, servertest.Options{Server: server.Config{PingInterval: 7 * time.Second, LeaseGrace: 3 * time.Second}})
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
 			_, m := connectRaw(t, e, codec)
@@ -68,7 +69,7 @@ func TestWSConnected(t *testing.T) {
 // bytes are read with the request; they must reach the session intact
 // (the server swaps the hijacked read buffer for a smaller one).
 func TestWSFramesWithUpgrade(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e := servertest.Start(t, servertest.Options{})
 	for _, size := range []int{1, 3000} { // within and past the read buffer
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			nc, err := net.Dial("tcp", e.TS.Listener.Addr().String())
@@ -144,12 +145,12 @@ func maskedFrame(payload string) []byte {
 // the wire: ok, initial snapshot, events of a put, of a delete and of a
 // transaction (one message), prev values, synced, then unsub.
 func TestWSMessages(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e := servertest.Start(t, servertest.Options{})
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
 			room := "msgs-" + codec
 			w := dialCodec(t, e, "json")
-			ctx := testCtx(t)
+			ctx := servertest.Context(t)
 			for _, k := range []string{"g/b", "g/a", "g/d", "x"} { // revs 1-4
 				if _, err := w.Put(ctx, room, k, k); err != nil {
 					t.Fatal(err)
@@ -286,10 +287,10 @@ func TestWSMessages(t *testing.T) {
 // TestWSProgress: an idle prefix subscription gets progress marks while
 // the room moves, so its resume point follows the head.
 func TestWSProgress(t *testing.T) {
-	e := newEnv(t, envOpts{Rooms: rooms.Config{ProgressInterval: 30 * time.Millisecond}})
+	e := servertest.Start(t, servertest.Options{Rooms: rooms.Config{ProgressInterval: 30 * time.Millisecond}})
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			room, ctx := "progress-"+codec, testCtx(t)
+			room, ctx := "progress-"+codec, servertest.Context(t)
 			w := dialCodec(t, e, codec)
 			r, _ := connectRaw(t, e, codec)
 			r.send(&wire.Request{T: wire.TSub, ID: 1, Room: room, Prefixes: []string{"quiet/"}})
@@ -319,7 +320,7 @@ func TestWSProgress(t *testing.T) {
 }
 
 func TestWSPingPong(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e := servertest.Start(t, servertest.Options{})
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
 			r, _ := connectRaw(t, e, codec)
@@ -339,14 +340,14 @@ func TestWSPingPong(t *testing.T) {
 func TestWSEngineClosed(t *testing.T) {
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			e := newEnv(t, envOpts{})
+			e := servertest.Start(t, servertest.Options{})
 			r, _ := connectRaw(t, e, codec)
 			r.send(&wire.Request{T: wire.TSub, ID: 5, Room: "gone"})
 			r.reply(5)
 			if m := r.next(); m.T != wire.TSnapshot {
 				t.Fatalf("got %v", m.Raw)
 			}
-			if err := e.Eng.Close(); err != nil {
+			if err := e.Engine.Close(); err != nil {
 				t.Fatal(err)
 			}
 			m := r.next()
@@ -380,7 +381,7 @@ func TestWSEngineClosed(t *testing.T) {
 // provoke on its own, with its id, on both codecs; the connection keeps
 // working after each.
 func TestWSErrors(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e := servertest.Start(t, servertest.Options{})
 	big := wire.Value(`"` + strings.Repeat("x", 300<<10) + `"`)
 	many := make([]wire.TxnOp, 300)
 	for i := range many {
@@ -463,7 +464,7 @@ func TestWSErrors(t *testing.T) {
 // TestWSInvalidValue: a value with no JSON equivalent is refused with the
 // request's own id, and the other requests of its frame are still served.
 func TestWSInvalidValue(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e := servertest.Start(t, servertest.Options{})
 	frames := map[string]func(t *testing.T) []byte{
 		"json": func(t *testing.T) []byte {
 			return []byte(`{"t":"put","id":5,"room":"iv","key":"a","value":{"n":-1e999}}` + "\n" +
@@ -497,14 +498,14 @@ func TestWSInvalidValue(t *testing.T) {
 					t.Fatalf("reply %d = %v, want %s", i, m.Raw, w)
 				}
 			}
-			it, _, err := e.HTTP.Get(testCtx(t), "iv", "b")
+			it, _, err := e.HTTP.Get(servertest.Context(t), "iv", "b")
 			if err != nil || string(it.Value) != `{"n":1}` {
 				t.Fatalf("b = %+v, %v", it, err)
 			}
-			if _, _, err := e.HTTP.Get(testCtx(t), "iv", "a"); !errors.Is(err, client.ErrNotFound) {
+			if _, _, err := e.HTTP.Get(servertest.Context(t), "iv", "a"); !errors.Is(err, client.ErrNotFound) {
 				t.Fatalf("a was written: %v", err)
 			}
-			if _, err := e.HTTP.Delete(testCtx(t), "iv", "b", nil); err != nil {
+			if _, err := e.HTTP.Delete(servertest.Context(t), "iv", "b", nil); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -516,7 +517,7 @@ func TestWSInvalidValue(t *testing.T) {
 // with the request's own id, never stored as U+FFFD; U+FFFD itself is a
 // character like any other.
 func TestWSInvalidUnicode(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e := servertest.Start(t, servertest.Options{})
 	frames := map[string]func(t *testing.T, room string) []byte{
 		"json": func(t *testing.T, room string) []byte {
 			return []byte(strings.ReplaceAll(`{"t":"put","id":1,"room":"ROOM","key":"\ud800","value":1}
@@ -550,7 +551,7 @@ func TestWSInvalidUnicode(t *testing.T) {
 					t.Fatalf("reply %d = %v, want %s", i, m.Raw, w)
 				}
 			}
-			l, err := e.HTTP.List(testCtx(t), room, "")
+			l, err := e.HTTP.List(servertest.Context(t), room, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -564,7 +565,7 @@ func TestWSInvalidUnicode(t *testing.T) {
 // TestWSValuesAcrossCodecs: a value written through one codec reads back
 // identically through the other, in snapshots, events and over HTTP.
 func TestWSValuesAcrossCodecs(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e := servertest.Start(t, servertest.Options{})
 	values := []string{
 		`{"nested":{"a":[1,2,{"b":null,"c":true}],"z":"last","a2":{}},"big":9223372036854775808,"max":18446744073709551615,` +
 			`"min":-9223372036854775808,"f":1.5,"neg":-0.25,"pi":3.141592653589793,"tiny":5e-324,"float1":1.0,` +
@@ -586,7 +587,7 @@ func TestWSValuesAcrossCodecs(t *testing.T) {
 	for _, from := range codecs {
 		for _, to := range codecs {
 			t.Run(from+"-to-"+to, func(t *testing.T) {
-				ctx, room := testCtx(t), "values-"+from+"-"+to
+				ctx, room := servertest.Context(t), "values-"+from+"-"+to
 				wc, rc := dialCodec(t, e, from), dialCodec(t, e, to)
 				for i, v := range values {
 					if _, err := wc.Put(ctx, room, fmt.Sprintf("snap/%02d", i), wire.Value(v)); err != nil {
@@ -635,10 +636,10 @@ func TestWSValuesAcrossCodecs(t *testing.T) {
 // its view's position on a new socket: the writes it missed are replayed
 // once each, then synced, then live events, and its view equals the room.
 func TestWSResumeAfterDrop(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e := servertest.Start(t, servertest.Options{})
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			ctx, room := testCtx(t), "drop-"+codec
+			ctx, room := servertest.Context(t), "drop-"+codec
 			w := dialCodec(t, e, "json")
 			for i := range 5 {
 				if _, err := w.Put(ctx, room, fmt.Sprint("k", i), i); err != nil {
@@ -689,13 +690,13 @@ func TestWSResumeAfterDrop(t *testing.T) {
 			if describe(got) != strings.Join(want, " ") {
 				t.Fatalf("resume delivered %s\nwant %s", describe(got), strings.Join(want, " "))
 			}
-			assertViewIsRoom(t, e, room, v)
+			servertest.AssertViewIsRoom(t, e.HTTP, room, v)
 			// Live after synced.
 			if _, err := w.Put(ctx, room, "live", true); err != nil {
 				t.Fatal(err)
 			}
 			applyUntil(t, sub, v, func(m wire.Message) bool { return m.T == wire.TEvents })
-			assertViewIsRoom(t, e, room, v)
+			servertest.AssertViewIsRoom(t, e.HTTP, room, v)
 		})
 	}
 }
@@ -704,10 +705,10 @@ func TestWSResumeAfterDrop(t *testing.T) {
 // snapshot with reason compacted, and the view equals the room.
 func TestWSResumeCompacted(t *testing.T) {
 	ret := store.RetentionPolicy{Default: store.Retention{MaxEvents: 4}}
-	e := newEnv(t, envOpts{Mem: store.MemoryConfig{Retention: ret}, Rooms: rooms.Config{Retention: ret}})
+	e := servertest.Start(t, servertest.Options{Memory: store.MemoryConfig{Retention: ret}, Rooms: rooms.Config{Retention: ret}})
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			ctx, room := testCtx(t), "compacted-"+codec
+			ctx, room := servertest.Context(t), "compacted-"+codec
 			w := dialCodec(t, e, "json")
 			if _, err := w.Put(ctx, room, "a", 1); err != nil {
 				t.Fatal(err)
@@ -743,7 +744,7 @@ func TestWSResumeCompacted(t *testing.T) {
 			if _, ok := v.Items["a"]; ok {
 				t.Fatal("the snapshot did not replace the view: a is still there")
 			}
-			assertViewIsRoom(t, e, room, v)
+			servertest.AssertViewIsRoom(t, e.HTTP, room, v)
 		})
 	}
 }
@@ -754,8 +755,8 @@ func TestWSResumeCompacted(t *testing.T) {
 func TestWSResumeNewEpoch(t *testing.T) {
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			ctx, room := testCtx(t), "epoch"
-			e1 := newEnv(t, envOpts{})
+			ctx, room := servertest.Context(t), "epoch"
+			e1 := servertest.Start(t, servertest.Options{})
 			c1 := dialCodec(t, e1, codec)
 			for i := range 3 {
 				if _, err := c1.Put(ctx, room, fmt.Sprint("old", i), i); err != nil {
@@ -768,12 +769,12 @@ func TestWSResumeNewEpoch(t *testing.T) {
 			}
 			v := client.NewView()
 			applyUntil(t, sub, v, func(m wire.Message) bool { return m.T == wire.TSnapshot })
-			e1.stop()
+			e1.Stop()
 			if code := waitDone(t, c1, 10*time.Second); code != int(websocket.StatusServiceRestart) {
 				t.Fatalf("shutdown closed the socket with %d (%v), want 1012", code, c1.Err())
 			}
 
-			e2 := newEnv(t, envOpts{})
+			e2 := servertest.Start(t, servertest.Options{})
 			w := dialCodec(t, e2, "json")
 			for i := range 5 { // revs 1-5: past the old view's revision
 				if _, err := w.Put(ctx, room, fmt.Sprint("new", i), i); err != nil {
@@ -792,12 +793,12 @@ func TestWSResumeNewEpoch(t *testing.T) {
 			if err := v.Apply(m); err != nil {
 				t.Fatal(err)
 			}
-			assertViewIsRoom(t, e2, room, v)
+			servertest.AssertViewIsRoom(t, e2.HTTP, room, v)
 			if _, err := w.Put(ctx, room, "after", 1); err != nil {
 				t.Fatal(err)
 			}
 			applyUntil(t, sub, v, func(m wire.Message) bool { return m.T == wire.TEvents })
-			assertViewIsRoom(t, e2, room, v)
+			servertest.AssertViewIsRoom(t, e2.HTTP, room, v)
 		})
 	}
 }
@@ -814,8 +815,8 @@ func bigValue(i, n int) wire.Value {
 func TestWSSlowConsumerCoalesced(t *testing.T) {
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			e := newEnv(t, envOpts{Rooms: rooms.Config{QueueLimit: 4}, SendBuffer: 32 << 10})
-			ctx, room := testCtx(t), "slow-"+codec
+			e := servertest.Start(t, servertest.Options{Rooms: rooms.Config{QueueLimit: 4}, SendBuffer: 32 << 10})
+			ctx, room := servertest.Context(t), "slow-"+codec
 			w := dialCodec(t, e, codec)
 			if _, err := w.Put(ctx, room, "gone", 0); err != nil {
 				t.Fatal(err)
@@ -852,7 +853,7 @@ func TestWSSlowConsumerCoalesced(t *testing.T) {
 			// delivered events tells how many the slow watcher still
 			// holds, and it holds at most QueueLimit before it is parked.
 			const size, queueLimit = 20 << 10, 4
-			delivered := func() int { return int(e.counter("statecast_messages_out_total", "kind", "events")) }
+			delivered := func() int { return int(e.Counter("statecast_messages_out_total", "kind", "events")) }
 			base := delivered()
 			var (
 				head   uint64
@@ -916,8 +917,8 @@ func TestWSSlowConsumerCoalesced(t *testing.T) {
 				t.Fatalf("the slow subscriber never got a coalesced message: %v", kinds)
 			}
 			t.Logf("%d writes; slow subscriber: %d messages, %d coalesced", writes, len(kinds), coalesced)
-			assertViewIsRoom(t, e, room, sv)
-			assertViewIsRoom(t, e, room, fv)
+			servertest.AssertViewIsRoom(t, e.HTTP, room, sv)
+			servertest.AssertViewIsRoom(t, e.HTTP, room, fv)
 		})
 	}
 }
@@ -929,8 +930,8 @@ func TestWSSlowConsumerCoalesced(t *testing.T) {
 // dead one is dropped (PROTOCOL.md §8 promises 4000 in both cases).
 func TestWSSlowConsumerWriteTimeout(t *testing.T) {
 	// stuck returns a subscriber whose socket the server gave up on.
-	stuck := func(t *testing.T, e *env, room string) (*rawConn, *client.View) {
-		ctx := testCtx(t)
+	stuck := func(t *testing.T, e *servertest.Node, room string) (*rawConn, *client.View) {
+		ctx := servertest.Context(t)
 		w := dialCodec(t, e, "json")
 		if _, err := w.Put(ctx, room, "k0", 0); err != nil {
 			t.Fatal(err)
@@ -947,7 +948,7 @@ func TestWSSlowConsumerWriteTimeout(t *testing.T) {
 		if m := slow.next(); v.Apply(m.Message) != nil {
 			t.Fatalf("got %v", m.Raw)
 		}
-		for i := 0; e.counter("statecast_slow_consumer_closes_total") == 0; i++ {
+		for i := 0; e.Counter("statecast_slow_consumer_closes_total") == 0; i++ {
 			if i == 2000 {
 				t.Fatal("2000 writes of 20 KB and the stuck socket was not closed")
 			}
@@ -957,19 +958,19 @@ func TestWSSlowConsumerWriteTimeout(t *testing.T) {
 		}
 		return slow, v
 	}
-	resume := func(t *testing.T, e *env, room string, v *client.View) {
+	resume := func(t *testing.T, e *servertest.Node, room string, v *client.View) {
 		c := dialCodec(t, e, "json")
-		sub, err := c.Subscribe(testCtx(t), room, client.SubscribeOptions{From: v.Position()})
+		sub, err := c.Subscribe(servertest.Context(t), room, client.SubscribeOptions{From: v.Position()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		applyUntil(t, sub, v, func(m wire.Message) bool { return m.T == wire.TSynced || m.T == wire.TSnapshot })
-		assertViewIsRoom(t, e, room, v)
+		servertest.AssertViewIsRoom(t, e.HTTP, room, v)
 	}
-	cfg := envOpts{Cfg: server.Config{WriteTimeout: 300 * time.Millisecond, WriteRate: 1e6}, SendBuffer: 32 << 10}
+	cfg := servertest.Options{Server: server.Config{WriteTimeout: 300 * time.Millisecond, WriteRate: 1e6}, SendBuffer: 32 << 10}
 
 	t.Run("reads again: 4000", func(t *testing.T) {
-		e := newEnv(t, cfg)
+		e := servertest.Start(t, cfg)
 		bystander := newBystander(t, e)
 		slow, v := stuck(t, e, "stuck")
 		code, msgs := slow.closeStatus(15 * time.Second)
@@ -985,13 +986,13 @@ func TestWSSlowConsumerWriteTimeout(t *testing.T) {
 		resume(t, e, "stuck", v)
 	})
 	t.Run("never reads: dropped", func(t *testing.T) {
-		e := newEnv(t, cfg)
+		e := servertest.Start(t, cfg)
 		bystander := newBystander(t, e)
 		_, v := stuck(t, e, "dead")
 		// The writer and the bystander stay; the dead socket goes, within
 		// the websocket library's 5 s close timeout.
 		waitFor(t, 10*time.Second, "the dead socket to be dropped", func() bool {
-			return e.counter("statecast_connections") == 2
+			return e.Counter("statecast_connections") == 2
 		})
 		bystander.check(t)
 		resume(t, e, "dead", v)
@@ -1002,7 +1003,7 @@ func TestWSSlowConsumerWriteTimeout(t *testing.T) {
 // the next events message and returns its events as "type:key".
 func watchKeys(t *testing.T, c *client.Conn, room string) (*client.Subscription, func() []string) {
 	t.Helper()
-	sub, err := c.Subscribe(testCtx(t), room, client.SubscribeOptions{})
+	sub, err := c.Subscribe(servertest.Context(t), room, client.SubscribeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1029,8 +1030,8 @@ func watchKeys(t *testing.T, c *client.Conn, room string) (*client.Subscription,
 // is deleted, by a delete event, once its socket is gone for the grace.
 func TestWSSessionLeaseEndsAfterGrace(t *testing.T) {
 	const grace = 200 * time.Millisecond
-	e := newEnv(t, envOpts{Cfg: server.Config{LeaseGrace: grace}})
-	ctx, room := testCtx(t), "presence"
+	e := servertest.Start(t, servertest.Options{Server: server.Config{LeaseGrace: grace}})
+	ctx, room := servertest.Context(t), "presence"
 	watcher := dialCodec(t, e, "msgpack")
 	_, nextEvents := watchKeys(t, watcher, room)
 
@@ -1077,8 +1078,8 @@ func TestWSSessionLeaseEndsAfterGrace(t *testing.T) {
 // grace with its session and resume secret keeps its leased keys.
 func TestWSSessionLeaseSurvivesResume(t *testing.T) {
 	const grace = 300 * time.Millisecond
-	e := newEnv(t, envOpts{Cfg: server.Config{LeaseGrace: grace}})
-	ctx, room := testCtx(t), "presence"
+	e := servertest.Start(t, servertest.Options{Server: server.Config{LeaseGrace: grace}})
+	ctx, room := servertest.Context(t), "presence"
 	c1 := dialCodec(t, e, "json")
 	first := c1.Connected()
 	if _, err := c1.Put(ctx, room, "presence/me", 1, client.WithLease("session")); err != nil {
@@ -1123,8 +1124,8 @@ func TestWSSessionLeaseSurvivesResume(t *testing.T) {
 // takes it over; the old socket is closed with 4503.
 func TestWSSessionTakeover(t *testing.T) {
 	const grace = 200 * time.Millisecond
-	e := newEnv(t, envOpts{Cfg: server.Config{LeaseGrace: grace}})
-	ctx := testCtx(t)
+	e := servertest.Start(t, servertest.Options{Server: server.Config{LeaseGrace: grace}})
+	ctx := servertest.Context(t)
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
 			room := "takeover-" + codec
@@ -1156,8 +1157,8 @@ func TestWSSessionTakeover(t *testing.T) {
 // (PROTOCOL.md §6 allows "session" or a TTL lease id from HTTP), which
 // would let it outlive its own session or be deleted with a stranger's.
 func TestWSLeaseOfAnotherSession(t *testing.T) {
-	e := newEnv(t, envOpts{Cfg: server.Config{LeaseGrace: 100 * time.Millisecond}})
-	ctx := testCtx(t)
+	e := servertest.Start(t, servertest.Options{Server: server.Config{LeaseGrace: 100 * time.Millisecond}})
+	ctx := servertest.Context(t)
 	victim := dialCodec(t, e, "json")
 	other := dialCodec(t, e, "json")
 	stolen := "session:" + victim.Connected().Session
@@ -1182,8 +1183,8 @@ func TestWSLeaseOfAnotherSession(t *testing.T) {
 // TestWSTTLLease: keys bound to a TTL lease (granted over HTTP) are
 // deleted when it is not kept alive.
 func TestWSTTLLease(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	ctx, room := testCtx(t), "lobby"
+	e := servertest.Start(t, servertest.Options{})
+	ctx, room := servertest.Context(t), "lobby"
 	watcher := dialCodec(t, e, "json")
 	_, nextEvents := watchKeys(t, watcher, room)
 	granted := time.Now()
@@ -1224,8 +1225,8 @@ func TestWSTTLLease(t *testing.T) {
 // resume across the restart without a snapshot.
 func TestWSLeaseRecovery(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "statecast.db")
-	ctx, room := testCtx(t), "lobby"
-	e1 := newEnv(t, envOpts{File: path, Cfg: server.Config{LeaseGrace: 10 * time.Second}})
+	ctx, room := servertest.Context(t), "lobby"
+	e1 := servertest.Start(t, servertest.Options{File: path, Server: server.Config{LeaseGrace: 10 * time.Second}})
 	c := dialCodec(t, e1, "json")
 	if _, err := c.Put(ctx, room, "presence/host", 1, client.WithLease("session")); err != nil {
 		t.Fatal(err)
@@ -1239,12 +1240,12 @@ func TestWSLeaseRecovery(t *testing.T) {
 	}
 	v := client.NewView()
 	applyUntil(t, sub, v, func(m wire.Message) bool { return m.T == wire.TSnapshot })
-	e1.stop()
+	e1.Stop()
 	waitDone(t, c, 10*time.Second)
 
 	const grace = 500 * time.Millisecond
 	started := time.Now()
-	e2 := newEnv(t, envOpts{File: path, Cfg: server.Config{LeaseGrace: grace}})
+	e2 := servertest.Start(t, servertest.Options{File: path, Server: server.Config{LeaseGrace: grace}})
 	c2 := dialCodec(t, e2, "msgpack")
 	sub, err = c2.Subscribe(ctx, room, client.SubscribeOptions{From: v.Position()})
 	if err != nil {
@@ -1287,8 +1288,8 @@ func (b *blockingStore) Apply(ctx context.Context, room string, w store.Write) (
 // with 1012 and new upgrades get 503.
 func TestWSGracefulShutdown(t *testing.T) {
 	bs := &blockingStore{Store: store.NewMemory(store.MemoryConfig{}), entered: make(chan struct{}, 1), release: make(chan struct{})}
-	e := newEnv(t, envOpts{Store: bs, Cfg: server.Config{WriteRate: 1e6}})
-	ctx, room := testCtx(t), "busy"
+	e := servertest.Start(t, servertest.Options{Store: bs, Server: server.Config{WriteRate: 1e6}})
+	ctx, room := servertest.Context(t), "busy"
 
 	watcher := dialCodec(t, e, "json")
 	sub, err := watcher.Subscribe(ctx, room, client.SubscribeOptions{})
@@ -1343,7 +1344,7 @@ func TestWSGracefulShutdown(t *testing.T) {
 	go func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		shutdownDone <- e.Srv.Shutdown(sctx)
+		shutdownDone <- e.Server.Shutdown(sctx)
 	}()
 	waitFor(t, 10*time.Second, "draining (/readyz 503)", func() bool {
 		resp, err := http.Get(e.TS.URL + "/readyz")
@@ -1386,7 +1387,7 @@ func TestWSGracefulShutdown(t *testing.T) {
 		t.Fatalf("socket with a write in flight closed with %d, want 1012", end.code)
 	}
 
-	snap, err := e.St.Snapshot(ctx, room, "")
+	snap, err := e.Store.Snapshot(ctx, room, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1444,12 +1445,12 @@ func TestWSGracefulShutdown(t *testing.T) {
 // even when peers do not answer the close handshake (a phone that went
 // into a tunnel keeps its TCP connection open for minutes).
 func TestWSShutdownHonorsContext(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e := servertest.Start(t, servertest.Options{})
 	connectRaw(t, e, "json") // and then never reads again
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := e.Srv.Shutdown(ctx)
+	err := e.Server.Shutdown(ctx)
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("BUG: Shutdown with a 500 ms context took %v (%v): it ends connections one after another, "+
 			"each waiting up to 5 s for the peer's close frame, and looks at its context only afterwards", took, err)
@@ -1460,9 +1461,9 @@ func TestWSShutdownHonorsContext(t *testing.T) {
 // messages (PROTOCOL.md §5), even while the connection's writer is busy
 // with another subscription's traffic.
 func TestWSSubscriptionOKFirst(t *testing.T) {
-	e := newEnv(t, envOpts{Cfg: server.Config{WriteRate: 1e6, MaxSubscriptions: 1 << 20}})
+	e := servertest.Start(t, servertest.Options{Server: server.Config{WriteRate: 1e6, MaxSubscriptions: 1 << 20}})
 	w := dialCodec(t, e, "json")
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(servertest.Context(t))
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := 0; ctx.Err() == nil; i++ {
@@ -1501,7 +1502,7 @@ func TestWSSubscriptionOKFirst(t *testing.T) {
 // its code, every time: the socket must not be dropped before the close
 // frame is written.
 func TestWSCloseCodesArrive(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e := servertest.Start(t, servertest.Options{})
 	for i := range 50 {
 		old := dialCodec(t, e, codecs[i%2])
 		m := old.Connected()
@@ -1511,9 +1512,9 @@ func TestWSCloseCodesArrive(t *testing.T) {
 		}
 	}
 	for i := range 20 {
-		e := newEnv(t, envOpts{})
+		e := servertest.Start(t, servertest.Options{})
 		c := dialCodec(t, e, codecs[i%2])
-		e.stop()
+		e.Stop()
 		if code := waitDone(t, c, 10*time.Second); code != int(websocket.StatusServiceRestart) {
 			t.Fatalf("shutdown %d: socket closed with %d (%v), want 1012", i, code, c.Err())
 		}
