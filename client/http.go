@@ -246,8 +246,8 @@ func (h *HTTP) Delete(ctx context.Context, room, key string, ifRev *uint64) (uin
 // Txn applies ops atomically if every cond holds.
 func (h *HTTP) Txn(ctx context.Context, room string, conds []wire.Cond, ops []wire.TxnOp) (uint64, error) {
 	body, err := json.Marshal(struct {
-		If  []wire.Cond  `json:"if"`
-		Ops []wire.TxnOp `json:"ops"`
+		If  []wire.Cond  `json:"if,omitempty"` // not null: openapi.json's Txn has arrays
+		Ops []wire.TxnOp `json:"ops,omitempty"`
 	}{conds, ops})
 	if err != nil {
 		return 0, err
