@@ -6,6 +6,7 @@ import (
 
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -14,7 +15,7 @@ import (
 func BenchmarkPut(b *testing.B) {
 	for _, codec := range codecs {
 		b.Run(codec, func(b *testing.B) {
-			s := newServer(b, server.Config{WriteRate: 1e9})
+			s := servertest.Start(b, servertest.Options{Server: server.Config{WriteRate: 1e9}})
 			c, err := client.Dial(context.Background(), s.WS, &client.Options{Codec: codec})
 			if err != nil {
 				b.Fatal(err)

@@ -16,11 +16,12 @@ import (
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 )
 
 func TestDialConnected(t *testing.T) {
-	s := newServer(t, server.Config{})
+	s := servertest.Start(t, servertest.Options{})
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
 			c := dial(t, s, codec)
@@ -31,7 +32,7 @@ func TestDialConnected(t *testing.T) {
 			if c.Err() != nil {
 				t.Fatalf("Err() of an open connection = %v", c.Err())
 			}
-			if err := c.Ping(testCtx(t)); err != nil {
+			if err := c.Ping(servertest.Context(t)); err != nil {
 				t.Fatalf("Ping: %v", err)
 			}
 		})
@@ -42,8 +43,8 @@ func TestDialErrors(t *testing.T) {
 	if _, err := client.Dial(context.Background(), "ws://127.0.0.1:1/v1/ws", &client.Options{Codec: "xml"}); err == nil {
 		t.Fatal("Dial with codec xml succeeded")
 	}
-	s := newServer(t, server.Config{})
-	_, err := client.Dial(testCtx(t), strings.TrimSuffix(s.WS, "/ws")+"/nowhere", nil)
+	s := servertest.Start(t, servertest.Options{})
+	_, err := client.Dial(servertest.Context(t), strings.TrimSuffix(s.WS, "/ws")+"/nowhere", nil)
 	var e *client.Error
 	if !errors.As(err, &e) || e.Status != 404 {
 		t.Fatalf("Dial of a missing endpoint: %v, want the server's 404 as an *Error", err)
@@ -51,10 +52,10 @@ func TestDialErrors(t *testing.T) {
 }
 
 func TestWrites(t *testing.T) {
-	s := newServer(t, server.Config{})
+	s := servertest.Start(t, servertest.Options{})
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			ctx, c, room := testCtx(t), dial(t, s, codec), "w-"+codec
+			ctx, c, room := servertest.Context(t), dial(t, s, codec), "w-"+codec
 			rev, err := c.Put(ctx, room, "a", map[string]any{"n": 1})
 			if err != nil || rev != 1 {
 				t.Fatalf("Put = %d, %v; want 1", rev, err)
@@ -121,8 +122,8 @@ func TestWrites(t *testing.T) {
 }
 
 func TestRequestRaw(t *testing.T) {
-	s := newServer(t, server.Config{})
-	ctx, c := testCtx(t), dial(t, s, "json")
+	s := servertest.Start(t, servertest.Options{})
+	ctx, c := servertest.Context(t), dial(t, s, "json")
 	m, err := c.Request(ctx, wire.Request{T: wire.TPut, ID: 77, Room: "raw", Key: "k", Value: wire.Value(`true`)})
 	if err != nil || m.T != wire.TOK || m.ID != 77 || m.Rev != 1 {
 		t.Fatalf("Request = %+v, %v", m, err)
@@ -143,10 +144,10 @@ func TestRequestRaw(t *testing.T) {
 // TestConcurrentWrites pipelines writes from many goroutines on one
 // connection while it also carries a subscription's (batched) events.
 func TestConcurrentWrites(t *testing.T) {
-	s := newServer(t, server.Config{WriteRate: 1e6})
+	s := servertest.Start(t, servertest.Options{Server: server.Config{WriteRate: 1e6}})
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			ctx, c, room := testCtx(t), dial(t, s, codec), "many-"+codec
+			ctx, c, room := servertest.Context(t), dial(t, s, codec), "many-"+codec
 			sub, err := c.Subscribe(ctx, room, client.SubscribeOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -185,32 +186,16 @@ func TestConcurrentWrites(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			assertViewIsRoom(t, s, room, v)
+			servertest.AssertViewIsRoom(t, s.HTTP, room, v)
 		})
 	}
 }
 
-func assertViewIsRoom(t *testing.T, s *testServer, room string, v *client.View) {
-	t.Helper()
-	l, err := s.HTTP.List(testCtx(t), room, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Rev != v.Rev || l.Epoch != v.Epoch {
-		t.Fatalf("view at %s/%d, room at %s/%d", v.Epoch, v.Rev, l.Epoch, l.Rev)
-	}
-	got, _ := json.Marshal(v.Sorted())
-	want, _ := json.Marshal(l.Items)
-	if string(got) != string(want) {
-		t.Fatalf("view %s\nroom %s", got, want)
-	}
-}
-
 func TestSubscribe(t *testing.T) {
-	s := newServer(t, server.Config{})
+	s := servertest.Start(t, servertest.Options{})
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			ctx, c, room := testCtx(t), dial(t, s, codec), "sub-"+codec
+			ctx, c, room := servertest.Context(t), dial(t, s, codec), "sub-"+codec
 			for _, k := range []string{"g/1", "g/2", "other"} {
 				if _, err := c.Put(ctx, room, k, k); err != nil {
 					t.Fatal(err)
@@ -268,7 +253,7 @@ func TestSubscribe(t *testing.T) {
 
 func next(t *testing.T, s *client.Subscription) wire.Message {
 	t.Helper()
-	m, err := s.Next(testCtx(t))
+	m, err := s.Next(servertest.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,8 +278,8 @@ func keys(v *client.View) []string {
 }
 
 func TestSubscribeErrors(t *testing.T) {
-	s := newServer(t, server.Config{MaxSubscriptions: 1})
-	ctx, c := testCtx(t), dial(t, s, "json")
+	s := servertest.Start(t, servertest.Options{Server: server.Config{MaxSubscriptions: 1}})
+	ctx, c := servertest.Context(t), dial(t, s, "json")
 	var e *client.Error
 	if _, err := c.Subscribe(ctx, "bad room", client.SubscribeOptions{}); !errors.As(err, &e) || e.Code != wire.CodeInvalidRoom {
 		t.Fatalf("Subscribe to an invalid room: %v", err)
@@ -310,10 +295,10 @@ func TestSubscribeErrors(t *testing.T) {
 // TestResume: a subscriber that went away resumes from its View's
 // position: the writes it missed are replayed exactly once, then synced.
 func TestResume(t *testing.T) {
-	s := newServer(t, server.Config{})
+	s := servertest.Start(t, servertest.Options{})
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			ctx, room := testCtx(t), "resume-"+codec
+			ctx, room := servertest.Context(t), "resume-"+codec
 			c := dial(t, s, codec)
 			for i := range 3 {
 				if _, err := c.Put(ctx, room, fmt.Sprint("k", i), i); err != nil {
@@ -375,17 +360,17 @@ func TestResume(t *testing.T) {
 			if got := strings.Join(kinds, " "); got != "events@5 events@6 events@7 synced@7" {
 				t.Fatalf("resume delivered %s", got)
 			}
-			assertViewIsRoom(t, s, room, v)
+			servertest.AssertViewIsRoom(t, s.HTTP, room, v)
 		})
 	}
 }
 
 func TestGarbageFrameCloses1007(t *testing.T) {
-	s := newServer(t, server.Config{})
+	s := servertest.Start(t, servertest.Options{})
 	frames := map[string][]byte{"json": []byte("this is not json"), "msgpack": {0xc1, 0xc1}}
 	for _, codec := range codecs {
 		t.Run(codec, func(t *testing.T) {
-			ctx, c := testCtx(t), dial(t, s, codec)
+			ctx, c := servertest.Context(t), dial(t, s, codec)
 			if err := c.WriteFrame(ctx, frames[codec]); err != nil {
 				t.Fatal(err)
 			}
@@ -411,8 +396,8 @@ func TestGarbageFrameCloses1007(t *testing.T) {
 }
 
 func TestFrameTooLargeCloses1009(t *testing.T) {
-	s := newServer(t, server.Config{MaxFrameBytes: 1 << 10})
-	ctx, c := testCtx(t), dial(t, s, "json")
+	s := servertest.Start(t, servertest.Options{Server: server.Config{MaxFrameBytes: 1 << 10}})
+	ctx, c := servertest.Context(t), dial(t, s, "json")
 	_, err := c.Put(ctx, "r", "k", strings.Repeat("x", 2<<10))
 	if !errors.Is(err, client.ErrOutcomeUnknown) {
 		t.Fatalf("Put of an oversized frame: %v, want ErrOutcomeUnknown (no reply)", err)
@@ -429,8 +414,8 @@ func TestAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newServer(t, server.Config{Auth: authn})
-	ctx := testCtx(t)
+	s := servertest.Start(t, servertest.Options{Server: server.Config{Auth: authn}})
+	ctx := servertest.Context(t)
 	token := func(sub string) string {
 		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
 			"sub": sub, "exp": time.Now().Add(time.Hour).Unix(),
@@ -477,8 +462,8 @@ func TestAuth(t *testing.T) {
 // TestSessionResume: a client that reconnects with its session and resume
 // secret keeps its session leases.
 func TestSessionResume(t *testing.T) {
-	s := newServer(t, server.Config{LeaseGrace: 3 * time.Second})
-	ctx := testCtx(t)
+	s := servertest.Start(t, servertest.Options{Server: server.Config{LeaseGrace: 3 * time.Second}})
+	ctx := servertest.Context(t)
 	c, err := client.Dial(ctx, s.WS, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -504,8 +489,8 @@ func TestSessionResume(t *testing.T) {
 // TestHeartbeat: the keepalive keeps an idle connection open; without it
 // the server closes with 4001.
 func TestHeartbeat(t *testing.T) {
-	s := newServer(t, server.Config{PingInterval: 100 * time.Millisecond})
-	ctx := testCtx(t)
+	s := servertest.Start(t, servertest.Options{Server: server.Config{PingInterval: 100 * time.Millisecond}})
+	ctx := servertest.Context(t)
 	quiet, err := client.Dial(ctx, s.WS, &client.Options{NoKeepAlive: true})
 	if err != nil {
 		t.Fatal(err)
@@ -528,8 +513,8 @@ func TestHeartbeat(t *testing.T) {
 // TestBigSnapshot: a snapshot is one message however big; the default
 // read limit takes it (the websocket library's own default is 32 KiB).
 func TestBigSnapshot(t *testing.T) {
-	s := newServer(t, server.Config{})
-	ctx, c := testCtx(t), dial(t, s, "msgpack")
+	s := servertest.Start(t, servertest.Options{})
+	ctx, c := servertest.Context(t), dial(t, s, "msgpack")
 	var ops []wire.TxnOp
 	for i := range 200 {
 		ops = append(ops, wire.TxnOp{Type: "put", Key: fmt.Sprintf("k%03d", i), Value: wire.Value(`"` + strings.Repeat("x", 1000) + `"`)})

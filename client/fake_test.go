@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -96,7 +97,7 @@ func TestMultiMessageFrames(t *testing.T) {
 		t.Run(codec, func(t *testing.T) {
 			var mu sync.Mutex
 			var other []string
-			ctx := testCtx(t)
+			ctx := servertest.Context(t)
 			c, err := client.Dial(ctx, url, &client.Options{Codec: codec, OnMessage: func(m wire.Message) {
 				mu.Lock()
 				other = append(other, m.T)
@@ -149,7 +150,7 @@ func TestOutcomeUnknown(t *testing.T) {
 			f.ws.Close(websocket.StatusServiceRestart, "bye") // no reply
 		}
 	})
-	ctx := testCtx(t)
+	ctx := servertest.Context(t)
 	c, err := client.Dial(ctx, url, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +183,7 @@ func TestGiveUpOnWrite(t *testing.T) {
 			f.send(&wire.OK{T: wire.TOK, ID: r.ID})
 		}
 	})
-	ctx := testCtx(t)
+	ctx := servertest.Context(t)
 	c, err := client.Dial(ctx, url, nil)
 	if err != nil {
 		t.Fatal(err)

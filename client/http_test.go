@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"github.com/statecast/statecast/client"
-	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 )
 
 func TestHTTPKeys(t *testing.T) {
-	s := newServer(t, server.Config{})
-	ctx, h := testCtx(t), s.HTTP
+	s := servertest.Start(t, servertest.Options{})
+	ctx, h := servertest.Context(t), s.HTTP
 	// Keys that need escaping keep their '/' separators and come back whole.
 	keys := []string{"plain", "dir/a b", "dir/c%2F/é?#x", "dir/sub/", "+&=;"}
 	for i, k := range keys {
@@ -61,8 +61,8 @@ func TestHTTPKeys(t *testing.T) {
 }
 
 func TestHTTPLeases(t *testing.T) {
-	s := newServer(t, server.Config{})
-	ctx, h := testCtx(t), s.HTTP
+	s := servertest.Start(t, servertest.Options{})
+	ctx, h := servertest.Context(t), s.HTTP
 	id, err := h.GrantLease(ctx, 5*time.Second)
 	if err != nil || id == "" {
 		t.Fatalf("GrantLease = %q, %v", id, err)
@@ -93,7 +93,7 @@ func TestHTTPLeases(t *testing.T) {
 // watchInto runs Watch in the background, sending its events to a channel;
 // the returned func stops it and returns Watch's error.
 func watchInto(t *testing.T, h *client.HTTP, room string, prefixes []string, from uint64) (<-chan client.SSEEvent, func() error) {
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(servertest.Context(t))
 	evs := make(chan client.SSEEvent, 100)
 	done := make(chan error, 1)
 	go func() {
@@ -117,8 +117,8 @@ func nextSSE(t *testing.T, evs <-chan client.SSEEvent) client.SSEEvent {
 }
 
 func TestHTTPWatch(t *testing.T) {
-	s := newServer(t, server.Config{})
-	ctx, h := testCtx(t), s.HTTP
+	s := servertest.Start(t, servertest.Options{})
+	ctx, h := servertest.Context(t), s.HTTP
 	for i := range 3 {
 		if _, err := h.Put(ctx, "w", fmt.Sprint("g/", i), json.RawMessage(`1`), nil, ""); err != nil {
 			t.Fatal(err)
@@ -160,7 +160,7 @@ func TestHTTPWatch(t *testing.T) {
 	if err := stop(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Watch after cancel: %v", err)
 	}
-	assertViewIsRoom(t, s, "w", v)
+	servertest.AssertViewIsRoom(t, s.HTTP, "w", v)
 
 	// From a revision: replay, then synced.
 	evs, stop = watchInto(t, h, "w", nil, 5)
@@ -202,7 +202,7 @@ func TestHTTPWatchReconnects(t *testing.T) {
 	h := &client.HTTP{URL: ts.URL, Token: "t"}
 	var ids []string
 	stop := errors.New("stop")
-	err := h.Watch(testCtx(t), "r", []string{"a/", "b/"}, 0, func(ev client.SSEEvent) error {
+	err := h.Watch(servertest.Context(t), "r", []string{"a/", "b/"}, 0, func(ev client.SSEEvent) error {
 		ids = append(ids, ev.ID)
 		if len(ids) == 2 {
 			return stop
