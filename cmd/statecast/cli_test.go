@@ -5,39 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/statecast/statecast/client"
-	"github.com/statecast/statecast/rooms"
-	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
-	"github.com/statecast/statecast/store"
 )
-
-// cliServer starts a server on a memory store and returns its URL.
-func cliServer(t *testing.T) string {
-	t.Helper()
-	st := store.NewMemory(store.MemoryConfig{})
-	eng := rooms.New(st, rooms.Config{})
-	srv, err := server.New(context.Background(), server.Config{Store: st, Engine: eng})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		ts.Close()
-		_ = eng.Close()
-		_ = st.Close()
-	})
-	return ts.URL
-}
 
 // syncBuffer is written by a running command while the test reads it.
 type syncBuffer struct {
@@ -88,7 +64,7 @@ func mustRun(t *testing.T, url string, cmd string, args ...string) string {
 }
 
 func TestCLIGetPutDel(t *testing.T) {
-	url := cliServer(t)
+	url := servertest.Start(t, servertest.Options{}).TS.URL
 	for _, c := range []struct{ arg, rev string }{
 		{"hello", "1\n"}, // not JSON: a string
 		{"42", "2\n"},
@@ -149,7 +125,7 @@ func TestCLIParseValue(t *testing.T) {
 }
 
 func TestCLIConflict(t *testing.T) {
-	url := cliServer(t)
+	url := servertest.Start(t, servertest.Options{}).TS.URL
 	mustRun(t, url, "put", "r", "k", "v")
 	_, err := runCmd(t, url, "put", "r", "k", "w", "--if-rev", "5")
 	if err == nil || err.Error() != `conflict: key "k" has mod_rev 1` {
@@ -170,7 +146,7 @@ func TestCLIConflict(t *testing.T) {
 }
 
 func TestCLIEnv(t *testing.T) {
-	url := cliServer(t)
+	url := servertest.Start(t, servertest.Options{}).TS.URL
 	t.Setenv("STATECAST_URL", strings.TrimPrefix(url, "http://")) // a scheme is optional
 	var out bytes.Buffer
 	if err := runClientCtx(context.Background(), "put", []string{"r", "k", "1"}, &out, &out); err != nil || out.String() != "1\n" {
@@ -183,7 +159,7 @@ func TestCLIEnv(t *testing.T) {
 }
 
 func TestCLIErrors(t *testing.T) {
-	url := cliServer(t)
+	url := servertest.Start(t, servertest.Options{}).TS.URL
 	for _, c := range []struct {
 		cmd  string
 		args []string
@@ -238,7 +214,7 @@ func startCLI(t *testing.T, url, cmd string, args ...string) (out, errOut *syncB
 }
 
 func TestCLIWatch(t *testing.T) {
-	url := cliServer(t)
+	url := servertest.Start(t, servertest.Options{}).TS.URL
 	ctx := context.Background()
 	h := &client.HTTP{URL: url}
 	mustRun(t, url, "put", "r", "g/1", "one")     // 1
@@ -290,7 +266,7 @@ func TestCLIWatch(t *testing.T) {
 }
 
 func TestCLIPutLease(t *testing.T) {
-	url := cliServer(t)
+	url := servertest.Start(t, servertest.Options{}).TS.URL
 	h := &client.HTTP{URL: url}
 	out, errOut, stop := startCLI(t, url, "put", "r", "presence/me", "here", "--lease-ttl", "1s")
 	waitFor(t, out, "1\n")
