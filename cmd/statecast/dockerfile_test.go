@@ -17,66 +17,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/statecast/statecast/cmd/statecast/internal/proc"
+	"github.com/statecast/statecast/cmd/statecast/internal/dockerfile"
 )
-
-// instr is one Dockerfile instruction: its keyword and the rest of the line.
-type instr struct{ cmd, args string }
-
-// parseDockerfile returns the instructions of each build stage, joining
-// continued lines and skipping comments.
-func parseDockerfile(t testing.TB, path string) [][]instr {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stages [][]instr
-	var line string
-	for _, l := range strings.Split(string(b), "\n") {
-		l = strings.TrimSpace(l)
-		if strings.HasPrefix(l, "#") || (l == "" && line == "") {
-			continue
-		}
-		if cont, ok := strings.CutSuffix(l, `\`); ok {
-			line += cont + " "
-			continue
-		}
-		line += l
-		cmd, args, _ := strings.Cut(line, " ")
-		line = ""
-		in := instr{strings.ToUpper(cmd), strings.TrimSpace(args)}
-		if in.cmd == "FROM" {
-			stages = append(stages, nil)
-		}
-		if len(stages) == 0 {
-			t.Fatalf("%s before the first FROM", in.cmd)
-		}
-		stages[len(stages)-1] = append(stages[len(stages)-1], in)
-	}
-	return stages
-}
-
-// words splits a shell command line of the Dockerfile with the load
-// tool's splitter (quotes and escapes as a shell reads them).
-func words(t testing.TB, s string) []string {
-	t.Helper()
-	w, err := proc.Split(s)
-	if err != nil || len(w) == 0 {
-		t.Fatalf("cannot split %q: %v", s, err)
-	}
-	return w
-}
-
-func find(st []instr, cmd string) []string {
-	var out []string
-	for _, in := range st {
-		if in.cmd == cmd {
-			out = append(out, in.args)
-		}
-	}
-	return out
-}
 
 func execForm(t *testing.T, what, args string) []string {
 	t.Helper()
@@ -87,34 +29,25 @@ func execForm(t *testing.T, what, args string) []string {
 	return v
 }
 
-// dockerBuild returns the environment, the arguments after "go" and the
-// output path of the first stage's `go build`.
-func dockerBuild(t testing.TB, stages [][]instr) (env, args []string, out string) {
+// words splits a shell command line of the Dockerfile, failing t if it cannot.
+func words(t *testing.T, s string) []string {
 	t.Helper()
-	for _, a := range find(stages[0], "RUN") {
-		w := words(t, a)
-		i := slices.Index(w, "go")
-		if i < 0 || i+1 >= len(w) || w[i+1] != "build" {
-			continue
-		}
-		env, args = w[:i], w[i+1:]
+	w, err := dockerfile.Words(s)
+	if err != nil {
+		t.Fatalf("cannot split %q: %v", s, err)
 	}
-	if args == nil {
-		t.Fatal("no RUN … go build in the first stage")
-	}
-	o := slices.Index(args, "-o")
-	if o < 0 || o+1 >= len(args) {
-		t.Fatalf("go %s: no -o", strings.Join(args, " "))
-	}
-	return env, args, args[o+1]
+	return w
 }
 
 func TestDockerfile(t *testing.T) {
-	repo, err := filepath.Abs("../..")
+	repo, err := dockerfile.Repo()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stages := parseDockerfile(t, filepath.Join(repo, "Dockerfile"))
+	stages, err := dockerfile.Parse(filepath.Join(repo, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(stages) < 2 {
 		t.Fatalf("%d stages, want a build stage and a runtime stage", len(stages))
 	}
@@ -122,7 +55,7 @@ func TestDockerfile(t *testing.T) {
 
 	// Sources copied from the build context exist.
 	for _, st := range stages {
-		for _, args := range find(st, "COPY") {
+		for _, args := range st.Find("COPY") {
 			w := words(t, args)
 			if strings.HasPrefix(w[0], "--from=") {
 				continue
@@ -135,24 +68,21 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 
-	// The build command, run with its environment and flags (statecastBin
-	// runs it, so the multi-node tests run this binary), writes a static,
-	// stripped binary where the runtime stage copies it from.
-	env, buildArgs, out := dockerBuild(t, stages)
-	if !slices.Contains(env, "CGO_ENABLED=0") {
-		t.Errorf("the build runs with %v, want CGO_ENABLED=0", env)
+	// The build command, run with its environment and flags (by
+	// dockerfile.Binary, so every test that starts statecast runs this
+	// binary), writes a static, stripped binary where the runtime stage
+	// copies it from.
+	build, err := dockerfile.BuildCommand(stages)
+	if err != nil {
+		t.Fatal(err)
 	}
-	bin := statecastBin(t)
-	if os.Getenv("MULTINODE_RACE") == "1" { // statecastBin's is a -race build: build one as the Dockerfile does
-		bin = filepath.Join(t.TempDir(), "statecast")
-		args := slices.Clone(buildArgs)
-		args[slices.Index(args, "-o")+1] = bin
-		cmd := exec.Command("go", args...)
-		cmd.Dir, cmd.Env = repo, append(os.Environ(), env...)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
-		}
+	if !slices.Contains(build.Env, "CGO_ENABLED=0") {
+		t.Errorf("the build runs with %v, want CGO_ENABLED=0", build.Env)
 	}
+	if os.Getenv("STATECAST_TEST_RACE") == "1" {
+		t.Skip("STATECAST_TEST_RACE=1: the test binary is a -race build, not the Dockerfile's")
+	}
+	bin := dockerfile.Binary(t)
 	f, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -172,31 +102,31 @@ func TestDockerfile(t *testing.T) {
 
 	// The runtime stage: binary copied from the build output, run as it.
 	var binPath string
-	for _, args := range find(final, "COPY") {
-		if w := words(t, args); strings.HasPrefix(w[0], "--from=") && slices.Contains(w, out) {
+	for _, args := range final.Find("COPY") {
+		if w := words(t, args); strings.HasPrefix(w[0], "--from=") && slices.Contains(w, build.Out) {
 			binPath = w[len(w)-1]
 		}
 	}
 	if binPath == "" {
-		t.Fatalf("the runtime stage does not copy %s", out)
+		t.Fatalf("the runtime stage does not copy %s", build.Out)
 	}
-	if ep := find(final, "ENTRYPOINT"); len(ep) != 1 || execForm(t, "ENTRYPOINT", ep[0])[0] != binPath {
+	if ep := final.Find("ENTRYPOINT"); len(ep) != 1 || execForm(t, "ENTRYPOINT", ep[0])[0] != binPath {
 		t.Errorf("ENTRYPOINT %v, want [%q]", ep, binPath)
 	}
-	if u := find(final, "USER"); len(u) != 1 || strings.HasPrefix(u[0], "root") || strings.HasPrefix(u[0], "0") {
+	if u := final.Find("USER"); len(u) != 1 || strings.HasPrefix(u[0], "root") || strings.HasPrefix(u[0], "0") {
 		t.Errorf("USER %v: want one non-root user", u)
 	}
-	envs := strings.Join(find(final, "ENV"), " ")
-	if !slices.Contains(find(final, "VOLUME"), "/data") || !strings.Contains(envs, "STATECAST_DATA=/data") {
-		t.Errorf("VOLUME %v, ENV %q: want /data as the volume and the data directory", find(final, "VOLUME"), envs)
+	envs := strings.Join(final.Find("ENV"), " ")
+	if !slices.Contains(final.Find("VOLUME"), "/data") || !strings.Contains(envs, "STATECAST_DATA=/data") {
+		t.Errorf("VOLUME %v, ENV %q: want /data as the volume and the data directory", final.Find("VOLUME"), envs)
 	}
-	if !slices.Contains(find(final, "EXPOSE"), "8080") || !strings.Contains(envs, "STATECAST_ADDR=0.0.0.0:8080") {
-		t.Errorf("EXPOSE %v, ENV %q: want port 8080 exposed and listened on", find(final, "EXPOSE"), envs)
+	if !slices.Contains(final.Find("EXPOSE"), "8080") || !strings.Contains(envs, "STATECAST_ADDR=0.0.0.0:8080") {
+		t.Errorf("EXPOSE %v, ENV %q: want port 8080 exposed and listened on", final.Find("EXPOSE"), envs)
 	}
 
 	// The health check runs the built binary: healthy against a server
 	// answering /healthz on the address the image's ENV would give.
-	hc := find(final, "HEALTHCHECK")
+	hc := final.Find("HEALTHCHECK")
 	if len(hc) != 1 {
 		t.Fatalf("HEALTHCHECK %v, want one", hc)
 	}

@@ -20,8 +20,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +30,7 @@ import (
 	"time"
 
 	"github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/cmd/statecast/internal/dockerfile"
 	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
@@ -42,48 +41,22 @@ import (
 // ---------------------------------------------------------------- binary
 
 var (
-	mnBuildOnce sync.Once
-	mnBin       string
-	mnBuildErr  error
-	mnBinDir    string
-	mnHelp      string // `statecast serve -h`, to see which flags exist
+	helpOnce sync.Once
+	mnBin    string // set by statecastBin, for restarts off the test's goroutine
+	mnHelp   string // `statecast serve -h`, to see which flags exist
 )
 
-// statecastBin builds the binary once per test process (removed by
-// TestMain) and returns its path. MULTINODE_RACE=1 builds it with -race.
+// statecastBin returns the statecast binary the Dockerfile builds (built
+// once per test process; STATECAST_TEST_RACE=1 builds it with -race).
 func statecastBin(t testing.TB) string {
 	t.Helper()
-	mnBuildOnce.Do(func() {
-		mnBinDir, mnBuildErr = os.MkdirTemp("", "statecast-multinode-")
-		if mnBuildErr != nil {
-			return
-		}
-		mnBin = filepath.Join(mnBinDir, "statecast")
-		// Built as the Dockerfile builds it (TestDockerfile checks the
-		// result): the nodes run the production binary, and the run
-		// compiles the project once for both.
-		repo, _ := filepath.Abs("../..")
-		env, args, _ := dockerBuild(t, parseDockerfile(t, filepath.Join(repo, "Dockerfile")))
-		args = slices.Clone(args)
-		args[slices.Index(args, "-o")+1] = mnBin
-		if os.Getenv("MULTINODE_RACE") == "1" {
-			args = append(args[:1], append([]string{"-race"}, args[1:]...)...)
-			env = slices.DeleteFunc(env, func(e string) bool { return e == "CGO_ENABLED=0" })
-		}
-		cmd := exec.Command("go", args...)
-		cmd.Dir = repo
-		cmd.Env = append(os.Environ(), env...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			mnBuildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-			return
-		}
-		out, _ := exec.Command(mnBin, "serve", "-h").CombinedOutput()
+	bin := dockerfile.Binary(t)
+	helpOnce.Do(func() {
+		mnBin = bin
+		out, _ := exec.Command(bin, "serve", "-h").CombinedOutput()
 		mnHelp = string(out)
 	})
-	if mnBuildErr != nil {
-		t.Fatal(mnBuildErr)
-	}
-	return mnBin
+	return bin
 }
 
 // serveHasFlag reports whether `statecast serve` knows --name.
@@ -91,9 +64,7 @@ func serveHasFlag(name string) bool { return strings.Contains(mnHelp, "-"+name+"
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if mnBinDir != "" {
-		os.RemoveAll(mnBinDir)
-	}
+	dockerfile.Cleanup()
 	os.Exit(code)
 }
 

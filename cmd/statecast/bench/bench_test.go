@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -12,87 +11,42 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/statecast/statecast/cmd/statecast/bench/ceiling"
+	"github.com/statecast/statecast/cmd/statecast/internal/dockerfile"
 	"github.com/statecast/statecast/cmd/statecast/internal/proc"
-	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// statecastBin builds the statecast command once, for the tests that
-// spawn it as the load tool does.
-func statecastBin(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "statecast-bench-"); buildErr != nil {
-			return
-		}
-		// Built as the Dockerfile builds it, as the multi-node tests do,
-		// so one compile serves every test that spawns the binary.
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", binDir, "..")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(binDir, "statecast")
-}
+// statecastBin is the statecast command as the Dockerfile builds it, for
+// the tests that spawn it as the load tool does.
+func statecastBin(t *testing.T) string { return dockerfile.Binary(t) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	dockerfile.Cleanup()
 	os.Exit(code)
 }
 
-// startStatecast starts an in-process statecast server on a memory store
-// that takes writes as fast as the load tool sends them.
-func startStatecast(t *testing.T) string { return startStatecastWith(t, server.Config{}) }
-
-// startStatecastWith is startStatecast with cfg (Store and Engine are set
-// unless given, WriteRate unless given).
-func startStatecastWith(t *testing.T, cfg server.Config) string {
+// startStatecast starts an in-process statecast node on a memory store
+// that takes writes as fast as the load tool sends them (cfg.WriteRate
+// unless given), and returns its URL. A given store is shared: two
+// nodes on one store act as two nodes of a cluster.
+func startStatecast(t *testing.T, cfg server.Config, st store.Store) string {
 	t.Helper()
-	if cfg.Store == nil {
-		st := store.NewMemory(store.MemoryConfig{Retention: store.RetentionPolicy{Default: store.Retention{MaxEvents: 20000}}})
-		eng := rooms.New(st, rooms.Config{})
-		cfg.Store, cfg.Engine = st, eng
-		t.Cleanup(func() { _ = eng.Close(); _ = st.Close() })
-	}
 	if cfg.WriteRate == 0 {
 		cfg.WriteRate = 1e6
 	}
-	srv, err := server.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		ts.Close()
-	})
-	return ts.URL
+	return servertest.Start(t, servertest.Options{Server: cfg, Store: st,
+		Memory: store.MemoryConfig{Retention: store.RetentionPolicy{Default: store.Retention{MaxEvents: 20000}}}}).TS.URL
 }
 
 // runJSON runs statecast bench with --json and decodes its result.
@@ -139,7 +93,7 @@ func checkFanout(t *testing.T, r *result, subs int, rate float64) {
 }
 
 func TestFanoutStatecast(t *testing.T) {
-	url := startStatecast(t)
+	url := startStatecast(t, server.Config{}, nil)
 	// One writer connection: each reply is checked to be the next revision.
 	r := runJSON(t, "fanout", "--url", url, "--subs", "5", "--rate", "50", "--duration", "1s", "--warmup", "200ms", "--writers", "1")
 	checkFanout(t, r, 5, 50)
@@ -160,17 +114,15 @@ func TestFanoutStatecast(t *testing.T) {
 // engine, so a write on one is delivered by the other.
 func TestFanoutAcrossNodes(t *testing.T) {
 	st := store.NewMemory(store.MemoryConfig{})
-	eng := rooms.New(st, rooms.Config{})
-	t.Cleanup(func() { _ = eng.Close(); _ = st.Close() })
-	writerURL := startStatecastWith(t, server.Config{Store: st, Engine: eng})
-	subURL := startStatecastWith(t, server.Config{Store: st, Engine: eng})
+	writerURL := startStatecast(t, server.Config{}, st)
+	subURL := startStatecast(t, server.Config{}, st)
 	r := runJSON(t, "fanout", "--url", writerURL, "--sub-url", subURL, "--subs", "4", "--rate", "50", "--duration", "1s", "--warmup", "200ms")
 	checkFanout(t, r, 4, 50)
 }
 
 // TestBenchWrites: the writes scenario commits exactly --events writes.
 func TestWrites(t *testing.T) {
-	url := startStatecast(t)
+	url := startStatecast(t, server.Config{}, nil)
 	r := runJSON(t, "writes", "--url", url, "--events", "300", "--writers", "1", "--window", "1", "--room", "w")
 	if r.Events != 300 || r.WritesPerS <= 0 || r.Subs != 1 {
 		t.Errorf("writes result %+v", r)
@@ -182,7 +134,7 @@ func TestWrites(t *testing.T) {
 }
 
 func TestRoomsStatecast(t *testing.T) {
-	url := startStatecast(t)
+	url := startStatecast(t, server.Config{}, nil)
 	r := runJSON(t, "rooms", "--url", url, "--rooms", "3", "--subs-per-room", "2", "--rate", "60", "--duration", "1s", "--warmup", "200ms", "--room", "rb")
 	checkFanout(t, r, 6, 60)
 	if r.Rooms != 3 {
@@ -195,7 +147,7 @@ func TestRoomsStatecast(t *testing.T) {
 }
 
 func TestIdleStatecast(t *testing.T) {
-	url := startStatecast(t)
+	url := startStatecast(t, server.Config{}, nil)
 	r := runJSON(t, "idle", "--url", url, "--conns", "20", "--hold", "200ms")
 	if r.Conns != 20 || r.Disconnected != 0 || r.LostSubs != 0 || r.ConnectS <= 0 {
 		t.Errorf("idle result: %+v", r)
@@ -204,7 +156,7 @@ func TestIdleStatecast(t *testing.T) {
 
 // A server that refuses writes stops the run with the reason.
 func TestWriterRefused(t *testing.T) {
-	url := startStatecastWith(t, server.Config{WriteRate: 20, WriteBurst: 20})
+	url := startStatecast(t, server.Config{WriteRate: 20, WriteBurst: 20}, nil)
 	start := time.Now()
 	err := Run(context.Background(), []string{"fanout", "--url", url, "--subs", "2", "--rate", "200", "--duration", "10s", "--warmup", "200ms"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "rate_limited") || !strings.Contains(err.Error(), "--write-rate") {
@@ -218,7 +170,7 @@ func TestWriterRefused(t *testing.T) {
 // Idle subscribers never write: the tool pings them so that the server
 // does not close them as silent (after 2 × ping_ms).
 func TestIdleKeepsAlive(t *testing.T) {
-	url := startStatecastWith(t, server.Config{PingInterval: 2 * time.Second})
+	url := startStatecast(t, server.Config{PingInterval: 2 * time.Second}, nil)
 	r := runJSON(t, "idle", "--url", url, "--conns", "5", "--hold", "5s")
 	if r.Disconnected != 0 {
 		t.Errorf("%d connections closed while idle: %q", r.Disconnected, r.Notes)
@@ -226,7 +178,7 @@ func TestIdleKeepsAlive(t *testing.T) {
 }
 
 func TestResumeStatecast(t *testing.T) {
-	url := startStatecast(t)
+	url := startStatecast(t, server.Config{}, nil)
 	r := runJSON(t, "resume", "--url", url, "--events", "300", "--repeat", "3")
 	if r.ResumeComplete != 3 || r.ResumeSnapshots != 0 || r.LostMsgs != 0 {
 		t.Errorf("resume: complete %d, snapshots %d, lost %d; want 3, 0, 0 (notes %q)", r.ResumeComplete, r.ResumeSnapshots, r.LostMsgs, r.Notes)
@@ -242,7 +194,7 @@ func TestResumeFallsBackToSnapshot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 20k events")
 	}
-	url := startStatecast(t)
+	url := startStatecast(t, server.Config{}, nil)
 	r := runJSON(t, "resume", "--url", url, "--events", "20500", "--repeat", "1")
 	if r.ResumeSnapshots != 1 || r.ResumeComplete != 0 {
 		t.Errorf("resume past history: complete %d, snapshots %d; want 0, 1", r.ResumeComplete, r.ResumeSnapshots)
@@ -250,7 +202,7 @@ func TestResumeFallsBackToSnapshot(t *testing.T) {
 }
 
 func TestStormStatecast(t *testing.T) {
-	url := startStatecast(t)
+	url := startStatecast(t, server.Config{}, nil)
 	r := runJSON(t, "storm", "--url", url, "--conns", "30", "--storm-writes", "5", "--dial-concurrency", "8")
 	if r.StormReplayed != 30 || r.StormSnapshot != 0 || r.LostSubs != 0 {
 		t.Errorf("storm: replayed %d, snapshot %d, lost %d; want 30, 0, 0 (notes %q)", r.StormReplayed, r.StormSnapshot, r.LostSubs, r.Notes)
