@@ -28,7 +28,8 @@ type Engine struct {
 	rooms  map[string]*room
 	closed bool
 
-	hist budget // retained history of every loaded room
+	hist  budget        // retained history of every loaded room
+	loads atomic.Uint64 // rooms loaded from the store (each a snapshot read)
 
 	stopc chan struct{}
 	wg    sync.WaitGroup
@@ -409,6 +410,11 @@ type RoomStats struct {
 	Watchers      int
 }
 
+// Loads is how many times this Engine has loaded a room from the store,
+// each a snapshot read: however many watchers a room has, a node loads
+// it once, and again only after it was unloaded, reset or failed to load.
+func (e *Engine) Loads() uint64 { return e.loads.Load() }
+
 // Stats describes the rooms loaded on this node.
 func (e *Engine) Stats() []RoomStats {
 	var out []RoomStats
@@ -507,12 +513,16 @@ func (e *Engine) acquire(ctx context.Context, name string) (*room, error) {
 // fails to load leaves the engine, so the next acquire starts afresh.
 func (e *Engine) loadRoom(r *room) {
 	defer e.wg.Done()
+	e.loads.Add(1)
 	ctx, cancel := context.WithTimeout(e.life, loadTimeout)
 	r.loadErr = e.load(ctx, r)
 	cancel()
 	close(r.loaded)
 	if r.loadErr == nil {
 		return
+	}
+	if !errors.Is(r.loadErr, ErrClosed) {
+		e.cfg.Logger.Warn("rooms: loading a room failed; the next watcher loads it again", "room", r.name, "err", r.loadErr)
 	}
 	e.mu.Lock()
 	if e.rooms[r.name] == r {

@@ -38,6 +38,7 @@ var abuseFor = flag.Duration("abuse", 1500*time.Millisecond, "TestAbuse: how lon
 // TestAbuse -v -abuse 10s`). The attacker is an authenticated subject
 // with grants, so its input reaches past the token check.
 func TestAbuse(t *testing.T) {
+	t.Parallel() // runs for a fixed time per surface
 	for _, surface := range []string{"ws-json", "ws-msgpack", "http", "sse"} {
 		t.Run(surface, func(t *testing.T) {
 			seed := uint64(time.Now().UnixNano())

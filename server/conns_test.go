@@ -182,6 +182,7 @@ func TestHTTPIdleKeepAliveClosed(t *testing.T) {
 // TestHTTPUnreadResponseCut: a client that does not read its response
 // (a large list) is dropped at the write timeout.
 func TestHTTPUnreadResponseCut(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (timeouts, grace, expiry)
 	e := servertest.Start(t, servertest.Options{Server: server.Config{HTTPWriteTimeout: 200 * time.Millisecond}, SendBuffer: 64 << 10})
 	c := dialCodec(t, e, "json")
 	big := strings.Repeat("x", 250<<10)

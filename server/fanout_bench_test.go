@@ -35,7 +35,7 @@ func benchCollect(b *testing.B, codec wire.Codec, nsubs, batch int) {
 	e := rooms.New(st, rooms.Config{Retention: store.RetentionPolicy{Default: store.Retention{MaxEvents: 256}}, ProgressInterval: -1})
 	defer st.Close()
 	defer e.Close()
-	m, err := newMetrics(nopRegisterer{})
+	m, err := newMetrics(nopRegisterer{}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

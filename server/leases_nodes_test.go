@@ -27,6 +27,7 @@ import (
 // within the node timeout (plus a beat period and a scan), as ordinary
 // delete events; a starting node never adopts the keys of a live one.
 func TestLeasesAcrossNodes(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (timeouts, grace, expiry)
 	rs := redistest.Start(t, redistest.Options{})
 	ctx, room := servertest.Context(t), "lobby"
 	open := func() store.Store {
@@ -196,6 +197,7 @@ func TestLeaseRecoveredHasNoOwner(t *testing.T) {
 // the grace, every key of the session, written through either node, is
 // deleted, each once.
 func TestSessionResumedOnAnotherNode(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (timeouts, grace, expiry)
 	rs := redistest.Start(t, redistest.Options{})
 	ctx, room := servertest.Context(t), "lobby"
 	const timeout, grace = time.Second, 300 * time.Millisecond
@@ -259,6 +261,7 @@ func TestSessionResumedOnAnotherNode(t *testing.T) {
 // died before starting its grace), and a key under a session whose
 // record is gone (its ender died before deleting it).
 func TestSessionOrphansEnd(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (timeouts, grace, expiry)
 	rs := redistest.Start(t, redistest.Options{})
 	ctx, room := servertest.Context(t), "lobby"
 	const timeout, grace = 500 * time.Millisecond, 200 * time.Millisecond
@@ -312,6 +315,7 @@ func TestSessionOrphansEnd(t *testing.T) {
 // granted it; left alone, it ends once across the cluster: each of its
 // keys is deleted by exactly one delete event.
 func TestTTLLeasesAcrossNodes(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (timeouts, grace, expiry)
 	rs := redistest.Start(t, redistest.Options{})
 	ctx, room := servertest.Context(t), "lobby"
 	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret})
@@ -447,6 +451,7 @@ func sorted(s []string) []string { slices.Sort(s); return s }
 // TestTTLLeaseAnonymousAcrossNodes: without auth every client is the
 // anonymous subject (""), a holder like any other on Redis too.
 func TestTTLLeaseAnonymousAcrossNodes(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (timeouts, grace, expiry)
 	rs := redistest.Start(t, redistest.Options{})
 	ctx := servertest.Context(t)
 	node := func(id string) *servertest.Node {

@@ -34,7 +34,7 @@ type metrics struct {
 	storeErrors   prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, eng *rooms.Engine) (*metrics, error) {
 	m := &metrics{
 		connections:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "statecast_connections", Help: "Open WebSocket connections."}),
 		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "statecast_subscriptions", Help: "Active subscriptions (WebSocket and SSE)."}),
@@ -64,7 +64,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.connections, m.subscriptions, m.rejected, m.socketsVec, m.writes, m.writeLatency,
 		m.delivered, m.snapshots, m.starts, m.bytesOut, m.framesOut, m.slowCloses, m.rateLimited, m.authFailures,
-		m.leasesEnded, m.storeErrors} {
+		m.leasesEnded, m.storeErrors,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "statecast_room_loads_total",
+			Help: "Rooms loaded from the store, each a snapshot read (once per room however many watch it; again after an unload or a reset)."},
+			func() float64 { return float64(eng.Loads()) })} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

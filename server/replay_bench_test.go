@@ -19,7 +19,7 @@ func BenchmarkReplayCollect(b *testing.B) {
 	ctx := context.Background()
 	ret := store.RetentionPolicy{Default: store.Retention{MaxEvents: 20_000}}
 	value := []byte(fmt.Sprintf(`"%0100d"`, 7))
-	m, _ := newMetrics(nopRegisterer{})
+	m, _ := newMetrics(nopRegisterer{}, nil)
 	srv := &Server{metrics: m}
 	b.ReportAllocs()
 	for range b.N {

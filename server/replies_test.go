@@ -13,6 +13,7 @@ import (
 // reads the replies makes the server stop reading it, not buffer every
 // reply: the replies waiting for the writer stay near maxPendingReplies.
 func TestUnreadRepliesBounded(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (timeouts, grace, expiry)
 	e := newAPIEnv(t, apiOpts{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -210,7 +210,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		conns:       make(map[*conn]struct{}),
 		writeLimits: newWriteLimits(cfg.WriteRate, cfg.WriteBurst),
 	}
-	m, err := newMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer, cfg.Engine)
 	if err != nil {
 		return nil, err
 	}

@@ -73,6 +73,7 @@ func sessionRecord(t *testing.T, e *servertest.Node, id string) (store.SessionRe
 // the session once it is gone for the grace. A session without keys
 // resumes too. Shutdown deleted nothing.
 func TestWSSessionSurvivesRestart(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (timeouts, grace, expiry)
 	path := filepath.Join(t.TempDir(), "statecast.db")
 	ctx, room := servertest.Context(t), "lobby"
 	e1 := fileAuthEnv(t, path, 10*time.Second)
@@ -307,6 +308,7 @@ func (b *blockingFile) Apply(ctx context.Context, room string, w store.Write) (s
 // once ended on its own deadline in the lessor while the record stayed,
 // so the client resumed an empty session).
 func TestWSSessionSlowShutdownEndsNothing(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (timeouts, grace, expiry)
 	const grace = 300 * time.Millisecond
 	path := filepath.Join(t.TempDir(), "statecast.db")
 	f, err := store.OpenFile(store.FileConfig{Path: path})

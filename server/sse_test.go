@@ -495,6 +495,7 @@ func TestSSEEncoding(t *testing.T) {
 // TestSSETokenExpiry: an SSE stream ends with an unauthorized error when
 // its token expires, as a WebSocket session ends with 4002.
 func TestSSETokenExpiry(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (timeouts, grace, expiry)
 	a, err := auth.New(auth.Config{HMACSecret: apiTestSecret, Leeway: -1})
 	if err != nil {
 		t.Fatal(err)

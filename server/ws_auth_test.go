@@ -279,6 +279,7 @@ func TestWSAuthRefreshMessage(t *testing.T) {
 // the expiry, unless a refresh with the same subject came first; refused
 // refreshes do not extend it.
 func TestWSAuthExpiry(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (timeouts, grace, expiry)
 	e := authEnv(t)
 	ctx := servertest.Context(t)
 
@@ -457,6 +458,7 @@ func TestWSAuthResumeOtherSubject(t *testing.T) {
 // accepted by HTTP and by a WebSocket alike; the session ends (4002) when
 // the leeway has passed, and from then on HTTP refuses the token too.
 func TestWSAuthLeewayAgrees(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (timeouts, grace, expiry)
 	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret, Leeway: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -929,6 +929,7 @@ func TestWSSlowConsumerCoalesced(t *testing.T) {
 // of the frame stuck in it: a client that reads again soon gets 4000, a
 // dead one is dropped (PROTOCOL.md §8 promises 4000 in both cases).
 func TestWSSlowConsumerWriteTimeout(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (timeouts, grace, expiry)
 	// stuck returns a subscriber whose socket the server gave up on.
 	stuck := func(t *testing.T, e *servertest.Node, room string) (*rawConn, *client.View) {
 		ctx := servertest.Context(t)

@@ -327,6 +327,40 @@ func (c *mnCluster) snapshot(room string) store.Snapshot {
 
 // commandCalls returns the calls counters of INFO commandstats, by command
 // (lower case: "hgetall", "exec", "xrange", ...).
+// wantLoads fails the test unless every node has loaded rooms n times
+// (statecast_room_loads_total of its /metrics) since it started.
+func (c *mnCluster) wantLoads(when, room string, n int) {
+	c.t.Helper()
+	for _, node := range c.nodes {
+		got, err := node.metric("statecast_room_loads_total")
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if got != float64(n) {
+			c.t.Errorf("%s: node %s loaded rooms %v times, want %d (room %s)", when, node.name, got, n, room)
+		}
+	}
+}
+
+// metric reads an unlabelled counter or gauge of the node's /metrics.
+func (n *mnNode) metric(name string) (float64, error) {
+	resp, err := http.Get(n.HTTP() + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("node %s: no %s in /metrics", n.name, name)
+}
+
 func (c *mnCluster) commandCalls() map[string]int {
 	c.t.Helper()
 	info, err := redistest.Do(c.redis.Addr(), "INFO", "commandstats")
