@@ -123,8 +123,15 @@ func TestMultiNodeMove(t *testing.T) {
 	stop := startWriters(t, 2, room, c.wsURLs()[1:], 2*time.Millisecond, tr)
 	const moves = 6
 	for i := 1; i <= moves; i++ {
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // writes go on meanwhile
 		f.moveTo(i % 3)
+		// The next move only once this one has resumed: two moves in
+		// one reconnect would be one (a busy machine reconnects slowly).
+		waitUntil(t, 15*time.Second, fmt.Sprintf("move %d to resume", i), func() bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.connects == i+1 && f.replays == i
+		})
 	}
 	time.Sleep(250 * time.Millisecond)
 	stop()
