@@ -41,7 +41,7 @@ if (!env.STATECAST_BIN) {
   console.error(`built ${env.STATECAST_BIN} in ${Date.now() - t0} ms`);
 }
 const files = process.argv.length > 2 ? process.argv.slice(2) : [here];
-const child = spawn(process.execPath, ['--test', '--test-reporter=tap', '--test-concurrency=1', '--test-timeout=120000', ...files],
+const child = spawn(process.execPath, ['--test', '--test-reporter=tap', '--test-concurrency=2', '--test-timeout=120000', ...files],
   { cwd: resolve(here, '..'), env, stdio: 'inherit' });
 child.on('exit', (code, signal) => {
   if (tmp) rmSync(tmp, { recursive: true, force: true });
