@@ -14,13 +14,14 @@ import (
 )
 
 // Group commit: the concurrent Apply calls of a store go to Redis
-// together, one pipeline of apply.lua calls per master and round trip
+// together, one pipeline per master and round trip
 // (docs/DESIGN.md#several-nodes-on-redis). Each master has a committer:
 // one goroutine that takes whatever writes are queued when it is free (up
 // to maxGroupWrites or maxGroupBytes), sends them in one pipeline, and
 // answers each. An idle committer sends a write at once; writes that
-// arrive while a round trip is in flight go in the next one. Every write
-// is still its own script call: its own revision, its own conditions.
+// arrive while a round trip is in flight go in the next one. The pipeline
+// holds one apply.lua call per room, with that room's writes in queue
+// order; each write is still its own revision with its own conditions.
 
 const (
 	maxGroupWrites = 128
@@ -30,12 +31,14 @@ const (
 
 // req is one Apply waiting for its committer.
 type req struct {
-	room  string
-	keys  []string
-	args  []any
-	size  int // bytes it adds to a pipeline
-	state groupcommit.Handover
-	done  chan struct{}
+	room      string
+	keys      []string // the room's: meta, kv, log, wids
+	maxEvents int      // the room's retention
+	cut, ch   string   // age cutoff at the write's time, channel
+	args      []any    // the write's arguments of apply.lua
+	size      int      // bytes it adds to a pipeline
+	state     groupcommit.Handover
+	done      chan struct{}
 
 	// Set by the committer before done is closed.
 	reply []any // the script's reply; nil when err is set
@@ -128,51 +131,77 @@ func (c *committer) run() {
 	}
 }
 
-// send runs the live writes of group in one pipeline and answers each.
-// NOSCRIPT ran nothing: those writes are sent again with the script's
-// text (EVAL), once.
+// call is one apply.lua call: the writes of one room in a group.
+type call struct {
+	rs   []*req
+	args []any
+	cmd  *redis.Cmd
+}
+
+// send runs the live writes of group in one pipeline, one call per room,
+// and answers each. NOSCRIPT ran nothing: those calls are sent again with
+// the script's text (EVAL), once.
 func (c *committer) send(group []*req) {
-	live := group[:0:0]
+	var calls []*call
+	byRoom := map[string]*call{}
 	for _, r := range group {
-		if r.state.Take() {
-			live = append(live, r)
+		if !r.state.Take() {
+			continue // abandoned by its caller
 		}
+		cl := byRoom[r.room]
+		if cl == nil {
+			cl = &call{}
+			byRoom[r.room] = cl
+			calls = append(calls, cl)
+		}
+		cl.rs = append(cl.rs, r)
 	}
-	if len(live) == 0 {
-		return // every write was abandoned by its caller
+	if len(calls) == 0 {
+		return
+	}
+	for _, cl := range calls {
+		last := cl.rs[len(cl.rs)-1] // the newest age cutoff
+		n := 6
+		for _, r := range cl.rs {
+			n += len(r.args)
+		}
+		cl.args = make([]any, 0, n)
+		cl.args = append(cl.args, store.NewEpoch(), last.maxEvents, last.cut, last.ch, metaTTL.Milliseconds(), len(cl.rs))
+		for _, r := range cl.rs {
+			cl.args = append(cl.args, r.args...)
+		}
 	}
 	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.WriteTimeout)
 	defer cancel()
-	cmds := make([]*redis.Cmd, len(live))
-	c.pipeline(ctx, live, cmds, func(p redis.Pipeliner, r *req) *redis.Cmd {
-		return applyScript.EvalSha(ctx, p, r.keys, r.args...)
+	c.pipeline(ctx, calls, func(p redis.Pipeliner, cl *call) *redis.Cmd {
+		return applyScript.EvalSha(ctx, p, cl.rs[0].keys, cl.args...)
 	})
-	var again []*req
-	var againAt []int
-	for i, cmd := range cmds {
-		if cmd.Val() == nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			again = append(again, live[i])
-			againAt = append(againAt, i)
+	var again []*call
+	for _, cl := range calls {
+		if cl.cmd.Val() == nil && redis.HasErrorPrefix(cl.cmd.Err(), "NOSCRIPT") {
+			again = append(again, cl)
 		}
 	}
 	if len(again) > 0 {
-		cmds2 := make([]*redis.Cmd, len(again))
-		c.pipeline(ctx, again, cmds2, func(p redis.Pipeliner, r *req) *redis.Cmd {
-			return applyScript.Eval(ctx, p, r.keys, r.args...)
+		c.pipeline(ctx, again, func(p redis.Pipeliner, cl *call) *redis.Cmd {
+			return applyScript.Eval(ctx, p, cl.rs[0].keys, cl.args...)
 		})
-		for j, i := range againAt {
-			cmds[i] = cmds2[j]
-		}
 	}
 	moved := false
-	for i, r := range live {
-		var err error
-		r.reply, err = outcome(cmds[i])
-		if err != nil {
-			moved = moved || redirected(err)
-			r.err = writeErr(r.room, err)
+	for _, cl := range calls {
+		replies, err := outcome(cl.cmd)
+		if err == nil && len(replies) != len(cl.rs) {
+			err = fmt.Errorf("%d replies to %d writes", len(replies), len(cl.rs))
 		}
-		close(r.done)
+		moved = moved || redirected(err)
+		for i, r := range cl.rs {
+			if err != nil {
+				r.err = writeErr(r.room, err)
+			} else if r.reply, _ = replies[i].([]any); r.reply == nil {
+				r.err = writeErr(r.room, fmt.Errorf("unexpected reply %v", replies[i]))
+			}
+			close(r.done)
+		}
 	}
 	if moved {
 		if cl, ok := c.s.wc.(*redis.ClusterClient); ok {
@@ -181,12 +210,11 @@ func (c *committer) send(group []*req) {
 	}
 }
 
-// pipeline sends one command per write in one round trip; cmds[i] is the
-// command of rs[i].
-func (c *committer) pipeline(ctx context.Context, rs []*req, cmds []*redis.Cmd, cmd func(redis.Pipeliner, *req) *redis.Cmd) {
+// pipeline sends calls in one round trip, setting each one's cmd.
+func (c *committer) pipeline(ctx context.Context, calls []*call, cmd func(redis.Pipeliner, *call) *redis.Cmd) {
 	_, _ = c.node.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range rs {
-			cmds[i] = cmd(p, r)
+		for _, cl := range calls {
+			cl.cmd = cmd(p, cl)
 		}
 		return nil
 	})

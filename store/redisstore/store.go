@@ -94,6 +94,8 @@ const (
 )
 
 var (
+	//go:embed lua/retain.lua
+	retainLua string
 	//go:embed lua/apply.lua
 	applyLua string
 	//go:embed lua/init.lua
@@ -103,9 +105,9 @@ var (
 	//go:embed lua/reepoch.lua
 	reepochLua string
 
-	applyScript   = redis.NewScript(applyLua)
+	applyScript   = redis.NewScript(retainLua + applyLua)
 	initScript    = redis.NewScript(initLua)
-	trimScript    = redis.NewScript(trimLua)
+	trimScript    = redis.NewScript(retainLua + trimLua)
 	reepochScript = redis.NewScript(reepochLua)
 )
 
@@ -310,9 +312,10 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 	if w.Since != nil {
 		since = strconv.FormatUint(*w.Since, 10)
 	}
-	args := make([]any, 0, 11+2*len(w.Conds)+4*len(w.Ops))
-	args = append(args, store.NewEpoch(), strconv.FormatInt(now.UnixMilli(), 10), ret.MaxEvents, cut, ch, tag,
-		metaTTL.Milliseconds(), w.Wid, since, len(w.Conds))
+	// The write's arguments of apply.lua (the room's are added by its
+	// committer, commit.go).
+	args := make([]any, 0, 6+2*len(w.Conds)+4*len(w.Ops))
+	args = append(args, strconv.FormatInt(now.UnixMilli(), 10), tag, w.Wid, since, len(w.Conds))
 	for _, c := range w.Conds {
 		args = append(args, c.Key, strconv.FormatUint(c.ModRev, 10))
 	}
@@ -339,7 +342,10 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 		slab = append(slab, op.Value...)
 		args = append(args, t, op.Key, slab[start:len(slab):len(slab)], op.Lease)
 	}
-	reply, err := s.submit(ctx, &req{room: room, keys: []string{k.meta, k.kv, k.log, k.wids}, args: args, size: size, done: make(chan struct{})})
+	reply, err := s.submit(ctx, &req{
+		room: room, keys: []string{k.meta, k.kv, k.log, k.wids}, maxEvents: ret.MaxEvents, cut: cut, ch: ch,
+		args: args, size: size, done: make(chan struct{}),
+	})
 	if err != nil {
 		return store.Result{}, err
 	}
@@ -369,6 +375,8 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 		return store.Result{Epoch: str(1), Rev: at, Dup: true}, nil
 	case "UNKNOWN":
 		return store.Result{}, fmt.Errorf("%w (oldest retained revision %s, write first sent after %s)", store.ErrWidCompacted, str(3), since)
+	case "ERR": // its XADD failed: nothing of it was written
+		return store.Result{}, fmt.Errorf("store: redis write to room %q (outcome unknown): %s", room, str(1))
 	}
 	return store.Result{}, fmt.Errorf("store: redis write to room %q: unexpected reply %v", room, reply)
 }
