@@ -164,7 +164,10 @@ func (r *result) rows() []figure {
 	case "writes":
 		add(true, "writes", float64(r.Events), "", true, true)
 		add(true, "writer connections", float64(r.Subs), "", true, true)
+		add(r.Rooms > 0, "rooms", float64(r.Rooms), "", true, true)
 		add(true, "writes/s", r.WritesPerS, "/s", true, true)
+		add(true, "write latency p50 (send to reply)", r.AckP50Ms, "ms", false, true)
+		add(true, "write latency p99", r.AckP99Ms, "ms", false, true)
 		add(pid, "server CPU per write", r.ServerCPUUsPerMsg, "µs", false, true)
 		add(r.RedisUsPerW > 0, "redis CPU per write", r.RedisUsPerW, "µs", false, true)
 		add(pid, "other processes CPU", r.OtherCPUPct, "%", false, true)
