@@ -148,13 +148,26 @@ for w = 1, tonumber(ARGV[6]) do
 end
 if wrote == 0 then return out end
 
--- Retention (retain.lua), once for the writes of this call: the same end
--- state as after each write. Only the head can be below floor (retention
--- dropped it): a room within its bounds, without an age limit, is not read.
+-- Retention, once for the writes of this call: the same end state as after
+-- each write. Only the head can be below floor (retention dropped it): a
+-- room within its bounds, without an age limit, is not read. The log holds
+-- consecutive revisions up to rev, each of at least one event: when it
+-- holds as many entries as events, each is of one event, and a full room
+-- drops its oldest without reading them. Else retain.lua reads them.
 local maxev = tonumber(ARGV[2])
 local cutoff = nil
 if ARGV[3] ~= '' then cutoff = tonumber(ARGV[3]) end
-if total > maxev or cutoff or floor0 > rev0 then
+local read = total > maxev or cutoff or floor0 > rev0
+if total > maxev and not cutoff and floor0 <= rev0 then
+  local len, drop = redis.call('XLEN', log), total - maxev
+  if len == total and drop < len then
+    local keep = fmt(rev - len + 1 + drop)
+    redis.call('XTRIM', log, 'MINID', keep)
+    redis.call('ZREMRANGEBYSCORE', wids, '-inf', '(' .. keep)
+    total, read = maxev, false
+  end
+end
+if read then
   local page = 1
   if total > maxev then page = wrote + 1 end -- a full room drops about as many as were added
   total, floor = retain(log, wids, rev, total, floor, maxev, cutoff, page)
