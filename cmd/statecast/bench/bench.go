@@ -733,27 +733,34 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // cpuSample is the CPU time used so far by the server (-1: unknown), the
 // load tool and all processes of the machine (-1: unknown).
-type cpuSample struct{ server, tool, machine, redis time.Duration }
-
-func (e *env) sampleCPU() cpuSample {
-	return cpuSample{e.serverCPU(), selfCPU(), machineBusy(), e.redisCPU()}
+// redis is the sum of the Redis servers' (-1: unknown), redisEach each
+// one's.
+type cpuSample struct {
+	server, tool, machine, redis time.Duration
+	redisEach                    []time.Duration
 }
 
-// redisCPU is the Redis servers' CPU time so far, or -1 without
-// --redis-pid.
-func (e *env) redisCPU() time.Duration {
+func (e *env) sampleCPU() cpuSample {
+	c := cpuSample{server: e.serverCPU(), tool: selfCPU(), machine: machineBusy(), redis: -1}
+	c.redis, c.redisEach = e.redisCPU()
+	return c
+}
+
+// redisCPU is the Redis servers' CPU time so far, in all and each, or -1
+// without --redis-pid.
+func (e *env) redisCPU() (sum time.Duration, each []time.Duration) {
 	if len(e.cfg.redisPIDs) == 0 {
-		return -1
+		return -1, nil
 	}
-	var sum time.Duration
 	for _, pid := range e.cfg.redisPIDs {
 		d, err := procCPU(pid)
 		if err != nil {
-			return -1
+			return -1, nil
 		}
 		sum += d
+		each = append(each, d)
 	}
-	return sum
+	return sum, each
 }
 
 // cpuShares fills the CPU figures of r for the window between a and b.
@@ -769,6 +776,11 @@ func (r *result) cpuShares(a, b cpuSample, win time.Duration) {
 		r.OtherCPUPct = max(0, pct(b.machine-a.machine)-r.ServerCPUPct-r.ToolCPUPct)
 		if a.redis >= 0 && b.redis >= 0 {
 			r.RedisCPUPct = pct(b.redis - a.redis)
+			if len(b.redisEach) > 1 {
+				for i := range b.redisEach {
+					r.RedisCPUPctEach = append(r.RedisCPUPctEach, pct(b.redisEach[i]-a.redisEach[i]))
+				}
+			}
 			r.OtherCPUPct = max(0, r.OtherCPUPct-r.RedisCPUPct)
 		}
 		if r.OtherCPUPct > 20 {
