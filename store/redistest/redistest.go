@@ -341,3 +341,51 @@ func readReply(r *bufio.Reader) (string, error) {
 	}
 	return "", fmt.Errorf("redistest: unexpected reply %q", line)
 }
+
+// ReadRESP appends one complete RESP2/RESP3 value read from r, as raw
+// bytes, to buf: for proxies that cut or drop whole replies.
+func ReadRESP(r *bufio.Reader, buf []byte) ([]byte, error) {
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		return buf, err
+	}
+	buf = append(buf, line...)
+	if len(line) < 3 {
+		return buf, fmt.Errorf("resp: short line %q", line)
+	}
+	n, _ := strconv.Atoi(string(line[1 : len(line)-2]))
+	switch line[0] {
+	case '+', '-', ':', '_', ',', '#', '(':
+		return buf, nil
+	case '$', '!', '=':
+		if n < 0 {
+			return buf, nil
+		}
+		start := len(buf)
+		buf = append(buf, make([]byte, n+2)...)
+		_, err := io.ReadFull(r, buf[start:])
+		return buf, err
+	case '*', '~', '>':
+		for i := 0; i < n; i++ {
+			if buf, err = ReadRESP(r, buf); err != nil {
+				return buf, err
+			}
+		}
+		return buf, nil
+	case '%':
+		for i := 0; i < 2*n; i++ {
+			if buf, err = ReadRESP(r, buf); err != nil {
+				return buf, err
+			}
+		}
+		return buf, nil
+	case '|': // attributes, then the value they describe
+		for i := 0; i < 2*n; i++ {
+			if buf, err = ReadRESP(r, buf); err != nil {
+				return buf, err
+			}
+		}
+		return ReadRESP(r, buf)
+	}
+	return buf, fmt.Errorf("resp: unknown type %q", line[0])
+}
