@@ -1,11 +1,8 @@
 package redisstore
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,7 +177,7 @@ func TestGroupNoScript(t *testing.T) {
 // twice.
 func TestGroupCut(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	p := startCutProxy(t, srv.Addr())
+	p := startProxy(t, srv.Addr())
 	s := openStore(t, "redis://"+p.addr+"/0", func(c *Config) { c.WriteTimeout = 2 * time.Second })
 	for _, room := range []string{"r0", "r1", "r2", "r3"} {
 		mustApply(t, s, room, store.Put("k", []byte("0"))) // the script is loaded
@@ -260,128 +257,4 @@ func TestClusterGroups(t *testing.T) {
 	if len(masters) != 3 || n != 3 {
 		t.Errorf("writes ran on %d masters through %d committers, want 3 and 3", len(masters), n)
 	}
-}
-
-// cutProxy forwards TCP to a Redis server. Armed with cutAfter(n), it
-// closes every connection once it has forwarded n more replies on one of
-// them; with refuse, nothing listens on its address.
-type cutProxy struct {
-	t      testing.TB
-	addr   string
-	target string
-
-	mu    sync.Mutex
-	ln    net.Listener
-	conns []net.Conn
-	left  int // replies still to forward before the cut; -1: not armed
-	wg    sync.WaitGroup
-}
-
-func startCutProxy(t testing.TB, target string) *cutProxy {
-	t.Helper()
-	p := &cutProxy{t: t, target: target, left: -1}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(func() {
-		p.refuse(true)
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *cutProxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			a, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", p.target)
-			if err != nil {
-				a.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, a, b)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() {
-				defer p.wg.Done()
-				_, _ = io.Copy(b, a)
-				b.Close()
-			}()
-			go func() {
-				defer p.wg.Done()
-				defer a.Close()
-				r := bufio.NewReader(b)
-				for {
-					reply, err := redistest.ReadRESP(r, nil)
-					if err != nil {
-						return
-					}
-					if _, err := a.Write(reply); err != nil {
-						return
-					}
-					p.mu.Lock()
-					cut := false
-					if p.left > 0 {
-						p.left--
-						cut = p.left == 0
-					}
-					p.mu.Unlock()
-					if cut {
-						p.closeAll()
-						return
-					}
-				}
-			}()
-		}
-	}()
-}
-
-// cutAfter arms the proxy: after n more replies every connection closes.
-func (p *cutProxy) cutAfter(n int) {
-	p.mu.Lock()
-	p.left = n
-	p.mu.Unlock()
-}
-
-func (p *cutProxy) closeAll() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-	p.left = -1
-}
-
-// refuse closes the listener and every connection (on), or listens on the
-// same address again (off).
-func (p *cutProxy) refuse(on bool) {
-	if on {
-		p.mu.Lock()
-		ln := p.ln
-		p.ln = nil
-		p.mu.Unlock()
-		if ln != nil {
-			ln.Close()
-		}
-		p.closeAll()
-		return
-	}
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.serve(ln)
 }
