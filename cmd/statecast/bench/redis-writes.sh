@@ -6,7 +6,8 @@
 #   redis-writes.sh ab A_BIN B_BIN [ROUNDS]
 #       one node on one redis-server: 1, 8 and 64 writers to one room, for A
 #       and B in turn (A B A B …, ROUNDS times, default 3); B's load tool
-#       drives both.
+#       drives both. With MEMORY=1 each round also runs B on the memory store
+#       (no Redis): what the node and the load tool reach on this machine.
 #   redis-writes.sh shards BIN [MASTERS…]
 #       a Redis Cluster of 1, 2 and 4 masters (or MASTERS), one node per
 #       master, writes over 200 rooms through all the nodes.
@@ -104,6 +105,16 @@ ab() {
 			done
 			stop "$NPID" "$RPID"
 		done
+		if [ "${MEMORY:-}" = 1 ]; then
+			local np
+			np=$(port)
+			node "$b" "127.0.0.1:$np" memory
+			for i in "${!writers[@]}"; do
+				"$b" bench writes --url "http://127.0.0.1:$np" --server-pid "$NPID" \
+					--writers "${writers[$i]}" --window "${writers[$i]}" --events "${events[$i]}" --json 2>/dev/null | line "$(basename "$b")/memory"
+			done
+			stop "$NPID"
+		fi
 	done
 }
 
