@@ -54,8 +54,6 @@ func newFileReq(room string, w Write) *fileReq {
 	return &fileReq{room: room, w: w, size: size, done: make(chan struct{})}
 }
 
-func (r *fileReq) bytes() int { return r.size }
-
 func (f *File) Apply(ctx context.Context, room string, w Write) (Result, error) {
 	if err := f.cfg.Limits.Validate(room, w); err != nil {
 		return Result{}, err
@@ -100,8 +98,21 @@ func (f *File) run() {
 		if h := f.hookGroup.Load(); h != nil {
 			(*h)()
 		}
-		// A closed queue ends the fill: this group commits, then the loop ends.
-		group = groupcommit.Fill(append(group[:0], first), f.reqs, maxGroupWrites, maxGroupBytes, (*fileReq).bytes)
+		group = append(group[:0], first)
+		size := first.size
+	fill:
+		for len(group) < maxGroupWrites && size < maxGroupBytes {
+			select {
+			case r, ok := <-f.reqs:
+				if !ok {
+					break fill // closed: commit this group, then the loop ends
+				}
+				group = append(group, r)
+				size += r.size
+			default:
+				break fill
+			}
+		}
 		f.commitGroup(group)
 		clear(group)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,18 +16,18 @@ import (
 
 // Group commit: the concurrent Apply calls of a store go to Redis
 // together, one pipeline per master and round trip
-// (docs/DESIGN.md#several-nodes-on-redis). Each master has a committer:
-// one goroutine that takes whatever writes are queued when it is free (up
-// to maxGroupWrites or maxGroupBytes), sends them in one pipeline, and
-// answers each. An idle committer sends a write at once; writes that
-// arrive while a round trip is in flight go in the next one. The pipeline
-// holds one apply.lua call per room, with that room's writes in queue
-// order; each write is still its own revision with its own conditions.
+// (docs/DESIGN.md#several-nodes-on-redis). Each master has a committer
+// with at most one round trip in flight. A write that finds it idle is
+// sent at once, by its own goroutine (no hand-over, no linger); writes
+// that arrive while a round trip is in flight queue, and the committer's
+// goroutine sends whatever is queued (up to maxGroupWrites or
+// maxGroupBytes) in the next one. The pipeline holds one apply.lua call
+// per room, with that room's writes in queue order; each write is still
+// its own revision with its own conditions.
 
 const (
 	maxGroupWrites = 128
 	maxGroupBytes  = 1 << 20
-	queueLen       = 1024
 )
 
 // req is one Apply waiting for its committer.
@@ -45,13 +46,15 @@ type req struct {
 	err   error // why there is no reply (writeErr)
 }
 
-func (r *req) bytes() int { return r.size }
-
 // committer sends the writes of one master.
 type committer struct {
 	s    *Store
 	node *redis.Client // the standalone server, or one cluster master
-	q    chan *req
+	kick chan struct{} // (1) writes are queued and no round trip is in flight
+
+	mu    sync.Mutex // guards queue and busy
+	queue []*req     // as long as the writers waiting: one per Apply call
+	busy  bool       // a round trip is in flight
 }
 
 // committerFor returns the committer of the master serving key (started
@@ -68,7 +71,7 @@ func (s *Store) committerFor(ctx context.Context, key string) (*committer, error
 	defer s.cmu.Unlock()
 	c := s.committers[node]
 	if c == nil {
-		c = &committer{s: s, node: node, q: make(chan *req, queueLen)}
+		c = &committer{s: s, node: node, kick: make(chan struct{}, 1)}
 		s.committers[node] = c
 		s.wg.Add(1)
 		go c.run()
@@ -76,58 +79,102 @@ func (s *Store) committerFor(ctx context.Context, key string) (*committer, error
 	return c, nil
 }
 
-// submit queues r on the committer of its room and waits for the reply.
-// A write still queued when ctx ends or WriteTimeout passes was not sent:
-// it is dropped and reported unavailable. One already taken has an
-// unknown outcome once its caller stops waiting.
+// submit sends r, or queues it on its master's committer, and waits for
+// the reply. A write still queued when ctx ends or WriteTimeout passes
+// was not sent: it is dropped and reported unavailable. One already taken
+// has an unknown outcome once its caller stops waiting.
 func (s *Store) submit(ctx context.Context, r *req) ([]any, error) {
 	c, err := s.committerFor(ctx, r.keys[0])
 	if err != nil {
 		return nil, fmt.Errorf("%w: redis write to room %q: %v", store.ErrUnavailable, r.room, err)
 	}
+	c.mu.Lock()
+	if !c.busy && len(c.queue) == 0 {
+		c.busy = true
+		c.mu.Unlock()
+		r.state.Take()
+		wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+		c.send(wctx, []*req{r})
+		cancel()
+		c.idle()
+		return r.reply, r.err
+	}
+	c.queue = append(c.queue, r)
+	c.mu.Unlock()
 	bound := time.NewTimer(s.cfg.WriteTimeout)
 	defer bound.Stop()
 	var stop error
 	select {
-	case c.q <- r:
-		select {
-		case <-r.done:
-			return r.reply, r.err
-		case <-ctx.Done():
-			stop = ctx.Err()
-		case <-bound.C:
-			stop = context.DeadlineExceeded
-		}
-		if !r.state.Abandon() {
-			return nil, fmt.Errorf("store: redis write to room %q (outcome unknown): %w", r.room, stop)
-		}
+	case <-r.done:
+		return r.reply, r.err
 	case <-ctx.Done():
 		stop = ctx.Err()
 	case <-bound.C:
 		stop = context.DeadlineExceeded
 	}
+	if !r.state.Abandon() {
+		return nil, fmt.Errorf("store: redis write to room %q (outcome unknown): %w", r.room, stop)
+	}
 	return nil, fmt.Errorf("%w: redis write to room %q not sent: %w", store.ErrUnavailable, r.room, stop)
 }
 
-// run is the committer's loop: it gathers whatever is queued into one
-// group and sends it, until the store closes (Close waits for every Apply
-// first, so nothing is left queued).
+// idle ends a round trip; the committer's goroutine sends what queued
+// meanwhile.
+func (c *committer) idle() {
+	c.mu.Lock()
+	c.busy = false
+	if len(c.queue) > 0 {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+	c.mu.Unlock()
+}
+
+// run is the committer's goroutine: it sends what is queued, a group per
+// round trip, until the store closes (Close waits for every Apply first,
+// so nothing is left queued).
 func (c *committer) run() {
 	defer c.s.wg.Done()
-	group := make([]*req, 0, maxGroupWrites)
+	var group []*req
 	for {
-		var first *req
 		select {
 		case <-c.s.ctx.Done():
 			return
-		case first = <-c.q:
+		case <-c.kick:
 		}
-		if h := c.s.hookGroup.Load(); h != nil {
-			(*h)()
+		for {
+			c.mu.Lock()
+			if c.busy || len(c.queue) == 0 {
+				c.mu.Unlock()
+				break // the round trip in flight kicks again when it ends
+			}
+			c.busy = true
+			n, size := 0, 0
+			for n < len(c.queue) && n < maxGroupWrites && (n == 0 || size < maxGroupBytes) {
+				size += c.queue[n].size
+				n++
+			}
+			group = append(group[:0], c.queue[:n]...)
+			c.queue = append(c.queue[:0], c.queue[n:]...)
+			c.mu.Unlock()
+			live := group[:0]
+			for _, r := range group {
+				if r.state.Take() { // else abandoned by its caller
+					live = append(live, r)
+				}
+			}
+			if len(live) > 0 {
+				ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.WriteTimeout)
+				c.send(ctx, live)
+				cancel()
+			}
+			clear(group)
+			c.mu.Lock()
+			c.busy = false
+			c.mu.Unlock()
 		}
-		group = groupcommit.Fill(append(group[:0], first), c.q, maxGroupWrites, maxGroupBytes, (*req).bytes)
-		c.send(group)
-		clear(group)
 	}
 }
 
@@ -138,16 +185,16 @@ type call struct {
 	cmd  *redis.Cmd
 }
 
-// send runs the live writes of group in one pipeline, one call per room,
-// and answers each. NOSCRIPT ran nothing: those calls are sent again with
-// the script's text (EVAL), once.
-func (c *committer) send(group []*req) {
+// send runs writes, all taken, in one pipeline, one call per room, and
+// answers each. NOSCRIPT ran nothing: those calls are sent again with the
+// script's text (EVAL), once.
+func (c *committer) send(ctx context.Context, writes []*req) {
+	if h := c.s.hookGroup.Load(); h != nil {
+		(*h)()
+	}
 	var calls []*call
 	byRoom := map[string]*call{}
-	for _, r := range group {
-		if !r.state.Take() {
-			continue // abandoned by its caller
-		}
+	for _, r := range writes {
 		cl := byRoom[r.room]
 		if cl == nil {
 			cl = &call{}
@@ -155,9 +202,6 @@ func (c *committer) send(group []*req) {
 			calls = append(calls, cl)
 		}
 		cl.rs = append(cl.rs, r)
-	}
-	if len(calls) == 0 {
-		return
 	}
 	for _, cl := range calls {
 		last := cl.rs[len(cl.rs)-1] // the newest age cutoff
@@ -171,8 +215,6 @@ func (c *committer) send(group []*req) {
 			cl.args = append(cl.args, r.args...)
 		}
 	}
-	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.WriteTimeout)
-	defer cancel()
 	c.pipeline(ctx, calls, func(p redis.Pipeliner, cl *call) *redis.Cmd {
 		return applyScript.EvalSha(ctx, p, cl.rs[0].keys, cl.args...)
 	})
@@ -220,10 +262,10 @@ func (c *committer) pipeline(ctx context.Context, calls []*call, cmd func(redis.
 	})
 }
 
-// outcome is a write's reply, or the error that took its place. When a
-// pipeline breaks while its replies are read, go-redis sets the failure on
-// every command, also on those whose reply had arrived; a reply that
-// arrived is the outcome.
+// outcome is a call's reply (one per write), or the error that took its
+// place. When a pipeline breaks while its replies are read, go-redis sets
+// the failure on every command, also on those whose reply had arrived: a
+// reply that arrived is the outcome.
 func outcome(cmd *redis.Cmd) ([]any, error) {
 	if v, ok := cmd.Val().([]any); ok {
 		return v, nil

@@ -25,32 +25,50 @@ type applied struct {
 	err error
 }
 
-// group applies the writes in one group commit, in this order: the first
-// is taken by the committer, which then waits until the others are queued
-// behind it. It returns their outcomes in the same order.
-func group(t testing.TB, s *Store, writes ...func() (store.Result, error)) []applied {
+// group applies writes in one round trip: a write to room "hold" goes
+// first and is held, before it is sent, until the writes are queued behind
+// it; they then go together, in this order, in the next round trip, before
+// which before runs (unless nil). It returns their outcomes in order.
+func group(t testing.TB, s *Store, before func(), writes ...func() (store.Result, error)) []applied {
 	t.Helper()
 	gate, held := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hook := func() { once.Do(func() { close(held); <-gate }) }
+	var trips atomic.Int32
+	hook := func() {
+		switch trips.Add(1) {
+		case 1:
+			close(held)
+			<-gate
+		case 2:
+			if before != nil {
+				before()
+			}
+		}
+	}
 	s.hookGroup.Store(&hook)
 	defer s.hookGroup.Store(nil)
 	out := make([]applied, len(writes))
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := s.Apply(bg, "hold", store.Put("k", nil)); err != nil {
+			t.Errorf("the holding write: %v", err)
+		}
+	}()
+	<-held
 	for i, w := range writes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			out[i].res, out[i].err = w()
 		}()
-		if i == 0 {
-			<-held
-			continue
-		}
-		eventually(t, fmt.Sprint("write ", i, " queued"), 5*time.Second, func() bool { return queued(s) == i })
+		eventually(t, fmt.Sprint("write ", i, " queued"), 5*time.Second, func() bool { return queued(s) == i+1 })
 	}
 	close(gate)
 	wg.Wait()
+	if n := trips.Load(); n != 2 {
+		t.Errorf("the writes went in %d round trips, want 1", n-1)
+	}
 	return out
 }
 
@@ -60,7 +78,9 @@ func queued(s *Store) int {
 	defer s.cmu.Unlock()
 	n := 0
 	for _, c := range s.committers {
-		n += len(c.q)
+		c.mu.Lock()
+		n += len(c.queue)
+		c.mu.Unlock()
 	}
 	return n
 }
@@ -102,8 +122,8 @@ func TestGroupConditions(t *testing.T) {
 	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
 	mustApply(t, s, "c", store.Put("k", []byte("0"))) // rev 1
-	before, _ := calls(t, raw, "evalsha")
-	got := group(t, s,
+	var before int
+	got := group(t, s, func() { before, _ = calls(t, raw, "evalsha") },
 		put(s, "c", "k", "1", "k", 1),  // rev 2
 		put(s, "c", "k", "x", "k", 1),  // conflict: k is at 2 now
 		put(s, "d", "x", "1", "x", 5),  // conflict: x does not exist
@@ -148,9 +168,11 @@ func TestGroupNoScript(t *testing.T) {
 	s := openStore(t, srv.URL(), nil)
 	raw := rawRedis(t, srv.Addr())
 	mustApply(t, s, "a", store.Put("k", []byte("0")))
-	raw.ScriptFlush(bg)
-	raw.ConfigResetStat(bg)
-	got := group(t, s, put(s, "a", "k", "1"), put(s, "b", "k", "1"), put(s, "a", "k", "2"), put(s, "b", "k", "2"))
+	flush := func() {
+		raw.ScriptFlush(bg)
+		raw.ConfigResetStat(bg)
+	}
+	got := group(t, s, flush, put(s, "a", "k", "1"), put(s, "b", "k", "1"), put(s, "a", "k", "2"), put(s, "b", "k", "2"))
 	for i, want := range []uint64{2, 1, 3, 2} {
 		if got[i].err != nil || got[i].res.Rev != want {
 			t.Errorf("write %d: %v, rev %d; want rev %d", i, got[i].err, got[i].res.Rev, want)
@@ -182,8 +204,7 @@ func TestGroupCut(t *testing.T) {
 	for _, room := range []string{"r0", "r1", "r2", "r3"} {
 		mustApply(t, s, room, store.Put("k", []byte("0"))) // the script is loaded
 	}
-	p.cutAfter(1)
-	got := group(t, s, put(s, "r0", "k", "1"), put(s, "r1", "k", "1"), put(s, "r2", "k", "1"))
+	got := group(t, s, func() { p.cutAfter(1) }, put(s, "r0", "k", "1"), put(s, "r1", "k", "1"), put(s, "r2", "k", "1"))
 	if got[0].err != nil || got[0].res.Rev != 2 {
 		t.Errorf("write whose reply arrived: %v, rev %d; want rev 2", got[0].err, got[0].res.Rev)
 	}

@@ -80,8 +80,7 @@ type Store struct {
 
 	// noPublish makes writes skip SPUBLISH (tests: lost pushes).
 	noPublish atomic.Bool
-	// hookGroup is called by a committer once a group's first write is
-	// taken (tests).
+	// hookGroup is called before each round trip of writes (tests).
 	hookGroup atomic.Pointer[func()]
 }
 

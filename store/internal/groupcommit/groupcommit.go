@@ -1,7 +1,6 @@
 // Package groupcommit holds what the stores' group commits share (the file
-// store's committer and the Redis store's, one per master): gathering the
-// writes queued for one commit, and handing each write over between its
-// caller and the committer exactly once.
+// store's committer and the Redis store's, one per master): handing each
+// queued write over between its caller and the committer exactly once.
 package groupcommit
 
 import "sync/atomic"
@@ -23,26 +22,3 @@ func (h *Handover) Take() bool { return h.v.CompareAndSwap(queued, taken) }
 // Abandon is the caller's side: false when the committer took it first,
 // so that its outcome is the commit's.
 func (h *Handover) Abandon() bool { return h.v.CompareAndSwap(queued, abandoned) }
-
-// Fill appends to group, which holds a commit's first write, whatever q
-// holds at this moment, until group has maxWrites writes or their sizes
-// add up to maxBytes, or q is closed.
-func Fill[T any](group []T, q <-chan T, maxWrites, maxBytes int, size func(T) int) []T {
-	n := 0
-	for _, w := range group {
-		n += size(w)
-	}
-	for len(group) < maxWrites && n < maxBytes {
-		select {
-		case w, ok := <-q:
-			if !ok {
-				return group
-			}
-			group = append(group, w)
-			n += size(w)
-		default:
-			return group
-		}
-	}
-	return group
-}
