@@ -23,7 +23,8 @@
 # would use a whole core (the Redis-bound ceiling). Env: WRITERS (default
 # "1 8 64"), EVENTS (per writer count, default "3000 20000 60000"), ROOMS
 # (shards, default 200), SHARD_WRITERS (default 64), SHARD_EVENTS (default
-# 60000).
+# 60000), WAIT_IDLE (e.g. 30s: before each run, wait up to that long for the
+# other processes of the machine to go quiet; default 0).
 set -euo pipefail
 
 DIR=$(mktemp -d /tmp/redis-writes.XXXXXX)
@@ -101,7 +102,8 @@ ab() {
 			node "$bin" "127.0.0.1:$np" "redis://127.0.0.1:$RPORT/0"
 			for i in "${!writers[@]}"; do
 				"$b" bench writes --url "http://127.0.0.1:$np" --server-pid "$NPID" --redis-pid "$RPID" \
-					--writers "${writers[$i]}" --window "${writers[$i]}" --events "${events[$i]}" --json 2>/dev/null | line "$(basename "$bin")"
+					--writers "${writers[$i]}" --window "${writers[$i]}" --events "${events[$i]}" --wait-idle "${WAIT_IDLE:-0}" --json 2>/dev/null |
+					line "$(basename "$bin")"
 			done
 			stop "$NPID" "$RPID"
 		done
@@ -111,7 +113,8 @@ ab() {
 			node "$b" "127.0.0.1:$np" memory
 			for i in "${!writers[@]}"; do
 				"$b" bench writes --url "http://127.0.0.1:$np" --server-pid "$NPID" \
-					--writers "${writers[$i]}" --window "${writers[$i]}" --events "${events[$i]}" --json 2>/dev/null | line "$(basename "$b")/memory"
+					--writers "${writers[$i]}" --window "${writers[$i]}" --events "${events[$i]}" --wait-idle "${WAIT_IDLE:-0}" --json 2>/dev/null |
+					line "$(basename "$b")/memory"
 			done
 			stop "$NPID"
 		fi
@@ -157,7 +160,8 @@ shards() {
 		done
 		local w=${SHARD_WRITERS:-64}
 		"$bin" bench writes --url "${urls[1]}" "${urls[@]}" --server-pid "${npids[0]}" --redis-pid "$CPIDS" \
-			--rooms "${ROOMS:-200}" --writers "$w" --window "$w" --events "${SHARD_EVENTS:-60000}" --json 2>/dev/null | shardline "$n"
+			--rooms "${ROOMS:-200}" --writers "$w" --window "$w" --events "${SHARD_EVENTS:-60000}" --wait-idle "${WAIT_IDLE:-0}" --json 2>/dev/null |
+			shardline "$n"
 		stop "${npids[@]}" ${CPIDS//,/ }
 	done
 }
