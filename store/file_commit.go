@@ -5,10 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/statecast/statecast/store/internal/groupcommit"
 )
 
 // fileReq is one Apply waiting for the committer.
@@ -17,7 +18,7 @@ type fileReq struct {
 	w     Write
 	sess  *sessionWrite // instead of room and w: a session record to write
 	size  int           // bytes it adds to a group
-	state atomic.Int32  // reqQueued, then reqTaken (committer) or reqAbandoned (Apply)
+	state groupcommit.Handover
 	done  chan struct{}
 
 	// Set by the committer before done is closed.
@@ -26,12 +27,6 @@ type fileReq struct {
 	batch *Batch // committed batch to hand to followers; nil when none
 	out   bool   // dropped from the group after a fatal error
 }
-
-const (
-	reqQueued int32 = iota
-	reqTaken
-	reqAbandoned
-)
 
 // newFileReq copies w's values into one allocation: the caller may reuse
 // its buffers once Apply returns, while the committed values live on in
@@ -86,7 +81,7 @@ func (f *File) submit(ctx context.Context, req *fileReq) (Result, error) {
 	select {
 	case <-req.done:
 	case <-ctx.Done():
-		if req.state.CompareAndSwap(reqQueued, reqAbandoned) {
+		if req.state.Abandon() {
 			return Result{}, ctx.Err() // the committer will skip it
 		}
 		<-req.done // already taken: its outcome is at most one commit away
@@ -157,7 +152,7 @@ func (e *fatalError) Unwrap() error { return e.err }
 func (f *File) commitGroup(group []*fileReq) {
 	live := make([]*fileReq, 0, len(group))
 	for _, r := range group {
-		if r.state.CompareAndSwap(reqQueued, reqTaken) {
+		if r.state.Take() {
 			live = append(live, r)
 		}
 	}

@@ -1047,7 +1047,7 @@ func (p *redisProxy) copyReplies(dst io.Writer, src io.Reader) {
 	var buf []byte
 	for {
 		var err error
-		buf, err = readRESP(r, buf[:0])
+		buf, err = redistest.ReadRESP(r, buf[:0])
 		if err != nil {
 			return
 		}
@@ -1059,53 +1059,6 @@ func (p *redisProxy) copyReplies(dst io.Writer, src io.Reader) {
 			return
 		}
 	}
-}
-
-// readRESP appends one complete RESP2/RESP3 value, as raw bytes, to buf.
-func readRESP(r *bufio.Reader, buf []byte) ([]byte, error) {
-	line, err := r.ReadBytes('\n')
-	if err != nil {
-		return buf, err
-	}
-	buf = append(buf, line...)
-	if len(line) < 3 {
-		return buf, fmt.Errorf("resp: short line %q", line)
-	}
-	n, _ := strconv.Atoi(string(line[1 : len(line)-2]))
-	switch line[0] {
-	case '+', '-', ':', '_', ',', '#', '(':
-		return buf, nil
-	case '$', '!', '=':
-		if n < 0 {
-			return buf, nil
-		}
-		start := len(buf)
-		buf = append(buf, make([]byte, n+2)...)
-		_, err := io.ReadFull(r, buf[start:])
-		return buf, err
-	case '*', '~', '>':
-		for i := 0; i < n; i++ {
-			if buf, err = readRESP(r, buf); err != nil {
-				return buf, err
-			}
-		}
-		return buf, nil
-	case '%':
-		for i := 0; i < 2*n; i++ {
-			if buf, err = readRESP(r, buf); err != nil {
-				return buf, err
-			}
-		}
-		return buf, nil
-	case '|': // attributes, then the value they describe
-		for i := 0; i < 2*n; i++ {
-			if buf, err = readRESP(r, buf); err != nil {
-				return buf, err
-			}
-		}
-		return readRESP(r, buf)
-	}
-	return buf, fmt.Errorf("resp: unknown type %q", line[0])
 }
 
 // isPush: a pub/sub message ([s]message channel payload).

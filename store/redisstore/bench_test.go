@@ -3,6 +3,7 @@ package redisstore
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,14 +37,74 @@ func BenchmarkApply(b *testing.B) {
 // BenchmarkApplyParallel: 8 writers per core over 100 rooms.
 func BenchmarkApplyParallel(b *testing.B) {
 	s := benchStore(b)
+	parallelWrites(b, s, 8, 100)
+}
+
+// BenchmarkApplyGroup: 64 concurrent writers (the group commit), to one
+// room and over 100 and 200 rooms, on one Redis server; besides the time
+// per write it reports the Redis server's CPU per write and the writes
+// per script call (one call per room and round trip).
+func BenchmarkApplyGroup(b *testing.B) {
+	for _, rooms := range []int{1, 100, 200} {
+		b.Run(fmt.Sprint("rooms=", rooms), func(b *testing.B) {
+			srv := redistest.Start(b, redistest.Options{})
+			s := openStore(b, srv.URL(), nil)
+			raw := rawRedis(b, srv.Addr())
+			calls0, _ := calls(b, raw, "evalsha")
+			cpu0 := srv.CPU()
+			parallelWrites(b, s, 32, rooms)
+			b.StopTimer()
+			calls1, _ := calls(b, raw, "evalsha")
+			b.ReportMetric(float64((srv.CPU()-cpu0).Microseconds())/float64(b.N), "redis-µs/op")
+			b.ReportMetric(float64(b.N)/float64(max(1, calls1-calls0)), "writes/call")
+		})
+	}
+}
+
+// BenchmarkApplyCluster: 64 concurrent writers over 200 rooms on a Redis
+// Cluster of 1, 2 and 4 masters (slots in equal ranges). It reports the
+// masters' CPU per write, busiest-master-% (the share of the time the
+// busiest master was on a CPU) and ceiling-writes/s, the writes per second
+// of that master's CPU: the rate at which it would fill a core, the
+// Redis-bound ceiling. On a machine with fewer cores than masters plus
+// this process, the measured rate stops growing well before it.
+func BenchmarkApplyCluster(b *testing.B) {
+	for _, masters := range []int{1, 2, 4} {
+		b.Run(fmt.Sprint("masters=", masters), func(b *testing.B) {
+			c := redistest.StartCluster(b, masters)
+			s := openStore(b, strings.Join(c.Addrs(), ","), func(cfg *Config) { cfg.Cluster = true })
+			cpu0 := make([]time.Duration, masters)
+			for i, n := range c.Nodes {
+				cpu0[i] = n.CPU()
+			}
+			start := time.Now()
+			parallelWrites(b, s, 32, 200)
+			b.StopTimer()
+			took := time.Since(start)
+			var sum, busiest time.Duration
+			for i, n := range c.Nodes {
+				d := n.CPU() - cpu0[i]
+				sum += d
+				busiest = max(busiest, d)
+			}
+			b.ReportMetric(float64(sum.Microseconds())/float64(b.N), "redis-µs/op")
+			b.ReportMetric(100*busiest.Seconds()/took.Seconds(), "busiest-master-%")
+			b.ReportMetric(float64(b.N)/busiest.Seconds(), "ceiling-writes/s")
+		})
+	}
+}
+
+// parallelWrites runs b.N puts of 100 bytes from perCore writers per core,
+// over rooms rooms in turn.
+func parallelWrites(b *testing.B, s *Store, perCore, rooms int) {
 	v := make([]byte, 100)
 	var n atomic.Int64
-	b.SetParallelism(8)
+	b.SetParallelism(perCore)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := n.Add(1)
-			if _, err := s.Apply(bg, fmt.Sprint("room", i%100), store.Put(fmt.Sprint("k", i%10), v)); err != nil {
+			if _, err := s.Apply(bg, fmt.Sprint("room", i%int64(rooms)), store.Put(fmt.Sprint("k", i%10), v)); err != nil {
 				b.Error(err)
 				return
 			}

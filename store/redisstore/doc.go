@@ -10,6 +10,7 @@
 // The files:
 //
 //   - store.go: New, Config, writes (Apply), snapshots, history, Leased
+//   - commit.go: group commit of writes, one pipeline per master and round trip
 //   - follow.go: Follow and store.Heads (sharded pub/sub, the stream, the check)
 //   - codec.go: the key record and batch encodings that apply.lua writes
 //   - sessions.go, leases.go, nodes.go: session records, TTL leases, the node registry

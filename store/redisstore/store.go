@@ -75,8 +75,13 @@ type Store struct {
 
 	fol follow // see follow.go
 
+	cmu        sync.Mutex                   // guards committers
+	committers map[*redis.Client]*committer // by master; see commit.go
+
 	// noPublish makes writes skip SPUBLISH (tests: lost pushes).
 	noPublish atomic.Bool
+	// hookGroup is called before each round trip of writes (tests).
+	hookGroup atomic.Pointer[func()]
 }
 
 var _ store.Store = (*Store)(nil)
@@ -88,6 +93,8 @@ const (
 )
 
 var (
+	//go:embed lua/retain.lua
+	retainLua string
 	//go:embed lua/apply.lua
 	applyLua string
 	//go:embed lua/init.lua
@@ -97,9 +104,9 @@ var (
 	//go:embed lua/reepoch.lua
 	reepochLua string
 
-	applyScript   = redis.NewScript(applyLua)
+	applyScript   = redis.NewScript(retainLua + applyLua)
 	initScript    = redis.NewScript(initLua)
-	trimScript    = redis.NewScript(trimLua)
+	trimScript    = redis.NewScript(retainLua + trimLua)
 	reepochScript = redis.NewScript(reepochLua)
 )
 
@@ -130,7 +137,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.SnapshotPageAbove <= 0 {
 		cfg.SnapshotPageAbove = 5000
 	}
-	s := &Store{cfg: cfg, log: cfg.Logger, id: store.NewEpoch()}
+	s := &Store{cfg: cfg, log: cfg.Logger, id: store.NewEpoch(), committers: map[*redis.Client]*committer{}}
 	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	if cfg.Cluster {
 		var addrs []string
@@ -219,6 +226,15 @@ func (s *Store) roomOfChannel(ch string) (string, bool) {
 	return strings.CutSuffix(r, "}:ch")
 }
 
+// writeErr is the error of a write that got no reply: unavailable when
+// Redis certainly ran none of it, else of unknown outcome.
+func writeErr(room string, err error) error {
+	if notSent(err) {
+		return fmt.Errorf("%w: redis write to room %q: %v", store.ErrUnavailable, room, err)
+	}
+	return fmt.Errorf("store: redis write to room %q (outcome unknown): %w", room, err)
+}
+
 // notSent reports whether a write failed before Redis ran any of it: no
 // connection could be dialled or none was free in time (the write client
 // never retries, so the error is that of its only attempt), or the
@@ -226,14 +242,15 @@ func (s *Store) roomOfChannel(ch string) (string, bool) {
 // while waiting for the reply) may have come after Redis ran the script.
 func notSent(err error) bool {
 	var oe *net.OpError
-	if errors.Is(err, redis.ErrPoolTimeout) || errors.As(err, &oe) && oe.Op == "dial" {
+	if errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) || errors.As(err, &oe) && oe.Op == "dial" {
 		return true
 	}
-	// Cluster replies that refuse the command before running it.
+	// Replies that refuse the command before running it: a cluster's, and
+	// NOSCRIPT (after the write was sent again with EVAL, see commit.go).
 	var re redis.Error
 	if errors.As(err, &re) {
 		msg := re.Error()
-		for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"} {
+		for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "NOSCRIPT"} {
 			if strings.HasPrefix(msg, p) {
 				return true
 			}
@@ -294,32 +311,42 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 	if w.Since != nil {
 		since = strconv.FormatUint(*w.Since, 10)
 	}
-	args := make([]any, 0, 11+2*len(w.Conds)+4*len(w.Ops))
-	args = append(args, store.NewEpoch(), strconv.FormatInt(now.UnixMilli(), 10), ret.MaxEvents, cut, ch, tag,
-		metaTTL.Milliseconds(), w.Wid, since, len(w.Conds))
+	// The write's arguments of apply.lua (the room's are added by its
+	// committer, commit.go).
+	args := make([]any, 0, 6+2*len(w.Conds)+4*len(w.Ops))
+	args = append(args, strconv.FormatInt(now.UnixMilli(), 10), tag, w.Wid, since, len(w.Conds))
 	for _, c := range w.Conds {
 		args = append(args, c.Key, strconv.FormatUint(c.ModRev, 10))
 	}
 	args = append(args, len(w.Ops))
+	// The values are copied (into one slab): a write may still be on its way
+	// to Redis after Apply returned (its outcome unknown), and the caller
+	// may reuse its buffers by then.
+	size, vals := 64+len(room), 0
+	for _, op := range w.Ops {
+		size += len(op.Key) + len(op.Lease) + 16
+		vals += len(op.Value)
+	}
+	for _, c := range w.Conds {
+		size += len(c.Key) + 16
+	}
+	size += vals
+	slab := make([]byte, 0, vals)
 	for _, op := range w.Ops {
 		t := "P"
 		if op.Type == store.OpDelete {
 			t = "D"
 		}
-		v := op.Value
-		if v == nil {
-			v = []byte{}
-		}
-		args = append(args, t, op.Key, v, op.Lease)
+		start := len(slab)
+		slab = append(slab, op.Value...)
+		args = append(args, t, op.Key, slab[start:len(slab):len(slab)], op.Lease)
 	}
-	wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
-	defer cancel()
-	reply, err := applyScript.Run(wctx, s.wc, []string{k.meta, k.kv, k.log, k.wids}, args...).Slice()
+	reply, err := s.submit(ctx, &req{
+		room: room, keys: []string{k.meta, k.kv, k.log, k.wids}, maxEvents: ret.MaxEvents, cut: cut, ch: ch,
+		args: args, size: size, done: make(chan struct{}),
+	})
 	if err != nil {
-		if notSent(err) {
-			return store.Result{}, fmt.Errorf("%w: redis write to room %q: %v", store.ErrUnavailable, room, err)
-		}
-		return store.Result{}, fmt.Errorf("store: redis write to room %q (outcome unknown): %w", room, err)
+		return store.Result{}, err
 	}
 	str := func(i int) string {
 		if i < len(reply) {
@@ -347,6 +374,8 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 		return store.Result{Epoch: str(1), Rev: at, Dup: true}, nil
 	case "UNKNOWN":
 		return store.Result{}, fmt.Errorf("%w (oldest retained revision %s, write first sent after %s)", store.ErrWidCompacted, str(3), since)
+	case "ERR": // its XADD failed: nothing of it was written
+		return store.Result{}, fmt.Errorf("store: redis write to room %q (outcome unknown): %s", room, str(1))
 	}
 	return store.Result{}, fmt.Errorf("store: redis write to room %q: unexpected reply %v", room, reply)
 }

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -839,30 +840,48 @@ func TestClusterFollow(t *testing.T) {
 	}
 }
 
-// freezeProxy forwards TCP to a Redis server; freeze makes every
-// connection open at that moment go silent (nothing forwarded either way,
-// nothing closed), as a half-dead network path or a wedged failover does.
-// New connections work.
-type freezeProxy struct {
-	ln     net.Listener
+// proxy forwards TCP to a Redis server, the server's replies one whole
+// RESP value at a time. freeze makes every connection open at that moment
+// go silent (nothing forwarded either way, nothing closed), as a half-dead
+// network path or a wedged failover does; new connections work. cutAfter
+// closes every connection once n more replies went through; refuse
+// stops listening (a dial is refused) until it is called again with false.
+type proxy struct {
+	t      testing.TB
+	addr   string
 	target string
-	mu     sync.Mutex
-	conns  []*frozenPair
 	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns []*proxyPair
+	left  int // replies still to forward before the cut; -1: none armed
 }
 
-type frozenPair struct {
+type proxyPair struct {
 	a, b   net.Conn
 	frozen atomic.Bool
 }
 
-func startFreezeProxy(t testing.TB, target string) *freezeProxy {
+func startProxy(t testing.TB, target string) *proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &freezeProxy{ln: ln, target: target}
+	p := &proxy{t: t, addr: ln.Addr().String(), target: target, left: -1}
+	p.serve(ln)
+	t.Cleanup(func() {
+		p.refuse(true)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -871,57 +890,115 @@ func startFreezeProxy(t testing.TB, target string) *freezeProxy {
 			if err != nil {
 				return
 			}
-			b, err := net.Dial("tcp", target)
+			b, err := net.Dial("tcp", p.target)
 			if err != nil {
 				a.Close()
 				continue
 			}
-			pair := &frozenPair{a: a, b: b}
+			pair := &proxyPair{a: a, b: b}
 			p.mu.Lock()
 			p.conns = append(p.conns, pair)
 			p.mu.Unlock()
-			pipe := func(dst, src net.Conn) {
-				defer p.wg.Done()
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := src.Read(buf)
-					if err != nil {
-						dst.Close()
-						return
-					}
-					if pair.frozen.Load() {
-						continue // swallowed
-					}
-					if _, err := dst.Write(buf[:n]); err != nil {
-						src.Close()
-						return
-					}
-				}
-			}
 			p.wg.Add(2)
-			go pipe(b, a)
-			go pipe(a, b)
+			go p.requests(pair)
+			go p.replies(pair)
 		}
 	}()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.a.Close()
-			c.b.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
 }
 
-func (p *freezeProxy) freeze() {
+func (p *proxy) requests(pair *proxyPair) {
+	defer p.wg.Done()
+	defer pair.b.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := pair.a.Read(buf)
+		if err != nil {
+			return
+		}
+		if pair.frozen.Load() {
+			continue // swallowed
+		}
+		if _, err := pair.b.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+func (p *proxy) replies(pair *proxyPair) {
+	defer p.wg.Done()
+	defer pair.a.Close()
+	r := bufio.NewReader(pair.b)
+	var buf []byte
+	for {
+		var err error
+		if buf, err = redistest.ReadRESP(r, buf[:0]); err != nil {
+			return
+		}
+		if pair.frozen.Load() {
+			continue // swallowed
+		}
+		if _, err := pair.a.Write(buf); err != nil {
+			return
+		}
+		p.mu.Lock()
+		cut := p.left > 0
+		if cut {
+			p.left--
+			cut = p.left == 0
+		}
+		p.mu.Unlock()
+		if cut {
+			p.closeAll()
+			return
+		}
+	}
+}
+
+func (p *proxy) freeze() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
 		c.frozen.Store(true)
 	}
+}
+
+// cutAfter arms the proxy: after n more replies every connection closes.
+func (p *proxy) cutAfter(n int) {
+	p.mu.Lock()
+	p.left = n
+	p.mu.Unlock()
+}
+
+func (p *proxy) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.a.Close()
+		c.b.Close()
+	}
+	p.conns = nil
+	p.left = -1
+}
+
+// refuse closes the listener and every connection (on), or listens on the
+// same address again (off).
+func (p *proxy) refuse(on bool) {
+	if !on {
+		ln, err := net.Listen("tcp", p.addr)
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		p.serve(ln)
+		return
+	}
+	p.mu.Lock()
+	ln := p.ln
+	p.ln = nil
+	p.mu.Unlock()
+	if ln != nil {
+		ln.Close()
+	}
+	p.closeAll()
 }
 
 // TestFollowRecoversSilentConnection: the push connection (and every
@@ -931,9 +1008,9 @@ func (p *freezeProxy) freeze() {
 // times out.
 func TestFollowRecoversSilentConnection(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	proxy := startFreezeProxy(t, srv.Addr())
+	proxy := startProxy(t, srv.Addr())
 	const ping = 300 * time.Millisecond
-	s := openStore(t, "redis://"+proxy.ln.Addr().String(), func(c *Config) {
+	s := openStore(t, "redis://"+proxy.addr, func(c *Config) {
 		c.PingInterval = ping
 		c.WriteTimeout = 500 * time.Millisecond
 	})

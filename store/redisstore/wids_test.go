@@ -109,3 +109,66 @@ func TestWidsGoWithTheStream(t *testing.T) {
 	mustApply(t, s, room, store.Write{Ops: []store.Op{{Type: store.OpPut, Key: "k", Value: []byte("v")}}, Wid: "w13"})
 	check("state lost", map[string]uint64{"w13": 1})
 }
+
+// TestCountRetention: count retention without an age limit, where a room
+// whose entries are each of one event is trimmed without reading them
+// (apply.lua) and one with bigger entries is read (retain.lua): either way
+// whole revisions from the oldest, the write ids with them.
+func TestCountRetention(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	raw := rawRedis(t, srv.Addr())
+	s := openStore(t, srv.URL(), func(c *Config) {
+		c.Retention = store.RetentionPolicy{Default: store.Retention{MaxEvents: 3}}
+	})
+	const room = "count"
+	k := s.keys(room)
+	put := func(rev uint64, keys ...string) {
+		t.Helper()
+		w := store.Write{Wid: fmt.Sprint("w", rev)}
+		for _, key := range keys {
+			w.Ops = append(w.Ops, store.Op{Type: store.OpPut, Key: key, Value: []byte("v")})
+		}
+		if res := mustApply(t, s, room, w); res.Rev != rev {
+			t.Fatalf("write committed at %d, want %d", res.Rev, rev)
+		}
+	}
+	check := func(what string, from, to uint64, events string) {
+		t.Helper()
+		es, err := raw.XRange(bg, k.log, "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var revs []uint64
+		want := map[string]uint64{}
+		for _, e := range es {
+			revs = append(revs, entryRev(e.ID))
+		}
+		var wantRevs []uint64
+		for r := from; r <= to; r++ {
+			wantRevs = append(wantRevs, r)
+			want[fmt.Sprint("w", r)] = r
+		}
+		zset, log := widsOfLog(t, raw, k)
+		if !reflect.DeepEqual(revs, wantRevs) || !reflect.DeepEqual(zset, want) || !reflect.DeepEqual(log, want) {
+			t.Errorf("%s: log %v, wids %v, want revisions %d..%d and their ids", what, revs, zset, from, to)
+		}
+		if got := raw.HGet(bg, k.meta, "events").Val(); got != events {
+			t.Errorf("%s: meta events %s, want %s", what, got, events)
+		}
+		if snap := mustSnapshot(t, s, room); snap.Oldest != from {
+			t.Errorf("%s: Oldest %d, want %d", what, snap.Oldest, from)
+		}
+	}
+	for rev := uint64(1); rev <= 10; rev++ {
+		put(rev, "a")
+	}
+	check("one event each", 8, 10, "3")
+	put(11, "a", "b") // 5 events in 4 entries: read
+	check("an entry of two events", 10, 11, "3")
+	put(12, "a")
+	put(13, "a")
+	check("the entry of two events dropped", 12, 13, "2")
+	put(14, "a")
+	put(15, "a")
+	check("one event each again", 13, 15, "3")
+}

@@ -44,6 +44,8 @@ scenarios:
   resume   a subscriber misses --events K writes, then resumes (median of --repeat)
   storm    --conns N subscribers drop at once, --storm-writes happen, all resume at once
   writes   --events K writes as fast as --writers connections with --window in flight allow
+           (shared out: each connection has window/writers in flight); --rooms N spreads them
+           over ROOM-0…ROOM-<N-1>, --write-url over several nodes; reports writes/s and latency
   attack   --attack NAME: one client trying to take the server's CPU, memory or fds (below)
 
 Writes go over --writers connections (default 4) with up to --window requests in
@@ -63,7 +65,7 @@ program speaking that protocol, and statecast serve likewise unless --statecast-
 
 Several nodes on one store: --sub-url (repeatable) spreads the subscribers over other
 nodes while the writer stays on --url, so latency is publish on one node to delivery on
-another; --redis-pid reports the Redis server's CPU per write.
+another; --redis-pid reports the Redis server's CPU per write (repeatable: several masters).
 
 attack --attack NAME reports what the attacker got, the server's CPU seconds, peak RSS
 and peak open fds (from /proc every 100 ms), and what a well-behaved bystander saw
@@ -99,8 +101,9 @@ type config struct {
 	writers               int
 	waitIdle              time.Duration
 	cpuProfile            string
-	subURLs               flags.List
-	redisPID              int
+	subURLs, writeURLs    flags.List
+	redisPIDs             []int
+	roomsSet              bool // --rooms was given
 
 	// attack
 	attack                             string
@@ -138,7 +141,17 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 		fs.IntVar(&c.pid, "server-pid", 0, "server process id, for its CPU and RSS from /proc")
 		fs.StringVar(&c.spawn, "spawn", "", "start the server with this command line, wait until --url answers, SIGTERM it at the end")
 		fs.Var(&c.subURLs, "sub-url", "statecast: subscribers connect to these nodes in turn (repeatable); the writer stays on --url")
-		fs.IntVar(&c.redisPID, "redis-pid", 0, "redis-server process id: report its CPU per write")
+		fs.Var(&c.writeURLs, "write-url", "statecast, writes: the writer's connections go to these nodes in turn (repeatable; default --url)")
+		fs.Func("redis-pid", "redis-server process id: report its CPU per write (repeatable: the sum of several servers')", func(v string) error {
+			for _, f := range strings.Split(v, ",") {
+				pid, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || pid <= 0 {
+					return fmt.Errorf("bad pid %q", f)
+				}
+				c.redisPIDs = append(c.redisPIDs, pid)
+			}
+			return nil
+		})
 	} else {
 		fs.StringVar(&c.ceilingBin, "ceiling-bin", "", "another reference broadcast server's binary, run with -addr, -batch and -history (default: this executable's bench ceiling)")
 		fs.StringVar(&c.statecastBin, "statecast-bin", "", "the statecast binary (default: this executable)")
@@ -155,7 +168,7 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "fanout, rooms: writing before the window, not measured")
 	fs.DurationVar(&c.drain, "drain", 15*time.Second, "fanout, rooms: longest wait for subscribers to catch up after the writer stops")
 	fs.DurationVar(&c.timeout, "timeout", 120*time.Second, "bound of each phase (connecting, replies, resyncs)")
-	fs.IntVar(&c.rooms, "rooms", 100, "rooms: rooms")
+	fs.IntVar(&c.rooms, "rooms", 100, "rooms: rooms; writes: write to ROOM-0…ROOM-<N-1> in turn instead of ROOM")
 	fs.IntVar(&c.perRoom, "subs-per-room", 10, "rooms: subscribers per room")
 	fs.IntVar(&c.conns, "conns", 10000, "idle, storm: connections")
 	fs.DurationVar(&c.hold, "hold", 5*time.Second, "idle: how long the connections are held before RSS is read")
@@ -192,6 +205,7 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 	if err := flags.FromEnv(fs); err != nil {
 		return nil, err
 	}
+	fs.Visit(func(f *flag.Flag) { c.roomsSet = c.roomsSet || f.Name == "rooms" })
 	if len(pos) != 1 {
 		fs.Usage()
 		return nil, errors.New("bench: want one SCENARIO: " + strings.Join(scenarios, ", "))
@@ -222,6 +236,11 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 	for _, u := range c.subURLs {
 		if pu, err := url.Parse(u); err != nil || pu.Scheme != "http" || !loopback(pu.Hostname()) {
 			return nil, fmt.Errorf("bench: bad --sub-url %q: want http:// on this machine", u)
+		}
+	}
+	for _, u := range c.writeURLs {
+		if pu, err := url.Parse(u); err != nil || pu.Scheme != "http" || !loopback(pu.Hostname()) {
+			return nil, fmt.Errorf("bench: bad --write-url %q: want http:// on this machine", u)
 		}
 	}
 	if !compare && c.url == "" {
@@ -437,6 +456,7 @@ type env struct {
 	base    string // http://host:port
 	ws      string
 	subWS   []string // the subscribers' nodes, when not base
+	writeWS []string // the writer's nodes, when not base
 	pid     int
 	rest    *http.Client
 	dialer  *http.Client
@@ -462,6 +482,9 @@ func newEnv(cfg *config, ceiling bool, base string, pid int, logf func(string, .
 	}
 	for _, u := range cfg.subURLs {
 		e.subWS = append(e.subWS, "ws"+strings.TrimPrefix(strings.TrimRight(u, "/"), "http")+"/v1/ws")
+	}
+	for _, u := range cfg.writeURLs {
+		e.writeWS = append(e.writeWS, "ws"+strings.TrimPrefix(strings.TrimRight(u, "/"), "http")+"/v1/ws")
 	}
 	e.pingMS.Store(25000)
 	e.pinger = startPinger(func() time.Duration { return time.Duration(e.pingMS.Load()) * time.Millisecond })
@@ -710,22 +733,34 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // cpuSample is the CPU time used so far by the server (-1: unknown), the
 // load tool and all processes of the machine (-1: unknown).
-type cpuSample struct{ server, tool, machine, redis time.Duration }
-
-func (e *env) sampleCPU() cpuSample {
-	return cpuSample{e.serverCPU(), selfCPU(), machineBusy(), e.redisCPU()}
+// redis is the sum of the Redis servers' (-1: unknown), redisEach each
+// one's.
+type cpuSample struct {
+	server, tool, machine, redis time.Duration
+	redisEach                    []time.Duration
 }
 
-// redisCPU is the Redis server's CPU time so far, or -1 without --redis-pid.
-func (e *env) redisCPU() time.Duration {
-	if e.cfg.redisPID == 0 {
-		return -1
+func (e *env) sampleCPU() cpuSample {
+	c := cpuSample{server: e.serverCPU(), tool: selfCPU(), machine: machineBusy(), redis: -1}
+	c.redis, c.redisEach = e.redisCPU()
+	return c
+}
+
+// redisCPU is the Redis servers' CPU time so far, in all and each, or -1
+// without --redis-pid.
+func (e *env) redisCPU() (sum time.Duration, each []time.Duration) {
+	if len(e.cfg.redisPIDs) == 0 {
+		return -1, nil
 	}
-	d, err := procCPU(e.cfg.redisPID)
-	if err != nil {
-		return -1
+	for _, pid := range e.cfg.redisPIDs {
+		d, err := procCPU(pid)
+		if err != nil {
+			return -1, nil
+		}
+		sum += d
+		each = append(each, d)
 	}
-	return d
+	return sum, each
 }
 
 // cpuShares fills the CPU figures of r for the window between a and b.
@@ -741,6 +776,11 @@ func (r *result) cpuShares(a, b cpuSample, win time.Duration) {
 		r.OtherCPUPct = max(0, pct(b.machine-a.machine)-r.ServerCPUPct-r.ToolCPUPct)
 		if a.redis >= 0 && b.redis >= 0 {
 			r.RedisCPUPct = pct(b.redis - a.redis)
+			if len(b.redisEach) > 1 {
+				for i := range b.redisEach {
+					r.RedisCPUPctEach = append(r.RedisCPUPctEach, pct(b.redisEach[i]-a.redisEach[i]))
+				}
+			}
 			r.OtherCPUPct = max(0, r.OtherCPUPct-r.RedisCPUPct)
 		}
 		if r.OtherCPUPct > 20 {

@@ -133,6 +133,25 @@ func TestWrites(t *testing.T) {
 	}
 }
 
+// TestWritesSpread: --rooms spreads the writes over rooms, --write-url
+// the writer's connections over nodes, and the window over the
+// connections; the latency of each write is reported.
+func TestWritesSpread(t *testing.T) {
+	st := store.NewMemory(store.MemoryConfig{})
+	a, b := startStatecast(t, server.Config{}, st), startStatecast(t, server.Config{}, st)
+	r := runJSON(t, "writes", "--url", a, "--write-url", a, "--write-url", b, "--events", "300", "--writers", "4", "--window", "8",
+		"--rooms", "3", "--room", "spread")
+	if r.Events != 300 || r.Rooms != 3 || r.AckP50Ms <= 0 || r.AckP99Ms < r.AckP50Ms {
+		t.Errorf("writes result %+v", r)
+	}
+	e := &env{cfg: &config{}, base: b, rest: http.DefaultClient}
+	for i := range 3 {
+		if rev, _, err := e.roomState(context.Background(), "spread-"+strconv.Itoa(i)); err != nil || rev != 100 {
+			t.Errorf("room spread-%d at revision %d (%v), want 100", i, rev, err)
+		}
+	}
+}
+
 func TestRoomsStatecast(t *testing.T) {
 	url := startStatecast(t, server.Config{}, nil)
 	r := runJSON(t, "rooms", "--url", url, "--rooms", "3", "--subs-per-room", "2", "--rate", "60", "--duration", "1s", "--warmup", "200ms", "--room", "rb")

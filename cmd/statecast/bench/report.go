@@ -33,25 +33,27 @@ type result struct {
 	DialRetries int64   `json:"dial_retries,omitempty"`
 
 	// fanout, rooms
-	WritesPerS     float64 `json:"writes_per_s,omitempty"`
-	RedisCPUPct    float64 `json:"redis_cpu_pct,omitempty"`
-	RedisUsPerW    float64 `json:"redis_cpu_us_per_write,omitempty"`
-	AckP50Ms       float64 `json:"ack_p50_ms,omitempty"`
-	AckP99Ms       float64 `json:"ack_p99_ms,omitempty"`
-	WritesSkipped  int64   `json:"writes_skipped,omitempty"`
-	WriterStallS   float64 `json:"writer_stall_s,omitempty"` // waiting for replies, --window writes in flight
-	OfferedPerS    float64 `json:"offered_per_s,omitempty"`
-	Delivered      int64   `json:"delivered,omitempty"`
-	DeliveredPerS  float64 `json:"delivered_per_s,omitempty"`
-	LatencySamples uint64  `json:"latency_samples,omitempty"`
-	LatencyP50Ms   float64 `json:"latency_p50_ms,omitempty"`
-	LatencyP99Ms   float64 `json:"latency_p99_ms,omitempty"`
-	LatencyP999Ms  float64 `json:"latency_p999_ms,omitempty"`
-	LatencyMaxMs   float64 `json:"latency_max_ms,omitempty"`
-	LatencyMeanMs  float64 `json:"latency_mean_ms,omitempty"`
-	DrainS         float64 `json:"drain_s,omitempty"`
-	Coalesced      int64   `json:"coalesced,omitempty"`
-	Snapshots      int64   `json:"snapshots,omitempty"`
+	WritesPerS  float64 `json:"writes_per_s,omitempty"`
+	RedisCPUPct float64 `json:"redis_cpu_pct,omitempty"`
+	// RedisCPUPctEach is each server's with several --redis-pid.
+	RedisCPUPctEach []float64 `json:"redis_cpu_pct_each,omitempty"`
+	RedisUsPerW     float64   `json:"redis_cpu_us_per_write,omitempty"`
+	AckP50Ms        float64   `json:"ack_p50_ms,omitempty"`
+	AckP99Ms        float64   `json:"ack_p99_ms,omitempty"`
+	WritesSkipped   int64     `json:"writes_skipped,omitempty"`
+	WriterStallS    float64   `json:"writer_stall_s,omitempty"` // waiting for replies, --window writes in flight
+	OfferedPerS     float64   `json:"offered_per_s,omitempty"`
+	Delivered       int64     `json:"delivered,omitempty"`
+	DeliveredPerS   float64   `json:"delivered_per_s,omitempty"`
+	LatencySamples  uint64    `json:"latency_samples,omitempty"`
+	LatencyP50Ms    float64   `json:"latency_p50_ms,omitempty"`
+	LatencyP99Ms    float64   `json:"latency_p99_ms,omitempty"`
+	LatencyP999Ms   float64   `json:"latency_p999_ms,omitempty"`
+	LatencyMaxMs    float64   `json:"latency_max_ms,omitempty"`
+	LatencyMeanMs   float64   `json:"latency_mean_ms,omitempty"`
+	DrainS          float64   `json:"drain_s,omitempty"`
+	Coalesced       int64     `json:"coalesced,omitempty"`
+	Snapshots       int64     `json:"snapshots,omitempty"`
 
 	// LostSubs counts subscribers that lost something: statecast, whose
 	// final view differs from the room or who did not reach its final
@@ -164,9 +166,17 @@ func (r *result) rows() []figure {
 	case "writes":
 		add(true, "writes", float64(r.Events), "", true, true)
 		add(true, "writer connections", float64(r.Subs), "", true, true)
+		add(r.Rooms > 0, "rooms", float64(r.Rooms), "", true, true)
 		add(true, "writes/s", r.WritesPerS, "/s", true, true)
+		add(true, "write latency p50 (send to reply)", r.AckP50Ms, "ms", false, true)
+		add(true, "write latency p99", r.AckP99Ms, "ms", false, true)
 		add(pid, "server CPU per write", r.ServerCPUUsPerMsg, "µs", false, true)
 		add(r.RedisUsPerW > 0, "redis CPU per write", r.RedisUsPerW, "µs", false, true)
+		add(r.RedisCPUPct > 0, "redis CPU", r.RedisCPUPct, "%", false, true)
+		for i, p := range r.RedisCPUPctEach {
+			add(true, "… redis server "+strconv.Itoa(i+1), p, "%", false, true)
+		}
+		add(true, "load tool CPU", r.ToolCPUPct, "%", false, true)
 		add(pid, "other processes CPU", r.OtherCPUPct, "%", false, true)
 	case "idle":
 		add(true, "connections", float64(r.Conns), "", true, true)

@@ -461,15 +461,26 @@ func (e *env) runStorm(ctx context.Context, r *result) error {
 }
 
 // runWrites: --events writes as fast as --writers connections with up to
-// --window in flight allow — the node's write throughput, and with
-// --redis-pid the Redis server's CPU per write.
+// --window in flight allow — the node's write throughput and latency (send
+// to reply), and with --redis-pid the Redis server's CPU per write. With
+// --rooms the writes go to ROOM-0…ROOM-<N-1> in turn, with --write-url to
+// several nodes.
 func (e *env) runWrites(ctx context.Context, r *result) error {
 	if e.ceiling {
 		return errors.New("bench: the ceiling takes no writes of its own: run writes against statecast")
 	}
 	cfg := e.cfg
+	rooms := []string{cfg.room}
+	if cfg.roomsSet {
+		rooms = make([]string, cfg.rooms)
+		for i := range rooms {
+			rooms[i] = cfg.room + "-" + strconv.Itoa(i)
+		}
+		r.Rooms = cfg.rooms
+	}
 	st := newRunState(false, cfg.keys)
-	w, err := e.newWriter(ctx, st, []string{cfg.room})
+	st.wlog = &writeLog{times: make([]atomic.Int64, cfg.events)}
+	w, err := e.newWriter(ctx, st, rooms)
 	if err != nil {
 		return err
 	}
@@ -484,6 +495,12 @@ func (e *env) runWrites(ctx context.Context, r *result) error {
 	r.Events, r.Subs = cfg.events, cfg.writers
 	r.WindowS = win.Seconds()
 	r.WritesPerS = float64(cfg.events) / win.Seconds()
+	var lat latencyHist
+	for _, wc := range w.conns {
+		lat.Merge(&wc.lat)
+	}
+	r.AckP50Ms = float64(lat.Quantile(0.50)) / 1e6
+	r.AckP99Ms = float64(lat.Quantile(0.99)) / 1e6
 	r.cpuShares(c0, c1, win)
 	if c0.server >= 0 && c1.server >= 0 {
 		r.ServerCPUUsPerMsg = float64((c1.server - c0.server).Microseconds()) / float64(cfg.events)

@@ -52,11 +52,13 @@ type writer struct {
 
 // writerConn is one connection of the writer.
 type writerConn struct {
-	ws   *websocket.Conn // statecast
-	tcp  net.Conn        // ceiling
-	mu   sync.Mutex
-	fifo []uint64 // ceiling: seqs of the requests awaiting a reply, in order
-	done chan struct{}
+	ws       *websocket.Conn // statecast
+	tcp      net.Conn        // ceiling
+	mu       sync.Mutex
+	fifo     []uint64 // ceiling: seqs of the requests awaiting a reply, in order
+	inflight atomic.Int64
+	lat      latencyHist // send to reply, with a write log; owned by the reader
+	done     chan struct{}
 }
 
 // newWriter connects the writer and reads the rooms' current revisions.
@@ -85,8 +87,8 @@ func (e *env) newWriter(ctx context.Context, st *runState, rooms []string) (*wri
 	for i := range rooms {
 		w.last[i].Store(w.base[i])
 	}
-	for range e.cfg.writers {
-		wc, err := w.connect(ctx)
+	for i := range e.cfg.writers {
+		wc, err := w.connect(ctx, i)
 		if err != nil {
 			w.close()
 			return nil, fmt.Errorf("writer: %w", err)
@@ -96,8 +98,8 @@ func (e *env) newWriter(ctx context.Context, st *runState, rooms []string) (*wri
 	return w, nil
 }
 
-// connect opens one writer connection and starts its reply reader.
-func (w *writer) connect(ctx context.Context) (*writerConn, error) {
+// connect opens writer connection i and starts its reply reader.
+func (w *writer) connect(ctx context.Context, i int) (*writerConn, error) {
 	wc := &writerConn{done: make(chan struct{})}
 	if w.e.ceiling {
 		d := net.Dialer{Timeout: 10 * time.Second}
@@ -109,7 +111,11 @@ func (w *writer) connect(ctx context.Context) (*writerConn, error) {
 		go w.readCeiling(wc, bufio.NewReaderSize(c, 64<<10))
 		return wc, nil
 	}
-	c, err := w.e.dialStatecast(ctx)
+	u := w.e.ws
+	if n := len(w.e.writeWS); n > 0 {
+		u = w.e.writeWS[i%n]
+	}
+	c, err := w.e.dialWS(ctx, u, []string{"statecast.v1.json"})
 	if err != nil {
 		return nil, err
 	}
@@ -168,8 +174,9 @@ func valueSeq(v []byte) (uint64, bool) {
 	return seq, ok
 }
 
-// send writes n requests in one frame (ceiling: one write) on the next
-// connection, after taking n window tokens.
+// send writes n requests in one frame (ceiling: one write) on the
+// connection with the fewest requests in flight (the next in turn among
+// equals), after taking n window tokens.
 func (w *writer) send(ctx context.Context, n int) error {
 	for range n {
 		select {
@@ -189,7 +196,13 @@ func (w *writer) send(ctx context.Context, n int) error {
 		}
 	}
 	wc := w.conns[w.turn%len(w.conns)]
+	for i := 1; i < len(w.conns) && wc.inflight.Load() > 0; i++ {
+		if c := w.conns[(w.turn+i)%len(w.conns)]; c.inflight.Load() < wc.inflight.Load() {
+			wc = c
+		}
+	}
 	w.turn++
+	wc.inflight.Add(int64(n))
 	b := w.buf[:0]
 	now := w.st.now()
 	log := w.st.wlog
@@ -244,8 +257,14 @@ func (w *writer) send(ctx context.Context, n int) error {
 	return nil
 }
 
-// ack accounts for the reply to write seq, which committed at rev.
-func (w *writer) ack(seq, rev uint64) {
+// ack accounts for the reply on wc to write seq, which committed at rev.
+func (w *writer) ack(wc *writerConn, seq, rev uint64) {
+	if log := w.st.wlog; log != nil && seq < uint64(len(log.times)) {
+		if at := log.times[seq].Load(); at > 0 {
+			wc.lat.Record(time.Duration(w.st.now() - at))
+		}
+	}
+	wc.inflight.Add(-1)
 	r := uint64(len(w.rooms))
 	room := int(seq % r)
 	if want := w.base[room] + seq/r + 1; len(w.conns) == 1 && rev != want {
@@ -289,7 +308,7 @@ func (w *writer) readStatecast(wc *writerConn) {
 				id, _ := fieldUint(line, fID)
 				rev, _ := fieldUint(line, fRev)
 				if id > 0 {
-					w.ack(id-1, rev)
+					w.ack(wc, id-1, rev)
 				}
 			case "err":
 				w.setErr(fmt.Errorf("writer: the server refused a put (for rate_limited, start it with --write-rate above the offered rate): %s", line))
@@ -326,7 +345,7 @@ func (w *writer) readCeiling(wc *writerConn, br *bufio.Reader) {
 		seq := wc.fifo[0]
 		wc.fifo = wc.fifo[1:]
 		wc.mu.Unlock()
-		w.ack(seq, o)
+		w.ack(wc, seq, o)
 	}
 }
 
@@ -350,9 +369,12 @@ func (w *writer) drain(ctx context.Context, timeout time.Duration) error {
 }
 
 // burst writes n as fast as the window allows and waits for the replies.
+// The window is shared out over the connections (--writers 8 --window 8:
+// eight connections with a write in flight each, not eight writes queued
+// on one): a node handles one connection's requests one at a time.
 func (w *writer) burst(ctx context.Context, n int) error {
 	for n > 0 {
-		k := min(n, 100, cap(w.window))
+		k := min(n, 100, max(1, cap(w.window)/len(w.conns)))
 		if err := w.send(ctx, k); err != nil {
 			return err
 		}

@@ -1,0 +1,287 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/statecast/statecast/store"
+	"github.com/statecast/statecast/store/internal/groupcommit"
+)
+
+// Group commit: the concurrent Apply calls of a store go to Redis
+// together, one pipeline per master and round trip
+// (docs/DESIGN.md#several-nodes-on-redis). Each master has a committer
+// with at most one round trip in flight. A write that finds it idle is
+// sent at once, by its own goroutine (no hand-over, no linger); writes
+// that arrive while a round trip is in flight queue, and the committer's
+// goroutine sends whatever is queued (up to maxGroupWrites or
+// maxGroupBytes) in the next one. The pipeline holds one apply.lua call
+// per room, with that room's writes in queue order; each write is still
+// its own revision with its own conditions.
+
+const (
+	maxGroupWrites = 128
+	maxGroupBytes  = 1 << 20
+)
+
+// req is one Apply waiting for its committer.
+type req struct {
+	room      string
+	keys      []string // the room's: meta, kv, log, wids
+	maxEvents int      // the room's retention
+	cut, ch   string   // age cutoff at the write's time, channel
+	args      []any    // the write's arguments of apply.lua
+	size      int      // bytes it adds to a pipeline
+	state     groupcommit.Handover
+	done      chan struct{}
+
+	// Set by the committer before done is closed.
+	reply []any // the script's reply; nil when err is set
+	err   error // why there is no reply (writeErr)
+}
+
+// committer sends the writes of one master.
+type committer struct {
+	s    *Store
+	node *redis.Client // the standalone server, or one cluster master
+	kick chan struct{} // (1) writes are queued and no round trip is in flight
+
+	mu    sync.Mutex // guards queue and busy
+	queue []*req     // as long as the writers waiting: one per Apply call
+	busy  bool       // a round trip is in flight
+}
+
+// committerFor returns the committer of the master serving key (started
+// on first use; it ends when the store closes).
+func (s *Store) committerFor(ctx context.Context, key string) (*committer, error) {
+	node, ok := s.wc.(*redis.Client)
+	if !ok {
+		var err error
+		if node, err = s.wc.(*redis.ClusterClient).MasterForKey(ctx, key); err != nil {
+			return nil, err
+		}
+	}
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	c := s.committers[node]
+	if c == nil {
+		c = &committer{s: s, node: node, kick: make(chan struct{}, 1)}
+		s.committers[node] = c
+		s.wg.Add(1)
+		go c.run()
+	}
+	return c, nil
+}
+
+// submit sends r, or queues it on its master's committer, and waits for
+// the reply. A write still queued when ctx ends or WriteTimeout passes
+// was not sent: it is dropped and reported unavailable. One already taken
+// has an unknown outcome once its caller stops waiting.
+func (s *Store) submit(ctx context.Context, r *req) ([]any, error) {
+	c, err := s.committerFor(ctx, r.keys[0])
+	if err != nil {
+		return nil, fmt.Errorf("%w: redis write to room %q: %v", store.ErrUnavailable, r.room, err)
+	}
+	c.mu.Lock()
+	if !c.busy && len(c.queue) == 0 {
+		c.busy = true
+		c.mu.Unlock()
+		r.state.Take()
+		wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+		c.send(wctx, []*req{r})
+		cancel()
+		c.idle()
+		return r.reply, r.err
+	}
+	c.queue = append(c.queue, r)
+	c.mu.Unlock()
+	bound := time.NewTimer(s.cfg.WriteTimeout)
+	defer bound.Stop()
+	var stop error
+	select {
+	case <-r.done:
+		return r.reply, r.err
+	case <-ctx.Done():
+		stop = ctx.Err()
+	case <-bound.C:
+		stop = context.DeadlineExceeded
+	}
+	if !r.state.Abandon() {
+		return nil, fmt.Errorf("store: redis write to room %q (outcome unknown): %w", r.room, stop)
+	}
+	return nil, fmt.Errorf("%w: redis write to room %q not sent: %w", store.ErrUnavailable, r.room, stop)
+}
+
+// idle ends a round trip; the committer's goroutine sends what queued
+// meanwhile.
+func (c *committer) idle() {
+	c.mu.Lock()
+	c.busy = false
+	if len(c.queue) > 0 {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+	c.mu.Unlock()
+}
+
+// run is the committer's goroutine: it sends what is queued, a group per
+// round trip, until the store closes (Close waits for every Apply first,
+// so nothing is left queued).
+func (c *committer) run() {
+	defer c.s.wg.Done()
+	var group []*req
+	for {
+		select {
+		case <-c.s.ctx.Done():
+			return
+		case <-c.kick:
+		}
+		for {
+			c.mu.Lock()
+			if c.busy || len(c.queue) == 0 {
+				c.mu.Unlock()
+				break // the round trip in flight kicks again when it ends
+			}
+			c.busy = true
+			n, size := 0, 0
+			for n < len(c.queue) && n < maxGroupWrites && (n == 0 || size < maxGroupBytes) {
+				size += c.queue[n].size
+				n++
+			}
+			group = append(group[:0], c.queue[:n]...)
+			c.queue = append(c.queue[:0], c.queue[n:]...)
+			c.mu.Unlock()
+			live := group[:0]
+			for _, r := range group {
+				if r.state.Take() { // else abandoned by its caller
+					live = append(live, r)
+				}
+			}
+			if len(live) > 0 {
+				ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.WriteTimeout)
+				c.send(ctx, live)
+				cancel()
+			}
+			clear(group)
+			c.mu.Lock()
+			c.busy = false
+			c.mu.Unlock()
+		}
+	}
+}
+
+// call is one apply.lua call: the writes of one room in a group.
+type call struct {
+	rs   []*req
+	args []any
+	cmd  *redis.Cmd
+}
+
+// send runs writes, all taken, in one pipeline, one call per room, and
+// answers each. NOSCRIPT ran nothing: those calls are sent again with the
+// script's text (EVAL), once.
+func (c *committer) send(ctx context.Context, writes []*req) {
+	if h := c.s.hookGroup.Load(); h != nil {
+		(*h)()
+	}
+	var calls []*call
+	byRoom := map[string]*call{}
+	for _, r := range writes {
+		cl := byRoom[r.room]
+		if cl == nil {
+			cl = &call{}
+			byRoom[r.room] = cl
+			calls = append(calls, cl)
+		}
+		cl.rs = append(cl.rs, r)
+	}
+	for _, cl := range calls {
+		last := cl.rs[len(cl.rs)-1] // the newest age cutoff
+		n := 6
+		for _, r := range cl.rs {
+			n += len(r.args)
+		}
+		cl.args = make([]any, 0, n)
+		cl.args = append(cl.args, store.NewEpoch(), last.maxEvents, last.cut, last.ch, metaTTL.Milliseconds(), len(cl.rs))
+		for _, r := range cl.rs {
+			cl.args = append(cl.args, r.args...)
+		}
+	}
+	c.pipeline(ctx, calls, func(p redis.Pipeliner, cl *call) *redis.Cmd {
+		return applyScript.EvalSha(ctx, p, cl.rs[0].keys, cl.args...)
+	})
+	var again []*call
+	for _, cl := range calls {
+		if cl.cmd.Val() == nil && redis.HasErrorPrefix(cl.cmd.Err(), "NOSCRIPT") {
+			again = append(again, cl)
+		}
+	}
+	if len(again) > 0 {
+		c.pipeline(ctx, again, func(p redis.Pipeliner, cl *call) *redis.Cmd {
+			return applyScript.Eval(ctx, p, cl.rs[0].keys, cl.args...)
+		})
+	}
+	moved := false
+	for _, cl := range calls {
+		replies, err := outcome(cl.cmd)
+		if err == nil && len(replies) != len(cl.rs) {
+			err = fmt.Errorf("%d replies to %d writes", len(replies), len(cl.rs))
+		}
+		moved = moved || redirected(err)
+		for i, r := range cl.rs {
+			if err != nil {
+				r.err = writeErr(r.room, err)
+			} else if r.reply, _ = replies[i].([]any); r.reply == nil {
+				r.err = writeErr(r.room, fmt.Errorf("unexpected reply %v", replies[i]))
+			}
+			close(r.done)
+		}
+	}
+	if moved {
+		if cl, ok := c.s.wc.(*redis.ClusterClient); ok {
+			cl.ReloadState(ctx) // the next writes go to the slot's new master
+		}
+	}
+}
+
+// pipeline sends calls in one round trip, setting each one's cmd.
+func (c *committer) pipeline(ctx context.Context, calls []*call, cmd func(redis.Pipeliner, *call) *redis.Cmd) {
+	_, _ = c.node.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, cl := range calls {
+			cl.cmd = cmd(p, cl)
+		}
+		return nil
+	})
+}
+
+// outcome is a call's reply (one per write), or the error that took its
+// place. When a pipeline breaks while its replies are read, go-redis sets
+// the failure on every command, also on those whose reply had arrived: a
+// reply that arrived is the outcome.
+func outcome(cmd *redis.Cmd) ([]any, error) {
+	if v, ok := cmd.Val().([]any); ok {
+		return v, nil
+	}
+	if err := cmd.Err(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("unexpected reply %v", cmd.Val())
+}
+
+// redirected reports a cluster reply that refused a command because its
+// slot is served elsewhere.
+func redirected(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	return strings.HasPrefix(re.Error(), "MOVED ") || strings.HasPrefix(re.Error(), "ASK ")
+}
