@@ -320,7 +320,7 @@ func (c *conn) write(r *wire.Request) {
 		c.replyErr(r.ID, errorOf(err, false))
 		return
 	}
-	res, err := c.s.write(c.ctx, r, claims, c.sess.lease)
+	res, err := c.s.write(c.ctx, r, claims, c.sess)
 	if err != nil {
 		c.replyErr(r.ID, errorOf(err, true))
 		return

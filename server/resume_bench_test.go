@@ -14,10 +14,17 @@ import (
 )
 
 // BenchmarkResumeSocket measures a resume end to end over a real loopback
-// socket: dial, connect, subscribe from 10,000 revisions back, and read
-// until synced. It is the server's share of `statecast bench resume`,
-// without the load tool's own work or a writer competing for the CPU.
+// socket: dial, connect, subscribe from 100, 1,000 or 10,000 revisions
+// back, and read until synced. It is the server's share of `statecast
+// bench resume`, without the load tool's own work or a writer competing
+// for the CPU.
 func BenchmarkResumeSocket(b *testing.B) {
+	for _, n := range []int{100, 1_000, 10_000} {
+		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) { benchResumeSocket(b, n) })
+	}
+}
+
+func benchResumeSocket(b *testing.B, missed int) {
 	ctx := context.Background()
 	ret := store.RetentionPolicy{Default: store.Retention{MaxEvents: 20_000}}
 	e := servertest.Start(b, servertest.Options{Memory: store.MemoryConfig{Retention: ret},
@@ -32,12 +39,13 @@ func BenchmarkResumeSocket(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	from := snap.Rev - uint64(missed) + 1
 	synced := []byte(`"t":"synced"`)
 	var buf bytes.Buffer
 	b.ResetTimer()
 	for range b.N {
 		r, _ := connectRaw(b, e, "json")
-		r.send(&wire.Request{T: wire.TSub, ID: 1, Room: "r", From: &wire.Position{Epoch: snap.Epoch, Rev: 1}})
+		r.send(&wire.Request{T: wire.TSub, ID: 1, Room: "r", From: &wire.Position{Epoch: snap.Epoch, Rev: from}})
 		bytesIn := 0
 		for done := false; !done; {
 			_, rd, err := r.ws.Reader(ctx)

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/statecast/statecast/store"
@@ -17,15 +18,22 @@ import (
 // the lease grace, so a client that reconnects quickly (connect with
 // session + resume) keeps its session leases.
 //
-// On a store with store.Sessions, every session also has a record in the
-// store (id, subject, hash of the resume secret), kept in step with each
-// open, resume and end. A node loads the records at start-up: each
-// session gets its grace from then, as its leased keys do (lessor.recover),
-// so a client that comes back within it resumes its session and keeps
-// its keys across a restart, graceful or not. On a single-node store the
-// memory is the authority once loaded: open looks nowhere else. On a
-// store several nodes share (store.SharedSessions) the store's record is
-// the authority and any node resumes any session: session_shared.go.
+// On a store with store.Sessions, a session also has a record in the
+// store (id, subject, hash of the resume secret) once it has something
+// to keep: the record is written before the first key bound to the
+// session commits (keep), and from then on kept in step with each
+// resume and the end. A session that holds nothing needs no record yet,
+// so a connect waits for no store commit (an fsync on the file store);
+// a graceful shutdown writes the records of the sessions still without
+// one, so only a crash loses those, and nothing with them: their clients
+// get new sessions (resumed false). A node loads the records at
+// start-up: each session gets its grace from then, as its leased keys do
+// (lessor.recover), so a client that comes back within it resumes its
+// session and keeps its keys across a restart, graceful or not. On a
+// single-node store the memory is the authority once loaded: open looks
+// nowhere else. On a store several nodes share (store.SharedSessions)
+// the store's record is the authority and any node resumes any session:
+// session_shared.go.
 //
 // Lock order: docs/LOCKS.md. Store calls hold only saveMu: a file store's
 // fsync must not stall the others.
@@ -62,10 +70,15 @@ type session struct {
 	conn         *conn  // nil while detached
 	timer        *time.Timer
 	ended        bool // gone from sessions.m for good
+	// kept: the session has a record in the store, or one is being
+	// written; each change of the session from then on is persisted.
+	kept bool
 
 	// saveMu orders this session's store writes; each writes the state
 	// as of when it runs, so the last one leaves the store in step.
 	saveMu sync.Mutex
+	// saved: a record write of the session succeeded (set under saveMu).
+	saved atomic.Bool
 }
 
 func newSessions(l *lessor, grace time.Duration, st store.Sessions, timeout time.Duration, log *slog.Logger) *sessions {
@@ -85,9 +98,10 @@ func randomID(prefix string) string {
 // is left as it was (attached, or ending after its grace). old is the
 // connection the session was taken from, to be closed by the caller.
 // secret is the session's new resume secret: each open rotates it, and
-// the store's record has its hash before open returns, so a client
-// holding it can resume after a crash; err says it could not be saved
-// (the caller must not hand the secret out).
+// when the session has a record (it holds keys: keep) the record has its
+// hash before open returns, so a client holding it can resume after a
+// crash; err says it could not be saved (the caller must not hand the
+// secret out). A session without a record costs no store write here.
 func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, secret string, resumed bool, old *conn, err error) {
 	secret = randomID("r_")
 	if ss.shared != nil {
@@ -114,8 +128,34 @@ func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, secre
 		ss.leases.grantSession(s.lease, subject)
 	}
 	s.resume = sha256.Sum256([]byte(secret))
+	// Once shutting down, a new session gets its record at once: the
+	// shutdown has written the others' already (close).
+	s.kept = s.kept || ss.closed
+	save := s.kept
 	ss.mu.Unlock()
+	if !save {
+		return s, secret, resumed, old, nil
+	}
 	return s, secret, resumed, old, ss.persist(s)
+}
+
+// keep writes s's record if it has none yet. A key bound to s's lease
+// commits only after it: a client holding its resume secret can then
+// resume its session after a crash, and keep the key. Once s has a
+// record it costs nothing.
+func (ss *sessions) keep(s *session) error {
+	if ss.st == nil || s.saved.Load() {
+		return nil
+	}
+	ss.mu.Lock()
+	s.kept = true // from now on open persists each rotation of the secret
+	ss.mu.Unlock()
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	if s.saved.Load() {
+		return nil // written meanwhile, by another keep or a resume
+	}
+	return ss.persistLocked(s)
 }
 
 // detach marks c gone from s; unless a connection takes s over within the
@@ -147,18 +187,23 @@ func (ss *sessions) expire(s *session) {
 	}
 	delete(ss.m, s.id)
 	s.ended = true
+	// Without a record there is none to delete (a keep racing this one
+	// finds the session ended and deletes instead of writing).
+	kept := s.kept
 	ss.wg.Add(1)
 	ss.mu.Unlock()
 	defer ss.wg.Done()
-	if err := ss.persist(s); err != nil {
-		ss.mu.Lock() // try again later; the session stays resumable meanwhile
-		if !ss.closed && ss.m[s.id] == nil {
-			s.ended = false
-			ss.m[s.id] = s
-			s.timer = time.AfterFunc(time.Second, func() { ss.expire(s) })
+	if kept {
+		if err := ss.persist(s); err != nil {
+			ss.mu.Lock() // try again later; the session stays resumable meanwhile
+			if !ss.closed && ss.m[s.id] == nil {
+				s.ended = false
+				ss.m[s.id] = s
+				s.timer = time.AfterFunc(time.Second, func() { ss.expire(s) })
+			}
+			ss.mu.Unlock()
+			return
 		}
-		ss.mu.Unlock()
-		return
 	}
 	ss.leases.end(s.lease)
 }
@@ -170,6 +215,11 @@ func (ss *sessions) persist(s *session) error {
 	}
 	s.saveMu.Lock()
 	defer s.saveMu.Unlock()
+	return ss.persistLocked(s)
+}
+
+// persistLocked is persist with s.saveMu held.
+func (ss *sessions) persistLocked(s *session) error {
 	ss.mu.Lock()
 	rec := store.SessionRecord{ID: s.id, Subject: s.subject, ResumeHash: s.resume[:], Lease: s.lease}
 	if s.prev != ([32]byte{}) {
@@ -187,6 +237,8 @@ func (ss *sessions) persist(s *session) error {
 	}
 	if err != nil {
 		ss.log.Warn("server: cannot write a session record", "session", s.id, "ended", ended, "err", err)
+	} else if !ended {
+		s.saved.Store(true)
 	}
 	return err
 }
@@ -211,7 +263,8 @@ func (ss *sessions) load(ctx context.Context) error {
 			bad = append(bad, rec.ID)
 			continue
 		}
-		s := &session{id: rec.ID, subject: rec.Subject, lease: rec.Lease}
+		s := &session{id: rec.ID, subject: rec.Subject, lease: rec.Lease, kept: true}
+		s.saved.Store(true)
 		copy(s.resume[:], rec.ResumeHash)
 		if len(rec.PrevHash) == sha256.Size {
 			copy(s.prev[:], rec.PrevHash)
@@ -233,20 +286,44 @@ func (ss *sessions) load(ctx context.Context) error {
 }
 
 // close stops ending sessions (a shutdown must not) and forgets them.
-// Their records and leases stay in the store for the next start.
+// Their records and leases stay in the store for the next start; the
+// sessions that had no record get one, so that a graceful restart ends
+// no session.
 func (ss *sessions) close() {
 	if ss.shared != nil {
 		ss.closeShared()
 		return
 	}
+	var unkept []*session
 	ss.mu.Lock()
 	ss.closed = true
 	for id, s := range ss.m {
 		if s.timer != nil {
 			s.timer.Stop()
 		}
+		if !s.kept && ss.st != nil {
+			s.kept = true
+			unkept = append(unkept, s)
+		}
 		delete(ss.m, id)
 	}
 	ss.mu.Unlock()
+	ss.saveAll(unkept)
 	ss.wg.Wait()
+}
+
+// saveAll writes the records of sessions, many at a time so that the file
+// store's group commit takes them in few fsyncs.
+func (ss *sessions) saveAll(sessions []*session) {
+	const inFlight = 128 // store.maxGroupWrites: a group commit's size
+	sem := make(chan struct{}, inFlight)
+	var wg sync.WaitGroup
+	for _, s := range sessions {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_ = ss.persist(s) // logged; its client gets a new session after the restart, and loses nothing: it held nothing
+		})
+	}
+	wg.Wait()
 }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -167,14 +168,21 @@ func TestWSSessionRestartRefusesOthers(t *testing.T) {
 	}
 }
 
-// TestWSSessionRecord: the store's record of a session follows it: the
-// hash of the current resume secret (never the secret), its subject; it
-// is deleted when the session ends.
+// TestWSSessionRecord: the store's record of a session follows it from
+// its first session-bound key on: the hash of the current resume secret
+// (never the secret), its subject; it is deleted when the session ends.
+// A session that holds nothing has no record.
 func TestWSSessionRecord(t *testing.T) {
 	const grace = 200 * time.Millisecond
 	e := servertest.Start(t, servertest.Options{File: filepath.Join(t.TempDir(), "statecast.db"), Server: server.Config{LeaseGrace: grace}})
 	c := dialCodec(t, e, "json")
 	first := c.Connected()
+	if rec, ok := sessionRecord(t, e, first.Session); ok {
+		t.Fatalf("a session holding nothing has a record: %+v", rec)
+	}
+	if _, err := c.Put(servertest.Context(t), "lobby", "presence/me", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
 	c.CloseNow()
 	c = dial(t, e, &client.Options{Session: first.Session, Resume: first.Resume})
 	m := c.Connected()
@@ -356,7 +364,8 @@ func (f *failingSaves) SaveSession(ctx context.Context, rec store.SessionRecord)
 }
 
 // TestWSSessionUnsavedSecretNotHandedOut: when the store cannot save a
-// resume's new secret, the connect fails (1011) instead of handing out a
+// resume's new secret (the session holds a key, so it has a record to
+// keep in step), the connect fails (1011) instead of handing out a
 // secret the store does not hold, and the secret the client presented
 // still resumes the session, after a restart too.
 func TestWSSessionUnsavedSecretNotHandedOut(t *testing.T) {
@@ -369,6 +378,9 @@ func TestWSSessionUnsavedSecretNotHandedOut(t *testing.T) {
 	e1 := servertest.Start(t, servertest.Options{Store: fs, Server: server.Config{LeaseGrace: 10 * time.Second}})
 	c := dialCodec(t, e1, "json")
 	a1 := c.Connected()
+	if _, err := c.Put(servertest.Context(t), "lobby", "presence/me", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err) // the session has a record from here on
+	}
 	c.CloseNow()
 	fs.fail = true
 	_, err = client.Dial(servertest.Context(t), e1.WS, &client.Options{Session: a1.Session, Resume: a1.Resume})
@@ -379,5 +391,99 @@ func TestWSSessionUnsavedSecretNotHandedOut(t *testing.T) {
 	e2 := servertest.Start(t, servertest.Options{File: path, Server: server.Config{LeaseGrace: 10 * time.Second}})
 	if m := dial(t, e2, &client.Options{Session: a1.Session, Resume: a1.Resume}).Connected(); !m.Resumed {
 		t.Fatalf("the secret presented last, after a restart: %+v, want resumed", m)
+	}
+}
+
+// blockingSaves is a file store whose session record writes wait for
+// release while block is set.
+type blockingSaves struct {
+	*store.File
+	block   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingSaves) SaveSession(ctx context.Context, rec store.SessionRecord) error {
+	if b.block.Load() {
+		b.entered <- struct{}{}
+		<-b.release
+	}
+	return b.File.SaveSession(ctx, rec)
+}
+
+// TestWSConnectWaitsForNoCommit: a connect whose session holds nothing
+// waits for no store write (an fsync on the file store): with session
+// record writes blocked, a client connects, subscribes and writes keys of
+// no lease. Its first session-bound put waits for the session's record
+// and commits after it; the next writes the record no more.
+func TestWSConnectWaitsForNoCommit(t *testing.T) {
+	f, err := store.OpenFile(store.FileConfig{Path: filepath.Join(t.TempDir(), "statecast.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := &blockingSaves{File: f, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	bs.block.Store(true)
+	e := servertest.Start(t, servertest.Options{Store: bs})
+	ctx, room := servertest.Context(t), "lobby"
+	c := dialCodec(t, e, "json") // would wait for release if connect wrote the record
+	if _, err := c.Subscribe(ctx, room, client.SubscribeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, room, "plain", 1); err != nil {
+		t.Fatal(err)
+	}
+	put := make(chan error, 1)
+	go func() {
+		_, err := c.Put(ctx, room, "presence/me", 1, client.WithLease("session"))
+		put <- err
+	}()
+	select {
+	case <-bs.entered:
+	case err := <-put:
+		t.Fatalf("a session-bound put without the session's record: %v, want it to wait for the record", err)
+	}
+	if keys := storedKeys(t, e, room); !slices.Equal(keys, []string{"plain"}) {
+		t.Fatalf("keys while the record is being written: %v, want the session-bound one after it", keys)
+	}
+	bs.block.Store(false)
+	close(bs.release)
+	if err := <-put; err != nil {
+		t.Fatal(err)
+	}
+	id := c.Connected().Session
+	if rec, ok := sessionRecord(t, e, id); !ok || rec.Lease != "session:"+id {
+		t.Fatalf("record after the session-bound put: %+v (found %v)", rec, ok)
+	}
+	bs.block.Store(true) // a write of the record now would hang the put
+	if _, err := c.Put(ctx, room, "presence/me2", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWSSessionKeyNeedsRecord: a session-bound put whose session's record
+// cannot be written fails unavailable and writes nothing; the session is
+// still usable, and the next put writes the record and its key.
+func TestWSSessionKeyNeedsRecord(t *testing.T) {
+	f, err := store.OpenFile(store.FileConfig{Path: filepath.Join(t.TempDir(), "statecast.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := &failingSaves{File: f, fail: true}
+	e := servertest.Start(t, servertest.Options{Store: fs})
+	ctx, room := servertest.Context(t), "lobby"
+	c := dialCodec(t, e, "json")
+	_, err = c.Put(ctx, room, "presence/me", 1, client.WithLease("session"))
+	if !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("session-bound put without a record: %v, want unavailable", err)
+	}
+	if keys := storedKeys(t, e, room); len(keys) != 0 {
+		t.Fatalf("keys after the failed put: %v, want none", keys)
+	}
+	fs.fail = false
+	if _, err := c.Put(ctx, room, "presence/me", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sessionRecord(t, e, c.Connected().Session); !ok {
+		t.Fatal("no record after the session-bound put")
 	}
 }

@@ -33,14 +33,18 @@ func (s *Server) admitWrite(claims *auth.Claims, addr string) (time.Duration, er
 }
 
 // write translates r and applies it: the path every put, del and txn
-// takes. session is the lease of the WebSocket session that sent r, ""
-// over HTTP. Its error is an *Error.
-func (s *Server) write(ctx context.Context, r *wire.Request, claims *auth.Claims, session string) (store.Result, error) {
-	w, err := toWrite(r, session)
+// takes. sess is the WebSocket session that sent r, nil over HTTP. Its
+// error is an *Error.
+func (s *Server) write(ctx context.Context, r *wire.Request, claims *auth.Claims, sess *session) (store.Result, error) {
+	lease := ""
+	if sess != nil {
+		lease = sess.lease
+	}
+	w, err := toWrite(r, lease)
 	if err != nil {
 		return store.Result{}, err
 	}
-	res, err := s.apply(ctx, r.Room, w, claims)
+	res, err := s.apply(ctx, r.Room, w, claims, sess)
 	if err != nil {
 		return res, errorOf(err, true)
 	}
@@ -136,8 +140,10 @@ func leaseOf(l, session string) (string, error) {
 	return "", newError(wire.CodeNotFound, fmt.Sprintf(`no lease %q: a put takes a TTL lease id from POST /v1/leases, or "session" over a WebSocket`, l))
 }
 
-// apply checks permissions and leases, then commits w to room.
-func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *auth.Claims) (store.Result, error) {
+// apply checks permissions and leases, then commits w to room; a key
+// bound to the writer's session sess (nil over HTTP) commits after the
+// session's record (sessions.keep).
+func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *auth.Claims, sess *session) (store.Result, error) {
 	if err := store.ValidRoom(room); err != nil {
 		return store.Result{}, err
 	}
@@ -152,6 +158,7 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 			}
 		}
 	}
+	bound := sess != nil && slices.ContainsFunc(w.Ops, func(op store.Op) bool { return op.Lease == sess.lease })
 	// The store keeps a lease under its node's name; the caller's Write is
 	// left as it was.
 	if slices.ContainsFunc(w.Ops, func(op store.Op) bool { return op.Lease != "" }) {
@@ -165,6 +172,11 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 	for _, cond := range w.Conds {
 		if !claims.CanRead(room, cond.Key) {
 			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", cond.Key, room))
+		}
+	}
+	if bound {
+		if err := s.sessions.keep(sess); err != nil {
+			return store.Result{}, newError(wire.CodeUnavailable, "cannot save the session that the write binds a key to; nothing was written")
 		}
 	}
 	// A write the client gave up on still runs to its end: its outcome is
