@@ -1,7 +1,7 @@
 # statecast: `make run` starts the server, `make test` runs every test.
 GO ?= go
 
-.PHONY: run test test-sdk test-demo bench vet screenshots soak
+.PHONY: run test bench vet screenshots soak
 
 run:
 	$(GO) run ./cmd/statecast serve
@@ -13,14 +13,7 @@ run:
 # so that variant is compiled once too.
 test: vet
 	$(GO) test -race -count=1 -bench . -benchtime 1x ./...
-	$(MAKE) -j2 -O test-sdk test-demo
-
-# The SDK's and the demo's tests run side by side (each its own servers;
-# -O keeps each one's output together).
-test-sdk:
 	cd sdk-js && npm ci --no-audit --no-fund --loglevel=error && npm test
-
-test-demo:
 	cd demo && npm ci --no-audit --no-fund --loglevel=error && npm test
 
 vet:
