@@ -20,6 +20,8 @@ import (
 	"github.com/statecast/statecast/server/hooks"
 	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
+	"github.com/statecast/statecast/store/redisstore"
+	"github.com/statecast/statecast/store/redistest"
 )
 
 var hookSecret = []byte("test-hook-secret")
@@ -339,5 +341,73 @@ func TestValidateClientGone(t *testing.T) {
 	})
 	if l, err := n.HTTP.List(servertest.Context(t), "game:1", ""); err != nil || l.Rev != 0 {
 		t.Errorf("room at %+v, %v: want nothing written", l, err)
+	}
+}
+
+// TestValidateAcrossNodes: two nodes on one Redis validate game:* with
+// one backend. A write held by the backend on node A loses to a write to
+// the same key through node B (conflict); a write id committed through A
+// and resent to B is answered dup without asking the backend again.
+func TestValidateAcrossNodes(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t, redistest.Options{})
+	ctx := servertest.Context(t)
+	asked := make(chan struct{})
+	proceed := make(chan struct{})
+	b := newHookBackend(t, func(req hooks.ValidateRequest) (int, string) {
+		if string(req.Ops[0].Value) == `"held"` {
+			close(asked)
+			<-proceed
+		}
+		return 200, allow
+	})
+	node := func() *servertest.Node {
+		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "vh"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := hooks.NewValidator(hooks.ValidatorConfig{Routes: hooks.Routes{{Pattern: "game:*", URL: b.srv.URL}}, Secret: hookSecret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return servertest.Start(t, servertest.Options{Store: st, Server: server.Config{Validate: v}})
+	}
+	na, nb := node(), node()
+
+	held := make(chan error, 1)
+	go func() {
+		_, err := dial(t, na, nil).Put(ctx, "game:1", "seat", "held")
+		held <- err
+	}()
+	<-asked
+	other, err := nb.HTTP.Put(ctx, "game:1", "seat", json.RawMessage(`"other"`), nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+	var e *client.Error
+	if err := <-held; !errors.As(err, &e) || e.Code != wire.CodeConflict || e.ModRev != other {
+		t.Errorf("the held write on A: %v; want conflict at mod_rev %d", err, other)
+	}
+
+	wid := func(n *servertest.Node) string {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, n.TS.URL+"/v1/rooms/game:1/kv/k", strings.NewReader(`1`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "across-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.TrimSpace(string(body))
+	}
+	first := wid(na)
+	before := len(b.requests())
+	if again := wid(nb); again != strings.TrimSuffix(first, "}")+`,"dup":true}` {
+		t.Errorf("resent to B: %s, want %s with dup", again, first)
+	}
+	if len(b.requests()) != before {
+		t.Error("the backend was asked about a resent write id that had committed")
 	}
 }
