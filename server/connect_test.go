@@ -84,6 +84,11 @@ func TestConnectHookWebSocket(t *testing.T) {
 	if _, err := client.Dial(ctx, n.WS, &client.Options{HTTPHeader: http.Header{"Cookie": {"sid=s-alice"}}}); client.CloseCode(err) != 1013 {
 		t.Errorf("backend down: %v, want close 1013 (try again later)", err)
 	}
+	for outcome, want := range map[string]float64{"allow": 1, "refuse": 2, "error": 1} {
+		if got := n.Counter("statecast_hook_connect_total", "outcome", outcome); got != want {
+			t.Errorf("connect hook %s count %v, want %v", outcome, got, want)
+		}
+	}
 }
 
 // TestConnectHookHTTP: the same over HTTP: alice's cookie writes her

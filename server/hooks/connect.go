@@ -61,8 +61,7 @@ type Connector struct {
 	url     string
 	post    poster
 	clock   func() time.Time
-	calls   *prometheus.CounterVec
-	latency prometheus.Histogram
+	metrics callMetrics
 }
 
 // NewConnector checks cfg and returns a Connector.
@@ -77,20 +76,12 @@ func NewConnector(cfg ConnectorConfig) (*Connector, error) {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &Connector{
-		url: cfg.URL, post: newPoster(cfg.Secret, cfg.Timeout, cfg.Client), clock: clock,
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_hook_connect_total",
-			Help: "Calls of the connect hook, by outcome: allow, refuse, or error (timeout, unreachable, bad reply)."},
-			[]string{"outcome"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "statecast_hook_connect_seconds",
-			Help: "Time of one call of the connect hook.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
-	}, nil
+	return &Connector{url: cfg.URL, post: newPoster(cfg.Secret, cfg.Timeout, cfg.Client), clock: clock,
+		metrics: newCallMetrics("connect", "timeout, unreachable, bad reply")}, nil
 }
 
 // Collectors are the Connector's metrics, for a Prometheus registry.
-func (c *Connector) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.calls, c.latency}
-}
+func (c *Connector) Collectors() []prometheus.Collector { return c.metrics.collectors() }
 
 // Authenticate asks the backend who sends a request with header, and
 // returns the claims it grants: the same Claims a token gives, checked by
@@ -99,14 +90,13 @@ func (c *Connector) Collectors() []prometheus.Collector {
 func (c *Connector) Authenticate(ctx context.Context, req ConnectRequest, header http.Header) (*auth.Claims, error) {
 	start := time.Now()
 	claims, err := c.call(ctx, req, header)
-	c.latency.Observe(time.Since(start).Seconds())
 	switch {
 	case errors.Is(err, ErrRefused):
-		c.calls.WithLabelValues("refuse").Inc()
+		c.metrics.observe(start, "refuse")
 	case err != nil:
-		c.calls.WithLabelValues("error").Inc()
+		c.metrics.observe(start, "error")
 	default:
-		c.calls.WithLabelValues("allow").Inc()
+		c.metrics.observe(start, "allow")
 	}
 	return claims, err
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ErrUnavailable: the backend did not answer in time, could not be
@@ -77,4 +79,30 @@ func (p poster) post(ctx context.Context, url string, body []byte, header http.H
 		return 0, nil, fmt.Errorf("%w: reply larger than %d bytes", ErrUnavailable, maxReply)
 	}
 	return resp.StatusCode, reply, nil
+}
+
+// callMetrics count one hook's calls by outcome (allow, refuse, error)
+// and time them.
+type callMetrics struct {
+	calls   *prometheus.CounterVec
+	latency prometheus.Histogram
+}
+
+// newCallMetrics names them statecast_hook_<hook>_total and _seconds.
+func newCallMetrics(hook, errorCauses string) callMetrics {
+	return callMetrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_hook_" + hook + "_total",
+			Help: "Calls of the " + hook + " hook, by outcome: allow, refuse, or error (" + errorCauses + ")."}, []string{"outcome"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "statecast_hook_" + hook + "_seconds",
+			Help: "Time of one call of the " + hook + " hook.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+	}
+}
+
+func (m callMetrics) observe(start time.Time, outcome string) {
+	m.latency.Observe(time.Since(start).Seconds())
+	m.calls.WithLabelValues(outcome).Inc()
+}
+
+func (m callMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.calls, m.latency}
 }

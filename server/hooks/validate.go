@@ -70,8 +70,7 @@ type ValidatorConfig struct {
 type Validator struct {
 	routes  Routes
 	post    poster
-	calls   *prometheus.CounterVec
-	latency prometheus.Histogram
+	metrics callMetrics
 }
 
 // NewValidator checks cfg and returns a Validator.
@@ -80,20 +79,14 @@ func NewValidator(cfg ValidatorConfig) (*Validator, error) {
 		return nil, errors.New("hooks: a validation hook needs a secret to sign its requests")
 	}
 	return &Validator{
-		routes: cfg.Routes,
-		post:   newPoster(cfg.Secret, cfg.Timeout, cfg.Client),
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_hook_validate_total",
-			Help: "Calls of the validation hook, by outcome: allow, refuse, or error (timeout, unreachable, bad reply: the write failed unavailable)."},
-			[]string{"outcome"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "statecast_hook_validate_seconds",
-			Help: "Time of one call of the validation hook.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		routes:  cfg.Routes,
+		post:    newPoster(cfg.Secret, cfg.Timeout, cfg.Client),
+		metrics: newCallMetrics("validate", "timeout, unreachable, bad reply: the write failed unavailable"),
 	}, nil
 }
 
 // Collectors are the Validator's metrics, for a Prometheus registry.
-func (v *Validator) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{v.calls, v.latency}
-}
+func (v *Validator) Collectors() []prometheus.Collector { return v.metrics.collectors() }
 
 // Matches reports whether writes to room are validated.
 func (v *Validator) Matches(room string) bool {
@@ -115,14 +108,13 @@ func (v *Validator) Validate(ctx context.Context, req *ValidateRequest) (Verdict
 	}
 	start := time.Now()
 	verdict, err := v.call(ctx, route.URL, req)
-	v.latency.Observe(time.Since(start).Seconds())
 	switch {
 	case err != nil:
-		v.calls.WithLabelValues("error").Inc()
+		v.metrics.observe(start, "error")
 	case verdict.Allow:
-		v.calls.WithLabelValues("allow").Inc()
+		v.metrics.observe(start, "allow")
 	default:
-		v.calls.WithLabelValues("refuse").Inc()
+		v.metrics.observe(start, "refuse")
 	}
 	return verdict, err
 }
