@@ -115,6 +115,7 @@ func (c *conn) connect(r *wire.Request) error {
 		return closeWith(wire.CloseProtocolError, "connect sent twice")
 	}
 	claims, err := c.s.identify(c.ctx, r.Token, c.hookHeader, "websocket", c.addr)
+	c.hookHeader = nil // asked once: the cookies are not kept for the socket's life
 	if err != nil {
 		c.s.metrics.authFailures.Inc()
 		return connectRefusal(err)

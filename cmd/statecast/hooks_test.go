@@ -95,3 +95,18 @@ func TestServeValidationHook(t *testing.T) {
 		t.Errorf("Ann closing her game: %v", err)
 	}
 }
+
+// The hook flags are checked before the node serves: a hook without a
+// secret to sign with, or a route that is not PATTERN=URL, is an error.
+func TestServeHookFlags(t *testing.T) {
+	for want, f := range map[string]serveFlags{
+		"secret":   {hookValidate: []string{"game:*=http://127.0.0.1:9/v"}},
+		"secret ":  {hookConnect: "http://127.0.0.1:9/c"},
+		"PATTERN=": {hookValidate: []string{"game:*"}, hookSecret: "s"},
+	} {
+		f.addr, f.storeURL, f.history = "127.0.0.1:0", "memory", 100
+		if err := run(f); err == nil || !strings.Contains(err.Error(), strings.TrimSpace(want)) {
+			t.Errorf("%+v: %v, want an error naming %q", f, err, want)
+		}
+	}
+}
