@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/hooks"
 	"github.com/statecast/statecast/store"
 )
 
@@ -84,6 +85,14 @@ type Config struct {
 	// several nodes must implement store.Nodes (a wrapper must pass it
 	// through): without it every leased key found at start is adopted.
 	NodeTimeout time.Duration
+
+	// Validate, when set, asks the application's backend about every
+	// write to the rooms its routes cover before it commits (validate.go).
+	Validate *hooks.Validator
+	// Connect, when set, authenticates a client that presents no token by
+	// asking the application's backend with the client's cookies
+	// (connect.go); its claims are checked like a token's.
+	Connect *hooks.Connector
 
 	// Logger receives lifecycle messages; defaults to discarding.
 	Logger *slog.Logger
@@ -215,6 +224,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if err := registerHooks(cfg); err != nil {
+		return nil, err
+	}
 	s.slots = newConnSlots(cfg, m)
 	if strings.Contains(cfg.NodeID, "/") || len(cfg.NodeID) > 64 {
 		return nil, fmt.Errorf("server: node id %q: at most 64 bytes and no '/'", cfg.NodeID)

@@ -24,6 +24,7 @@ import (
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/hooks"
 	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redisstore"
 )
@@ -108,6 +109,11 @@ type serveFlags struct {
 	syncTimeout                         time.Duration
 	nodeTimeout                         time.Duration
 	adminToken, adminTokenFile          string
+	hookValidate                        flags.List
+	hookConnect                         string
+	hookSecret, hookSecretFile          string
+	hookTimeout                         time.Duration
+	demoHooks                           bool
 }
 
 func serve(args []string) error {
@@ -156,6 +162,12 @@ func serve(args []string) error {
 	fs.DurationVar(&f.pingEvery, "ping-interval", 25*time.Second, "client ping interval announced to clients")
 	fs.StringVar(&f.adminToken, "admin-token", "", "bearer token for the inspector (/v1/admin/inspect) off loopback (prefer --admin-token-file)")
 	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "file holding the inspector's admin token")
+	fs.Var(&f.hookValidate, "hook-validate", "ROOM_PATTERN=URL: before a write to a matching room commits, ask the application's backend at URL (repeatable; the first matching pattern wins; docs/HOOKS.md)")
+	fs.StringVar(&f.hookConnect, "hook-connect", "", "URL of the application's backend that authenticates clients without a token from their Cookie header and returns their grants")
+	fs.StringVar(&f.hookSecret, "hook-secret", "", "secret that signs every hook request (Statecast-Signature; prefer --hook-secret-file)")
+	fs.StringVar(&f.hookSecretFile, "hook-secret-file", "", "file holding the hook secret")
+	fs.DurationVar(&f.hookTimeout, "hook-timeout", hooks.DefaultTimeout, "longest wait for a hook's answer (past it the write or connection fails unavailable)")
+	fs.BoolVar(&f.demoHooks, "demo-hooks", true, "run the lobby demo's backend on a loopback port and validate writes to "+demo.LobbyHookRooms+" rooms with it (only the host may close a game)")
 	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
 	}
@@ -180,7 +192,7 @@ func run(f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	if authn == nil && !f.insecure && !isLoopback(f.addr) {
+	if authn == nil && f.hookConnect == "" && !f.insecure && !isLoopback(f.addr) {
 		return fmt.Errorf("refusing to listen on %s without auth: configure --jwt-hmac-secret-file or --jwt-public-key-file, or pass --insecure-no-auth", f.addr)
 	}
 	adminToken, err := secret(f.adminToken, f.adminTokenFile)
@@ -203,6 +215,12 @@ func run(f serveFlags) error {
 		QueueBytes: int64(f.queueBytes), Logger: log, Prepare: server.PrepareChange})
 	defer engine.Close()
 
+	validator, connector, stopHooks, err := hookConfig(f, engine, log)
+	if err != nil {
+		return err
+	}
+	defer stopHooks()
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	perIP := f.maxConnsPerIP
@@ -218,6 +236,7 @@ func run(f serveFlags) error {
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
 		NodeID: f.nodeID, NodeTimeout: f.nodeTimeout,
 		Logger: log, Static: http.FileServerFS(demo.Files), AdminToken: adminToken,
+		Validate: validator, Connect: connector,
 	})
 	if err != nil {
 		return err
@@ -228,7 +247,7 @@ func run(f serveFlags) error {
 	}
 	hs := srv.HTTPServer()
 	fmt.Printf("statecast listening on http://%s (store: %s)\n", ln.Addr(), where)
-	if authn == nil {
+	if authn == nil && connector == nil {
 		fmt.Println("statecast: no auth configured: anonymous clients may read and write every room")
 		fmt.Println("statecast: anonymous mode answers only Host names localhost, *.localhost, IP addresses and --allow-host patterns")
 	}
