@@ -166,6 +166,8 @@ shards() {
 	done
 }
 
+# Sourced (sizing.sh uses its helpers), it defines them and runs nothing.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 case ${1:-} in
 ab) shift; ab "$@" ;;
 shards) shift; shards "$@" ;;

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# sizing.sh: the figures of docs/SCALING.md, on loopback, with fresh
+# redis-servers and statecast serve nodes driven by `statecast bench`.
+#
+#   sizing.sh units BIN
+#       the unit costs: deliveries and writes on the memory store (one
+#       room of 1,000 subscribers at 1,000, 200 and 20 writes/s; 1,000 rooms of 1 and
+#       of 10 subscribers at RATE writes/s), idle connections, then the
+#       same rooms through one node on one redis-server, the pub/sub push
+#       (3 nodes on one redis-server, each room's subscribers on one node
+#       or on all three) and writes at saturation (64 writers, 200 rooms).
+#   sizing.sh check BIN
+#       the run docs/SCALING.md predicts: a Redis Cluster of 2 masters,
+#       3 nodes, CHECK_ROOMS rooms of CHECK_SUBS subscribers spread over
+#       the nodes, CHECK_RATE writes/s spread over the nodes.
+#
+# Each run prints one line of figures (CPU in % of one core over the
+# measured window): writes/s, deliveries/s, lost subscribers, latency p50
+# and p99 (ms), each node's CPU and RSS (MB), each Redis server's CPU, Redis
+# CPU per write (µs), the load tool's and other processes' CPU, and from
+# the first node's /metrics over the whole run: messages per WebSocket
+# frame and bytes per message. Env: RATE (units, default 2000), CHECK_ROOMS
+# (200), CHECK_SUBS (10), CHECK_RATE (1000), DURATION (10s), PARTS (units:
+# "memory redis"), WAIT_IDLE (e.g. 30s: wait up to that long for the
+# machine to go quiet before each run).
+set -euo pipefail
+. "$(dirname "$0")/redis-writes.sh"
+
+metrics() { # metrics URL: messages, frames and bytes written to WebSockets so far
+	curl -sf "$1/metrics" | awk '
+		/^statecast_messages_out_total/ { m += $NF }
+		/^statecast_frames_out_total/ { f += $NF }
+		/^statecast_bytes_out_total/ { b += $NF }
+		END { printf "%d %d %d\n", m, f, b }'
+}
+
+run() { # run LABEL URL BENCH-ARGS…: one bench run, one line of figures
+	local label=$1 url=$2
+	shift 2
+	local m0 m1
+	m0=$(metrics "$url")
+	if ! "$BIN" bench "$@" --duration "${DURATION:-10s}" --wait-idle "${WAIT_IDLE:-0}" --json 2>"$DIR/err" >"$DIR/out.json"; then
+		echo -e "$label	failed: $(tail -n 3 "$DIR/err")"
+		return 0
+	fi
+	m1=$(metrics "$url")
+	read -r ma fa ba <<<"$m0"
+	read -r mb fb bb <<<"$m1"
+	jq -r --arg l "$label" --argjson mpf "$(awk -v m=$((mb - ma)) -v f=$((fb - fa)) 'BEGIN { printf "%.2f", f ? m / f : 0 }')" \
+		--argjson bpm "$(awk -v m=$((mb - ma)) -v b=$((bb - ba)) 'BEGIN { printf "%.1f", m ? b / m : 0 }')" '
+		def r: . * 10 | round / 10;
+		[$l, (.writes_per_s | round), (.delivered_per_s // 0 | round), .lost_subs, (.latency_p50_ms // .ack_p50_ms // 0 | r),
+		 (.latency_p99_ms // .ack_p99_ms // 0 | r),
+		 ([.server_cpu_pct] + (.node_cpu_pct_each // []) | map(r) | join("/")),
+		 ([.server_rss_mb // 0] + (.node_rss_mb_each // []) | map(round) | join("/")),
+		 ((.redis_cpu_pct_each // [.redis_cpu_pct // 0]) | map(r) | join("/")), (.redis_cpu_us_per_write // 0 | r),
+		 (.tool_cpu_pct | round), (.other_cpu_pct // 0 | round), $mpf, $bpm] | @tsv' "$DIR/out.json"
+}
+
+header() {
+	echo -e "run\twrites/s\tdeliveries/s\tlost\tp50 ms\tp99 ms\tnode CPU %\tnode RSS MB\tredis CPU %\tredis µs/w\ttool %\tother %\tmsgs/frame\tB/msg"
+}
+
+units() {
+	header
+	case " ${PARTS:-memory redis} " in *" memory "*) units_memory ;; esac
+	case " ${PARTS:-memory redis} " in *" redis "*) units_redis ;; esac
+}
+
+units_memory() {
+	local rate=${RATE:-2000} a
+	a=127.0.0.1:$(port)
+	node "$BIN" "$a" memory
+	for w in 1000 200 20; do
+		run "memory fanout 1000x${w}/s" "http://$a" fanout --url "http://$a" --server-pid "$NPID" --subs 1000 --rate "$w" --room "f$w"
+	done
+	run "memory rooms 1000x1 ${rate}/s" "http://$a" rooms --url "http://$a" --server-pid "$NPID" --rooms 1000 --subs-per-room 1 --rate "$rate" --room m1
+	run "memory rooms 1000x10 ${rate}/s" "http://$a" rooms --url "http://$a" --server-pid "$NPID" --rooms 1000 --subs-per-room 10 --rate "$rate" --room m10
+	stop "$NPID"
+	node "$BIN" "$a" memory
+	"$BIN" bench idle --url "http://$a" --server-pid "$NPID" --conns 10000 --wait-idle "${WAIT_IDLE:-0}" --json 2>/dev/null |
+		jq -r '["memory idle 10000", "RSS/conn KB", (.server_rss_per_conn_kb*10|round/10), "idle CPU %", (.server_cpu_pct*10|round/10),
+			"RSS before MB", (.server_rss_before_mb|round), "other %", (.other_cpu_pct // 0 | round)] | @tsv'
+	stop "$NPID"
+}
+
+units_redis() {
+	local rate=${RATE:-2000} a b c
+	redis
+	local rpid=$RPID st="redis://127.0.0.1:$RPORT/0" pids=()
+	for h in a b c; do
+		local hp=127.0.0.1:$(port)
+		node "$BIN" "$hp" "$st"
+		pids+=("$NPID")
+		printf -v "$h" '%s' "$hp"
+	done
+	local R="--redis-pid $rpid" N="--server-pid ${pids[0]} --node-pid ${pids[1]} --node-pid ${pids[2]}"
+	run "redis rooms 1000x1 ${rate}/s" "http://$a" rooms --url "http://$a" $N $R --rooms 1000 --subs-per-room 1 --rate "$rate" --room r1
+	run "redis rooms 1000x3 ${rate}/s, subs on 1 node" "http://$a" rooms --url "http://$a" $N $R --rooms 1000 --subs-per-room 3 --rate "$rate" --room r2
+	run "redis rooms 1000x3 ${rate}/s, subs on 3 nodes" "http://$a" rooms --url "http://$a" --sub-url "http://$a" --sub-url "http://$b" --sub-url "http://$c" \
+		$N $R --rooms 1000 --subs-per-room 3 --rate "$rate" --room r3
+	run "redis writes 64 writers, 200 rooms" "http://$a" writes --url "http://$a" $N $R --rooms 200 --writers 64 --window 64 --events 60000 --room w
+	stop "${pids[@]}" "$rpid"
+}
+
+check() {
+	local rooms=${CHECK_ROOMS:-200} subs=${CHECK_SUBS:-10} rate=${CHECK_RATE:-1000} urls=() npids=()
+	cluster 2
+	for _ in 1 2 3; do
+		local np
+		np=$(port)
+		node "$BIN" "127.0.0.1:$np" "redis://$CADDRS" --redis-cluster
+		npids+=("$NPID")
+		urls+=("http://127.0.0.1:$np")
+	done
+	header
+	run "check: 2 masters, 3 nodes, ${rooms}x${subs}, ${rate}/s" "${urls[0]}" rooms --url "${urls[0]}" \
+		--sub-url "${urls[0]}" --sub-url "${urls[1]}" --sub-url "${urls[2]}" \
+		--write-url "${urls[0]}" --write-url "${urls[1]}" --write-url "${urls[2]}" --writers 3 \
+		--server-pid "${npids[0]}" --node-pid "${npids[1]}" --node-pid "${npids[2]}" --redis-pid "$CPIDS" \
+		--rooms "$rooms" --subs-per-room "$subs" --rate "$rate"
+	for u in "${urls[@]}"; do echo -e "$u\t$(metrics "$u")\t(messages, frames, bytes since start)"; done
+	for p in ${CPIDS//,/ }; do
+		local port
+		port=$(tr '\0' ' ' </proc/"$p"/cmdline | sed -E 's/.*--port ([0-9]+).*/\1/')
+		echo -e "master :$port\t$(redis-cli -p "$port" info | tr -d '\r' | grep -E '^(used_memory|total_net_input_bytes|total_net_output_bytes):' | tr '\n' ' ')keys $(redis-cli -p "$port" dbsize)"
+	done
+	stop "${npids[@]}" ${CPIDS//,/ }
+}
+
+BIN=${2:-}
+case ${1:-} in
+units) units ;;
+check) check ;;
+*) sed -n '2,25p' "$0"; exit 2 ;;
+esac
