@@ -21,7 +21,8 @@
 # the first node's /metrics over the whole run: messages per WebSocket
 # frame and bytes per message. Env: RATE (units, default 2000), CHECK_ROOMS
 # (200), CHECK_SUBS (10), CHECK_RATE (1000), DURATION (10s), PARTS (units:
-# "memory redis"), WAIT_IDLE (e.g. 30s: wait up to that long for the
+# "memory redis"), JSON_LOG (a file: each run's whole bench --json line is
+# appended to it), WAIT_IDLE (e.g. 30s: wait up to that long for the
 # machine to go quiet before each run).
 set -euo pipefail
 . "$(dirname "$0")/redis-writes.sh"
@@ -34,6 +35,18 @@ metrics() { # metrics URL: messages, frames and bytes written to WebSockets so f
 		END { printf "%d %d %d\n", m, f, b }'
 }
 
+rinfo() { # rinfo PORT: a Redis server's used_memory, total_net_input_bytes and total_net_output_bytes
+	redis-cli -p "$1" info | tr -d '\r' | awk -F: '/^used_memory:/ { m = $2 } /^total_net_input_bytes:/ { i = $2 }
+		/^total_net_output_bytes:/ { o = $2 } END { print m, i, o }'
+}
+
+rdelta() { # rdelta LABEL BEFORE AFTER WRITES: what a Redis server gained over a run, also per write
+	read -r m0 i0 o0 <<<"$2"
+	read -r m1 i1 o1 <<<"$3"
+	awk -v l="$1" -v w="$4" -v m=$((m1 - m0)) -v i=$((i1 - i0)) -v o=$((o1 - o0)) 'BEGIN {
+		printf "%s\tused_memory +%d B (%.0f B a write)\tnet in %d B (%.0f a write)\tnet out %d B (%.0f a write)\n", l, m, m / w, i, i / w, o, o / w }'
+}
+
 run() { # run LABEL URL BENCH-ARGS…: one bench run, one line of figures
 	local label=$1 url=$2
 	shift 2
@@ -44,6 +57,7 @@ run() { # run LABEL URL BENCH-ARGS…: one bench run, one line of figures
 		return 0
 	fi
 	m1=$(metrics "$url")
+	[ -z "${JSON_LOG:-}" ] || cat "$DIR/out.json" >>"$JSON_LOG"
 	read -r ma fa ba <<<"$m0"
 	read -r mb fb bb <<<"$m1"
 	jq -r --arg l "$label" --argjson mpf "$(awk -v m=$((mb - ma)) -v f=$((fb - fa)) 'BEGIN { printf "%.2f", f ? m / f : 0 }')" \
@@ -95,11 +109,18 @@ units_redis() {
 		printf -v "$h" '%s' "$hp"
 	done
 	local R="--redis-pid $rpid" N="--server-pid ${pids[0]} --node-pid ${pids[1]} --node-pid ${pids[2]}"
+	# Following 1,000 rooms that are hardly written: each node checks each
+	# room it follows once a second (HMGET), whatever its writes.
+	run "redis rooms 1000x3 1/s, subs on 3 nodes" "http://$a" rooms --url "http://$a" --sub-url "http://$a" --sub-url "http://$b" --sub-url "http://$c" \
+		$N $R --rooms 1000 --subs-per-room 3 --rate 1 --room r0
 	run "redis rooms 1000x1 ${rate}/s" "http://$a" rooms --url "http://$a" $N $R --rooms 1000 --subs-per-room 1 --rate "$rate" --room r1
 	run "redis rooms 1000x3 ${rate}/s, subs on 1 node" "http://$a" rooms --url "http://$a" $N $R --rooms 1000 --subs-per-room 3 --rate "$rate" --room r2
 	run "redis rooms 1000x3 ${rate}/s, subs on 3 nodes" "http://$a" rooms --url "http://$a" --sub-url "http://$a" --sub-url "http://$b" --sub-url "http://$c" \
 		$N $R --rooms 1000 --subs-per-room 3 --rate "$rate" --room r3
+	local before
+	before=$(rinfo "$RPORT")
 	run "redis writes 64 writers, 200 rooms" "http://$a" writes --url "http://$a" $N $R --rooms 200 --writers 64 --window 64 --events 60000 --room w
+	rdelta "redis-server, these 60000 writes (300 a room, none trimmed)" "$before" "$(rinfo "$RPORT")" 60000
 	stop "${pids[@]}" "$rpid"
 }
 
@@ -113,6 +134,8 @@ check() {
 		npids+=("$NPID")
 		urls+=("http://127.0.0.1:$np")
 	done
+	local before=() i=0
+	for addr in ${CADDRS//,/ }; do before+=("$(rinfo "${addr##*:}")"); done
 	header
 	run "check: 2 masters, 3 nodes, ${rooms}x${subs}, ${rate}/s" "${urls[0]}" rooms --url "${urls[0]}" \
 		--sub-url "${urls[0]}" --sub-url "${urls[1]}" --sub-url "${urls[2]}" \
@@ -120,10 +143,11 @@ check() {
 		--server-pid "${npids[0]}" --node-pid "${npids[1]}" --node-pid "${npids[2]}" --redis-pid "$CPIDS" \
 		--rooms "$rooms" --subs-per-room "$subs" --rate "$rate"
 	for u in "${urls[@]}"; do echo -e "$u\t$(metrics "$u")\t(messages, frames, bytes since start)"; done
-	for p in ${CPIDS//,/ }; do
-		local port
-		port=$(tr '\0' ' ' </proc/"$p"/cmdline | sed -E 's/.*--port ([0-9]+).*/\1/')
-		echo -e "master :$port\t$(redis-cli -p "$port" info | tr -d '\r' | grep -E '^(used_memory|total_net_input_bytes|total_net_output_bytes):' | tr '\n' ' ')keys $(redis-cli -p "$port" dbsize)"
+	local writes # every write of the run, warm-up included, as the Redis deltas are
+	writes=$(for u in "${urls[@]}"; do curl -sf "$u/metrics"; done | awk '/^statecast_writes_total\{outcome="ok"\}/ { n += $NF } END { print n }')
+	for addr in ${CADDRS//,/ }; do
+		rdelta "master ${addr##*:} (per write: of all $writes)" "${before[$i]}" "$(rinfo "${addr##*:}")" "$writes"
+		i=$((i + 1))
 	done
 	stop "${npids[@]}" ${CPIDS//,/ }
 }
@@ -132,5 +156,5 @@ BIN=${2:-}
 case ${1:-} in
 units) units ;;
 check) check ;;
-*) sed -n '2,25p' "$0"; exit 2 ;;
+*) sed -n '2,27p' "$0"; exit 2 ;;
 esac
