@@ -65,7 +65,8 @@ program speaking that protocol, and statecast serve likewise unless --statecast-
 
 Several nodes on one store: --sub-url (repeatable) spreads the subscribers over other
 nodes while the writer stays on --url, so latency is publish on one node to delivery on
-another; --redis-pid reports the Redis server's CPU per write (repeatable: several masters).
+another; --redis-pid reports the Redis server's CPU per write (repeatable: several masters),
+--node-pid the CPU and RSS of the other nodes (repeatable).
 
 attack --attack NAME reports what the attacker got, the server's CPU seconds, peak RSS
 and peak open fds (from /proc every 100 ms), and what a well-behaved bystander saw
