@@ -8,7 +8,8 @@
 #       of 10 subscribers at RATE writes/s), idle connections, then the
 #       same rooms through one node on one redis-server, the pub/sub push
 #       (3 nodes on one redis-server, each room's subscribers on one node
-#       or on all three) and writes at saturation (64 writers, 200 rooms).
+#       or on all three; then at 500, 1,500 and 3,000 writes/s) and writes
+#       at saturation (64 writers, 200 rooms).
 #   sizing.sh check BIN
 #       the run docs/SCALING.md predicts: a Redis Cluster of 2 masters,
 #       3 nodes, CHECK_ROOMS rooms of CHECK_SUBS subscribers spread over
@@ -27,8 +28,24 @@
 set -euo pipefail
 . "$(dirname "$0")/redis-writes.sh"
 
+node_up() { # node_up VAR STORE [flags…]: a node on a free port, its host:port in VAR (not named up), its pid in NPID
+	local var=$1 up
+	shift
+	for _ in 1 2 3 4 5; do # a port found free may be taken by a client socket before the node binds it
+		up=127.0.0.1:$(port)
+		node "$BIN" "$up" "$@"
+		if curl -sf "http://$up/readyz" >/dev/null; then
+			printf -v "$var" '%s' "$up"
+			return
+		fi
+		stop "$NPID"
+	done
+	echo "sizing.sh: cannot start statecast serve" >&2
+	exit 1
+}
+
 metrics() { # metrics URL: messages, frames and bytes written to WebSockets so far
-	curl -sf "$1/metrics" | awk '
+	{ curl -sf "$1/metrics" || true; } | awk '
 		/^statecast_messages_out_total/ { m += $NF }
 		/^statecast_frames_out_total/ { f += $NF }
 		/^statecast_bytes_out_total/ { b += $NF }
@@ -83,18 +100,20 @@ units() {
 
 units_memory() {
 	local rate=${RATE:-2000} a
-	a=127.0.0.1:$(port)
-	node "$BIN" "$a" memory
+	node_up a memory
 	for w in 1000 200 20; do
 		run "memory fanout 1000x${w}/s" "http://$a" fanout --url "http://$a" --server-pid "$NPID" --subs 1000 --rate "$w" --room "f$w"
 	done
 	run "memory rooms 1000x1 ${rate}/s" "http://$a" rooms --url "http://$a" --server-pid "$NPID" --rooms 1000 --subs-per-room 1 --rate "$rate" --room m1
 	run "memory rooms 1000x10 ${rate}/s" "http://$a" rooms --url "http://$a" --server-pid "$NPID" --rooms 1000 --subs-per-room 10 --rate "$rate" --room m10
 	stop "$NPID"
-	node "$BIN" "$a" memory
-	"$BIN" bench idle --url "http://$a" --server-pid "$NPID" --conns 10000 --wait-idle "${WAIT_IDLE:-0}" --json 2>/dev/null |
+	node_up a memory
+	if "$BIN" bench idle --url "http://$a" --server-pid "$NPID" --conns 10000 --wait-idle "${WAIT_IDLE:-0}" --json 2>"$DIR/err" >"$DIR/out.json"; then
 		jq -r '["memory idle 10000", "RSS/conn KB", (.server_rss_per_conn_kb*10|round/10), "idle CPU %", (.server_cpu_pct*10|round/10),
-			"RSS before MB", (.server_rss_before_mb|round), "other %", (.other_cpu_pct // 0 | round)] | @tsv'
+			"RSS before MB", (.server_rss_before_mb|round), "other %", (.other_cpu_pct // 0 | round)] | @tsv' "$DIR/out.json"
+	else
+		echo -e "memory idle 10000\tfailed: $(tail -n 3 "$DIR/err")"
+	fi
 	stop "$NPID"
 }
 
@@ -103,10 +122,8 @@ units_redis() {
 	redis
 	local rpid=$RPID st="redis://127.0.0.1:$RPORT/0" pids=()
 	for h in a b c; do
-		local hp=127.0.0.1:$(port)
-		node "$BIN" "$hp" "$st"
+		node_up "$h" "$st"
 		pids+=("$NPID")
-		printf -v "$h" '%s' "$hp"
 	done
 	local R="--redis-pid $rpid" N="--server-pid ${pids[0]} --node-pid ${pids[1]} --node-pid ${pids[2]}"
 	# Following 1,000 rooms that are hardly written: each node checks each
@@ -117,6 +134,13 @@ units_redis() {
 	run "redis rooms 1000x3 ${rate}/s, subs on 1 node" "http://$a" rooms --url "http://$a" $N $R --rooms 1000 --subs-per-room 3 --rate "$rate" --room r2
 	run "redis rooms 1000x3 ${rate}/s, subs on 3 nodes" "http://$a" rooms --url "http://$a" --sub-url "http://$a" --sub-url "http://$b" --sub-url "http://$c" \
 		$N $R --rooms 1000 --subs-per-room 3 --rate "$rate" --room r3
+	# A push at three rates: every write on node 1, one subscriber a room on
+	# node 2 only (node 1 follows the rooms too: it answers a write once its
+	# view holds it).
+	for w in 500 1500 3000; do
+		run "redis rooms 1000x1 ${w}/s, writer on node 1, subs on node 2" "http://$b" rooms --url "http://$a" --sub-url "http://$b" \
+			$N $R --rooms 1000 --subs-per-room 1 --rate "$w" --room "p$w"
+	done
 	local before
 	before=$(rinfo "$RPORT")
 	run "redis writes 64 writers, 200 rooms" "http://$a" writes --url "http://$a" $N $R --rooms 200 --writers 64 --window 64 --events 60000 --room w
@@ -128,11 +152,10 @@ check() {
 	local rooms=${CHECK_ROOMS:-200} subs=${CHECK_SUBS:-10} rate=${CHECK_RATE:-1000} urls=() npids=()
 	cluster 2
 	for _ in 1 2 3; do
-		local np
-		np=$(port)
-		node "$BIN" "127.0.0.1:$np" "redis://$CADDRS" --redis-cluster
+		local hp
+		node_up hp "redis://$CADDRS" --redis-cluster
 		npids+=("$NPID")
-		urls+=("http://127.0.0.1:$np")
+		urls+=("http://$hp")
 	done
 	local before=() i=0
 	for addr in ${CADDRS//,/ }; do before+=("$(rinfo "${addr##*:}")"); done
@@ -156,5 +179,5 @@ BIN=${2:-}
 case ${1:-} in
 units) units ;;
 check) check ;;
-*) sed -n '2,27p' "$0"; exit 2 ;;
+*) sed -n '2,28p' "$0"; exit 2 ;;
 esac
