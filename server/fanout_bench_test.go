@@ -59,7 +59,7 @@ func benchCollect(b *testing.B, codec wire.Codec, nsubs, batch int) {
 	frames := make([][]byte, nsubs)
 	b.ReportAllocs()
 	b.ResetTimer()
-	msgs := 0
+	msgs, bytes := 0, 0
 	for i := 0; i < b.N; i++ {
 		for j := 0; j < batch; j++ {
 			if _, err := e.Apply(ctx, "bench", store.Put(fmt.Sprintf("k%d", j%10), value)); err != nil {
@@ -68,11 +68,15 @@ func benchCollect(b *testing.B, codec wire.Codec, nsubs, batch int) {
 		}
 		for k, c := range conns {
 			frames[k], _, _ = c.collect(frames[k][:0], discard)
+			bytes += len(frames[k])
 		}
 		msgs += batch * nsubs
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(msgs), "ns/msg")
+	// The WebSocket payload of one event (a 100-byte value, key "kN"):
+	// the wire cost per delivery that docs/SCALING.md counts.
+	b.ReportMetric(float64(bytes)/float64(msgs), "B/msg")
 }
 
 func discard([]byte) error { return nil }

@@ -65,7 +65,8 @@ program speaking that protocol, and statecast serve likewise unless --statecast-
 
 Several nodes on one store: --sub-url (repeatable) spreads the subscribers over other
 nodes while the writer stays on --url, so latency is publish on one node to delivery on
-another; --redis-pid reports the Redis server's CPU per write (repeatable: several masters).
+another; --redis-pid reports the Redis server's CPU per write (repeatable: several masters),
+--node-pid the CPU and RSS of the other nodes (repeatable).
 
 attack --attack NAME reports what the attacker got, the server's CPU seconds, peak RSS
 and peak open fds (from /proc every 100 ms), and what a well-behaved bystander saw
@@ -102,7 +103,7 @@ type config struct {
 	waitIdle              time.Duration
 	cpuProfile            string
 	subURLs, writeURLs    flags.List
-	redisPIDs             []int
+	redisPIDs, nodePIDs   []int
 	roomsSet              bool // --rooms was given
 
 	// attack
@@ -142,16 +143,8 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 		fs.StringVar(&c.spawn, "spawn", "", "start the server with this command line, wait until --url answers, SIGTERM it at the end")
 		fs.Var(&c.subURLs, "sub-url", "statecast: subscribers connect to these nodes in turn (repeatable); the writer stays on --url")
 		fs.Var(&c.writeURLs, "write-url", "statecast, writes: the writer's connections go to these nodes in turn (repeatable; default --url)")
-		fs.Func("redis-pid", "redis-server process id: report its CPU per write (repeatable: the sum of several servers')", func(v string) error {
-			for _, f := range strings.Split(v, ",") {
-				pid, err := strconv.Atoi(strings.TrimSpace(f))
-				if err != nil || pid <= 0 {
-					return fmt.Errorf("bad pid %q", f)
-				}
-				c.redisPIDs = append(c.redisPIDs, pid)
-			}
-			return nil
-		})
+		fs.Func("redis-pid", "redis-server process id: report its CPU per write (repeatable: the sum of several servers')", pidList(&c.redisPIDs))
+		fs.Func("node-pid", "process id of another statecast node (besides --server-pid): report its CPU and RSS (repeatable)", pidList(&c.nodePIDs))
 	} else {
 		fs.StringVar(&c.ceilingBin, "ceiling-bin", "", "another reference broadcast server's binary, run with -addr, -batch and -history (default: this executable's bench ceiling)")
 		fs.StringVar(&c.statecastBin, "statecast-bin", "", "the statecast binary (default: this executable)")
@@ -250,6 +243,21 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 		}
 	}
 	return c, nil
+}
+
+// pidList parses a flag of comma-separated process ids into *dst,
+// appending on every use.
+func pidList(dst *[]int) func(string) error {
+	return func(v string) error {
+		for _, f := range strings.Split(v, ",") {
+			pid, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || pid <= 0 {
+				return fmt.Errorf("bad pid %q", f)
+			}
+			*dst = append(*dst, pid)
+		}
+		return nil
+	}
 }
 
 // validRoom accepts room names (PROTOCOL.md §1) short enough for a
@@ -735,24 +743,27 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // load tool and all processes of the machine (-1: unknown).
 // redis is the sum of the Redis servers' (-1: unknown), redisEach each
 // one's.
+// nodes and nodeEach are the other statecast nodes' (--node-pid), like
+// redis.
 type cpuSample struct {
-	server, tool, machine, redis time.Duration
-	redisEach                    []time.Duration
+	server, tool, machine, redis, nodes time.Duration
+	redisEach, nodeEach                 []time.Duration
 }
 
 func (e *env) sampleCPU() cpuSample {
-	c := cpuSample{server: e.serverCPU(), tool: selfCPU(), machine: machineBusy(), redis: -1}
-	c.redis, c.redisEach = e.redisCPU()
+	c := cpuSample{server: e.serverCPU(), tool: selfCPU(), machine: machineBusy()}
+	c.redis, c.redisEach = pidsCPU(e.cfg.redisPIDs)
+	c.nodes, c.nodeEach = pidsCPU(e.cfg.nodePIDs)
 	return c
 }
 
-// redisCPU is the Redis servers' CPU time so far, in all and each, or -1
-// without --redis-pid.
-func (e *env) redisCPU() (sum time.Duration, each []time.Duration) {
-	if len(e.cfg.redisPIDs) == 0 {
+// pidsCPU is the CPU time so far of processes pids, in all and each, or
+// -1 when there are none or one cannot be read.
+func pidsCPU(pids []int) (sum time.Duration, each []time.Duration) {
+	if len(pids) == 0 {
 		return -1, nil
 	}
-	for _, pid := range e.cfg.redisPIDs {
+	for _, pid := range pids {
 		d, err := procCPU(pid)
 		if err != nil {
 			return -1, nil
@@ -763,10 +774,25 @@ func (e *env) redisCPU() (sum time.Duration, each []time.Duration) {
 	return sum, each
 }
 
+// nodesRSS is the RSS in MB of each --node-pid process (0: unreadable).
+func (e *env) nodesRSS() []float64 {
+	var out []float64
+	for _, pid := range e.cfg.nodePIDs {
+		n, _ := procRSS(pid)
+		out = append(out, float64(n)/(1<<20))
+	}
+	return out
+}
+
 // cpuShares fills the CPU figures of r for the window between a and b.
 func (r *result) cpuShares(a, b cpuSample, win time.Duration) {
 	pct := func(d time.Duration) float64 { return 100 * d.Seconds() / win.Seconds() }
 	r.ToolCPUPct = pct(b.tool - a.tool)
+	if a.nodes >= 0 && b.nodes >= 0 {
+		for i := range b.nodeEach {
+			r.NodeCPUPctEach = append(r.NodeCPUPctEach, pct(b.nodeEach[i]-a.nodeEach[i]))
+		}
+	}
 	if a.server >= 0 && b.server >= 0 {
 		r.ServerCPUPct = pct(b.server - a.server)
 	}
@@ -782,6 +808,9 @@ func (r *result) cpuShares(a, b cpuSample, win time.Duration) {
 				}
 			}
 			r.OtherCPUPct = max(0, r.OtherCPUPct-r.RedisCPUPct)
+		}
+		if a.nodes >= 0 && b.nodes >= 0 {
+			r.OtherCPUPct = max(0, r.OtherCPUPct-pct(b.nodes-a.nodes))
 		}
 		if r.OtherCPUPct > 20 {
 			r.addNote("other processes used %.0f%% of a CPU during the measurement: figures are disturbed", r.OtherCPUPct)

@@ -116,8 +116,13 @@ func TestFanoutAcrossNodes(t *testing.T) {
 	st := store.NewMemory(store.MemoryConfig{})
 	writerURL := startStatecast(t, server.Config{}, st)
 	subURL := startStatecast(t, server.Config{}, st)
-	r := runJSON(t, "fanout", "--url", writerURL, "--sub-url", subURL, "--subs", "4", "--rate", "50", "--duration", "1s", "--warmup", "200ms")
+	// --node-pid reports a node's CPU and RSS; both nodes are this process.
+	pid := strconv.Itoa(os.Getpid())
+	r := runJSON(t, "fanout", "--url", writerURL, "--sub-url", subURL, "--subs", "4", "--rate", "50", "--duration", "1s", "--warmup", "200ms", "--node-pid", pid)
 	checkFanout(t, r, 4, 50)
+	if len(r.NodeCPUPctEach) != 1 || r.NodeCPUPctEach[0] <= 0 || len(r.NodeRSSMBEach) != 1 || r.NodeRSSMBEach[0] <= 0 {
+		t.Errorf("--node-pid: CPU %v %%, RSS %v MB; want one positive figure each", r.NodeCPUPctEach, r.NodeRSSMBEach)
+	}
 }
 
 // TestBenchWrites: the writes scenario commits exactly --events writes.

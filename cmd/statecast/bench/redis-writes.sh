@@ -45,9 +45,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port() { # a free loopback port (and its cluster bus port, +10000)
+port() { # a free loopback port (and its cluster bus port, +10000), both below
+	# Linux's ephemeral range (32768 up), which the load tool's connections use
 	while :; do
-		local p=$((20000 + RANDOM % 30000))
+		local p=$((10000 + RANDOM % 12000))
 		if ! (echo >/dev/tcp/127.0.0.1/$p) 2>/dev/null && ! (echo >/dev/tcp/127.0.0.1/$((p + 10000))) 2>/dev/null; then
 			echo $p
 			return
@@ -79,7 +80,10 @@ node() { # node BIN ADDR STORE [flags…]: start statecast serve, its pid in NPI
 	"$bin" serve --store "$st" --addr "$addr" --write-rate 1000000 --history 20000 --log-level warn "$@" >"$DIR/node-$addr.log" 2>&1 &
 	NPID=$!
 	PIDS+=("$NPID")
-	for _ in $(seq 100); do curl -sf "http://$addr/readyz" >/dev/null && break; sleep 0.1; done
+	for _ in $(seq 100); do curl -sf "http://$addr/readyz" >/dev/null && return; sleep 0.1; done
+	echo "redis-writes.sh: statecast serve on $addr did not become ready:" >&2
+	tail -5 "$DIR/node-$addr.log" >&2
+	return 1
 }
 
 stop() { # stop PID…
@@ -239,6 +243,8 @@ JSON
 	done
 }
 
+# Sourced (sizing.sh uses its helpers), it defines them and runs nothing.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 case ${1:-} in
 ab) shift; ab "$@" ;;
 shards) shift; shards "$@" ;;

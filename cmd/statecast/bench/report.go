@@ -70,8 +70,11 @@ type result struct {
 	ServerRSSMB       float64 `json:"server_rss_mb,omitempty"`
 	RSSBeforeMB       float64 `json:"server_rss_before_mb,omitempty"`
 	RSSPerConnKB      float64 `json:"server_rss_per_conn_kb,omitempty"`
-	ToolCPUPct        float64 `json:"tool_cpu_pct,omitempty"`
-	OtherCPUPct       float64 `json:"other_cpu_pct,omitempty"` // other processes of the machine
+	// NodeCPUPctEach and NodeRSSMBEach are each --node-pid's.
+	NodeCPUPctEach []float64 `json:"node_cpu_pct_each,omitempty"`
+	NodeRSSMBEach  []float64 `json:"node_rss_mb_each,omitempty"`
+	ToolCPUPct     float64   `json:"tool_cpu_pct,omitempty"`
+	OtherCPUPct    float64   `json:"other_cpu_pct,omitempty"` // other processes of the machine
 
 	// resume
 	ResumeMs        []float64 `json:"resume_ms,omitempty"`
@@ -157,6 +160,16 @@ func (r *result) rows() []figure {
 		add(pid, "server CPU per delivered msg", r.ServerCPUUsPerMsg, "µs", false, true)
 		add(pid, "server CPU", r.ServerCPUPct, "%", false, true)
 		add(pid, "server RSS", r.ServerRSSMB, "MB", false, true)
+		for i, p := range r.NodeCPUPctEach {
+			add(true, "… node "+strconv.Itoa(i+2)+" CPU", p, "%", false, true)
+		}
+		for i, m := range r.NodeRSSMBEach {
+			add(true, "… node "+strconv.Itoa(i+2)+" RSS", m, "MB", false, true)
+		}
+		add(r.RedisCPUPct > 0, "redis CPU", r.RedisCPUPct, "%", false, true)
+		for i, p := range r.RedisCPUPctEach {
+			add(true, "… redis server "+strconv.Itoa(i+1), p, "%", false, true)
+		}
 		add(true, "load tool CPU", r.ToolCPUPct, "%", false, true)
 		add(pid, "other processes CPU", r.OtherCPUPct, "%", false, true)
 		add(true, "drain after writer stopped", r.DrainS, "s", false, true)

@@ -93,6 +93,7 @@ func (e *env) runFanout(ctx context.Context, r *result, nRooms, perRoom int) err
 	st.winHi.Store(t1)
 	m1, c1, w1, stall1 := sumMsgs(subs), e.sampleCPU(), w.sent.Load(), w.stalled.Load()
 	rss := e.serverRSS()
+	r.NodeRSSMBEach = e.nodesRSS()
 	pr := stopWriter()
 	if pr.err != nil {
 		return pr.err
