@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/hooks"
 	"github.com/statecast/statecast/store"
 )
 
@@ -94,6 +95,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Static, when set, serves the demo and other files at /.
 	Static http.Handler
+	// Webhooks, when set, are the node's webhooks (started by the caller):
+	// their metrics join /metrics and the inspector shows them.
+	Webhooks *hooks.Webhooks
 	// AdminToken, when set, lets clients off loopback read the inspector
 	// (GET /v1/admin/inspect) with Authorization: Bearer <AdminToken>;
 	// loopback clients need none.
@@ -215,6 +219,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if cfg.Webhooks != nil {
+		if err := cfg.Registerer.Register(cfg.Webhooks); err != nil {
+			return nil, err
+		}
+	}
 	s.slots = newConnSlots(cfg, m)
 	if strings.Contains(cfg.NodeID, "/") || len(cfg.NodeID) > 64 {
 		return nil, fmt.Errorf("server: node id %q: at most 64 bytes and no '/'", cfg.NodeID)

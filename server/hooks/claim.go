@@ -17,12 +17,11 @@ import (
 // neither key has changed for ClaimTimeout by its own clock, so the nodes'
 // clocks need not agree.
 type claimState struct {
-	held     uint64 // our claim's mod_rev; 0 when not ours
-	seen     uint64 // the claim key's mod_rev as last seen; 0: none
-	holder   string // the node named by the claim last seen
-	changed  time.Time
-	renewed  time.Time // our last successful renewal
-	takeover int // claims taken (metric)
+	held    uint64 // our claim's mod_rev; 0 when not ours
+	seen    uint64 // the claim key's mod_rev as last seen; 0: none
+	holder  string // the node named by the claim last seen
+	changed time.Time
+	renewed time.Time // our last successful renewal
 }
 
 func (c *claimState) reset(now time.Time) {
@@ -125,7 +124,6 @@ func (h *hook) take(ctx context.Context, now time.Time) {
 	}
 	h.mu.Lock()
 	h.claim.held, h.claim.seen, h.claim.holder, h.claim.renewed, h.claim.changed = res.Rev, res.Rev, h.w.cfg.Node, now, now
-	h.claim.takeover++
 	h.mu.Unlock()
 	h.w.cfg.Logger.Info("webhooks: took the hook's claim", "hook", h.id, "pattern", h.spec.Pattern, "url", redact(h.spec.URL))
 	h.startRun(ctx)

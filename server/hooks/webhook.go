@@ -147,6 +147,14 @@ func New(st store.Store, cfg Config) (*Webhooks, error) {
 	return w, nil
 }
 
+// IfAny returns w when it has hooks, else nil (nothing to show).
+func (w *Webhooks) IfAny() *Webhooks {
+	if len(w.hooks) == 0 {
+		return nil
+	}
+	return w
+}
+
 // matches reports whether a hook delivers room.
 func (w *Webhooks) matches(room string) bool {
 	for _, h := range w.hooks {

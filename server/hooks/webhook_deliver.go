@@ -153,7 +153,8 @@ func newRun(h *hook, claimRev uint64, cursors map[string]cursor) *run {
 	return r
 }
 
-// add follows room and queues it: its first step finds out what is pending.
+// add follows room and queues it: its first step finds out what is
+// pending. Only the Webhooks loop calls add and stop.
 func (r *run) add(room string) {
 	r.mu.Lock()
 	if _, ok := r.rooms[room]; ok || r.ctx.Err() != nil {
@@ -168,12 +169,12 @@ func (r *run) add(room string) {
 	// committed in between is missed.
 	stop, err := r.h.w.st.Follow(room, func(b store.Batch) { r.onBatch(rs, b) })
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if err != nil {
 		rs.lastErr = "follow: " + err.Error()
 	}
 	rs.stop = stop
 	r.enqueueLocked(rs)
+	r.mu.Unlock()
 }
 
 // onBatch notes a committed revision of a room (a Follow callback: it
@@ -268,15 +269,21 @@ func (r *run) stop() {
 	r.cond.Broadcast()
 	r.mu.Unlock()
 	r.wg.Wait()
+	// A Follow callback runs under the store's lock and takes r.mu: the
+	// follows stop after r.mu is released.
+	var stops []func()
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	for _, rs := range r.rooms {
 		if rs.retry != nil {
 			rs.retry.Stop()
 		}
 		if rs.stop != nil {
-			rs.stop()
+			stops = append(stops, rs.stop)
 		}
+	}
+	r.mu.Unlock()
+	for _, stop := range stops {
+		stop()
 	}
 }
 

@@ -78,6 +78,9 @@ func (w *Webhooks) Inspect() []InspectHook {
 	out := make([]InspectHook, 0, len(w.hooks))
 	for _, h := range w.hooks {
 		rooms := h.rooms(now)
+		if rooms == nil {
+			rooms = []InspectHookRoom{}
+		}
 		ih := InspectHook{ID: h.id, Pattern: h.spec.Pattern, URL: redact(h.spec.URL), RoomsTotal: len(rooms),
 			Delivered: h.stats.revisions.Load(), Failures: h.stats.failures.Load()}
 		for _, r := range rooms {

@@ -64,7 +64,8 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rc.mu.Unlock()
 	if rec.Status == 0 {
-		return // never answered: the caller hangs up or dies
+		<-r.Context().Done() // never answered: the caller gives up
+		return
 	}
 	w.WriteHeader(rec.Status)
 }
