@@ -300,3 +300,34 @@ func TestWebhooksNodesOnRedis(t *testing.T) {
 	waitDelivered(t, rcv, want, 30*time.Second)
 	t.Logf("delivered: %v in %d POSTs", want, len(rcv.records(t)))
 }
+
+// Redis restarted without persistence loses every room, the registry and
+// the cursors with them: the rooms start new epochs at revision 1, which
+// the hook delivers from there (a receiver seeing a new epoch from
+// revision 1 knows the room started over empty).
+func TestWebhooksRedisLosesItsState(t *testing.T) {
+	rcv := newReceiverProc(t)
+	rcv.start(t)
+	c := startCluster(t, 2, mnOptions{Args: hookArgs(rcv)})
+	rooms := []string{"doc:a", "doc:b"}
+	stop := hookWriters(rooms, c.httpURLs, 5*time.Millisecond)
+	defer stop()
+	time.Sleep(time.Second)
+	t.Log("Redis restarted without persistence")
+	c.redis.Restart(t)
+	time.Sleep(2 * time.Second)
+	stop()
+	want := map[string]hookstest.Want{}
+	for _, room := range rooms {
+		want[room] = hookstest.Want{Rev: c.snapshot(room).Rev}
+	}
+	waitDelivered(t, rcv, want, 30*time.Second)
+	epochs := map[string]bool{}
+	for _, r := range rcv.records(t) {
+		epochs[r.Delivery.Epoch] = true
+	}
+	if len(epochs) < 2*len(rooms) {
+		t.Errorf("deliveries in %d epochs, want the rooms' epochs before and after the restart", len(epochs))
+	}
+	t.Logf("delivered: %v in %d POSTs", want, len(rcv.records(t)))
+}

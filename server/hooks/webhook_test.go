@@ -299,3 +299,38 @@ func TestWebhookRejectsBadSpecs(t *testing.T) {
 		t.Error("New without a secret accepted")
 	}
 }
+
+func TestWebhookSnapshotWhenTheRoomStartedANewEpoch(t *testing.T) {
+	st := memory(0)
+	defer st.Close()
+	rc, url := receiver(t, nil)
+	spec := hooks.Spec{Pattern: "doc:*", URL: url}
+	// Cursors left from a previous epoch of the rooms (their state lost
+	// since): one behind the new epoch's head, one ahead of it.
+	for room, rev := range map[string]int{"doc:behind": 1, "doc:ahead": 50} {
+		v := fmt.Sprintf(`{"epoch":"lost","rev":%d}`, rev)
+		if _, err := st.Apply(context.Background(), hooks.InternalRoom, store.Put("cursor/"+spec.ID()+"/"+room, []byte(v))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := start(t, st, hooks.Config{Hooks: []hooks.Spec{spec}})
+	for j := range 5 {
+		write(t, st, w, "doc:behind", "k", fmt.Sprint(j))
+		write(t, st, w, "doc:ahead", "k", fmt.Sprint(j))
+	}
+	want := map[string]hookstest.Want{"doc:behind": {Rev: 5, Snapshots: true}, "doc:ahead": {Rev: 5, Snapshots: true}}
+	if err := hookstest.Wait(5*time.Second, func() error { return hookstest.Check(rc.Records(), want) }); err != nil {
+		t.Fatal(err)
+	}
+	first := map[string]hooks.Delivery{}
+	for _, r := range rc.Records() {
+		if _, ok := first[r.Delivery.Room]; !ok {
+			first[r.Delivery.Room] = r.Delivery
+		}
+	}
+	for room, d := range first {
+		if d.Type != hooks.TypeSnapshot || d.Reason != hooks.ReasonEpoch {
+			t.Errorf("%s: first delivery %s (%s), want a snapshot for the new epoch", room, d.Type, d.Reason)
+		}
+	}
+}
