@@ -332,8 +332,11 @@ func (r *run) step(rs *roomState) (more bool, err error) {
 
 // store writes the room's cursor under the claim. A conflict on the claim
 // ends the run: another node delivers the hook now.
+//
+// A stop does not cancel it: what the receiver acknowledged is recorded,
+// so the next holder does not send it again.
 func (r *run) store(rs *roomState, c cursor) error {
-	ctx, cancel := context.WithTimeout(r.ctx, r.h.w.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.h.w.cfg.Timeout)
 	defer cancel()
 	err := writeCursor(ctx, r.h.w.st, r.h.id, rs.name, r.claimRev, c)
 	var conflict *store.ConflictError

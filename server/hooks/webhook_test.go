@@ -155,7 +155,6 @@ func TestWebhookSnapshotWhenHistoryCompactedPastCursor(t *testing.T) {
 	st := memory(5) // 5 events of history per room
 	defer st.Close()
 	var down atomic.Bool
-	down.Store(true)
 	rc, url := receiver(t, func(*hooks.Delivery) int {
 		if down.Load() {
 			return http.StatusServiceUnavailable
@@ -163,7 +162,17 @@ func TestWebhookSnapshotWhenHistoryCompactedPastCursor(t *testing.T) {
 		return http.StatusOK
 	})
 	w := start(t, st, hooks.Config{Hooks: []hooks.Spec{{Pattern: "doc:*", URL: url}}})
-	for j := range 30 {
+	for j := range 2 {
+		write(t, st, w, "doc:a", fmt.Sprintf("k%d", j%4), fmt.Sprint(j))
+	}
+	if err := hookstest.Wait(5*time.Second, func() error {
+		return hookstest.Check(rc.Records(), map[string]hookstest.Want{"doc:a": {Rev: 2}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The receiver is down while the history after the cursor (2) goes.
+	down.Store(true)
+	for j := 2; j < 30; j++ {
 		write(t, st, w, "doc:a", fmt.Sprintf("k%d", j%4), fmt.Sprint(j))
 	}
 	down.Store(false)
@@ -177,8 +186,32 @@ func TestWebhookSnapshotWhenHistoryCompactedPastCursor(t *testing.T) {
 			snap = &r.Delivery
 		}
 	}
-	if snap == nil || snap.Reason != hooks.ReasonInitial || len(snap.Items) != 4 {
-		t.Fatalf("want one snapshot (initial: revision 1 is gone) of the 4 keys, got %+v", snap)
+	if snap == nil || snap.Reason != hooks.ReasonCompacted || len(snap.Items) != 4 {
+		t.Fatalf("want a snapshot (compacted) of the 4 keys, got %+v", snap)
+	}
+}
+
+func TestWebhookSnapshotWhenANewHookFindsHistoryGone(t *testing.T) {
+	st := memory(5)
+	defer st.Close()
+	ctx := context.Background()
+	// Written before the hook existed (registered by an earlier hook).
+	for j := range 9 {
+		if _, err := st.Apply(ctx, "doc:a", store.Put("k", []byte(fmt.Sprint(j)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Apply(ctx, hooks.InternalRoom, store.Put("room/doc:a", []byte("{}"))); err != nil {
+		t.Fatal(err)
+	}
+	rc, url := receiver(t, nil)
+	start(t, st, hooks.Config{Hooks: []hooks.Spec{{Pattern: "doc:*", URL: url}}})
+	want := map[string]hookstest.Want{"doc:a": {Rev: 9, Snapshots: true}}
+	if err := hookstest.Wait(5*time.Second, func() error { return hookstest.Check(rc.Records(), want) }); err != nil {
+		t.Fatal(err)
+	}
+	if d := rc.Records()[0].Delivery; d.Type != hooks.TypeSnapshot || d.Reason != hooks.ReasonInitial {
+		t.Fatalf("first delivery %s (%s), want a snapshot (initial): revision 1 is gone", d.Type, d.Reason)
 	}
 }
 
@@ -200,6 +233,17 @@ func TestWebhookResumesFromTheCursorInTheStore(t *testing.T) {
 	}
 	want := map[string]hookstest.Want{"doc:a": {Rev: 10}}
 	if err := hookstest.Wait(5*time.Second, func() error { return hookstest.Check(rc.Records(), want) }); err != nil {
+		t.Fatal(err)
+	}
+	// The receiver's answer reaches the node a moment after the receiver
+	// recorded it; then the cursor is written.
+	if err := hookstest.Wait(5*time.Second, func() error {
+		snap, err := st.Snapshot(context.Background(), hooks.InternalRoom, "cursor/")
+		if err != nil || len(snap.Items) != 1 || !strings.Contains(string(snap.Items[0].Value), `"rev":10`) {
+			return fmt.Errorf("cursor in the store: %+v, %v", snap.Items, err)
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()
