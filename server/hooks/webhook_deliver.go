@@ -82,9 +82,19 @@ func (h *hook) start(cursors map[string]cursor) {
 	h.mu.Lock()
 	h.run = r
 	h.mu.Unlock()
-	for _, room := range h.w.registeredRooms(h.pattern) {
-		r.add(room)
-	}
+	// Following thousands of rooms takes a while on Redis: not on the
+	// loop, which must keep renewing the claim meanwhile.
+	rooms := h.w.registeredRooms(h.pattern)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		for _, room := range rooms {
+			if r.ctx.Err() != nil {
+				return
+			}
+			r.add(room)
+		}
+	}()
 }
 
 // addRoom starts delivering a room registered while the claim is held.
@@ -154,7 +164,8 @@ func newRun(h *hook, claimRev uint64, cursors map[string]cursor) *run {
 }
 
 // add follows room and queues it: its first step finds out what is
-// pending. Only the Webhooks loop calls add and stop.
+// pending. The Webhooks loop and the run's first adder call it; stop waits
+// for the adder and runs on the loop.
 func (r *run) add(room string) {
 	r.mu.Lock()
 	if _, ok := r.rooms[room]; ok || r.ctx.Err() != nil {
@@ -182,8 +193,8 @@ func (r *run) add(room string) {
 func (r *run) onBatch(rs *roomState, b store.Batch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if b.Rev == 0 || b.Epoch != rs.headEpoch {
-		rs.epochCheck = true
+	if b.Rev == 0 || (rs.headEpoch != "" && b.Epoch != rs.headEpoch) {
+		rs.epochCheck = true // the room's state was replaced
 		rs.head = 0
 	}
 	rs.headEpoch = b.Epoch
@@ -301,6 +312,14 @@ func (r *run) step(rs *roomState) (more bool, err error) {
 	if err != nil || d == nil {
 		return false, err
 	}
+	if len(d.Revisions) > 0 {
+		r.mu.Lock()
+		if rs.pendingSince.IsZero() {
+			rs.pendingSince = time.UnixMilli(d.Revisions[0].TimeMS)
+		}
+		rs.head = max(rs.head, d.ToRev)
+		r.mu.Unlock()
+	}
 	if err := r.post(d); err != nil {
 		r.h.stats.failures.Add(1)
 		return false, err
@@ -309,11 +328,12 @@ func (r *run) step(rs *roomState) (more bool, err error) {
 	next := cursor{Epoch: d.Epoch, Rev: d.ToRev}
 	r.mu.Lock()
 	rs.cur = next
-	if d.Type == TypeSnapshot && rs.headEpoch != d.Epoch {
+	if rs.headEpoch == "" || (d.Type == TypeSnapshot && rs.headEpoch != d.Epoch) {
 		rs.headEpoch, rs.head = d.Epoch, d.ToRev
 	}
 	rs.head = max(rs.head, d.ToRev)
 	if n := len(d.Revisions); n > 0 {
+		// The next pending revision was committed after this one.
 		rs.pendingSince = time.UnixMilli(d.Revisions[n-1].TimeMS)
 	}
 	more = rs.head > next.Rev || rs.headEpoch != next.Epoch
@@ -355,9 +375,33 @@ func (r *run) store(rs *roomState, c cursor) error {
 
 // next reads what follows cur: the next revisions (at most MaxEvents
 // events and MaxBytes, whole revisions, at least one), a snapshot when
-// they cannot be replayed, or nil when the room is delivered.
+// they cannot be replayed, or nil when the room is delivered. A room's
+// first step, and its first after an epoch notice, reads its head first:
+// for the lag, and to find an epoch change that its history cannot show
+// (a new epoch not yet past the cursor).
 func (r *run) next(rs *roomState, cur cursor) (*Delivery, error) {
 	cfg, st := r.h.w.cfg, r.h.w.st
+	r.mu.Lock()
+	check := rs.epochCheck
+	rs.epochCheck = false
+	r.mu.Unlock()
+	if check {
+		epoch, rev, err := head(r.ctx, st, rs.name)
+		if err != nil {
+			r.mu.Lock()
+			rs.epochCheck = true
+			r.mu.Unlock()
+			return nil, err
+		}
+		r.mu.Lock()
+		if rs.headEpoch == "" || rs.headEpoch == epoch {
+			rs.headEpoch, rs.head = epoch, max(rs.head, rev)
+		}
+		r.mu.Unlock()
+		if cur.Epoch != "" && epoch != "" && epoch != cur.Epoch {
+			return r.snapshot(rs, ReasonEpoch)
+		}
+	}
 	batches, err := st.History(r.ctx, rs.name, cur.Rev+1, cfg.MaxEvents)
 	if errors.Is(err, store.ErrCompacted) {
 		if cur.Epoch == "" {
@@ -365,27 +409,11 @@ func (r *run) next(rs *roomState, cur cursor) (*Delivery, error) {
 		}
 		return r.snapshot(rs, ReasonCompacted)
 	}
-	if err != nil {
+	if err != nil || len(batches) == 0 {
 		return nil, err
 	}
-	if len(batches) > 0 && cur.Epoch != "" && batches[0].Epoch != cur.Epoch {
+	if cur.Epoch != "" && batches[0].Epoch != cur.Epoch {
 		return r.snapshot(rs, ReasonEpoch)
-	}
-	if len(batches) == 0 {
-		r.mu.Lock()
-		check := rs.epochCheck
-		rs.epochCheck = false
-		r.mu.Unlock()
-		if check && cur.Epoch != "" {
-			epoch, err := headEpoch(r.ctx, st, rs.name)
-			if err != nil {
-				return nil, err
-			}
-			if epoch != "" && epoch != cur.Epoch {
-				return r.snapshot(rs, ReasonEpoch)
-			}
-		}
-		return nil, nil
 	}
 	size, n := int64(0), 0
 	for ; n < len(batches); n++ {
@@ -407,15 +435,15 @@ func (r *run) snapshot(rs *roomState, reason string) (*Delivery, error) {
 	return snapshotDelivery(r.h.id, rs.name, reason, snap), nil
 }
 
-// headEpoch returns the room's current epoch, cheaply: the store's head
-// where it has one (Redis), else an empty snapshot (no key holds a NUL).
-func headEpoch(ctx context.Context, st store.Store, room string) (string, error) {
+// head returns the room's current epoch and revision, cheaply: the
+// store's head where it has one (Redis), else an empty snapshot (no key
+// holds a NUL byte).
+func head(ctx context.Context, st store.Store, room string) (string, uint64, error) {
 	if h, ok := st.(store.Heads); ok {
-		epoch, _, err := h.Head(ctx, room)
-		return epoch, err
+		return h.Head(ctx, room)
 	}
 	snap, err := st.Snapshot(ctx, room, "\x00")
-	return snap.Epoch, err
+	return snap.Epoch, snap.Rev, err
 }
 
 // post sends d, signed, and waits for a 2xx within Timeout.

@@ -61,7 +61,9 @@ func (h *hook) rooms(now time.Time) []InspectHookRoom {
 			Attempts: rs.attempts, LastError: rs.lastErr}
 		if rs.head > rs.cur.Rev {
 			ir.Lag = rs.head - rs.cur.Rev
-			ir.LagSeconds = now.Sub(rs.pendingSince).Seconds()
+			if !rs.pendingSince.IsZero() {
+				ir.LagSeconds = max(0, now.Sub(rs.pendingSince).Seconds())
+			}
 		}
 		out = append(out, ir)
 	}
