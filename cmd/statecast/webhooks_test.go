@@ -187,13 +187,33 @@ func receiverDown() time.Duration {
 	return 2 * time.Second
 }
 
-// waitDelivered waits until the receiver's log passes hookstest.Check for
-// want, and fails the test with what is wrong otherwise.
-func waitDelivered(t *testing.T, r *receiverProc, want map[string]hookstest.Want, within time.Duration) {
+// noRaces fails the test when a node built with -race (STATECAST_TEST_RACE=1)
+// reported one: a killed node never gets to exit with the race's status.
+func noRaces(t *testing.T, nodes ...*mnNode) {
 	t.Helper()
-	if err := hookstest.Wait(within, func() error { return hookstest.Check(r.records(t), want) }); err != nil {
+	for _, n := range nodes {
+		if out := n.output(); strings.Contains(out, "WARNING: DATA RACE") {
+			t.Errorf("node %s reported a data race:\n%s", n.name, tail(out, 6000))
+		}
+	}
+}
+
+// waitDelivered waits until the receiver's log passes hookstest.Check for
+// every room at its revision (read by rev each time: a write whose client
+// gave up may still commit after the writers stopped), and fails the test
+// with what is wrong otherwise. It returns what it checked.
+func waitDelivered(t *testing.T, r *receiverProc, rooms []string, rev func(room string) uint64, within time.Duration) map[string]hookstest.Want {
+	t.Helper()
+	want := map[string]hookstest.Want{}
+	if err := hookstest.Wait(within, func() error {
+		for _, room := range rooms {
+			want[room] = hookstest.Want{Rev: rev(room)}
+		}
+		return hookstest.Check(r.records(t), want)
+	}); err != nil {
 		t.Fatalf("deliveries (%d records): %v", len(r.records(t)), err)
 	}
+	return want
 }
 
 func TestWebhooksUnderReceiverAndNodeFaults(t *testing.T) {
@@ -232,11 +252,8 @@ func TestWebhooksUnderReceiverAndNodeFaults(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	stop()
 
-	want := map[string]hookstest.Want{}
-	for _, room := range rooms {
-		want[room] = hookstest.Want{Rev: roomRev(t, node.HTTP(), room)}
-	}
-	waitDelivered(t, rcv, want, 30*time.Second)
+	want := waitDelivered(t, rcv, rooms, func(room string) uint64 { return roomRev(t, node.HTTP(), room) }, 30*time.Second)
+	noRaces(t, node)
 	t.Logf("delivered: %v in %d POSTs", want, len(rcv.records(t)))
 }
 
@@ -293,11 +310,8 @@ func TestWebhooksNodesOnRedis(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	stop()
-	want := map[string]hookstest.Want{}
-	for _, room := range rooms {
-		want[room] = hookstest.Want{Rev: c.snapshot(room).Rev}
-	}
-	waitDelivered(t, rcv, want, 30*time.Second)
+	want := waitDelivered(t, rcv, rooms, func(room string) uint64 { return c.snapshot(room).Rev }, 30*time.Second)
+	noRaces(t, c.nodes...)
 	t.Logf("delivered: %v in %d POSTs", want, len(rcv.records(t)))
 }
 
@@ -317,11 +331,7 @@ func TestWebhooksRedisLosesItsState(t *testing.T) {
 	c.redis.Restart(t)
 	time.Sleep(2 * time.Second)
 	stop()
-	want := map[string]hookstest.Want{}
-	for _, room := range rooms {
-		want[room] = hookstest.Want{Rev: c.snapshot(room).Rev}
-	}
-	waitDelivered(t, rcv, want, 30*time.Second)
+	want := waitDelivered(t, rcv, rooms, func(room string) uint64 { return c.snapshot(room).Rev }, 30*time.Second)
 	epochs := map[string]bool{}
 	for _, r := range rcv.records(t) {
 		epochs[r.Delivery.Epoch] = true
@@ -329,5 +339,6 @@ func TestWebhooksRedisLosesItsState(t *testing.T) {
 	if len(epochs) < 2*len(rooms) {
 		t.Errorf("deliveries in %d epochs, want the rooms' epochs before and after the restart", len(epochs))
 	}
+	noRaces(t, c.nodes...)
 	t.Logf("delivered: %v in %d POSTs", want, len(rcv.records(t)))
 }
