@@ -378,3 +378,42 @@ func TestWebhookSnapshotWhenTheRoomStartedANewEpoch(t *testing.T) {
 		}
 	}
 }
+
+func TestWebhookSlowRoomDoesNotHoldUpTheOthers(t *testing.T) {
+	st := memory(0)
+	defer st.Close()
+	// doc:slow is never answered (each POST times out); the others are.
+	rc, url := receiver(t, func(d *hooks.Delivery) int {
+		if d.Room == "doc:slow" {
+			return 0
+		}
+		return http.StatusOK
+	})
+	w := start(t, st, hooks.Config{Hooks: []hooks.Spec{{Pattern: "doc:*", URL: url}}, Workers: 2, Timeout: 5 * time.Second})
+	write(t, st, w, "doc:slow", "k", "1")
+	time.Sleep(50 * time.Millisecond) // its POST holds one of the two workers
+	want := map[string]hookstest.Want{}
+	began := time.Now()
+	for i := range 5 {
+		room := fmt.Sprintf("doc:%d", i)
+		want[room] = hookstest.Want{Rev: 20}
+		for j := range 20 {
+			write(t, st, w, room, "k", fmt.Sprint(j))
+		}
+	}
+	var fast []hookstest.Record
+	if err := hookstest.Wait(2*time.Second, func() error {
+		fast = fast[:0]
+		for _, r := range rc.Records() {
+			if r.Delivery.Room != "doc:slow" {
+				fast = append(fast, r)
+			}
+		}
+		return hookstest.Check(fast, want)
+	}); err != nil {
+		t.Fatalf("with doc:slow unanswered: %v", err)
+	}
+	if took := time.Since(began); took > time.Second {
+		t.Errorf("the other rooms took %v, well under doc:slow's 5 s timeout expected", took)
+	}
+}
