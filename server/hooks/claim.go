@@ -39,6 +39,11 @@ func (h *hook) observe(ev store.Event, now time.Time) {
 	defer h.mu.Unlock()
 	switch ev.KV.Key {
 	case claimKey(h.id):
+		if ev.KV.ModRev < max(h.claim.seen, h.claim.held) {
+			// Older than what a conflict or our own take told us: the
+			// followed batches lag the store's answers on Redis.
+			return
+		}
 		h.claim.seen, h.claim.changed, h.claim.holder = 0, now, ""
 		if ev.Type == store.OpPut {
 			var v claimValue
@@ -76,13 +81,7 @@ func (w *Webhooks) claims(ctx context.Context) {
 // longer ours; a store that stays unreachable for ClaimTimeout makes this
 // node step down, since the others will take the claim meanwhile.
 func (h *hook) renew(ctx context.Context, now time.Time) {
-	v, _ := json.Marshal(claimValue{Node: h.w.cfg.Node})
-	wctx, cancel := context.WithTimeout(ctx, h.w.cfg.ClaimTimeout/2)
-	defer cancel()
-	_, err := h.w.st.Apply(wctx, InternalRoom, store.Write{
-		Conds: []store.Cond{{Key: claimKey(h.id), ModRev: h.claim.held}},
-		Ops:   []store.Op{{Type: store.OpPut, Key: beatKey(h.id), Value: v}},
-	})
+	_, err := h.writeUnderClaim(ctx, beatKey(h.id), h.claim.held)
 	switch {
 	case err == nil:
 		h.mu.Lock()
@@ -103,13 +102,7 @@ func (h *hook) renew(ctx context.Context, now time.Time) {
 // take writes the claim, conditional on the version last seen, and starts
 // delivering from the cursors in the store.
 func (h *hook) take(ctx context.Context, now time.Time) {
-	v, _ := json.Marshal(claimValue{Node: h.w.cfg.Node})
-	wctx, cancel := context.WithTimeout(ctx, h.w.cfg.ClaimTimeout/2)
-	defer cancel()
-	res, err := h.w.st.Apply(wctx, InternalRoom, store.Write{
-		Conds: []store.Cond{{Key: claimKey(h.id), ModRev: h.claim.seen}},
-		Ops:   []store.Op{{Type: store.OpPut, Key: claimKey(h.id), Value: v}},
-	})
+	res, err := h.writeUnderClaim(ctx, claimKey(h.id), h.claim.seen)
 	var conflict *store.ConflictError
 	switch {
 	case errors.As(err, &conflict):
@@ -127,6 +120,18 @@ func (h *hook) take(ctx context.Context, now time.Time) {
 	h.mu.Unlock()
 	h.w.cfg.Logger.Info("webhooks: took the hook's claim", "hook", h.id, "pattern", h.spec.Pattern, "url", redact(h.spec.URL))
 	h.startRun(ctx)
+}
+
+// writeUnderClaim puts this node's name at key if the claim key is at
+// modRev: a beat (modRev: our claim) or a takeover (the claim last seen).
+func (h *hook) writeUnderClaim(ctx context.Context, key string, modRev uint64) (store.Result, error) {
+	v, _ := json.Marshal(claimValue{Node: h.w.cfg.Node})
+	wctx, cancel := context.WithTimeout(ctx, h.w.cfg.ClaimTimeout/2)
+	defer cancel()
+	return h.w.st.Apply(wctx, InternalRoom, store.Write{
+		Conds: []store.Cond{{Key: claimKey(h.id), ModRev: modRev}},
+		Ops:   []store.Op{{Type: store.OpPut, Key: key, Value: v}},
+	})
 }
 
 // startRun starts delivering from the cursors in the store, read after the
