@@ -42,7 +42,7 @@ type receiverProc struct {
 	exited chan struct{}
 }
 
-func newReceiverProc(t *testing.T) *receiverProc {
+func newReceiverProc(t testing.TB) *receiverProc {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -59,7 +59,7 @@ func (r *receiverProc) URL() string { return fmt.Sprintf("http://127.0.0.1:%d/ho
 
 // start runs the receiver with extra flags (--status, --delay) and waits
 // until it listens.
-func (r *receiverProc) start(t *testing.T, extra ...string) {
+func (r *receiverProc) start(t testing.TB, extra ...string) {
 	t.Helper()
 	r.kill()
 	for attempt := 0; ; attempt++ {
@@ -107,7 +107,7 @@ func (r *receiverProc) kill() {
 	r.cmd = nil
 }
 
-func (r *receiverProc) records(t *testing.T) []hookstest.Record {
+func (r *receiverProc) records(t testing.TB) []hookstest.Record {
 	t.Helper()
 	b, err := os.ReadFile(r.log)
 	if err != nil && !os.IsNotExist(err) {

@@ -20,7 +20,8 @@ import (
 // what it answered (0: it died or gave up before answering).
 type Record struct {
 	Status   int            `json:"status"`
-	Key      string         `json:"key"` // Statecast-Delivery
+	Received int64          `json:"received_us"` // arrival, Unix microseconds
+	Key      string         `json:"key"`         // Statecast-Delivery
 	Delivery hooks.Delivery `json:"delivery"`
 }
 
@@ -48,7 +49,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
-	rec := Record{Status: http.StatusOK, Key: r.Header.Get(hooks.DeliveryHeader)}
+	rec := Record{Status: http.StatusOK, Key: r.Header.Get(hooks.DeliveryHeader), Received: time.Now().UnixMicro()}
 	if err := json.Unmarshal(body, &rec.Delivery); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
