@@ -142,7 +142,7 @@ type roomState struct {
 	stored     cursor // written to the store
 	headEpoch  string // from the room's Follow
 	head       uint64
-	epochCheck bool // compare the room's epoch with the cursor's when history is empty
+	epochCheck bool // read the room's head (epoch, revision) at the next step
 
 	queued, running, dirty bool
 	retry                  *time.Timer
