@@ -170,8 +170,8 @@ func (w *Webhooks) matches(room string) bool {
 // the registered rooms, so a revision committed anywhere is delivered. An
 // error fails the write (nothing is committed that the hooks could miss).
 func (w *Webhooks) BeforeApply(ctx context.Context, room string) error {
-	if !w.matches(room) {
-		return nil
+	if store.ValidRoom(room) != nil || !w.matches(room) {
+		return nil // the store refuses an invalid room; nothing to register
 	}
 	w.mu.Lock()
 	_, ok := w.registered[room]
