@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -163,9 +164,10 @@ func roomRev(t *testing.T, url, room string) uint64 {
 	return l.Rev
 }
 
-// inspectHooks reads a node's webhooks from its inspector.
+// inspectHooks reads a node's webhooks from its inspector; a paused node
+// does not answer in time.
 func inspectHooks(url string) ([]struct{ Claimed bool }, error) {
-	resp, err := http.Get(url + "/v1/admin/inspect")
+	resp, err := (&http.Client{Timeout: time.Second}).Get(url + "/v1/admin/inspect")
 	if err != nil {
 		return nil, err
 	}
@@ -341,6 +343,67 @@ func TestWebhooksRedisLosesItsState(t *testing.T) {
 	}
 	if len(epochs) < 2*len(rooms) {
 		t.Errorf("deliveries in %d epochs, want the rooms' epochs before and after the restart", len(epochs))
+	}
+	noRaces(t, c.nodes...)
+	t.Logf("delivered: %v in %d POSTs", want, len(rcv.records(t)))
+}
+
+// A delivering node paused past the claim timeout (SIGSTOP: a GC pause, a
+// frozen VM) is taken over; when it resumes, its cursor writes fail on the
+// claim, so it stops delivering: what it sent meanwhile is a repeat of
+// revisions, never a gap or a cursor moved past what the new holder saw.
+func TestWebhooksPausedHolderIsFenced(t *testing.T) {
+	rcv := newReceiverProc(t)
+	rcv.start(t, "--delay", "20ms")
+	c := startCluster(t, 2, mnOptions{Args: hookArgs(rcv)})
+	claimed := func() []int {
+		var out []int
+		for i, n := range c.nodes {
+			if hs, err := inspectHooks(n.HTTP()); err == nil && len(hs) == 1 && hs[0].Claimed {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	rooms := []string{"doc:a", "doc:b"}
+	var other atomic.Int32 // the node the writers use: never the paused one
+	stop := hookWriters(rooms, func() []string { return []string{c.nodes[other.Load()].HTTP()} }, 5*time.Millisecond)
+	defer stop()
+	time.Sleep(500 * time.Millisecond)
+	holders := claimed()
+	if len(holders) != 1 {
+		t.Fatalf("nodes delivering: %v, want one", holders)
+	}
+	h := holders[0]
+	other.Store(int32(1 - h))
+	c.nodes[h].mu.Lock()
+	paused := c.nodes[h].cmd.Process
+	c.nodes[h].mu.Unlock()
+	if err := paused.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// The other node takes over (the paused one cannot answer its
+	// inspector meanwhile: claimed() skips it).
+	if err := hookstest.Wait(3*mnNodeTimeout, func() error {
+		if got := claimed(); len(got) != 1 || got[0] == h {
+			return fmt.Errorf("delivering: %v", got)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := paused.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	stop()
+	want := waitDelivered(t, rcv, rooms, func(room string) uint64 { return c.snapshot(room).Rev }, false, 30*time.Second)
+	if got := claimed(); len(got) != 1 || got[0] == h {
+		t.Errorf("after the pause ended, delivering: %v, want only node %d", got, 1-h)
+	}
+	if out := c.nodes[h].output(); !strings.Contains(out, "lost the hook's claim") && !strings.Contains(out, "another node took the hook's claim") {
+		t.Errorf("the resumed node did not notice it lost the claim:\n%s", tail(out, 2000))
 	}
 	noRaces(t, c.nodes...)
 	t.Logf("delivered: %v in %d POSTs", want, len(rcv.records(t)))
