@@ -139,3 +139,25 @@ func TestLinearizableReadBounded(t *testing.T) {
 		t.Fatalf("serializable read: %v", err)
 	}
 }
+
+// GetKeys reads several keys from one view, linearizably: a write
+// committed by another node is seen, absent keys are left out, and the
+// keys found come in the order asked.
+func TestGetKeysLinearizable(t *testing.T) {
+	e, st := newLagging(t, rooms.Config{})
+	ctx := context.Background()
+	if _, err := e.Get(ctx, "r", "a", rooms.ReadOptions{}); err != nil { // loads the room
+		t.Fatal(err)
+	}
+	if _, err := st.Memory.Apply(ctx, "r", store.Put("a", []byte("1"))); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Memory.Apply(ctx, "r", store.Put("b", []byte("2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.GetKeys(ctx, "r", []string{"b", "missing", "a"}, rooms.ReadOptions{})
+	if err != nil || s.Rev < res.Rev || len(s.Items) != 2 || s.Items[0].Key != "b" || s.Items[0].ModRev != res.Rev || s.Items[1].Key != "a" {
+		t.Fatalf("GetKeys: %+v, %v; want b at %d then a", s, err, res.Rev)
+	}
+}

@@ -299,6 +299,22 @@ func (e *Engine) Get(ctx context.Context, room, key string, opts ReadOptions) (s
 	return s, nil
 }
 
+// GetKeys returns those of keys that exist at the room's head (in Items,
+// in the order of keys), read from one view, once it is as fresh as opts
+// asks: what a write validated by a hook is conditioned on.
+func (e *Engine) GetKeys(ctx context.Context, room string, keys []string, opts ReadOptions) (store.Snapshot, error) {
+	s, view, err := e.read(ctx, room, opts)
+	if err != nil {
+		return s, err
+	}
+	for _, key := range keys {
+		if kv, ok := view.Get(store.KV{Key: key}); ok {
+			s.Items = append(s.Items, kv)
+		}
+	}
+	return s, nil
+}
+
 // read returns the head position of room and a copy-on-write clone of its
 // view, loading the room if needed.
 func (e *Engine) read(ctx context.Context, room string, opts ReadOptions) (store.Snapshot, *btree.BTreeG[store.KV], error) {

@@ -97,12 +97,14 @@ type conn struct {
 	wctx    context.Context
 	wcancel context.CancelFunc
 
-	sess     *session
-	claims   atomic.Pointer[auth.Claims]
-	addr     string       // the peer's address, whose write limit an anonymous client takes
-	lastRead atomic.Int64 // unix nanos of the last frame read
-	wake     chan struct{}
-	drained  chan struct{} // the writer took the pending replies
+	sess   *session
+	claims atomic.Pointer[auth.Claims]
+	addr   string // the peer's address, whose write limit an anonymous client takes
+	// hookHeader: the upgrade request's cookies, for the connect hook.
+	hookHeader http.Header
+	lastRead   atomic.Int64 // unix nanos of the last frame read
+	wake       chan struct{}
+	drained    chan struct{} // the writer took the pending replies
 
 	inflight sync.Mutex // held while one request is handled
 	stopping bool       // guarded by inflight: take no more requests
@@ -193,7 +195,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 	c := &conn{
 		s: s, ws: ws, nc: lean.nc, br: lean.br, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
 		wctx: wctx, wcancel: wcancel,
-		addr: r.RemoteAddr, wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), subs: make(map[uint64]*sub),
+		addr: r.RemoteAddr, hookHeader: s.hookHeader(r), wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), subs: make(map[uint64]*sub),
 	}
 	if !s.addConn(c) {
 		cancel()

@@ -114,13 +114,11 @@ func (c *conn) connect(r *wire.Request) error {
 	if c.sess != nil {
 		return closeWith(wire.CloseProtocolError, "connect sent twice")
 	}
-	claims, err := c.s.verify(r.Token)
+	claims, err := c.s.identify(c.ctx, r.Token, c.hookHeader, "websocket", c.addr)
+	c.hookHeader = nil // asked once: the cookies are not kept for the socket's life
 	if err != nil {
 		c.s.metrics.authFailures.Inc()
-		if errors.Is(err, auth.ErrTokenExpired) {
-			return closeWith(wire.CloseTokenExpired, "token expired")
-		}
-		return closeWith(wire.CloseUnauthorized, "unauthorized: %v", err)
+		return connectRefusal(err)
 	}
 	c.claims.Store(claims)
 	sess, secret, resumed, old, err := c.s.sessions.open(c, r.Session, r.Resume, claims.Subject)
@@ -137,7 +135,7 @@ func (c *conn) connect(r *wire.Request) error {
 	}
 	msg := &wire.Connected{T: wire.TConnected, V: 1, Session: sess.id, Resume: secret, Resumed: resumed,
 		PingMS: c.s.cfg.PingInterval.Milliseconds(), LeaseGraceMS: c.s.cfg.LeaseGrace.Milliseconds()}
-	if c.s.cfg.Auth != nil {
+	if c.s.authEnabled() {
 		msg.ExpiresMS = time.Until(claims.Expiry).Milliseconds()
 		c.watchExpiry(claims)
 	}
@@ -148,7 +146,7 @@ func (c *conn) connect(r *wire.Request) error {
 // verify returns the claims of token, or anonymous claims when the server
 // has no auth configured.
 func (s *Server) verify(token string) (*auth.Claims, error) {
-	if s.cfg.Auth == nil {
+	if !s.authEnabled() {
 		return auth.Anonymous(), nil
 	}
 	return s.cfg.Auth.Verify(token)

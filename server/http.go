@@ -17,6 +17,7 @@ import (
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/hooks"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )
@@ -94,13 +95,19 @@ func (s *Server) httpClaims(c echo.Context, fromQuery bool) (*auth.Claims, error
 	if token == "" && fromQuery {
 		token = c.QueryParam("access_token")
 	}
-	claims, err := s.verify(token)
+	r := c.Request()
+	claims, err := s.identify(r.Context(), token, r.Header, "http", r.RemoteAddr)
 	if err == nil {
 		return claims, nil
 	}
 	s.metrics.authFailures.Inc()
 	h := c.Response().Header()
 	switch {
+	case errors.Is(err, hooks.ErrUnavailable):
+		return nil, newError(wire.CodeUnavailable, "the application's connect hook did not answer; retry")
+	case errors.Is(err, hooks.ErrRefused):
+		h.Set(echo.HeaderWWWAuthenticate, `Bearer`)
+		return nil, newError(wire.CodeUnauthorized, "the application did not recognise the session")
 	case errors.Is(err, auth.ErrTokenMissing):
 		h.Set(echo.HeaderWWWAuthenticate, `Bearer`)
 		return nil, newError(wire.CodeUnauthorized, "a bearer token is required")

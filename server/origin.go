@@ -52,7 +52,7 @@ func (s *Server) originGuard(next echo.HandlerFunc) echo.HandlerFunc {
 		if p == "/healthz" || p == "/readyz" {
 			return next(c)
 		}
-		if s.cfg.Auth == nil && !s.servedHost(r.Host) {
+		if !s.authEnabled() && !s.servedHost(r.Host) {
 			return echo.NewHTTPError(http.StatusForbidden, "anonymous mode serves only loopback Host names, IP addresses and --allow-host patterns, not "+
 				strconv.Quote(r.Host)+": configure auth to serve other names, or add the name with --allow-host")
 		}

@@ -86,6 +86,14 @@ type Config struct {
 	// through): without it every leased key found at start is adopted.
 	NodeTimeout time.Duration
 
+	// Validate, when set, asks the application's backend about every
+	// write to the rooms its routes cover before it commits (validate.go).
+	Validate *hooks.Validator
+	// Connect, when set, authenticates a client that presents no token by
+	// asking the application's backend with the client's cookies
+	// (connect.go); its claims are checked like a token's.
+	Connect *hooks.Connector
+
 	// Logger receives lifecycle messages; defaults to discarding.
 	Logger *slog.Logger
 	// Registerer receives the Prometheus collectors; default: a private
@@ -219,6 +227,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if err := registerHooks(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Webhooks != nil {
 		if err := cfg.Registerer.Register(cfg.Webhooks); err != nil {
 			return nil, err

@@ -88,7 +88,7 @@ func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	c.Response().WriteHeader(http.StatusOK)
 	st := &sseStream{s: s, c: c, rc: http.NewResponseController(c.Response())}
-	if s.cfg.Auth != nil {
+	if s.authEnabled() {
 		st.expires = s.validUntil(claims) // as a WebSocket session ends (4002)
 	}
 	defer s.streaming(c.Request())()

@@ -27,7 +27,7 @@ func TestWebhooksInInspectorAndMetrics(t *testing.T) {
 	rs := httptest.NewServer(rc)
 	defer rs.Close()
 	st := store.NewMemory(store.MemoryConfig{})
-	wh, err := hooks.New(st, hooks.Config{Hooks: []hooks.Spec{{Pattern: "doc:*", URL: rs.URL}}, Secret: secret, Node: "n1"})
+	wh, err := hooks.New(st, hooks.Config{Hooks: []hooks.Route{{Pattern: "doc:*", URL: rs.URL}}, Secret: secret, Node: "n1"})
 	if err != nil {
 		t.Fatal(err)
 	}

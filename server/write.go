@@ -140,7 +140,8 @@ func leaseOf(l, session string) (string, error) {
 	return "", newError(wire.CodeNotFound, fmt.Sprintf(`no lease %q: a put takes a TTL lease id from POST /v1/leases, or "session" over a WebSocket`, l))
 }
 
-// apply checks permissions and leases, then commits w to room; a key
+// apply checks permissions and leases, asks the validation hook when one
+// covers room (validate.go), then commits w to room; a key
 // bound to the writer's session sess (nil over HTTP) commits after the
 // session's record (sessions.keep).
 func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *auth.Claims, sess *session) (store.Result, error) {
@@ -158,6 +159,21 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 			}
 		}
 	}
+	for _, cond := range w.Conds {
+		if !claims.CanRead(room, cond.Key) {
+			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", cond.Key, room))
+		}
+	}
+	if s.cfg.Validate.Matches(room) {
+		checked, dup, err := s.validated(ctx, room, w, claims, sess)
+		switch {
+		case err != nil:
+			return store.Result{}, err
+		case dup != nil:
+			return *dup, nil
+		}
+		w = checked
+	}
 	bound := sess != nil && slices.ContainsFunc(w.Ops, func(op store.Op) bool { return op.Lease == sess.lease })
 	// The store keeps a lease under its node's name; the caller's Write is
 	// left as it was.
@@ -167,11 +183,6 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 			if w.Ops[i].Lease != "" {
 				w.Ops[i].Lease = s.leases.stored(w.Ops[i].Lease)
 			}
-		}
-	}
-	for _, cond := range w.Conds {
-		if !claims.CanRead(room, cond.Key) {
-			return store.Result{}, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", cond.Key, room))
 		}
 	}
 	if bound {

@@ -86,13 +86,13 @@ func (b *bytesFlag) Set(v string) error {
 
 // webhookFlag collects --webhook PATTERN=URL hooks; one value (the
 // environment's) may hold several, separated by spaces.
-type webhookFlag []hooks.Spec
+type webhookFlag []hooks.Route
 
 func (w *webhookFlag) String() string { return "" }
 
 func (w *webhookFlag) Set(v string) error {
 	for _, s := range strings.Fields(v) {
-		spec, err := hooks.ParseSpec(s)
+		spec, err := hooks.ParseRoute(s)
 		if err != nil {
 			return err
 		}
@@ -126,6 +126,11 @@ type serveFlags struct {
 	syncTimeout                         time.Duration
 	nodeTimeout                         time.Duration
 	adminToken, adminTokenFile          string
+	hookValidate                        flags.List
+	hookConnect                         string
+	hookSecret, hookSecretFile          string
+	hookTimeout                         time.Duration
+	demoHooks                           bool
 	webhooks                            webhookFlag
 	webhookSecret, webhookSecretFile    string
 	webhookTimeout, webhookMaxBackoff   time.Duration
@@ -178,8 +183,14 @@ func serve(args []string) error {
 	fs.DurationVar(&f.pingEvery, "ping-interval", 25*time.Second, "client ping interval announced to clients")
 	fs.StringVar(&f.adminToken, "admin-token", "", "bearer token for the inspector (/v1/admin/inspect) off loopback (prefer --admin-token-file)")
 	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "file holding the inspector's admin token")
+	fs.Var(&f.hookValidate, "hook-validate", "ROOM_PATTERN=URL: before a write to a matching room commits, ask the application's backend at URL (repeatable; the first matching pattern wins; docs/HOOKS.md)")
+	fs.StringVar(&f.hookConnect, "hook-connect", "", "URL of the application's backend that authenticates clients without a token from their Cookie header and returns their grants")
+	fs.StringVar(&f.hookSecret, "hook-secret", "", "secret that signs every hook request (Statecast-Signature; prefer --hook-secret-file)")
+	fs.StringVar(&f.hookSecretFile, "hook-secret-file", "", "file holding the hook secret")
+	fs.DurationVar(&f.hookTimeout, "hook-timeout", hooks.DefaultTimeout, "longest wait for a hook's answer (past it the write or connection fails unavailable)")
+	fs.BoolVar(&f.demoHooks, "demo-hooks", true, "run the lobby demo's backend on a loopback port and validate writes to "+demo.LobbyHookRooms+" rooms with it (only the host may close a game)")
 	fs.Var(&f.webhooks, "webhook", "POST the committed revisions of the rooms matching PATTERN to URL: PATTERN=URL, e.g. 'doc:*=https://app.internal/hooks/doc' (repeatable; README, Webhooks)")
-	fs.StringVar(&f.webhookSecret, "webhook-secret", "", "HMAC-SHA256 key that signs every webhook POST (prefer --webhook-secret-file)")
+	fs.StringVar(&f.webhookSecret, "webhook-secret", "", "HMAC-SHA256 key that signs every webhook POST (prefer --webhook-secret-file; default: the --hook-secret)")
 	fs.StringVar(&f.webhookSecretFile, "webhook-secret-file", "", "file holding the webhooks' signing key")
 	fs.DurationVar(&f.webhookTimeout, "webhook-timeout", 10*time.Second, "a webhook POST not answered 2xx within this is retried")
 	fs.DurationVar(&f.webhookMaxBackoff, "webhook-max-backoff", 30*time.Second, "longest wait between two attempts of a webhook delivery (exponential backoff with full jitter)")
@@ -208,7 +219,7 @@ func run(f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	if authn == nil && !f.insecure && !isLoopback(f.addr) {
+	if authn == nil && f.hookConnect == "" && !f.insecure && !isLoopback(f.addr) {
 		return fmt.Errorf("refusing to listen on %s without auth: configure --jwt-hmac-secret-file or --jwt-public-key-file, or pass --insecure-no-auth", f.addr)
 	}
 	adminToken, err := secret(f.adminToken, f.adminTokenFile)
@@ -235,6 +246,12 @@ func run(f serveFlags) error {
 		QueueBytes: int64(f.queueBytes), Logger: log, Prepare: server.PrepareChange, BeforeApply: wh.BeforeApply})
 	defer engine.Close()
 
+	validator, connector, stopHooks, err := hookConfig(f, engine, log)
+	if err != nil {
+		return err
+	}
+	defer stopHooks()
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	perIP := f.maxConnsPerIP
@@ -249,7 +266,8 @@ func run(f serveFlags) error {
 		HTTPWriteTimeout: f.httpWriteTimeout, HTTPIdleTimeout: f.idleTimeout,
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
 		NodeID: f.nodeID, NodeTimeout: f.nodeTimeout,
-		Logger: log, Static: http.FileServerFS(demo.Files), AdminToken: adminToken, Webhooks: wh.IfAny(),
+		Logger: log, Static: http.FileServerFS(demo.Files), AdminToken: adminToken,
+		Validate: validator, Connect: connector, Webhooks: wh.IfAny(),
 	})
 	if err != nil {
 		return err
@@ -264,7 +282,7 @@ func run(f serveFlags) error {
 	}
 	hs := srv.HTTPServer()
 	fmt.Printf("statecast listening on http://%s (store: %s)\n", ln.Addr(), where)
-	if authn == nil {
+	if authn == nil && connector == nil {
 		fmt.Println("statecast: no auth configured: anonymous clients may read and write every room")
 		fmt.Println("statecast: anonymous mode answers only Host names localhost, *.localhost, IP addresses and --allow-host patterns")
 	}
@@ -291,6 +309,11 @@ func webhooks(f serveFlags, st store.Store, log *slog.Logger) (*hooks.Webhooks, 
 	key, err := secret(f.webhookSecret, f.webhookSecretFile)
 	if err != nil {
 		return nil, err
+	}
+	if key == "" { // the other hooks' secret signs them too
+		if key, err = secret(f.hookSecret, f.hookSecretFile); err != nil {
+			return nil, err
+		}
 	}
 	if len(f.webhooks) == 0 {
 		key = "unused"

@@ -60,7 +60,10 @@ async function create(form) {
   // next game and must not be wiped when this one is acknowledged.
   form.reset();
   const id = newId();
-  const game = { name, mode: data.get('mode'), max: Number(data.get('max')), host: me.name, hostId: client.clientId, created: Date.now() };
+  // hostSession names this tab's session: the lobby's backend (a validation
+  // hook, demo/hooks.go) lets only that session close or change the game.
+  const game = { name, mode: data.get('mode'), max: Number(data.get('max')), host: me.name, hostId: client.clientId,
+    hostSession: client.session?.session, created: Date.now() };
   waitsForConnection(`“${name}” is created`);
   try {
     await room.put(`games/${id}`, game, { ifModRev: 0, lease: 'session', waitFor: watch });
@@ -147,9 +150,13 @@ function gameItem(g) {
   if (hosting) action = h('button', { type: 'button', class: 'danger', onclick: () => close(g) }, 'Close');
   else if (seated) action = h('button', { type: 'button', disabled: busy.has(g.id), onclick: () => leave(g) }, 'Leave');
   else action = h('button', { type: 'button', class: 'primary', disabled: full || busy.has(g.id), onclick: () => join(g.id) }, busy.has(g.id) ? 'Joining…' : full ? 'Full' : 'Join');
+  // Offered to everyone: the server asks the lobby's backend, which
+  // refuses anyone but the host, and the page shows its message.
+  const closeOther = hosting ? null
+    : h('button', { type: 'button', class: 'quiet', title: 'Only the host may close a game: the server asks the app’s backend', onclick: () => close(g) }, 'Close');
   return h('li', { class: full ? 'game full' : 'game', 'data-testid': 'game', 'data-game': g.id },
     h('div', { class: 'name' }, g.name, ' ', hosting ? h('span', { class: 'tag you' }, 'your game') : seated ? h('span', { class: 'tag you' }, 'joined') : null),
-    h('div', { class: 'actions' }, action),
+    h('div', { class: 'actions' }, action, closeOther),
     h('div', { class: 'meta' },
       h('span', { class: 'mode', 'data-mode': g.mode }, MODES[g.mode] ?? g.mode),
       h('span', { class: 'seats', title: who }, seats),

@@ -156,3 +156,20 @@ test('a player away longer than the lease grace is told that their game and thei
     await game(b.page, 'Theirs').getByRole('button', { name: 'Join' }).waitFor();
   });
 });
+
+test("only the host may close a game: the lobby's backend refuses anyone else, and the page shows its message", async () => {
+  // lobby:demo* rooms are validated by the lobby's backend (statecast serve --demo-hooks).
+  const room = `/lobby.html?room=lobby:demo-e2e-close`;
+  await withUsers(browser, srv.url, room, [['Ann'], ['Ben']], async (a, b) => {
+    await createGame(a.page, 'Chess', 'duel', 2);
+    await game(b.page, 'Chess').waitFor();
+    await game(b.page, 'Chess').getByRole('button', { name: 'Close' }).click();
+    await b.page.getByTestId('notice').filter({ hasText: /^Could not close the game: Only the host, Ann, may close “Chess”\.$/ }).waitFor();
+    await game(a.page, 'Chess').getByText('1/2 players').waitFor();
+    assert.equal(await game(b.page, 'Chess').count(), 1, 'the game is still listed for Ben');
+
+    await game(a.page, 'Chess').getByRole('button', { name: 'Close' }).click();
+    await a.page.getByTestId('notice').filter({ hasText: 'You closed “Chess”.' }).waitFor();
+    await game(b.page, 'Chess').waitFor({ state: 'detached' });
+  });
+});

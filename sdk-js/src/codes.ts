@@ -16,6 +16,8 @@ export const CloseCode = {
   ServerError: 1011,
   /** 1012: server shutting down; reconnect at once and resume. */
   ServiceRestart: 1012,
+  /** 1013: try again later (the application's connect hook did not answer); reconnect with backoff. */
+  TryAgainLater: 1013,
   /** 4000: the socket did not drain within the server's write timeout. */
   SlowConsumer: 4000,
   /** 4001: nothing received for two ping intervals. */

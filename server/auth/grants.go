@@ -300,3 +300,18 @@ func checkPrefix(p string) error {
 	}
 	return nil
 }
+
+// MatchRoom reports whether room matches pattern, a room-name pattern
+// with '*' as its only wildcard, by the rules of a grant's "room" (no
+// "{sub}" substitution). Other packages (server/hooks) match their room
+// patterns with it, so one pattern means one thing everywhere.
+func MatchRoom(pattern, room string) bool { return globMatch(pattern, room) }
+
+// CheckRoomPattern reports whether pattern is a valid room pattern: the
+// characters of room names and '*' ("{sub}" is accepted too).
+func CheckRoomPattern(pattern string) error { return checkRoomPattern(pattern) }
+
+// ParseGrants decodes grants given as the "statecast" claim of a token
+// ({"grants":[{"room","prefix","access"}…]}) by the same rules, for
+// grants that come from elsewhere than a token (a connect hook).
+func ParseGrants(raw []byte) ([]Grant, error) { return parseGrants(raw) }

@@ -77,7 +77,7 @@ func BenchmarkWebhookThroughput(b *testing.B) {
 				backlog(b, st, rooms, perRoom)
 				rc.revs.Store(0)
 				b.StartTimer()
-				w, err := hooks.New(st, hooks.Config{Hooks: []hooks.Spec{{Pattern: "doc:*", URL: srv.URL}}, Secret: secret, Node: "b"})
+				w, err := hooks.New(st, hooks.Config{Hooks: []hooks.Route{{Pattern: "doc:*", URL: srv.URL}}, Secret: secret, Node: "b"})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -132,7 +132,7 @@ func BenchmarkWebhookLag(b *testing.B) {
 			srv := httptest.NewServer(rc)
 			defer srv.Close()
 			ctx := context.Background()
-			w, err := hooks.New(st, hooks.Config{Hooks: []hooks.Spec{{Pattern: "doc:*", URL: srv.URL}}, Secret: secret, Node: "b"})
+			w, err := hooks.New(st, hooks.Config{Hooks: []hooks.Route{{Pattern: "doc:*", URL: srv.URL}}, Secret: secret, Node: "b"})
 			if err != nil {
 				b.Fatal(err)
 			}

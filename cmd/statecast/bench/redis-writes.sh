@@ -11,12 +11,21 @@
 #   redis-writes.sh shards BIN [MASTERS…]
 #       a Redis Cluster of 1, 2 and 4 masters (or MASTERS), one node per
 #       master, writes over 200 rooms through all the nodes.
+#   redis-writes.sh http BIN [CENTRIFUGO_BIN] [ROUNDS]
+#       writes over HTTP by HTTP_CONNS (default 256) concurrent publishers
+#       (wrk, Debian's package) for HTTP_SECONDS (default 10), each round on
+#       a fresh redis-server: statecast (PUT /v1/rooms/bench/kv/k0…k9, 100-byte
+#       values) through one node, then, given its binary, Centrifugo with its
+#       Redis engine and history (POST /api/publish to one channel, the same
+#       values). Prints publishes/s, wrk's latency p50/p99, and the CPU per
+#       publish of the server and of Redis. No Centrifugo code or build is
+#       part of this repository: bring a binary of your own.
 #
 # Build the binaries first, e.g. (from a clone):
 #   git worktree add /tmp/main-wt main && (cd /tmp/main-wt && go build -o /tmp/statecast-main ./cmd/statecast)
 #   go build -o /tmp/statecast ./cmd/statecast
 #   cmd/statecast/bench/redis-writes.sh ab /tmp/statecast-main /tmp/statecast
-# Each run prints one line: binary, writers, writes/s, write latency p50 and
+# ab and shards print, per run, one line: binary, writers, writes/s, write latency p50 and
 # p99 (ms), Redis and node CPU per write (µs), the load tool's and other
 # processes' CPU (% of one core: figures are disturbed when "other" is
 # high); shards also the busiest master's CPU and the writes/s at which it
@@ -166,8 +175,73 @@ shards() {
 	done
 }
 
+cpu() { # cpu PID: the process's user+system CPU in clock ticks
+	awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+wrkline() { # wrkline LABEL SERVER_PID REDIS_PID URL SCRIPT: a wrk run, one line
+	local label=$1 spid=$2 rpid=$3 url=$4 script=$5 s0 r0 s1 r1 out
+	s0=$(cpu "$spid"); r0=$(cpu "$rpid")
+	out=$(wrk -t 2 -c "${HTTP_CONNS:-256}" -d "${HTTP_SECONDS:-10}s" --latency -s "$script" "$url")
+	s1=$(cpu "$spid"); r1=$(cpu "$rpid")
+	local n rps p50 p99 hz
+	hz=$(getconf CLK_TCK)
+	n=$(awk '/requests in/ {print $1}' <<<"$out")
+	rps=$(awk '/Requests\/sec/ {printf "%d", $2}' <<<"$out")
+	p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
+	p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
+	if grep -q "Non-2xx" <<<"$out"; then echo "redis-writes.sh: $label: $(grep Non-2xx <<<"$out")" >&2; fi
+	echo -e "$label\t$rps\t$p50\t$p99\t$(( (s1 - s0) * 1000000 / hz / n ))\t$(( (r1 - r0) * 1000000 / hz / n ))"
+}
+
+http() {
+	local bin=$1 cf=${2:-} rounds=${3:-3}
+	command -v wrk >/dev/null || { echo "redis-writes.sh: needs wrk (apt-get install wrk)" >&2; exit 1; }
+	local value
+	value=$(printf 'x%.0s' $(seq 98))
+	cat >"$DIR/statecast.lua" <<LUA
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format("PUT", "/v1/rooms/bench/kv/k" .. (n % 10), {["Content-Type"] = "application/json"}, '"$value"')
+end
+LUA
+	cat >"$DIR/centrifugo.lua" <<LUA
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["X-API-Key"] = "bench"
+wrk.body = '{"channel":"bench","data":"$value"}'
+LUA
+	echo -e "server\tpublishes/s\tp50\tp99\tserver µs/publish\tredis µs/publish"
+	for _ in $(seq "$rounds"); do
+		local np
+		redis
+		np=$(port)
+		node "$bin" "127.0.0.1:$np" "redis://127.0.0.1:$RPORT/0"
+		wrkline statecast "$NPID" "$RPID" "http://127.0.0.1:$np" "$DIR/statecast.lua"
+		stop "$NPID" "$RPID"
+		[ -n "$cf" ] || continue
+		redis
+		np=$(port)
+		cat >"$DIR/centrifugo.json" <<JSON
+{"http_server": {"address": "127.0.0.1", "port": $np},
+ "http_api": {"key": "bench"},
+ "log": {"level": "error"}, "health": {"enabled": true},
+ "engine": {"type": "redis", "redis": {"address": ["redis://127.0.0.1:$RPORT"]}},
+ "channel": {"without_namespace": {"history_size": 20000, "history_ttl": "300s", "force_positioning": true}}}
+JSON
+		"$cf" --config "$DIR/centrifugo.json" >"$DIR/centrifugo.log" 2>&1 &
+		local cpid=$!
+		PIDS+=("$cpid")
+		for _ in $(seq 100); do curl -sf "http://127.0.0.1:$np/health" >/dev/null && break; sleep 0.1; done
+		wrkline centrifugo "$cpid" "$RPID" "http://127.0.0.1:$np/api/publish" "$DIR/centrifugo.lua"
+		stop "$cpid" "$RPID"
+	done
+}
+
 case ${1:-} in
 ab) shift; ab "$@" ;;
 shards) shift; shards "$@" ;;
-*) sed -n '2,26p' "$0"; exit 2 ;;
+http) shift; http "$@" ;;
+*) sed -n '2,35p' "$0"; exit 2 ;;
 esac
