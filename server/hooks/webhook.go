@@ -43,7 +43,7 @@ type Config struct {
 	Workers      int           // rooms of a hook delivered at once, default 16
 	MinBackoff   time.Duration // first retry within this, default 100ms
 	MaxBackoff   time.Duration // retries at most this far apart, default 30s
-	Client       *http.Client  // default: a client of its own
+	Client       *http.Client  // default: one of its own (newPoster)
 	Logger       *slog.Logger
 }
 
@@ -68,9 +68,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBackoff < c.MinBackoff {
 		c.MaxBackoff = max(30*time.Second, c.MinBackoff)
-	}
-	if c.Client == nil {
-		c.Client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.Workers, IdleConnTimeout: time.Minute}}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

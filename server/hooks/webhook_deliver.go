@@ -1,12 +1,10 @@
 package hooks
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -21,10 +19,11 @@ import (
 // hook is one configured webhook on this node. Its claim is kept by the
 // Webhooks loop; while this node holds it, a run delivers its rooms.
 type hook struct {
-	w     *Webhooks
-	spec  Route
-	id    string
-	stats hookStats
+	w      *Webhooks
+	spec   Route
+	id     string
+	poster poster // signs, bounds the wait, follows no redirect
+	stats  hookStats
 
 	mu      sync.Mutex // claim, lost, lastErr and run, for the inspector
 	claim   claimState
@@ -52,7 +51,8 @@ func reasonIndex(r string) int {
 }
 
 func newHook(w *Webhooks, r Route) *hook {
-	h := &hook{w: w, spec: r, id: WebhookID(r)}
+	h := &hook{w: w, spec: r, id: WebhookID(r), poster: newPoster(w.cfg.Secret, w.cfg.Timeout, w.cfg.Client)}
+	h.poster.ignoreReply = true
 	h.stats.lag = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "statecast_webhook_delivery_seconds", Help: "Time from a revision's commit to its acknowledgement by the hook's receiver.",
 		ConstLabels: prometheus.Labels{"hook": h.id}, Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)})
@@ -451,30 +451,17 @@ func head(ctx context.Context, st store.Store, room string) (string, uint64, err
 
 // post sends d, signed, and waits for a 2xx within Timeout.
 func (r *run) post(d *Delivery) error {
-	cfg := r.h.w.cfg
 	body, err := json.Marshal(d)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.h.spec.URL, bytes.NewReader(body))
+	status, _, err := r.h.poster.post(r.ctx, r.h.spec.URL, body,
+		http.Header{DeliveryHeader: {d.Key()}, HookHeader: {r.h.id}})
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "statecast-webhook/1")
-	req.Header.Set(SignatureHeader, Sign(cfg.Secret, body, time.Now()))
-	req.Header.Set(DeliveryHeader, d.Key())
-	req.Header.Set(HookHeader, r.h.id)
-	resp, err := cfg.Client.Do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("receiver answered %s", resp.Status)
+	if status/100 != 2 {
+		return fmt.Errorf("receiver answered %d %s", status, http.StatusText(status))
 	}
 	return nil
 }

@@ -413,3 +413,30 @@ func TestWebhookSlowRoomDoesNotHoldUpTheOthers(t *testing.T) {
 		t.Errorf("the other rooms took %v, well under doc:slow's 5 s timeout expected", took)
 	}
 }
+
+// Only a webhook reply's status counts: a 2xx with a big body is an
+// acknowledgement, not a failure to retry forever.
+func TestWebhookReplyBodyIgnored(t *testing.T) {
+	st := memory(0)
+	defer st.Close()
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		_, _ = w.Write(make([]byte, 256<<10))
+	}))
+	defer srv.Close()
+	w := start(t, st, hooks.Config{Hooks: []hooks.Route{{Pattern: "doc:*", URL: srv.URL}}})
+	write(t, st, w, "doc:a", "k", "1")
+	if err := hookstest.Wait(5*time.Second, func() error {
+		if ih := w.Inspect()[0]; ih.Delivered != 1 || ih.Failures != 0 {
+			return fmt.Errorf("delivered %d, failures %d", ih.Delivered, ih.Failures)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := posts.Load(); n != 1 {
+		t.Fatalf("%d POSTs for one revision", n)
+	}
+}
