@@ -31,7 +31,7 @@ screenshots:
 
 # The figures in the README.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./rooms ./store/...
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./rooms ./store/... ./server/hooks
 
 # The multi-node chaos soaks (not part of `make test`), each for $(SOAK):
 # TestSoak: 3 nodes on one redis-server, node kills and restarts, cut Redis
@@ -40,6 +40,8 @@ bench:
 # TestLinearizableSoak: rounds of GET/PUT/CAS/DELETE by 6 clients on random
 # nodes under node kills, Redis cuts and Redis restarts, each round's history
 # checked linearizable with porcupine.
+# TestWebhooksUnderReceiverAndNodeFaults: with the webhook receiver down for
+# 30 s (2 s in make test).
 SOAK ?= 3m
 soak:
-	CI=true $(GO) test -race -count=1 -v -run '^(TestSoak|TestLinearizableSoak)$$' -timeout 60m ./cmd/statecast -soak $(SOAK)
+	CI=true $(GO) test -race -count=1 -v -run '^(TestSoak|TestLinearizableSoak|TestWebhooksUnderReceiverAndNodeFaults)$$' -timeout 60m ./cmd/statecast -soak $(SOAK)

@@ -1,6 +1,7 @@
 package rooms
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -63,6 +64,12 @@ type Config struct {
 	// ready bytes instead of encoding thousands of revisions on demand.
 	// It must be quick and must not block.
 	Prepare func(*Change)
+
+	// BeforeApply, when set, runs before every write Apply sends to the
+	// store; an error fails the write, which is not sent. The webhooks use
+	// it to record a room in the store before its first write, so that
+	// no committed revision can escape them.
+	BeforeApply func(ctx context.Context, room string) error
 
 	// Logger receives room lifecycle messages (never one per event).
 	// Defaults to discarding.

@@ -143,6 +143,11 @@ func (e *Engine) Apply(ctx context.Context, room string, w store.Write) (store.R
 	if e.isClosed() {
 		return store.Result{}, ErrClosed
 	}
+	if e.cfg.BeforeApply != nil {
+		if err := e.cfg.BeforeApply(ctx, room); err != nil {
+			return store.Result{}, err
+		}
+	}
 	res, err := e.st.Apply(ctx, room, w)
 	if _, lags := e.st.(store.Heads); err == nil && lags {
 		e.awaitApplied(ctx, room, res)

@@ -363,3 +363,30 @@ func TestGetReadsOneKey(t *testing.T) {
 		t.Fatalf("Get on an invalid room: %v", err)
 	}
 }
+
+// BeforeApply runs before each write with its room, and its error fails
+// the write, which then commits nothing.
+func TestBeforeApplyRunsFirstAndCanRefuse(t *testing.T) {
+	ctx := context.Background()
+	var seen []string
+	refuse := errors.New("refused")
+	e, st := newEngine(t, store.RetentionPolicy{}, rooms.Config{BeforeApply: func(_ context.Context, room string) error {
+		seen = append(seen, room)
+		if room == "no" {
+			return refuse
+		}
+		return nil
+	}})
+	if _, err := e.Apply(ctx, "yes", store.Put("k", []byte("1"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Apply(ctx, "no", store.Put("k", []byte("1"))); !errors.Is(err, refuse) {
+		t.Fatalf("write to a refused room: %v, want the hook's error", err)
+	}
+	if snap, err := st.Snapshot(ctx, "no", ""); err != nil || snap.Rev != 0 {
+		t.Fatalf("the refused room is at %d (%v), want nothing committed", snap.Rev, err)
+	}
+	if fmt.Sprint(seen) != "[yes no]" {
+		t.Fatalf("BeforeApply saw %v", seen)
+	}
+}

@@ -6,8 +6,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server/internal/wireconv"
 	"github.com/statecast/statecast/server/wire"
-	"github.com/statecast/statecast/store"
 )
 
 // A Change caches one encoding of its events per slot: codec × with or
@@ -41,38 +41,11 @@ func boolSlot(prev bool) int {
 	return 0
 }
 
-// wireEvents converts store events to their wire form.
-func wireEvents(evs []store.Event, prev bool) []wire.Event {
-	out := make([]wire.Event, len(evs))
-	for i, ev := range evs {
-		e := &out[i]
-		e.Key, e.ModRev, e.Wid = ev.KV.Key, ev.KV.ModRev, ev.Wid
-		if ev.Type == store.OpPut {
-			e.Type, e.Value = "put", wire.Value(ev.KV.Value)
-			e.CreateRev, e.Version, e.Lease = ev.KV.CreateRev, ev.KV.Version, ev.KV.Lease != ""
-		} else {
-			e.Type = "delete"
-		}
-		if prev && ev.Prev != nil {
-			p := wireItem(*ev.Prev)
-			p.Key = ""
-			e.Prev = &p
-		}
-	}
-	return out
-}
-
-func wireItem(kv store.KV) wire.Item {
-	return wire.Item{Key: kv.Key, Value: wire.Value(kv.Value), CreateRev: kv.CreateRev,
-		ModRev: kv.ModRev, Version: kv.Version, Lease: kv.Lease != ""}
-}
-
-func wireItems(kvs []store.KV) []wire.Item {
-	out := make([]wire.Item, len(kvs))
-	for i, kv := range kvs {
-		out[i] = wireItem(kv)
-	}
-	return out
-}
+// The protocol form of events and keys, shared with the webhooks.
+var (
+	wireEvents = wireconv.Events
+	wireItem   = wireconv.Item
+	wireItems  = wireconv.Items
+)
 
 func asHTTPError(err error, target **echo.HTTPError) bool { return errors.As(err, target) }

@@ -197,7 +197,7 @@ func (c *conn) refreshAuth(r *wire.Request) {
 }
 
 func (c *conn) subscribe(r *wire.Request) {
-	if err := store.ValidRoom(r.Room); err != nil {
+	if err := store.ValidClientRoom(r.Room); err != nil {
 		c.replyErr(r.ID, errorOf(err, false))
 		return
 	}

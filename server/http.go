@@ -140,7 +140,7 @@ func (s *Server) httpTarget(c echo.Context, withKey bool) (room, key string, err
 	if room, err = pathParam(c, "room"); err != nil {
 		return "", "", err
 	}
-	if err := store.ValidRoom(room); err != nil {
+	if err := store.ValidClientRoom(room); err != nil {
 		return "", "", errorOf(err, false)
 	}
 	if !withKey {

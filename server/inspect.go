@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/statecast/statecast/server/hooks"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -25,6 +26,8 @@ type InspectReply struct {
 	TimeMS  int64           `json:"time_ms"`
 	Rooms   []InspectRoom   `json:"rooms"`
 	Clients []InspectClient `json:"clients"`
+	// Hooks are the node's webhooks: claim, and per room cursor and lag.
+	Hooks []hooks.InspectHook `json:"hooks,omitempty"`
 }
 
 // InspectRoom is one loaded room.
@@ -140,6 +143,9 @@ func (s *Server) Inspect() InspectReply {
 		}
 	}
 	slices.SortFunc(out.Clients, func(a, b InspectClient) int { return cmp.Compare(a.Session, b.Session) })
+	if s.cfg.Webhooks != nil {
+		out.Hooks = s.cfg.Webhooks.Inspect()
+	}
 	return out
 }
 

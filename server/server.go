@@ -103,6 +103,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Static, when set, serves the demo and other files at /.
 	Static http.Handler
+	// Webhooks, when set, are the node's webhooks (started by the caller):
+	// their metrics join /metrics and the inspector shows them.
+	Webhooks *hooks.Webhooks
 	// AdminToken, when set, lets clients off loopback read the inspector
 	// (GET /v1/admin/inspect) with Authorization: Bearer <AdminToken>;
 	// loopback clients need none.
@@ -226,6 +229,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.metrics = m
 	if err := registerHooks(cfg); err != nil {
 		return nil, err
+	}
+	if cfg.Webhooks != nil {
+		if err := cfg.Registerer.Register(cfg.Webhooks); err != nil {
+			return nil, err
+		}
 	}
 	s.slots = newConnSlots(cfg, m)
 	if strings.Contains(cfg.NodeID, "/") || len(cfg.NodeID) > 64 {

@@ -145,7 +145,7 @@ func leaseOf(l, session string) (string, error) {
 // bound to the writer's session sess (nil over HTTP) commits after the
 // session's record (sessions.keep).
 func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *auth.Claims, sess *session) (store.Result, error) {
-	if err := store.ValidRoom(room); err != nil {
+	if err := store.ValidClientRoom(room); err != nil {
 		return store.Result{}, err
 	}
 	for i, op := range w.Ops {

@@ -399,6 +399,8 @@ func TestWSErrors(t *testing.T) {
 		{"invalid room", wire.Request{T: wire.TPut, Room: "no room!", Key: "k", Value: wire.Value(`1`)}, wire.CodeInvalidRoom},
 		{"empty room", wire.Request{T: wire.TDel, Key: "k"}, wire.CodeInvalidRoom},
 		{"sub invalid room", wire.Request{T: wire.TSub, Room: strings.Repeat("r", 129)}, wire.CodeInvalidRoom},
+		{"put reserved room", wire.Request{T: wire.TPut, Room: "_statecast:hooks", Key: "k", Value: wire.Value(`1`)}, wire.CodeInvalidRoom},
+		{"sub reserved room", wire.Request{T: wire.TSub, Room: "_statecast:hooks"}, wire.CodeInvalidRoom},
 		{"empty key", wire.Request{T: wire.TPut, Room: "r", Value: wire.Value(`1`)}, wire.CodeInvalidKey},
 		{"NUL in key", wire.Request{T: wire.TPut, Room: "r", Key: "a\x00b", Value: wire.Value(`1`)}, wire.CodeInvalidKey},
 		{"long key", wire.Request{T: wire.TPut, Room: "r", Key: strings.Repeat("k", 1025), Value: wire.Value(`1`)}, wire.CodeInvalidKey},

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -137,6 +138,22 @@ func (l Limits) Validate(room string, w Write) error {
 		default:
 			return fmt.Errorf("%w: unknown op type %d", ErrInvalidOp, op.Type)
 		}
+	}
+	return nil
+}
+
+// ReservedRoomPrefix starts the names of the rooms a server keeps for
+// itself (the webhooks' registry, claims and cursors): valid store rooms
+// that no client may read, watch or write.
+const ReservedRoomPrefix = "_statecast:"
+
+// ValidClientRoom is ValidRoom, and also refuses the reserved rooms.
+func ValidClientRoom(name string) error {
+	if err := ValidRoom(name); err != nil {
+		return err
+	}
+	if strings.HasPrefix(name, ReservedRoomPrefix) {
+		return fmt.Errorf("%w: %q: rooms named %s* are reserved for the server", ErrInvalidRoom, name, ReservedRoomPrefix)
 	}
 	return nil
 }

@@ -49,6 +49,8 @@ func main() {
 		stop()
 	case "healthcheck":
 		err = healthcheck(args)
+	case "webhook-receiver": // hidden: a receiver for the tests and figures
+		err = webhookReceiver(args)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

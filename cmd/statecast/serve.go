@@ -84,6 +84,23 @@ func (b *bytesFlag) Set(v string) error {
 	return nil
 }
 
+// webhookFlag collects --webhook PATTERN=URL hooks; one value (the
+// environment's) may hold several, separated by spaces.
+type webhookFlag []hooks.Route
+
+func (w *webhookFlag) String() string { return "" }
+
+func (w *webhookFlag) Set(v string) error {
+	for _, s := range strings.Fields(v) {
+		spec, err := hooks.ParseRoute(s)
+		if err != nil {
+			return err
+		}
+		*w = append(*w, spec)
+	}
+	return nil
+}
+
 type serveFlags struct {
 	addr, data, storeURL, logLevel      string
 	redisPrefix, nodeID                 string
@@ -114,6 +131,10 @@ type serveFlags struct {
 	hookSecret, hookSecretFile          string
 	hookTimeout                         time.Duration
 	demoHooks                           bool
+	webhooks                            webhookFlag
+	webhookSecret, webhookSecretFile    string
+	webhookTimeout, webhookMaxBackoff   time.Duration
+	webhookBatch                        int
 }
 
 func serve(args []string) error {
@@ -168,6 +189,12 @@ func serve(args []string) error {
 	fs.StringVar(&f.hookSecretFile, "hook-secret-file", "", "file holding the hook secret")
 	fs.DurationVar(&f.hookTimeout, "hook-timeout", hooks.DefaultTimeout, "longest wait for a hook's answer (past it the write or connection fails unavailable)")
 	fs.BoolVar(&f.demoHooks, "demo-hooks", true, "run the lobby demo's backend on a loopback port and validate writes to "+demo.LobbyHookRooms+" rooms with it (only the host may close a game)")
+	fs.Var(&f.webhooks, "webhook", "POST the committed revisions of the rooms matching PATTERN to URL: PATTERN=URL, e.g. 'doc:*=https://app.internal/hooks/doc' (repeatable; README, Webhooks)")
+	fs.StringVar(&f.webhookSecret, "webhook-secret", "", "HMAC-SHA256 key that signs every webhook POST (prefer --webhook-secret-file; default: the --hook-secret)")
+	fs.StringVar(&f.webhookSecretFile, "webhook-secret-file", "", "file holding the webhooks' signing key")
+	fs.DurationVar(&f.webhookTimeout, "webhook-timeout", 10*time.Second, "a webhook POST not answered 2xx within this is retried")
+	fs.DurationVar(&f.webhookMaxBackoff, "webhook-max-backoff", 30*time.Second, "longest wait between two attempts of a webhook delivery (exponential backoff with full jitter)")
+	fs.IntVar(&f.webhookBatch, "webhook-batch", 1000, "most events per webhook POST (whole revisions; one larger revision still goes alone)")
 	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
 	}
@@ -211,8 +238,12 @@ func run(f serveFlags) error {
 		return err
 	}
 	defer st.Close()
+	wh, err := webhooks(f, st, log)
+	if err != nil {
+		return err
+	}
 	engine := rooms.New(st, rooms.Config{Retention: retention, HistoryBytes: int64(f.nodeHistoryBytes), SyncTimeout: f.syncTimeout,
-		QueueBytes: int64(f.queueBytes), Logger: log, Prepare: server.PrepareChange})
+		QueueBytes: int64(f.queueBytes), Logger: log, Prepare: server.PrepareChange, BeforeApply: wh.BeforeApply})
 	defer engine.Close()
 
 	validator, connector, stopHooks, err := hookConfig(f, engine, log)
@@ -236,11 +267,15 @@ func run(f serveFlags) error {
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
 		NodeID: f.nodeID, NodeTimeout: f.nodeTimeout,
 		Logger: log, Static: http.FileServerFS(demo.Files), AdminToken: adminToken,
-		Validate: validator, Connect: connector,
+		Validate: validator, Connect: connector, Webhooks: wh.IfAny(),
 	})
 	if err != nil {
 		return err
 	}
+	if err := wh.Start(ctx); err != nil {
+		return err
+	}
+	defer wh.Close()
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		return err
@@ -266,6 +301,31 @@ func run(f serveFlags) error {
 		return err
 	}
 	return nil
+}
+
+// webhooks returns the node's webhooks (none configured: a Webhooks that
+// delivers nothing).
+func webhooks(f serveFlags, st store.Store, log *slog.Logger) (*hooks.Webhooks, error) {
+	key, err := secret(f.webhookSecret, f.webhookSecretFile)
+	if err != nil {
+		return nil, err
+	}
+	if key == "" { // the other hooks' secret signs them too
+		if key, err = secret(f.hookSecret, f.hookSecretFile); err != nil {
+			return nil, err
+		}
+	}
+	if len(f.webhooks) == 0 {
+		key = "unused"
+	}
+	node := f.nodeID
+	if node == "" {
+		host, _ := os.Hostname()
+		node = fmt.Sprintf("%s.%d", host, os.Getpid())
+	}
+	_, shared := st.(store.Nodes)
+	return hooks.New(st, hooks.Config{Hooks: f.webhooks, Secret: []byte(key), Node: node, Shared: shared,
+		ClaimTimeout: f.nodeTimeout, Timeout: f.webhookTimeout, MaxBackoff: f.webhookMaxBackoff, MaxEvents: f.webhookBatch, Logger: log})
 }
 
 // fdHeadroom is the file descriptors kept for what is not a client

@@ -104,3 +104,29 @@ func TestFitConnections(t *testing.T) {
 		t.Errorf("fitConnections(%d) with RLIMIT_NOFILE %d = %d", want, nofile, got)
 	}
 }
+
+func TestWebhookFlag(t *testing.T) {
+	var w webhookFlag
+	// One environment value may carry several hooks, space-separated.
+	if err := w.Set("doc:*=http://a/x?k=1,2 game:*=https://b/y"); err != nil || len(w) != 2 ||
+		w[0].Pattern != "doc:*" || w[0].URL != "http://a/x?k=1,2" || w[1].Pattern != "game:*" {
+		t.Errorf("Set: %+v, %v", w, err)
+	}
+	for _, bad := range []string{"doc:*", "doc:*=mailto:x", "a/b=http://x"} {
+		if err := (&webhookFlag{}).Set(bad); err == nil {
+			t.Errorf("Set(%q) accepted", bad)
+		}
+	}
+}
+
+// A webhook without a secret would send unverifiable POSTs: serve refuses.
+func TestServeRefusesWebhookWithoutSecret(t *testing.T) {
+	var w webhookFlag
+	if err := w.Set("doc:*=http://127.0.0.1:1/x"); err != nil {
+		t.Fatal(err)
+	}
+	err := run(serveFlags{addr: "127.0.0.1:0", storeURL: "memory", history: 100, webhooks: w})
+	if err == nil || !strings.Contains(err.Error(), "secret") {
+		t.Errorf("got %v, want a refusal naming the secret", err)
+	}
+}

@@ -39,6 +39,22 @@ function clientRows(c) {
     h('td', { class: 'num' }, w ? String(w.queued) : '')));
 }
 
+// A hook: which node delivers it and, on that node, its rooms most behind.
+function hookRows(k) {
+  const rooms = k.rooms.length ? k.rooms : [null];
+  const by = k.claimed ? 'this node' : k.holder || '—';
+  return rooms.map((r, i) => h('tr', { 'data-testid': 'hook' },
+    h('td', { class: 'mono', title: `${k.pattern} → ${k.url}` }, i ? '' : `${k.pattern} → ${short(k.url, 32)}`),
+    h('td', {}, i ? '' : by),
+    h('td', { class: 'mono' }, r ? r.room : k.claimed ? 'no room yet' : ''),
+    h('td', { class: 'num' }, r ? String(r.cursor) : ''),
+    h('td', { class: 'num' }, r ? String(r.head) : ''),
+    h('td', { class: 'num', title: r && r.lag ? `${r.lag_seconds.toFixed(1)} s behind` : '' },
+      r ? h('span', { class: r.lag ? 'lagN' : 'lag0' }, String(r.lag)) : ''),
+    h('td', { class: 'num' }, r ? String(r.attempts) : ''),
+    h('td', { class: 'muted' }, r ? short(r.last_error, 60) : short(k.error, 60))));
+}
+
 async function poll() {
   let res;
   try {
@@ -61,6 +77,10 @@ async function poll() {
     : [h('tr', {}, h('td', { colspan: '6', class: 'empty' }, 'No room is loaded: open the lobby or the document.'))]));
   $('clients').replaceChildren(...(data.clients.length ? data.clients.flatMap(clientRows)
     : [h('tr', {}, h('td', { colspan: '8', class: 'empty' }, 'No client is connected.'))]));
+  const hooks = data.hooks ?? [];
+  $('hooks-panel').hidden = !hooks.length;
+  $('hook-count').textContent = String(hooks.length);
+  $('hooks').replaceChildren(...hooks.flatMap(hookRows));
   setBadge('connected', `live · ${new Date(data.time_ms).toLocaleTimeString()}`);
 }
 

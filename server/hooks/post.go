@@ -28,6 +28,9 @@ type poster struct {
 	secret  []byte
 	timeout time.Duration
 	client  *http.Client
+	// ignoreReply: only the status counts (webhooks); the reply is
+	// drained up to maxReply and not returned, whatever its size.
+	ignoreReply bool
 }
 
 func newPoster(secret []byte, timeout time.Duration, client *http.Client) poster {
@@ -71,6 +74,10 @@ func (p poster) post(ctx context.Context, url string, body []byte, header http.H
 		return 0, nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	defer resp.Body.Close()
+	if p.ignoreReply {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxReply))
+		return resp.StatusCode, nil, nil
+	}
 	reply, err := io.ReadAll(io.LimitReader(resp.Body, maxReply+1))
 	switch {
 	case err != nil:
