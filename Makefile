@@ -10,14 +10,15 @@ run:
 # a smoke test, the TypeScript SDK (unit tests, the real server, bundle
 # size), then the demo in real Chromium (demo/e2e). The benchmarks get a run
 # of their own because `go test -bench` runs every package's tests one
-# package at a time; they reuse the race build. -p 4: the multi-node
-# tests mostly wait on processes and timers, so four packages run at once. The tests that run the
-# statecast binary build it as the Dockerfile does, so that variant is
-# compiled once too.
+# package at a time; they reuse the race build, and -short shrinks the
+# scenario benchmarks whose one op is seconds of load. -p 4: the multi-node
+# tests mostly wait on processes and timers, so four packages run at once.
+# The tests that run the statecast binary build it as the Dockerfile does,
+# so that variant is compiled once too.
 BENCH_PKGS = $(addprefix ./,$(sort $(dir $(shell git grep -l '^func Benchmark' -- '*_test.go'))))
 test: vet
 	$(GO) test -race -count=1 -p 4 ./...
-	$(GO) test -race -count=1 -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
+	$(GO) test -race -count=1 -short -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
 	cd sdk-js && npm ci --no-audit --no-fund --loglevel=error && npm test
 	cd demo && npm ci --no-audit --no-fund --loglevel=error && npm test
 

@@ -17,13 +17,17 @@ import (
 // history, their JSON encodings cached at commit as statecast serve does)
 // and watched by one subscriber. The store's own copy is measured apart
 // and left out: on Redis the node holds only the engine's part, which is
-// the B/room reported (docs/SCALING.md sizes node memory with it).
+// the B/room reported (docs/SCALING.md sizes node memory with it). With
+// -short (make test's smoke run) it loads a tenth of the rooms.
 func BenchmarkRoomMemory(b *testing.B) {
 	for _, c := range []struct{ rooms, keys, value, history int }{
 		{1000, 10, 100, 10}, // little history: the fixed part and the keys
 		{1000, 10, 100, 100},
 		{200, 1000, 100, 1000}, // a key per event: keys and history both grow
 	} {
+		if testing.Short() {
+			c.rooms /= 10
+		}
 		name := fmt.Sprintf("keys=%d/value=%d/history=%d", c.keys, c.value, c.history)
 		b.Run(name, func(b *testing.B) {
 			var perRoom, storePerRoom float64

@@ -219,6 +219,7 @@ func waitDelivered(t *testing.T, r *receiverProc, rooms []string, rev func(room 
 }
 
 func TestWebhooksUnderReceiverAndNodeFaults(t *testing.T) {
+	t.Parallel()
 	rcv := newReceiverProc(t)
 	rcv.start(t)
 	node := &mnNode{name: "n0", redisURL: "file", extra: append([]string{"--data", t.TempDir()}, hookArgs(rcv)...)}
@@ -260,6 +261,7 @@ func TestWebhooksUnderReceiverAndNodeFaults(t *testing.T) {
 }
 
 func TestWebhooksNodesOnRedis(t *testing.T) {
+	t.Parallel()
 	rcv := newReceiverProc(t)
 	rcv.start(t, "--delay", "20ms")
 	c := startCluster(t, 3, mnOptions{AOF: true, Args: hookArgs(rcv)})
@@ -322,6 +324,7 @@ func TestWebhooksNodesOnRedis(t *testing.T) {
 // the hook delivers from there (a receiver seeing a new epoch from
 // revision 1 knows the room started over empty).
 func TestWebhooksRedisLosesItsState(t *testing.T) {
+	t.Parallel()
 	rcv := newReceiverProc(t)
 	rcv.start(t)
 	c := startCluster(t, 2, mnOptions{Args: hookArgs(rcv)})
@@ -353,6 +356,7 @@ func TestWebhooksRedisLosesItsState(t *testing.T) {
 // claim, so it stops delivering: what it sent meanwhile is a repeat of
 // revisions, never a gap or a cursor moved past what the new holder saw.
 func TestWebhooksPausedHolderIsFenced(t *testing.T) {
+	t.Parallel()
 	rcv := newReceiverProc(t)
 	rcv.start(t, "--delay", "20ms")
 	c := startCluster(t, 2, mnOptions{Args: hookArgs(rcv)})

@@ -63,8 +63,12 @@ func benchStores(b *testing.B) map[string]func() store.Store {
 // BenchmarkWebhookThroughput: revisions/s delivered to a receiver on
 // loopback, from a backlog of 32,000 revisions over 16 rooms (one small put
 // each) per b.N, with signing, verification and a cursor write per POST.
+// With -short (make test's smoke run) the backlog is 1,600 revisions.
 func BenchmarkWebhookThroughput(b *testing.B) {
-	const rooms, perRoom = 16, 2000
+	rooms, perRoom := 16, 2000
+	if testing.Short() {
+		perRoom = 100
+	}
 	for _, name := range []string{"memory", "file"} {
 		b.Run(name, func(b *testing.B) {
 			rc := &countingReceiver{}
@@ -84,7 +88,7 @@ func BenchmarkWebhookThroughput(b *testing.B) {
 				if err := w.Start(ctx); err != nil {
 					b.Fatal(err)
 				}
-				for rc.revs.Load() < rooms*perRoom {
+				for rc.revs.Load() < int64(rooms*perRoom) {
 					time.Sleep(time.Millisecond)
 				}
 				b.StopTimer()
@@ -122,8 +126,13 @@ func backlog(b *testing.B, st store.Store, rooms, perRoom int) {
 }
 
 // BenchmarkWebhookLag: the delay from commit to arrival at the receiver,
-// p50 and p99, under 1,000 writes/s over 10 rooms for 2 s per b.N.
+// p50 and p99, under 1,000 writes/s over 10 rooms for 2 s per b.N (0.2 s
+// with -short).
 func BenchmarkWebhookLag(b *testing.B) {
+	writes := 2000
+	if testing.Short() {
+		writes = 200
+	}
 	for _, name := range []string{"memory", "file"} {
 		b.Run(name, func(b *testing.B) {
 			st := benchStores(b)[name]()
@@ -144,7 +153,7 @@ func BenchmarkWebhookLag(b *testing.B) {
 			total := 0
 			for range b.N {
 				tick := time.NewTicker(time.Second / rate)
-				for i := range 2 * rate {
+				for i := range writes {
 					<-tick.C
 					room := fmt.Sprintf("doc:%d", i%rooms)
 					if err := w.BeforeApply(ctx, room); err != nil {
@@ -157,7 +166,7 @@ func BenchmarkWebhookLag(b *testing.B) {
 					}()
 				}
 				tick.Stop()
-				total += 2 * rate
+				total += writes
 			}
 			for rc.revs.Load() < int64(total) {
 				time.Sleep(time.Millisecond)
