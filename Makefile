@@ -1,26 +1,32 @@
 # statecast: `make run` starts the server, `make test` runs every test.
 GO ?= go
 
-.PHONY: run test bench vet screenshots soak
+.PHONY: run test bench-smoke test-sdk bench vet screenshots soak
 
 run:
 	$(GO) run ./cmd/statecast serve
 
-# Every test: Go under the race detector, then each Go benchmark run once as
-# a smoke test, the TypeScript SDK (unit tests, the real server, bundle
-# size), then the demo in real Chromium (demo/e2e). The benchmarks get a run
-# of their own because `go test -bench` runs every package's tests one
-# package at a time; they reuse the race build, and -short shrinks the
-# scenario benchmarks whose one op is seconds of load. -p 4: the multi-node
-# tests mostly wait on processes and timers, so four packages run at once.
-# The tests that run the statecast binary build it as the Dockerfile does,
-# so that variant is compiled once too.
+# Every test: Go under the race detector; then, side by side (make -j2,
+# output kept apart), each Go benchmark run once as a smoke test and the
+# TypeScript SDK (unit tests, the real server, bundle size); then the demo
+# in real Chromium (demo/e2e). The benchmarks get a run of their own
+# because `go test -bench` runs every package's tests one package at a
+# time; without -race, which the tests above already ran over the same
+# code; and -short shrinks the scenario benchmarks whose one op is seconds
+# of load. -p 4: the multi-node tests mostly wait on processes and timers,
+# so four packages run at once. The tests that run the statecast binary
+# build it as the Dockerfile does, so that variant is compiled once too.
 BENCH_PKGS = $(addprefix ./,$(sort $(dir $(shell git grep -l '^func Benchmark' -- '*_test.go'))))
 test: vet
 	$(GO) test -race -count=1 -p 4 ./...
-	$(GO) test -race -count=1 -short -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
-	cd sdk-js && npm ci --no-audit --no-fund --loglevel=error && npm test
+	$(MAKE) --no-print-directory -j2 -Otarget bench-smoke test-sdk
 	cd demo && npm ci --no-audit --no-fund --loglevel=error && npm test
+
+bench-smoke:
+	$(GO) test -count=1 -short -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
+
+test-sdk:
+	cd sdk-js && npm ci --no-audit --no-fund --loglevel=error && npm test
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
