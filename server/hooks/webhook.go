@@ -139,7 +139,8 @@ func (w *Webhooks) matches(room string) bool {
 // the registered rooms, so a revision committed anywhere is delivered. An
 // error fails the write (nothing is committed that the hooks could miss).
 func (w *Webhooks) BeforeApply(ctx context.Context, room string) error {
-	if store.ValidRoom(room) != nil || !w.matches(room) {
+	// matches first: with no hook (the default) every write skips the rest.
+	if !w.matches(room) || store.ValidRoom(room) != nil {
 		return nil // the store refuses an invalid room; nothing to register
 	}
 	w.mu.Lock()
