@@ -61,6 +61,16 @@ async function eventually(check) {
   }
 }
 
+/**
+ * Waits until the page's own writes (its presence, written once the board has
+ * loaded) are saved and it shows `others` present: a socket cut before that
+ * would leave the presence pending too, and the badge would count it.
+ */
+async function settled(page, ...others) {
+  await page.getByTestId('pending').getByText('all saved').waitFor();
+  for (const name of others) await page.getByTestId('here').getByTestId('person').filter({ hasText: name }).waitFor();
+}
+
 /** Records, in the page, every card title painted from now on (window.seenTitles). */
 const recordTitles = (page) => page.evaluate(() => {
   window.seenTitles = new Set();
@@ -75,6 +85,7 @@ test('an edit made offline shows at once as pending, and is confirmed and seen b
   await withUsers(browser, srv.url, '/board.html?room=board:e2e-offline', [['Ann'], ['Ben', { route: true }]], async (a, b) => {
     await addCard(a.page, 'Write the agenda');
     await card(b.page, 'Write the agenda').waitFor();
+    await settled(b.page, 'Ann');
     await b.sw.cut();
     await status(b.page, 'reconnecting');
     await rename(b.page, 0, 'Write and send the agenda');
@@ -95,6 +106,7 @@ test('an offline edit of a card A changed meanwhile is rolled back visibly on re
   await withUsers(browser, srv.url, '/board.html?room=board:e2e-conflict', [['Ann'], ['Ben', { route: true }]], async (a, b) => {
     await addCard(a.page, 'Book a room');
     await card(b.page, 'Book a room').waitFor();
+    await settled(b.page, 'Ann');
     await recordTitles(a.page);
     await b.sw.cut();
     await status(b.page, 'reconnecting');
