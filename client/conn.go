@@ -584,6 +584,10 @@ type SubscribeOptions struct {
 	From *wire.Position
 	// Prev asks for each changed key's previous value in events.
 	Prev bool
+	// Filter narrows the keys to those whose value passes this CEL
+	// expression (PROTOCOL.md §5): keys enter with a put and leave with a
+	// "leave" event.
+	Filter string
 }
 
 // Subscribe subscribes to a room and waits for the server's ok. The
@@ -598,7 +602,7 @@ func (c *Conn) Subscribe(ctx context.Context, room string, opts SubscribeOptions
 	}
 	c.subs[s.id] = s
 	c.mu.Unlock()
-	req := &wire.Request{T: wire.TSub, ID: s.id, Room: room, Prefixes: opts.Prefixes, From: opts.From, Prev: opts.Prev}
+	req := &wire.Request{T: wire.TSub, ID: s.id, Room: room, Prefixes: opts.Prefixes, From: opts.From, Prev: opts.Prev, Filter: opts.Filter}
 	_, err := c.roundTrip(ctx, req, false)
 	if err == nil {
 		return s, nil

@@ -19,6 +19,8 @@ type Error struct {
 	ModRev  uint64 // conflict: its current mod_rev (0 = absent)
 	Rev     uint64 // conflict: the room's revision
 	Status  int    // HTTP API only: the response status
+	// invalid_filter: where in the expression the fault is (from 1)
+	Line, Column int
 }
 
 func (e *Error) Error() string {
@@ -73,5 +75,5 @@ func CloseCode(err error) int {
 }
 
 func errorFromMessage(m *wire.Message) *Error {
-	return &Error{Code: m.Code, Message: m.Message, Key: m.Key, ModRev: m.ModRev, Rev: m.Rev}
+	return &Error{Code: m.Code, Message: m.Message, Key: m.Key, ModRev: m.ModRev, Rev: m.Rev, Line: m.Line, Column: m.Column}
 }

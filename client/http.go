@@ -110,6 +110,8 @@ func decodeHTTPError(resp *http.Response) *Error {
 			Key     string `json:"key"`
 			ModRev  uint64 `json:"mod_rev"`
 			Rev     uint64 `json:"rev"`
+			Line    int    `json:"line"`
+			Column  int    `json:"column"`
 		} `json:"error"`
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -117,7 +119,7 @@ func decodeHTTPError(resp *http.Response) *Error {
 		return nil
 	}
 	e := body.Error
-	return &Error{Code: e.Code, Message: e.Message, Key: e.Key, ModRev: e.ModRev, Rev: e.Rev, Status: resp.StatusCode}
+	return &Error{Code: e.Code, Message: e.Message, Key: e.Key, ModRev: e.ModRev, Rev: e.Rev, Line: e.Line, Column: e.Column, Status: resp.StatusCode}
 }
 
 // httpError is the *Error of a failed response, made up from the status
@@ -154,10 +156,13 @@ type ReadOptions struct {
 	// MinRev makes a serializable read at least as fresh as a revision
 	// already seen (say on another node).
 	MinRev uint64
+	// Filter (List only) keeps the keys whose value passes this CEL
+	// expression.
+	Filter string
 }
 
 func (o ReadOptions) query(q url.Values) url.Values {
-	if !o.Serializable && o.MinRev == 0 {
+	if !o.Serializable && o.MinRev == 0 && o.Filter == "" {
 		return q
 	}
 	if q == nil {
@@ -168,6 +173,9 @@ func (o ReadOptions) query(q url.Values) url.Values {
 	}
 	if o.MinRev > 0 {
 		q.Set("min_rev", strconv.FormatUint(o.MinRev, 10))
+	}
+	if o.Filter != "" {
+		q.Set("filter", o.Filter)
 	}
 	return q
 }

@@ -19,7 +19,7 @@ import (
 // SSEEvent is one Server-Sent Event of a watch.
 type SSEEvent struct {
 	ID    string // the revision, for every event but error
-	Event string // put, delete, txn, coalesced, reset, synced, progress or error
+	Event string // put, delete, leave, txn, coalesced, reset, synced, progress or error
 	Data  []byte // JSON; multi-line data is joined with '\n'
 }
 
@@ -33,7 +33,7 @@ func (e SSEEvent) Message() (wire.Message, error) {
 		return m, fmt.Errorf("client: SSE %s event: %w", e.Event, err)
 	}
 	switch e.Event {
-	case "put", "delete", "txn":
+	case "put", "delete", "leave", "txn":
 		m.T = wire.TEvents
 	case "coalesced":
 		m.T = wire.TCoalesced
@@ -62,7 +62,21 @@ func (e errStop) Error() string { return e.err.Error() }
 // and no duplicate. It returns fn's error, ctx's, or the error that
 // prevented (re)connecting: an *Error for a refused request.
 func (h *HTTP) Watch(ctx context.Context, room string, prefixes []string, from uint64, fn func(SSEEvent) error) error {
-	w := &sseWatch{h: h, room: room, prefixes: prefixes, from: from, fn: fn, retry: time.Second}
+	return h.WatchWith(ctx, room, WatchOptions{Prefixes: prefixes, From: from}, fn)
+}
+
+// WatchOptions say what a watch covers and where it starts.
+type WatchOptions struct {
+	Prefixes []string // none: the whole room
+	// Filter narrows the keys to those whose value passes this CEL
+	// expression; a key that stops passing arrives as a "leave" event.
+	Filter string
+	From   uint64 // 0: the current state first, then live
+}
+
+// WatchWith is Watch with a filter.
+func (h *HTTP) WatchWith(ctx context.Context, room string, o WatchOptions, fn func(SSEEvent) error) error {
+	w := &sseWatch{h: h, room: room, prefixes: o.Prefixes, filter: o.Filter, from: o.From, fn: fn, retry: time.Second}
 	fails := 0 // consecutive requests that were not accepted
 	for {
 		established, err := w.stream(ctx)
@@ -105,6 +119,7 @@ type sseWatch struct {
 	h            *HTTP
 	room         string
 	prefixes     []string
+	filter       string
 	from         uint64
 	fn           func(SSEEvent) error
 	retry        time.Duration
@@ -129,6 +144,9 @@ func (w *sseWatch) stream(ctx context.Context) (established bool, err error) {
 	q := url.Values{}
 	for _, p := range w.prefixes {
 		q.Add("prefix", p)
+	}
+	if w.filter != "" {
+		q.Set("filter", w.filter)
 	}
 	if w.lastID == "" && w.from > 0 {
 		q.Set("from", strconv.FormatUint(w.from, 10))

@@ -68,7 +68,7 @@ func (v *View) Apply(m wire.Message) error {
 			}
 		}
 		for _, ev := range m.Events {
-			if ev.Type == "delete" {
+			if ev.Type != "put" { // delete, or leave: the key left a filtered view
 				delete(v.Items, ev.Key)
 				continue
 			}

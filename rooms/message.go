@@ -95,6 +95,9 @@ type Change struct {
 	Rev    uint64
 	Time   time.Time
 	Events []store.Event
+	// Filtered marks the Change of a filtered watcher (see Filter): its
+	// deletes are leaves, keys that left the watcher's view.
+	Filtered bool
 
 	enc [4]atomic.Pointer[[]byte]
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/statecast/statecast/rooms"
+	cel "github.com/statecast/statecast/rooms/filter"
 	"github.com/statecast/statecast/store"
 	"pgregory.net/rapid"
 )
@@ -25,6 +26,9 @@ import (
 //     revision, and no matching revision between two messages was skipped
 //     (no loss, no duplicate) — only coalesced messages and snapshots may
 //     skip revisions, as the contract allows.
+//
+// A watcher may carry a value filter: its view is then the filter applied
+// to the room, and its events exactly the entries and leaves of its keys.
 func TestRevisionContractProperty(t *testing.T) {
 	checks := 2000
 	if testing.Short() {
@@ -72,8 +76,78 @@ type model struct {
 
 type sub struct {
 	prefixes []string
+	f        *valueFilter   // nil: none
 	w        *rooms.Watcher // nil while disconnected
 	c        *client
+}
+
+// valueFilter is a CEL filter over the values (revision numbers here),
+// `int(value) % mod == rest`, so keys written at successive revisions
+// enter and leave its view, and the model's own reading of it.
+type valueFilter struct {
+	cel       *cel.Filter
+	mod, rest int
+}
+
+// filters shares compiled filters between the watchers of one run, as
+// the server does, so their evaluation and Changes are shared too.
+var filters cel.Cache
+
+func drawFilter(rt *rapid.T) *valueFilter {
+	f := &valueFilter{mod: rapid.IntRange(2, 4).Draw(rt, "mod")}
+	f.rest = rapid.IntRange(0, f.mod).Draw(rt, "rest") // rest == mod: nothing passes
+	var err error
+	if f.cel, err = filters.Get(fmt.Sprintf("int(value) %% %d == %d", f.mod, f.rest)); err != nil {
+		rt.Fatal(err)
+	}
+	return f
+}
+
+// Match is the model's reading of the filter.
+func (f *valueFilter) Match(value string) bool {
+	var n int
+	fmt.Sscan(value, &n)
+	return n%f.mod == f.rest
+}
+
+func (f *valueFilter) String() string { return f.cel.String() }
+
+// watchOptions is what s watches, from from.
+func (s *sub) watchOptions(from *rooms.Position) rooms.WatchOptions {
+	o := rooms.WatchOptions{Prefixes: s.prefixes, From: from}
+	if s.f != nil {
+		o.Filter = s.f.cel
+	}
+	return o
+}
+
+// selected is the part of state s sees.
+func (s *sub) selected(state map[string]string) map[string]string {
+	out := filter(state, s.prefixes)
+	if s.f != nil {
+		maps.DeleteFunc(out, func(_, v string) bool { return !s.f.Match(v) })
+	}
+	return out
+}
+
+// expected is what s receives of the events evs of one revision, made on
+// before (the state at the revision before).
+func (s *sub) expected(evs []store.Event, before map[string]string) []store.Event {
+	evs = matching(evs, s.prefixes)
+	if s.f == nil {
+		return evs
+	}
+	var out []store.Event
+	for _, ev := range evs {
+		old, had := before[ev.KV.Key]
+		switch {
+		case ev.Type == store.OpPut && s.f.Match(string(ev.KV.Value)):
+			out = append(out, ev)
+		case had && s.f.Match(old):
+			out = append(out, store.Event{Type: store.OpDelete, KV: store.KV{Key: ev.KV.Key}})
+		}
+	}
+	return out
 }
 
 func newModel(rt *rapid.T) *model {
@@ -154,17 +228,20 @@ func (m *model) write(rt *rapid.T) {
 func (m *model) watch(rt *rapid.T) {
 	prefixes := rapid.SliceOfN(rapid.SampledFrom(propPrefixes), 1, 2).Draw(rt, "prefixes")
 	s := &sub{prefixes: prefixes, c: newClient()}
+	if rapid.Bool().Draw(rt, "filtered") {
+		s.f = drawFilter(rt)
+	}
 	var from *rooms.Position
 	if rapid.Bool().Draw(rt, "resumeFrom") {
 		// A client that already has the state at rev-1 from elsewhere.
 		rev := uint64(rapid.IntRange(0, int(m.head())+1).Draw(rt, "from"))
 		if rev > 0 {
 			s.c.epoch, s.c.rev, s.c.data = m.epoch, rev-1, rev-1
-			s.c.items = filter(m.states[rev-1], prefixes)
+			s.c.items = s.selected(m.states[rev-1])
 		}
 		from = &rooms.Position{Epoch: s.c.epoch, Rev: rev}
 	}
-	w, err := m.e.Watch(context.Background(), "prop", rooms.WatchOptions{Prefixes: prefixes, From: from})
+	w, err := m.e.Watch(context.Background(), "prop", s.watchOptions(from))
 	if err != nil {
 		rt.Fatal(err)
 	}
@@ -213,7 +290,7 @@ func (m *model) resume(rt *rapid.T) {
 	} else if rapid.IntRange(0, 9).Draw(rt, "wrongEpoch") == 0 {
 		from.Epoch = "lost"
 	}
-	w, err := m.e.Watch(context.Background(), "prop", rooms.WatchOptions{Prefixes: s.prefixes, From: from})
+	w, err := m.e.Watch(context.Background(), "prop", s.watchOptions(from))
 	if err != nil {
 		rt.Fatal(err)
 	}
@@ -229,25 +306,35 @@ func (m *model) check(rt *rapid.T, s *sub, msg rooms.Message) {
 	if msg.Kind == rooms.KindEvents {
 		// No matching revision between the last message and this one.
 		for r := prev + 1; r < msg.Rev; r++ {
-			if len(matching(m.events[r], s.prefixes)) > 0 {
-				rt.Fatalf("watcher %v skipped rev %d (from %d to %d)", s.prefixes, r, prev, msg.Rev)
+			if len(s.expected(m.events[r], m.states[r-1])) > 0 {
+				rt.Fatalf("watcher %v %v skipped rev %d (from %d to %d)", s.prefixes, s.f, r, prev, msg.Rev)
 			}
 		}
-		want := matching(m.events[msg.Rev], s.prefixes)
+		want := s.expected(m.events[msg.Rev], m.states[msg.Rev-1])
 		if !slices.EqualFunc(want, msg.Change.Events, func(a, b store.Event) bool {
 			return a.Type == b.Type && a.KV.Key == b.KV.Key && string(a.KV.Value) == string(b.KV.Value)
 		}) {
-			rt.Fatalf("rev %d: got %v, want %v", msg.Rev, msg.Change.Events, want)
+			rt.Fatalf("rev %d, watcher %v %v: got %v, want %v", msg.Rev, s.prefixes, s.f, msg.Change.Events, want)
+		}
+		if msg.Change.Filtered != (s.f != nil) {
+			rt.Fatalf("rev %d: Filtered %v for filter %v", msg.Rev, msg.Change.Filtered, s.f)
 		}
 	}
 	if msg.Kind == rooms.KindSnapshot && msg.Epoch != m.epoch {
 		rt.Fatalf("snapshot epoch %q, want %q", msg.Epoch, m.epoch)
 	}
+	if msg.Change != nil && msg.Change.Filtered {
+		for _, ev := range msg.Change.Events {
+			if _, in := s.c.items[ev.KV.Key]; ev.Type == store.OpDelete && !in {
+				rt.Fatalf("%s at %d: a leave of %q, not in the view %v", msg.Kind, msg.Rev, ev.KV.Key, s.c.items)
+			}
+		}
+	}
 	if err := s.c.apply(msg); err != nil {
 		rt.Fatal(err)
 	}
-	if want := filter(m.states[msg.Rev], s.prefixes); !maps.Equal(want, s.c.items) {
-		rt.Fatalf("watcher %v after %s at %d: view %v, want %v", s.prefixes, msg.Kind, msg.Rev, s.c.items, want)
+	if want := s.selected(m.states[msg.Rev]); !maps.Equal(want, s.c.items) {
+		rt.Fatalf("watcher %v %v after %s at %d: view %v, want %v", s.prefixes, s.f, msg.Kind, msg.Rev, s.c.items, want)
 	}
 }
 
@@ -270,7 +357,7 @@ func (m *model) finish(rt *rapid.T) {
 				m.check(rt, s, msg)
 			}
 		}
-		if want := filter(m.states[m.head()], s.prefixes); !maps.Equal(want, s.c.items) {
+		if want := s.selected(m.states[m.head()]); !maps.Equal(want, s.c.items) {
 			rt.Fatalf("watcher %v at the end: view %v, want %v", s.prefixes, s.c.items, want)
 		}
 		s.w.Close()

@@ -31,10 +31,11 @@ type room struct {
 	hist      *history
 	idx       *index
 	watchers  map[*Watcher]struct{}
-	victims   []*Watcher   // overflowed during the current notify
-	idleSince time.Time    // when the last watcher left
-	progAt    time.Time    // last progress sweep
-	waiters   []*posWaiter // reads and writes waiting for the view to reach a store position
+	victims   []*Watcher         // overflowed during the current notify
+	proj      map[Filter]*Change // the current notify's Change per filter (filteredLocked)
+	idleSince time.Time          // when the last watcher left
+	progAt    time.Time          // last progress sweep
+	waiters   []*posWaiter       // reads and writes waiting for the view to reach a store position
 }
 
 // posWaiter is a read or an acknowledged write waiting for the view to
@@ -142,7 +143,13 @@ func (r *room) applyLocked(b store.Batch) {
 // the index is being walked.
 func (r *room) notifyLocked(ch *Change) {
 	if len(ch.Events) == 1 {
-		r.idx.match(ch.Events[0].KV.Key, func(w *Watcher) { r.deliverLocked(w, ch) })
+		r.idx.match(ch.Events[0].KV.Key, func(w *Watcher) {
+			if w.filter == nil {
+				r.deliverLocked(w, ch)
+			} else if c := r.filteredLocked(ch, w.filter); c != nil {
+				r.deliverLocked(w, c)
+			}
+		})
 	} else {
 		var subsets map[*Watcher][]store.Event
 		for _, ev := range ch.Events {
@@ -155,12 +162,20 @@ func (r *room) notifyLocked(ch *Change) {
 		}
 		for w, evs := range subsets {
 			c := ch
-			if len(evs) != len(ch.Events) {
+			switch {
+			case w.filter != nil && len(evs) == len(ch.Events):
+				c = r.filteredLocked(ch, w.filter)
+			case w.filter != nil:
+				c = filterChange(ch, evs, w.filter)
+			case len(evs) != len(ch.Events):
 				c = &Change{Rev: ch.Rev, Time: ch.Time, Events: evs}
 			}
-			r.deliverLocked(w, c)
+			if c != nil {
+				r.deliverLocked(w, c)
+			}
 		}
 	}
+	clear(r.proj)
 	if len(r.victims) > 0 {
 		r.parkVictimsLocked()
 	}

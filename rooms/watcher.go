@@ -20,6 +20,9 @@ type Position struct {
 type WatchOptions struct {
 	// Prefixes selects the keys; none means the whole room.
 	Prefixes []string
+	// Filter, when set, narrows the keys to those whose value passes it
+	// (see Filter for what the watcher then receives).
+	Filter Filter
 	// From resumes at a position. Nil means a snapshot, then live events
 	// (list-then-watch in one call).
 	From *Position
@@ -52,6 +55,7 @@ const (
 type Watcher struct {
 	room     *room
 	prefixes []string
+	filter   Filter
 	pos      []int32 // position in the index bucket of each prefix
 	notify   func()
 	ready    chan struct{}
@@ -74,6 +78,9 @@ func (w *Watcher) Ready() <-chan struct{} { return w.ready }
 // Prefixes returns the watcher's key prefixes (normalized: none is a
 // prefix of another).
 func (w *Watcher) Prefixes() []string { return w.prefixes }
+
+// Filter returns the watcher's filter, nil for none.
+func (w *Watcher) Filter() Filter { return w.filter }
 
 func (w *Watcher) signal() {
 	if w.notify != nil {
@@ -126,8 +133,11 @@ func (w *Watcher) Drain(dst []Message) ([]Message, error) {
 	view, rev, epoch, reason := r.view.Clone(), r.head, r.epoch, w.reason
 	r.goLiveLocked(w)
 	r.mu.Unlock()
-	return append(dst, Message{Kind: KindSnapshot, Rev: rev, Epoch: epoch, Reason: reason,
-		Items: collect(view, w.prefixes)}), nil
+	items := collect(view, w.prefixes)
+	if w.filter != nil {
+		items = filterItems(items, w.filter)
+	}
+	return append(dst, Message{Kind: KindSnapshot, Rev: rev, Epoch: epoch, Reason: reason, Items: items}), nil
 }
 
 // Next returns the next message, waiting for one until ctx is done. It
@@ -239,8 +249,13 @@ func (r *room) replayLocked(w *Watcher, dst []Message) []Message {
 			}
 			ch = &Change{Rev: cur.Rev, Time: cur.Time, Events: evs}
 		}
-		dst = append(dst, Message{Kind: KindEvents, Rev: ch.Rev, Change: ch})
-		emitted++
+		if w.filter != nil {
+			ch = filterChange(ch, ch.Events, w.filter)
+		}
+		if ch != nil {
+			dst = append(dst, Message{Kind: KindEvents, Rev: ch.Rev, Change: ch})
+			emitted++
+		}
 		cur, nsel = nil, 0
 	}
 	first := h.find(w.next)
@@ -290,7 +305,7 @@ func (r *room) coalesceLocked(w *Watcher, dst []Message) []Message {
 		return dst
 	}
 	pos := make(map[string]int)
-	var evs []store.Event
+	var cs []coalesced
 	a, b := h.segments(h.find(w.next))
 	for _, seg := range [2][]slot{a, b} {
 		for i := range seg {
@@ -299,17 +314,20 @@ func (r *room) coalesceLocked(w *Watcher, dst []Message) []Message {
 				continue
 			}
 			if j, ok := pos[s.key]; ok {
-				evs[j] = eventOf(s)
+				cs[j].ev = eventOf(s)
 				continue
 			}
-			if len(evs) >= r.e.cfg.CoalesceLimit {
+			if len(cs) >= r.e.cfg.CoalesceLimit {
 				w.state, w.reason = stSnapshot, ReasonSlow
 				return dst
 			}
-			pos[s.key] = len(evs)
-			evs = append(evs, eventOf(s))
+			pos[s.key] = len(cs)
+			ev := eventOf(s)
+			// The first event of a key since w.next: its Prev is what w holds.
+			cs = append(cs, coalesced{ev: ev, wasIn: w.filter != nil && matchesKV(w.filter, ev.Prev)})
 		}
 	}
+	evs := coalescedEvents(cs, w.filter)
 	// Latest writes last, so a client applying them in order sees the
 	// same revision order as the room.
 	slices.SortFunc(evs, func(x, y store.Event) int { return cmpRev(x.KV.ModRev, y.KV.ModRev) })
@@ -318,7 +336,7 @@ func (r *room) coalesceLocked(w *Watcher, dst []Message) []Message {
 		return append(dst, Message{Kind: KindProgress, Rev: r.head})
 	}
 	return append(dst, Message{Kind: KindCoalesced, Rev: r.head,
-		Change: &Change{Rev: r.head, Events: evs}})
+		Change: &Change{Rev: r.head, Events: evs, Filtered: w.filter != nil}})
 }
 
 func cmpRev(a, b uint64) int {

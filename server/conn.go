@@ -458,7 +458,7 @@ func (c *conn) reply(msg any) {
 }
 
 func (c *conn) replyErr(id uint64, e *Error) {
-	m := &wire.Err{T: wire.TErr, ID: id, Code: e.Code, Message: e.Message, Key: e.Key}
+	m := &wire.Err{T: wire.TErr, ID: id, Code: e.Code, Message: e.Message, Key: e.Key, Line: e.Line, Column: e.Column}
 	if e.Code == wire.CodeConflict { // mod_rev 0 means "absent": say it
 		m.ModRev, m.Rev = &e.ModRev, &e.Rev
 	}

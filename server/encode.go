@@ -14,10 +14,18 @@ import (
 // without previous values. encoders holds one func per slot, made once,
 // so encoding a shared Change allocates no closure per socket.
 var encoders = [rooms.MaxCodecs]func(*rooms.Change) []byte{
-	func(ch *rooms.Change) []byte { return wire.JSON.AppendEventList(nil, wireEvents(ch.Events, false)) },
-	func(ch *rooms.Change) []byte { return wire.JSON.AppendEventList(nil, wireEvents(ch.Events, true)) },
-	func(ch *rooms.Change) []byte { return wire.Msgpack.AppendEventList(nil, wireEvents(ch.Events, false)) },
-	func(ch *rooms.Change) []byte { return wire.Msgpack.AppendEventList(nil, wireEvents(ch.Events, true)) },
+	func(ch *rooms.Change) []byte {
+		return wire.JSON.AppendEventList(nil, wireEvents(ch.Events, false, ch.Filtered))
+	},
+	func(ch *rooms.Change) []byte {
+		return wire.JSON.AppendEventList(nil, wireEvents(ch.Events, true, ch.Filtered))
+	},
+	func(ch *rooms.Change) []byte {
+		return wire.Msgpack.AppendEventList(nil, wireEvents(ch.Events, false, ch.Filtered))
+	},
+	func(ch *rooms.Change) []byte {
+		return wire.Msgpack.AppendEventList(nil, wireEvents(ch.Events, true, ch.Filtered))
+	},
 }
 
 // PrepareChange caches the JSON encoding of a committed revision, the one

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"github.com/statecast/statecast/rooms/filter"
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/wire"
@@ -17,6 +18,8 @@ type Error struct {
 	Key     string // conflict: the failing key
 	ModRev  uint64 // conflict: its current mod_rev
 	Rev     uint64 // conflict: the room's head
+	// invalid_filter: where in the expression (from 1; 0 = not known)
+	Line, Column int
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -34,6 +37,9 @@ func errorOf(err error, write bool) *Error {
 	var ce *store.ConflictError
 	if errors.As(err, &ce) {
 		return &Error{Code: wire.CodeConflict, Message: ce.Error(), Key: ce.Key, ModRev: ce.ModRev, Rev: ce.Rev}
+	}
+	if fe, ok := filter.AsError(err); ok {
+		return &Error{Code: wire.CodeInvalidFilter, Message: fe.Error(), Line: fe.Line, Column: fe.Column}
 	}
 	switch {
 	case errors.Is(err, store.ErrInvalidRoom):

@@ -237,8 +237,14 @@ func (c *conn) subscribe(r *wire.Request) {
 		c.replyErr(r.ID, newError(wire.CodeTooLarge, fmt.Sprintf("at most %d key prefixes over all the subscriptions of a connection", c.s.cfg.MaxConnPrefixes)))
 		return
 	}
+	f, err := c.s.compileFilter(r.Filter)
+	if err != nil {
+		c.releasePrefixes(&sub{nprefix: len(prefixes)})
+		c.replyErr(r.ID, errorOf(err, false))
+		return
+	}
 	s := &sub{id: r.ID, room: r.Room, prev: r.Prev, nprefix: len(prefixes)}
-	opts := rooms.WatchOptions{Prefixes: prefixes, Notify: func() { c.markReady(s) }}
+	opts := rooms.WatchOptions{Prefixes: prefixes, Filter: f, Notify: func() { c.markReady(s) }}
 	if r.From != nil {
 		opts.From = &rooms.Position{Epoch: r.From.Epoch, Rev: r.From.Rev}
 	}
@@ -273,6 +279,18 @@ func (c *conn) releasePrefixes(s *sub) {
 	c.mu.Lock()
 	c.prefixes -= s.nprefix
 	c.mu.Unlock()
+}
+
+// compileFilter compiles a watch's filter expression; "" is none.
+func (s *Server) compileFilter(src string) (rooms.Filter, error) {
+	if src == "" {
+		return nil, nil // a nil interface, not a nil *filter.Filter
+	}
+	f, err := s.filters.Get(src)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // checkPrefixes validates the key prefixes of a watch: at most

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -207,9 +208,16 @@ func (s *Server) handleList(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	f, err := s.compileFilter(c.QueryParam("filter"))
+	if err != nil {
+		return err
+	}
 	snap, err := s.engine.List(c.Request().Context(), room, prefix, ro)
 	if err != nil {
 		return readError(err)
+	}
+	if f != nil {
+		snap.Items = slices.DeleteFunc(snap.Items, func(kv store.KV) bool { return !f.Match(kv.Key, kv.Value) })
 	}
 	return replyJSON(c, listReply{Epoch: snap.Epoch, Rev: snap.Rev, Items: wireItems(snap.Items)})
 }

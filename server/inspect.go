@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"crypto/subtle"
+	"fmt"
 	"net"
 	"net/http"
 	"slices"
@@ -54,6 +55,7 @@ type InspectWatch struct {
 	Sub      uint64   `json:"sub"`
 	Room     string   `json:"room"`
 	Prefixes []string `json:"prefixes"`
+	Filter   string   `json:"filter,omitempty"` // the sub's filter expression
 	State    string   `json:"state"`
 	Head     uint64   `json:"head"`
 	Lag      uint64   `json:"lag"` // revisions of the room not yet taken by the connection
@@ -170,8 +172,12 @@ func (c *conn) inspect() (InspectClient, bool) {
 	}
 	for _, s := range subs {
 		st := s.w.Stats()
-		cl.Watches = append(cl.Watches, InspectWatch{Sub: s.id, Room: s.room, Prefixes: s.w.Prefixes(),
-			State: st.State, Head: st.Head, Lag: st.Behind, Queued: st.Queued})
+		iw := InspectWatch{Sub: s.id, Room: s.room, Prefixes: s.w.Prefixes(),
+			State: st.State, Head: st.Head, Lag: st.Behind, Queued: st.Queued}
+		if f, ok := s.w.Filter().(fmt.Stringer); ok {
+			iw.Filter = f.String()
+		}
+		cl.Watches = append(cl.Watches, iw)
 	}
 	slices.SortFunc(cl.Watches, func(a, b InspectWatch) int { return cmp.Compare(a.Sub, b.Sub) })
 	return cl, true

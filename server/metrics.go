@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"github.com/statecast/statecast/rooms/filter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,7 +68,13 @@ func newMetrics(reg prometheus.Registerer, eng *rooms.Engine) (*metrics, error) 
 		m.leasesEnded, m.storeErrors,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "statecast_room_loads_total",
 			Help: "Rooms loaded from the store, each a snapshot read (once per room however many watch it; again after an unload or a reset)."},
-			func() float64 { return float64(eng.Loads()) })} {
+			func() float64 { return float64(eng.Loads()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "statecast_filter_evals_total",
+			Help: "Evaluations of watch filters: one per event per distinct filter of the room's matching watchers, and one per key of a filtered snapshot or list."},
+			func() float64 { return float64(filter.Evals.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "statecast_filter_eval_errors_total",
+			Help: "Evaluations of watch filters that failed (a missing field, a type mismatch, the cost limit): the key counted as not matching."},
+			func() float64 { return float64(filter.EvalErrors.Load()) })} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

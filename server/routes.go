@@ -52,6 +52,10 @@ func (s *Server) httpError(err error, c echo.Context) {
 		status = statusOf(e)
 	}
 	body := map[string]any{"error": map[string]any{"code": e.Code, "message": e.Message}}
+	if e.Line > 0 {
+		body["error"].(map[string]any)["line"] = e.Line
+		body["error"].(map[string]any)["column"] = e.Column
+	}
 	if e.Code == wire.CodeConflict {
 		body["error"].(map[string]any)["key"] = e.Key
 		body["error"].(map[string]any)["mod_rev"] = e.ModRev
@@ -77,6 +81,7 @@ var errorStatuses = []struct {
 	{wire.CodeInvalidRoom, http.StatusBadRequest},
 	{wire.CodeInvalidKey, http.StatusBadRequest},
 	{wire.CodeInvalidValue, http.StatusBadRequest},
+	{wire.CodeInvalidFilter, http.StatusBadRequest},
 	{wire.CodeBadRequest, http.StatusUnsupportedMediaType},
 	{wire.CodeUnauthorized, http.StatusUnauthorized},
 	{wire.CodeForbidden, http.StatusForbidden},

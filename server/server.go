@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/statecast/statecast/rooms/filter"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -199,6 +200,9 @@ type Server struct {
 	leases   *lessor
 	sessions *sessions
 	log      *slog.Logger
+	// filters compiles the filters of watches, one per expression text, so
+	// that watchers with the same filter share its evaluation.
+	filters filter.Cache
 	// writeLimits is the write rate limit shared by every surface.
 	writeLimits *writeLimits
 

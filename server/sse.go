@@ -67,9 +67,13 @@ func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 	if err != nil {
 		return err
 	}
+	f, err := s.compileFilter(c.QueryParam("filter"))
+	if err != nil {
+		return err
+	}
 	ctx := c.Request().Context()
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-	w, err := s.engine.Watch(wctx, room, rooms.WatchOptions{Prefixes: prefixes, From: from})
+	w, err := s.engine.Watch(wctx, room, rooms.WatchOptions{Prefixes: prefixes, Filter: f, From: from})
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -210,7 +214,7 @@ func (st *sseStream) appendMessage(m *rooms.Message) error {
 		if m.Kind == rooms.KindEvents {
 			name = "txn"
 			if evs := m.Change.Events; len(evs) == 1 {
-				name = wireEventType(evs[0])
+				name = wireEventType(evs[0], m.Change.Filtered)
 			}
 		}
 		// The JSON event list is encoded once per revision and shared with
@@ -239,9 +243,12 @@ func (st *sseStream) appendMessage(m *rooms.Message) error {
 	return nil
 }
 
-func wireEventType(ev store.Event) string {
-	if ev.Type == store.OpPut {
+func wireEventType(ev store.Event, filtered bool) string {
+	switch {
+	case ev.Type == store.OpPut:
 		return "put"
+	case filtered:
+		return "leave"
 	}
 	return "delete"
 }

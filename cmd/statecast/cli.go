@@ -29,7 +29,7 @@ var cliUsage = map[string]string{
 	"get":   "statecast get ROOM [KEY] [--prefix P] [--consistency l|s] [-w json]",
 	"put":   "statecast put ROOM KEY VALUE [--if-rev N] [--lease-ttl D] [-w json]",
 	"del":   "statecast del ROOM KEY [--if-rev N] [-w json]",
-	"watch": "statecast watch ROOM [--prefix P]... [--from N] [-v] [-w json]",
+	"watch": "statecast watch ROOM [--prefix P]... [--filter EXPR] [--from N] [-v] [-w json]",
 }
 
 // runClient runs a client command until it is done or, for watch and put
@@ -43,6 +43,7 @@ func runClient(cmd string, args []string, out io.Writer) error {
 // cliFlags are the flags of every client command.
 type cliFlags struct {
 	url, token, output string
+	filter             string
 	prefixes           flags.List
 	ifRev              optUint
 	leaseTTL           time.Duration
@@ -67,6 +68,7 @@ func runClientCtx(ctx context.Context, cmd string, args []string, out, errOut io
 	switch cmd {
 	case "get":
 		fs.Var(&f.prefixes, "prefix", "list the keys under this prefix")
+		fs.StringVar(&f.filter, "filter", "", "list only the keys whose value passes this CEL expression, e.g. 'value.players < value.max'")
 		fs.StringVar(&f.consistency, "consistency", "l", "l (linearizable: every write acknowledged before, on any node) or s (serializable: this node's view at once)")
 	case "put":
 		fs.Var(&f.ifRev, "if-rev", "write only if the key's mod_rev is N (0: only if it does not exist)")
@@ -75,6 +77,7 @@ func runClientCtx(ctx context.Context, cmd string, args []string, out, errOut io
 		fs.Var(&f.ifRev, "if-rev", "delete only if the key's mod_rev is N")
 	case "watch":
 		fs.Var(&f.prefixes, "prefix", "watch only keys under this prefix (repeatable)")
+		fs.StringVar(&f.filter, "filter", "", "watch only the keys whose value passes this CEL expression (keys entering and leaving it live)")
 		fs.Uint64Var(&f.from, "from", 0, "start at revision N: replay what followed, then live (0: current state, then live)")
 		fs.BoolVar(&f.verbose, "v", false, "also print progress marks")
 	default:
@@ -206,8 +209,8 @@ func (c *cli) get(ctx context.Context, pos []string) error {
 	}
 	room := pos[0]
 	if len(pos) == 2 {
-		if len(c.f.prefixes) > 0 {
-			return errors.New("get: give a KEY or --prefix, not both")
+		if len(c.f.prefixes) > 0 || c.f.filter != "" {
+			return errors.New("get: give a KEY, or --prefix and --filter, not both")
 		}
 		it, _, err := c.h.GetWith(ctx, room, pos[1], c.readOptions())
 		if err != nil {
@@ -226,7 +229,9 @@ func (c *cli) get(ctx context.Context, pos []string) error {
 	if len(c.f.prefixes) == 1 {
 		prefix = c.f.prefixes[0]
 	}
-	l, err := c.h.ListWith(ctx, room, prefix, c.readOptions())
+	ro := c.readOptions()
+	ro.Filter = c.f.filter
+	l, err := c.h.ListWith(ctx, room, prefix, ro)
 	if err != nil {
 		return err
 	}
@@ -329,7 +334,7 @@ func (c *cli) watch(ctx context.Context, pos []string) error {
 	if err := c.args(pos, 1, 1, "watch"); err != nil {
 		return err
 	}
-	err := c.h.Watch(ctx, pos[0], c.f.prefixes, c.f.from, c.printEvent)
+	err := c.h.WatchWith(ctx, pos[0], client.WatchOptions{Prefixes: c.f.prefixes, Filter: c.f.filter, From: c.f.from}, c.printEvent)
 	if ctx.Err() != nil {
 		return nil // interrupted: the normal end of a watch
 	}
@@ -381,8 +386,8 @@ func (c *cli) printEvent(ev client.SSEEvent) error {
 // message's events have their own mod_revs).
 func writeEvents(b *strings.Builder, evs []wire.Event) {
 	for _, ev := range evs {
-		if ev.Type == "delete" {
-			fmt.Fprintf(b, "%d DELETE %s\n", ev.ModRev, ev.Key)
+		if ev.Type != "put" {
+			fmt.Fprintf(b, "%d %s %s\n", ev.ModRev, strings.ToUpper(ev.Type), ev.Key) // DELETE, or LEAVE (a filtered watch)
 		} else {
 			fmt.Fprintf(b, "%d PUT %s = %s\n", ev.ModRev, ev.Key, ev.Value)
 		}

@@ -59,7 +59,7 @@ func revisionsDelivery(hook, room string, batches []store.Batch) *Delivery {
 	d := &Delivery{Hook: hook, Type: TypeRevisions, Room: room, Epoch: batches[0].Epoch,
 		FromRev: batches[0].Rev, ToRev: batches[len(batches)-1].Rev, Revisions: make([]Revision, len(batches))}
 	for i, b := range batches {
-		evs := wireconv.Events(b.Events, true)
+		evs := wireconv.Events(b.Events, true, false)
 		for j := range evs {
 			if evs[j].Prev != nil {
 				evs[j].Prev.Key = evs[j].Key // whole, rather than an empty key

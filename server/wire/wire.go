@@ -27,6 +27,7 @@ type Request struct {
 	Prefixes []string  `json:"prefixes,omitempty"`
 	From     *Position `json:"from,omitempty"`
 	Prev     bool      `json:"prev,omitempty"`
+	Filter   string    `json:"filter,omitempty"` // sub: a CEL expression over each key's value
 	Sub      uint64    `json:"sub,omitempty"`
 	If       []Cond    `json:"if,omitempty"`
 	Ops      []TxnOp   `json:"ops,omitempty"`
@@ -100,7 +101,7 @@ const (
 
 // Event is one key's change in an events or coalesced message.
 type Event struct {
-	Type      string `json:"type"` // "put" or "delete"
+	Type      string `json:"type"` // "put", "delete", or "leave" (a filtered sub's key left its result)
 	Key       string `json:"key"`
 	Value     Value  `json:"value,omitempty"`
 	CreateRev uint64 `json:"create_rev,omitempty"`
@@ -134,6 +135,8 @@ type Message struct {
 	LeaseGraceMS int64   `json:"lease_grace_ms,omitempty"`
 	ExpiresMS    int64   `json:"expires_ms,omitempty"`
 	Dup          bool    `json:"dup,omitempty"`
+	Line         int     `json:"line,omitempty"`   // err invalid_filter
+	Column       int     `json:"column,omitempty"` // err invalid_filter
 }
 
 // The server → client messages, one type each.
@@ -169,6 +172,9 @@ type Err struct {
 	Key     string  `json:"key,omitempty"`
 	ModRev  *uint64 `json:"mod_rev,omitempty"` // conflict only: always present there, 0 = absent key
 	Rev     *uint64 `json:"rev,omitempty"`     // conflict only
+	// Line and Column (from 1) point at the fault of an invalid_filter.
+	Line   int `json:"line,omitempty"`
+	Column int `json:"column,omitempty"`
 }
 
 // Mark is a synced or progress marker of a subscription.
@@ -224,6 +230,7 @@ const (
 	CodeInvalidRoom    = "invalid_room"
 	CodeInvalidKey     = "invalid_key"
 	CodeInvalidValue   = "invalid_value"
+	CodeInvalidFilter  = "invalid_filter"
 	CodeTooLarge       = "too_large"
 	CodeConflict       = "conflict"
 	CodeUnauthorized   = "unauthorized"

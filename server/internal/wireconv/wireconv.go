@@ -8,8 +8,9 @@ import (
 )
 
 // Events converts store events to their wire form, with each event's
-// previous value when prev.
-func Events(evs []store.Event, prev bool) []wire.Event {
+// previous value when prev. With leaves (a filtered watcher's Change),
+// deletes are "leave" events: the key left the watcher's result.
+func Events(evs []store.Event, prev, leaves bool) []wire.Event {
 	out := make([]wire.Event, len(evs))
 	for i, ev := range evs {
 		e := &out[i]
@@ -17,6 +18,8 @@ func Events(evs []store.Event, prev bool) []wire.Event {
 		if ev.Type == store.OpPut {
 			e.Type, e.Value = "put", wire.Value(ev.KV.Value)
 			e.CreateRev, e.Version, e.Lease = ev.KV.CreateRev, ev.KV.Version, ev.KV.Lease != ""
+		} else if leaves {
+			e.Type = "leave"
 		} else {
 			e.Type = "delete"
 		}

@@ -1,0 +1,97 @@
+package filter
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestMatch(t *testing.T) {
+	game := []byte(`{"mode":"duel","players":1,"max":2,"name":"Dune","tags":["eu","ranked"]}`)
+	for _, tc := range []struct {
+		expr string
+		want bool
+	}{
+		{`value.mode == "duel" && value.players < value.max`, true},
+		{`value.players == 1`, true}, // JSON numbers are doubles; CEL compares them with ints
+		{`value.max - value.players >= 2`, false},
+		{`"eu" in value.tags`, true},
+		{`value.name.startsWith("Du") && key.startsWith("games/")`, true},
+		{`value.missing == 1`, false}, // no such field: no match, not an error of the watch
+		{`has(value.missing) || value.mode != "duel"`, false},
+		{`value`, false}, // not a bool
+	} {
+		f, err := Compile(tc.expr)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.expr, err)
+		}
+		if got := f.Match("games/1", game); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.expr, got, tc.want)
+		}
+	}
+	f, _ := Compile(`value == "x"`)
+	if !f.Match("k", []byte(`"x"`)) || f.Match("k", []byte(`not json`)) {
+		t.Error("a string value, or a value that is not JSON")
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	for _, tc := range []struct {
+		expr      string
+		line, col int
+		msg       string
+	}{
+		{`value.mode ==`, 1, 14, "Syntax error"},
+		{`mode == "duel"`, 1, 1, "undeclared reference to 'mode'"},
+		{`value.players + 1`, 1, 1, "not a bool"},
+		{`size(key)`, 1, 1, "not a bool"},
+		{strings.Repeat("(", 40) + "true" + strings.Repeat(")", 40), 0, 0, ""},
+		{strings.Repeat("a", MaxLen+1), 0, 0, "over the limit"},
+	} {
+		_, err := Compile(tc.expr)
+		fe, ok := AsError(err)
+		if !ok {
+			t.Fatalf("%.40s: %v, want an *Error", tc.expr, err)
+		}
+		if tc.line > 0 && (fe.Line != tc.line || fe.Column != tc.col) || !strings.Contains(fe.Error(), tc.msg) {
+			t.Errorf("%.40s: %v (at %d:%d), want %q at %d:%d", tc.expr, fe, fe.Line, fe.Column, tc.msg, tc.line, tc.col)
+		}
+	}
+}
+
+// TestCostLimit: an expression whose evaluation would run away is cut
+// off by the cost limit and does not match.
+func TestCostLimit(t *testing.T) {
+	list := "[" + strings.TrimSuffix(strings.Repeat("1,", 30), ",") + "]"
+	f, err := Compile(list + ".all(a, " + list + ".all(b, " + list + ".all(c, a + b + c > 0)))")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := EvalErrors.Load()
+	if f.Match("k", []byte(`{}`)) || EvalErrors.Load() != before+1 {
+		t.Fatal("27,000 iterations passed the cost limit")
+	}
+}
+
+func TestCacheSharesFilters(t *testing.T) {
+	var c Cache
+	a, err := c.Get(`value.x == 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := c.Get(`value.x == 1`)
+	if a != b {
+		t.Fatal("the same expression compiled twice")
+	}
+	if _, err := c.Get(`value.x ==`); err == nil {
+		t.Fatal("no error")
+	}
+	for i := range cacheEntries + 10 {
+		if _, err := c.Get(fmt.Sprintf(`value.x == %d`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(c.m) > cacheEntries {
+		t.Fatalf("cache holds %d filters, bound %d", len(c.m), cacheEntries)
+	}
+}
