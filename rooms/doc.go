@@ -18,6 +18,10 @@
 //	snapshot  gets the view at head: initial list, compacted or foreign
 //	          epoch, or slow past CoalesceLimit / the ring's reach
 //
+// A watcher may carry a Filter over values: its view is then the filter
+// applied to the room, evaluated once per event per distinct filter
+// (filtered.go; rooms/filter compiles CEL expressions into one).
+//
 // Writers never wait for watchers: delivery is a non-blocking append, and
 // the catch-up work of a replaying or slow watcher is done by its own
 // consumer when it calls Drain, not by the writer.

@@ -169,7 +169,10 @@ func TestCLIErrors(t *testing.T) {
 		{"put", []string{"r", "k"}, "usage: statecast put ROOM KEY VALUE"},
 		{"del", []string{"r"}, "usage: statecast del ROOM KEY"},
 		{"watch", []string{"r", "s"}, "usage: statecast watch ROOM"},
-		{"get", []string{"r", "k", "--prefix", "p"}, "give a KEY or --prefix"},
+		{"get", []string{"r", "k", "--prefix", "p"}, "give a KEY, or --prefix"},
+		{"get", []string{"r", "k", "--filter", "true"}, "give a KEY, or --prefix and --filter"},
+		{"get", []string{"r", "--filter", "value.n =="}, "invalid_filter: invalid filter at 1:11: Syntax error"},
+		{"watch", []string{"r", "--filter", "n > 1"}, "invalid_filter: invalid filter at 1:1: undeclared reference to 'n'"},
 		{"get", []string{"r", "--nope"}, "flag provided but not defined: -nope"},
 		{"put", []string{"r", "k", "v", "--if-rev", "x"}, "want an unsigned integer"},
 		{"get", []string{"r", "-w", "yaml"}, `-w "yaml"`},
@@ -262,6 +265,32 @@ func TestCLIWatch(t *testing.T) {
 	}
 	if len(lines) != 2 || json.Unmarshal([]byte(lines[0]), &first) != nil || first.ID != "7" || first.Event != "txn" {
 		t.Fatalf("watch -w json printed\n%s", out)
+	}
+}
+
+// TestCLIWatchFilter: watch --filter prints the filtered view: keys
+// entering as PUT, leaving as LEAVE; get --filter lists the same keys.
+func TestCLIWatchFilter(t *testing.T) {
+	url := servertest.Start(t, servertest.Options{}).TS.URL
+	mustRun(t, url, "put", "r", "g/1", `{"n":1}`) // 1
+	mustRun(t, url, "put", "r", "g/2", `{"n":5}`) // 2
+	out, _, stop := startCLI(t, url, "watch", "r", "--prefix", "g/", "--filter", "value.n > 2")
+	waitFor(t, out, "2 RESET (initial, 1 keys)\n  g/2 = {\"n\":5}\n")
+	mustRun(t, url, "put", "r", "g/1", `{"n":3}`) // 3: enters
+	mustRun(t, url, "put", "r", "g/2", `{"n":2}`) // 4: leaves
+	mustRun(t, url, "put", "r", "g/2", `{"n":0}`) // 5: stays out
+	mustRun(t, url, "del", "r", "g/1")            // 6: leaves
+	waitFor(t, out, "6 LEAVE g/1\n")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := "2 RESET (initial, 1 keys)\n  g/2 = {\"n\":5}\n3 PUT g/1 = {\"n\":3}\n4 LEAVE g/2\n6 LEAVE g/1\n"
+	if out.String() != want {
+		t.Fatalf("watch --filter printed\n%s\nwant\n%s", out, want)
+	}
+	mustRun(t, url, "put", "r", "g/3", `{"n":9}`)
+	if got := mustRun(t, url, "get", "r", "--prefix", "g/", "--filter", "value.n > 2"); got != "g/3 = {\"n\":9}\n" {
+		t.Fatalf("get --filter printed %q", got)
 	}
 }
 
