@@ -117,10 +117,11 @@ type conn struct {
 	msgs    []rooms.Message // writer-owned: drain buffer
 	subs    map[uint64]*sub
 	// prefixes counts the key prefixes of subs (and of subs starting),
-	// bounded by Config.MaxConnPrefixes.
-	prefixes int
-	timers   []*time.Timer // stopped by end
-	closing  bool
+	// bounded by Config.MaxConnPrefixes; filters their filters, bounded by
+	// Config.MaxConnFilters.
+	prefixes, filters int
+	timers            []*time.Timer // stopped by end
+	closing           bool
 	// writerOn: a writer goroutine runs. It starts when something is
 	// queued and exits after writerLinger idle, so an idle socket holds
 	// one goroutine (the reader), not two. stopped: none may start again.
@@ -135,6 +136,7 @@ type sub struct {
 	w       *rooms.Watcher
 	prev    bool
 	nprefix int         // key prefixes it holds of the connection's budget
+	nfilter int         // 1 when it holds a filter of the connection's budget
 	queued  bool        // in conn.ready; guarded by conn.mu
 	active  atomic.Bool // ok sent: its messages may follow
 	gone    atomic.Bool // unsubscribed by the client, or the connection ended
@@ -665,7 +667,7 @@ func (c *conn) appendEnded(frame []byte, s *sub, err error) []byte {
 	c.mu.Lock()
 	if c.subs != nil && c.subs[s.id] == s {
 		delete(c.subs, s.id)
-		c.prefixes -= s.nprefix
+		c.releaseLocked(s)
 		c.s.metrics.subscriptions.Dec()
 	}
 	c.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 )
@@ -176,6 +177,37 @@ func TestFilterErrors(t *testing.T) {
 	l, err := e.HTTP.ListWith(ctx, "lobby", "games/", client.ReadOptions{Filter: openDuels})
 	if err != nil || len(l.Items) != 1 || l.Items[0].Key != "games/1" {
 		t.Fatalf("list: %+v, %v; want games/1 only", l, err)
+	}
+}
+
+// TestFilterBudget: a connection holds at most MaxConnFilters filtered
+// subscriptions; ending one gives its place back.
+func TestFilterBudget(t *testing.T) {
+	t.Parallel()
+	e := servertest.Start(t, servertest.Options{Server: server.Config{MaxConnFilters: 2}})
+	ctx := servertest.Context(t)
+	c := dialCodec(t, e, "json")
+	var subs []*client.Subscription
+	for i := range 2 {
+		s, err := c.Subscribe(ctx, "lobby", client.SubscribeOptions{Filter: fmt.Sprintf("value.n == %d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, s)
+	}
+	_, err := c.Subscribe(ctx, "lobby", client.SubscribeOptions{Filter: "value.n == 9"})
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Code != wire.CodeTooManySubs {
+		t.Fatalf("a third filtered sub: %v, want too_many_subscriptions", err)
+	}
+	if _, err := c.Subscribe(ctx, "lobby", client.SubscribeOptions{}); err != nil {
+		t.Fatalf("an unfiltered sub: %v", err)
+	}
+	if err := subs[0].Unsubscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Subscribe(ctx, "lobby", client.SubscribeOptions{Filter: "value.n == 9"}); err != nil {
+		t.Fatalf("after an unsub: %v", err)
 	}
 }
 

@@ -216,14 +216,26 @@ func (c *conn) subscribe(r *wire.Request) {
 			return
 		}
 	}
-	// The prefix budget is taken before the watch starts and given back
-	// when the subscription ends, so concurrent subs cannot overshoot it.
+	f, err := c.s.compileFilter(r.Filter)
+	if err != nil {
+		c.replyErr(r.ID, errorOf(err, false))
+		return
+	}
+	s := &sub{id: r.ID, room: r.Room, prev: r.Prev, nprefix: len(prefixes)}
+	if f != nil {
+		s.nfilter = 1
+	}
+	// The prefix and filter budgets are taken before the watch starts and
+	// given back when the subscription ends, so concurrent subs cannot
+	// overshoot them.
 	c.mu.Lock()
 	_, dup := c.subs[r.ID]
 	n := len(c.subs)
-	overBudget := c.prefixes+len(prefixes) > c.s.cfg.MaxConnPrefixes
-	if !dup && n < c.s.cfg.MaxSubscriptions && !overBudget {
-		c.prefixes += len(prefixes)
+	overPrefixes := c.prefixes+s.nprefix > c.s.cfg.MaxConnPrefixes
+	overFilters := c.filters+s.nfilter > c.s.cfg.MaxConnFilters
+	if !dup && n < c.s.cfg.MaxSubscriptions && !overPrefixes && !overFilters {
+		c.prefixes += s.nprefix
+		c.filters += s.nfilter
 	}
 	c.mu.Unlock()
 	switch {
@@ -233,17 +245,13 @@ func (c *conn) subscribe(r *wire.Request) {
 	case n >= c.s.cfg.MaxSubscriptions:
 		c.replyErr(r.ID, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions per connection", c.s.cfg.MaxSubscriptions)))
 		return
-	case overBudget:
+	case overPrefixes:
 		c.replyErr(r.ID, newError(wire.CodeTooLarge, fmt.Sprintf("at most %d key prefixes over all the subscriptions of a connection", c.s.cfg.MaxConnPrefixes)))
 		return
-	}
-	f, err := c.s.compileFilter(r.Filter)
-	if err != nil {
-		c.releasePrefixes(&sub{nprefix: len(prefixes)})
-		c.replyErr(r.ID, errorOf(err, false))
+	case overFilters:
+		c.replyErr(r.ID, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions with a filter per connection", c.s.cfg.MaxConnFilters)))
 		return
 	}
-	s := &sub{id: r.ID, room: r.Room, prev: r.Prev, nprefix: len(prefixes)}
 	opts := rooms.WatchOptions{Prefixes: prefixes, Filter: f, Notify: func() { c.markReady(s) }}
 	if r.From != nil {
 		opts.From = &rooms.Position{Epoch: r.From.Epoch, Rev: r.From.Rev}
@@ -252,7 +260,9 @@ func (c *conn) subscribe(r *wire.Request) {
 	w, err := c.s.engine.Watch(ctx, r.Room, opts)
 	cancel()
 	if err != nil {
-		c.releasePrefixes(s)
+		c.mu.Lock()
+		c.releaseLocked(s)
+		c.mu.Unlock()
 		c.replyErr(r.ID, errorOf(err, false))
 		return
 	}
@@ -274,11 +284,10 @@ func (c *conn) subscribe(r *wire.Request) {
 	c.s.metrics.subscriptions.Inc()
 }
 
-// releasePrefixes gives back the prefix budget of a sub that did not start.
-func (c *conn) releasePrefixes(s *sub) {
-	c.mu.Lock()
+// releaseLocked gives back the prefix and filter budget of s.
+func (c *conn) releaseLocked(s *sub) {
 	c.prefixes -= s.nprefix
-	c.mu.Unlock()
+	c.filters -= s.nfilter
 }
 
 // compileFilter compiles a watch's filter expression; "" is none.
@@ -315,7 +324,7 @@ func (c *conn) unsubscribe(r *wire.Request) {
 	if s != nil {
 		delete(c.subs, r.Sub)
 		s.gone.Store(true)
-		c.prefixes -= s.nprefix
+		c.releaseLocked(s)
 	}
 	c.mu.Unlock()
 	if s == nil {

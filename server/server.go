@@ -46,6 +46,7 @@ type Config struct {
 	MaxSubscriptions int           // per connection; default 256
 	MaxPrefixes      int           // key prefixes per subscription; default 64
 	MaxConnPrefixes  int           // key prefixes of all a connection's subscriptions; default 1,024
+	MaxConnFilters   int           // subscriptions with a filter per connection; default 16
 	WriteRate        float64       // writes per second per subject (anonymous: per address); default 200
 	WriteBurst       int           // default 2 × WriteRate
 	MaxConnections   int           // open TCP connections of the node; default 100,000 (see below)
@@ -125,6 +126,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConnPrefixes <= 0 {
 		c.MaxConnPrefixes = 1024
+	}
+	if c.MaxConnFilters <= 0 {
+		c.MaxConnFilters = 16
 	}
 	if c.MaxLeases <= 0 {
 		c.MaxLeases = 1000

@@ -118,6 +118,7 @@ type serveFlags struct {
 	maxFrame, maxValue                  int
 	maxSubs, maxConns, maxConnsPerIP    int
 	maxPrefixes, maxConnPrefixes        int
+	maxConnFilters                      int
 	maxLeases                           int
 	headerTimeout, readTimeout          time.Duration
 	httpWriteTimeout, idleTimeout       time.Duration
@@ -169,6 +170,7 @@ func serve(args []string) error {
 	fs.IntVar(&f.maxSubs, "max-subscriptions", 256, "subscriptions per connection")
 	fs.IntVar(&f.maxPrefixes, "max-prefixes", 64, "key prefixes per watch (WebSocket sub or SSE)")
 	fs.IntVar(&f.maxConnPrefixes, "max-conn-prefixes", 1024, "key prefixes over all the subscriptions of one WebSocket")
+	fs.IntVar(&f.maxConnFilters, "max-conn-filters", 16, "subscriptions with a filter on one WebSocket (each distinct filter costs an evaluation per event of its room)")
 	fs.IntVar(&f.maxLeases, "max-leases", 1000, "TTL leases per token subject (without auth: all clients together)")
 	fs.IntVar(&f.maxConns, "max-connections", 100_000, "open connections per server: HTTP, SSE and WebSocket (1% more are kept for /healthz, /readyz, /metrics)")
 	fs.IntVar(&f.maxConnsPerIP, "max-connections-per-ip", 1000, "open connections per client address (IPv6: per /64); 0: no limit; loopback clients are exempt")
@@ -260,7 +262,7 @@ func run(f serveFlags) error {
 	}
 	srv, err := server.New(ctx, server.Config{
 		Store: st, Engine: engine, Auth: authn, AllowOrigins: f.origins, AllowHosts: f.hosts,
-		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxPrefixes: f.maxPrefixes, MaxConnPrefixes: f.maxConnPrefixes,
+		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxPrefixes: f.maxPrefixes, MaxConnPrefixes: f.maxConnPrefixes, MaxConnFilters: f.maxConnFilters,
 		MaxConnections: fitConnections(f.maxConns, log), MaxConnectionsPerIP: perIP, MaxLeases: f.maxLeases,
 		HTTPHeaderTimeout: f.headerTimeout, HTTPReadTimeout: f.readTimeout,
 		HTTPWriteTimeout: f.httpWriteTimeout, HTTPIdleTimeout: f.idleTimeout,
