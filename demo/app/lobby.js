@@ -2,6 +2,17 @@
 // host; a seat is a key seats/<game>/<n> created only if absent and bound
 // to its player's session, so the last seat goes to exactly one player and
 // a player who leaves frees their seat by themselves.
+//
+// The list is filtered on the server: each choice of mode and "free seats
+// only" is a watch of games/ with a `where` (a CEL expression over the
+// game's value), replaced when the choice changes, so a game the user does
+// not want is never sent to this page. "Free seats" must be in the game's
+// own value for that: the host's tab keeps `players` (1 + its seats) up to
+// date in its game, as only the host may write it (the lobby's backend,
+// demo/hooks.go) and a seat ends with its player's session, not by a write
+// a joiner could pair with it. The games this user hosts or sits in are a
+// second filtered watch ("Your games"), by hostId and by the keys of this
+// user's seats, so they stay known (and shown) whatever the list's filter.
 import { ConflictError } from '/sdk/statecast.js';
 import { avatar, connect, h, me, mountBadge, mountWho, newId, notify, roomName, until } from './common.js';
 
@@ -10,35 +21,103 @@ const $ = (id) => document.getElementById(id);
 
 const client = connect();
 const room = client.room(roomName('lobby:demo'));
-const watch = room.watch(['games/', 'seats/']);
+const seats = room.watch('seats/'); // every seat: the seats of a listed game, a free one to take, the host's count, this user's own
 const presence = room.presence();
 const busy = new Set(); // games with a join or leave in flight
 const quitting = new Set(); // games this tab is leaving or closing
 let held = new Map(); // game id → { name, role: 'host' | 'seat' }: what this tab had at the last change
-let filter = 'all';
+let mode = 'all';
+let freeOnly = false;
+
+/**
+ * The games of one `where` at a time; a new `where` opens a new watch and
+ * the old one shows until the new one has its view, so the list never
+ * blinks empty while the server answers.
+ */
+class Games {
+  w; // the watch shown
+  next; // the watch replacing it, until it has its view
+  /** The games the server selects now with `where` (undefined: all). */
+  set(where) {
+    const cur = this.next ?? this.w;
+    if (cur && cur.where === where) return;
+    this.next?.close();
+    this.next = undefined;
+    if (this.w && this.w.where === where) return; // back to the one shown
+    const n = room.watch('games/', { where });
+    n.on('changes', () => n === this.w && update());
+    n.on('error', (e) => notice(`The server refused the filter: ${e.message}`, 'error'));
+    if (!this.w) return void (this.w = n);
+    this.next = n;
+    n.ready().then(() => {
+      if (this.next !== n) return;
+      this.w.close();
+      [this.w, this.next] = [n, undefined];
+      update();
+    }, () => {});
+  }
+  /** Has a view of the `where` last set. */
+  get loaded() {
+    return !!this.w && this.w.epoch !== undefined && !this.next;
+  }
+  has(key) {
+    return !!this.w?.has(key);
+  }
+  entries() {
+    return this.w?.entries() ?? [];
+  }
+}
+const list = new Games(); // the open games the filter chips select
+const mine = new Games(); // the games this user hosts or sits in
 
 presence.set({ name: me.name, color: me.color }).catch(() => {});
 mountWho($('who'), (name) => {
   presence.set({ name, color: me.color }).catch(() => {});
   renderOnline(); // this user's own line: presence reports only the others
 });
-mountBadge($('badge'), client, watch);
+mountBadge($('badge'), client, seats);
 let losses = []; // told by tellLosses since the last other notice: a replay tells them one revision at a time
 const notice = (text, kind) => ((losses = []), notify($('notice'), text, kind));
 
-/** The games in the view, each with its seats (host first). */
-function games() {
+/** The seats of every game: game id → (n → seat). */
+function seatsByGame() {
   const byId = new Map();
-  for (const e of watch.entries()) {
-    const [kind, id] = e.key.split('/');
-    if (kind === 'games') byId.set(id, { id, key: e.key, ...e.value, seats: new Map() });
+  for (const e of seats.entries()) {
+    const [, id, n] = e.key.split('/');
+    if (!byId.has(id)) byId.set(id, new Map());
+    byId.get(id).set(Number(n), { ...e.value, key: e.key, modRev: e.modRev });
   }
-  for (const e of watch.entries()) {
-    const [kind, id, n] = e.key.split('/');
-    if (kind === 'seats' && byId.has(id)) byId.get(id).seats.set(Number(n), { ...e.value, key: e.key, modRev: e.modRev });
-  }
-  return [...byId.values()].sort((a, b) => (a.created ?? 0) - (b.created ?? 0) || a.id.localeCompare(b.id));
+  return byId;
 }
+
+/** The games of `g` (a Games), each with its seats (host first), oldest first. */
+function gamesOf(g, bySeat = seatsByGame()) {
+  return g.entries().map((e) => {
+    const id = e.key.slice('games/'.length);
+    return { id, key: e.key, ...e.value, seats: bySeat.get(id) ?? new Map() };
+  }).sort((a, b) => (a.created ?? 0) - (b.created ?? 0) || a.id.localeCompare(b.id));
+}
+
+/** The game `id`, if this page knows it (in the list or among this user's). */
+const findGame = (id) => [...gamesOf(mine), ...gamesOf(list)].find((g) => g.id === id);
+
+/** The filter of the list: the chosen mode, and free seats (a game without a count, written by hand, counts as free). */
+function listWhere() {
+  const parts = [];
+  if (mode !== 'all') parts.push(`value.mode == ${JSON.stringify(mode)}`);
+  if (freeOnly) parts.push('(!has(value.players) || value.players < value.max)');
+  return parts.length ? parts.join(' && ') : undefined;
+}
+
+/**
+ * The keys of the games this user has a confirmed seat in. Not a pending one:
+ * a new watch holds this client's writes back until it has its view, and the
+ * seat's own write would wait for it.
+ */
+const seatedKeys = () => [...new Set(seats.entries().filter((e) => !e.pending && e.value?.id === client.clientId).map((e) => `games/${e.key.split('/')[1]}`))].sort();
+
+/** The filter of this user's games: the ones they host, and the ones they sit in. */
+const mineWhere = () => `value.hostId == ${JSON.stringify(client.clientId)} || key in ${JSON.stringify(seatedKeys())}`;
 
 const players = (g) => 1 + g.seats.size;
 const freeSeat = (g) => {
@@ -66,7 +145,7 @@ async function create(form) {
     hostSession: client.session?.session, created: Date.now() };
   waitsForConnection(`“${name}” is created`);
   try {
-    await room.put(`games/${id}`, game, { ifModRev: 0, lease: 'session', waitFor: watch });
+    await room.put(`games/${id}`, { ...game, players: 1 }, { ifModRev: 0, lease: 'session', waitFor: mine.w });
     notice(`“${name}” is open. It stays listed while this tab is connected.`, 'ok');
   } catch (e) {
     const field = form.elements.namedItem('name');
@@ -82,20 +161,20 @@ async function join(id) {
   waitsForConnection('you join the game');
   try {
     for (let attempt = 0; attempt < 3; attempt++) {
-      const g = games().find((x) => x.id === id);
+      const g = findGame(id);
       if (!g) return notice('That game is gone: its host left.', 'error');
       const n = freeSeat(g);
       if (n === undefined) return notice(`“${g.name}” is full.`, 'error');
       const key = `seats/${id}/${n}`;
       try {
-        await room.put(key, { id: client.clientId, name: me.name }, { ifModRev: 0, lease: 'session', waitFor: watch });
+        await room.put(key, { id: client.clientId, name: me.name }, { ifModRev: 0, lease: 'session', waitFor: seats });
         return notice(`You joined “${g.name}” (seat ${n + 1} of ${g.max}).`, 'ok');
       } catch (e) {
         if (!(e instanceof ConflictError)) return notice(`Could not join: ${e.message}`, 'error');
-        await until(watch, key, e.modRev);
-        const now = games().find((x) => x.id === id);
+        await until(seats, key, e.modRev);
+        const now = findGame(id);
         if (now && freeSeat(now) === undefined) {
-          const winner = watch.get(key)?.name ?? 'someone';
+          const winner = seats.get(key)?.name ?? 'someone';
           return notice(`The last seat in “${g.name}” was taken by ${winner} just before you.`, 'error');
         }
       }
@@ -115,7 +194,7 @@ async function leave(g) {
   render();
   waitsForConnection(`you leave “${g.name}”`);
   try {
-    await room.delete(seat.key, { ifModRev: seat.modRev, waitFor: watch });
+    await room.delete(seat.key, { ifModRev: seat.modRev, waitFor: seats });
     notice(`You left “${g.name}”.`);
   } catch (e) {
     notice(`Could not leave: ${e.message}`, 'error');
@@ -130,7 +209,7 @@ async function close(g) {
   quitting.add(g.id);
   waitsForConnection(`“${g.name}” is closed`);
   try {
-    await room.delete(g.key, { waitFor: watch });
+    await room.delete(g.key, { waitFor: mine.has(g.key) ? mine.w : list.w });
     notice(`You closed “${g.name}”.`);
   } catch (e) {
     notice(`Could not close the game: ${e.message}`, 'error');
@@ -166,17 +245,28 @@ function gameItem(g) {
 }
 
 function render() {
-  const all = games();
-  const shown = all.filter((g) => filter === 'all' || g.mode === filter);
-  $('game-count').textContent = String(shown.length);
-  $('filters').replaceChildren(...['all', ...Object.keys(MODES)].map((m) => {
-    const n = m === 'all' ? all.length : all.filter((g) => g.mode === m).length;
-    return h('button', { type: 'button', class: 'chip', 'aria-pressed': String(filter === m), onclick: () => ((filter = m), render()) },
-      `${m === 'all' ? 'All' : MODES[m]} ${n}`);
-  }));
-  $('games').replaceChildren(...(shown.length ? shown.map(gameItem)
-    : [h('li', { class: 'empty' }, all.length ? 'No open games in this mode.' : 'No open games yet: create one.')]));
+  const bySeat = seatsByGame();
+  const own = gamesOf(mine, bySeat);
+  // What the server selects, but this user's own games: those are listed above.
+  const open = gamesOf(list, bySeat).filter((g) => !mine.has(g.key));
+  $('mine').hidden = !own.length;
+  $('my-games').replaceChildren(...own.map(gameItem));
+  $('game-count').textContent = String(open.length);
+  $('filters').replaceChildren(
+    ...['all', ...Object.keys(MODES)].map((m) =>
+      h('button', { type: 'button', class: 'chip', 'aria-pressed': String(mode === m), onclick: () => ((mode = m), filterChanged()) }, m === 'all' ? 'All' : MODES[m])),
+    h('button', { type: 'button', class: 'chip', 'aria-pressed': String(freeOnly), onclick: () => ((freeOnly = !freeOnly), filterChanged()) }, 'Free seats only'),
+  );
+  const where = list.w?.where;
+  $('where').replaceChildren(where ? h('code', { 'data-testid': 'where' }, where) : 'none: every game');
+  $('games').replaceChildren(...(open.length ? open.map(gameItem)
+    : [h('li', { class: 'empty' }, !list.loaded ? 'Loading…' : where ? 'No open games match.' : own.length ? 'No other open games.' : 'No open games yet: create one.')]));
   renderOnline();
+}
+
+function filterChanged() {
+  list.set(listWhere());
+  render();
 }
 
 function renderOnline() {
@@ -193,9 +283,10 @@ function renderOnline() {
  * session) or closed it, or this tab was away longer than the lease grace,
  * so its session and the keys bound to it ended.
  */
-function tellLosses(all) {
+function tellLosses() {
+  const own = gamesOf(mine);
   const now = new Map();
-  for (const g of all) {
+  for (const g of own) {
     if (g.hostId === client.clientId) now.set(g.id, { name: g.name, role: 'host' });
     else if (mySeat(g)) now.set(g.id, { name: g.name, role: 'seat' });
   }
@@ -203,30 +294,60 @@ function tellLosses(all) {
   for (const [id, was] of held) {
     if (now.has(id) || quitting.has(id)) continue;
     if (was.role === 'host') losses.push(`Your game “${was.name}” has ended: this tab was offline longer than the lease grace.`);
-    else if (all.some((g) => g.id === id)) losses.push(`You lost your seat in “${was.name}”: this tab was offline longer than the lease grace.`);
+    else if (own.some((g) => g.id === id)) losses.push(`You lost your seat in “${was.name}”: this tab was offline longer than the lease grace.`);
     else losses.push(`“${was.name}” has ended: its host left or closed it. Your seat is free.`);
   }
   held = now;
   if (losses.length > told) notify($('notice'), losses.join(' '), 'error');
 }
 
-/** Seats of games that are gone (their host left) are ours to free. */
+/**
+ * Seats of this user's in games that are gone (their host left) are theirs
+ * to free: the games watch of this user's seats, once it has its view, lacks
+ * them.
+ */
 function sweepOrphanSeats() {
-  const live = new Set(games().map((g) => g.id));
-  for (const e of watch.entries()) {
-    const [kind, id] = e.key.split('/');
-    if (kind === 'seats' && !live.has(id) && e.value?.id === client.clientId) room.delete(e.key, { ifModRev: e.modRev }).catch(() => {});
+  for (const e of seats.entries()) {
+    const key = `games/${e.key.split('/')[1]}`;
+    if (e.value?.id === client.clientId && !e.pending && !mine.has(key)) room.delete(e.key, { ifModRev: e.modRev }).catch(() => {});
   }
+}
+
+/**
+ * The host keeps each of its games' `players` equal to 1 + its seats, so
+ * that the server's "free seats" filter sees it. One write at a time per
+ * game: a pending one shows the count it writes.
+ */
+function countPlayers() {
+  const bySeat = seatsByGame();
+  for (const e of mine.entries()) {
+    const players = 1 + (bySeat.get(e.key.slice('games/'.length))?.size ?? 0);
+    if (e.value?.hostId !== client.clientId || e.pending || e.value.players === players) continue;
+    room.put(e.key, { ...e.value, players }, { ifModRev: e.modRev, lease: 'session' }).catch(() => {}); // a conflict: the next change counts again
+  }
+}
+
+/**
+ * After any change. Losses are told from this user's games as they were
+ * (a seat gone from a game still there is a lost seat); then their watch
+ * follows their seats, and what needs it to be current waits for its view.
+ */
+function update() {
+  if (mine.loaded) tellLosses();
+  if (seats.epoch !== undefined) mine.set(mineWhere());
+  if (mine.loaded) {
+    sweepOrphanSeats();
+    countPlayers();
+  }
+  render();
 }
 
 $('create').addEventListener('submit', (ev) => {
   ev.preventDefault();
   create(ev.target);
 });
-watch.on('changes', () => {
-  sweepOrphanSeats();
-  tellLosses(games());
-  render();
-});
+seats.on('changes', update);
+seats.on('sync', update); // the first view, even of no seats
 presence.on('change', renderOnline);
+list.set(listWhere());
 render();

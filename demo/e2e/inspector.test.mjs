@@ -40,6 +40,8 @@ test('the inspector shows the rooms with their revision and the clients with the
     const watches = ins.page.getByTestId('watch').filter({ hasText: 'doc:tiny-notes' });
     await watches.nth(1).waitFor();
     assert.match(await watches.first().textContent(), /live0/);
+    // The lobby's own games are a filtered watch: its filter is listed with it.
+    await ins.page.getByTestId('watch').filter({ hasText: 'lobby:eu' }).getByTestId('watch-filter').filter({ hasText: /^where value\.hostId == "/ }).waitFor();
     assert.equal(await ins.page.getByLabel('Admin token').isVisible(), false, 'loopback needs no admin token');
 
     // Live: a write shows up without reloading.

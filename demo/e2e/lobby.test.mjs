@@ -18,6 +18,12 @@ after(async () => {
 
 const game = (page, name) => page.getByTestId('game').filter({ hasText: name });
 
+/** The watches the server holds in `room` (its inspector), with their filters. */
+async function watchesIn(room) {
+  const res = await fetch(`${srv.url}/v1/admin/inspect`);
+  return (await res.json()).clients.flatMap((c) => c.watches.filter((w) => w.room === room).map((w) => ({ ...w, session: c.session })));
+}
+
 /** The seat keys of a lobby room, read over HTTP. */
 async function seats(room) {
   const res = await fetch(`${srv.url}/v1/rooms/${room}/kv?prefix=seats/`);
@@ -171,5 +177,49 @@ test("only the host may close a game: the lobby's backend refuses anyone else, a
     await game(a.page, 'Chess').getByRole('button', { name: 'Close' }).click();
     await a.page.getByTestId('notice').filter({ hasText: 'You closed “Chess”.' }).waitFor();
     await game(b.page, 'Chess').waitFor({ state: 'detached' });
+  });
+});
+
+test('the list is filtered on the server: with Duel and free seats only, a game of another mode is never sent; a game that fills up leaves the list live, and comes back when a seat is freed', async () => {
+  const roomId = 'lobby:e2e-filter';
+  const room = `/lobby.html?room=${roomId}`;
+  const where = 'value.mode == "duel" && (!has(value.players) || value.players < value.max)';
+  await withUsers(browser, srv.url, room, [['Cleo', { route: true }]], async (c) => {
+    await c.page.getByRole('button', { name: 'Duel', exact: true }).click();
+    await c.page.getByRole('button', { name: 'Free seats only' }).click();
+    await c.page.getByTestId('where').filter({ hasText: where }).waitFor();
+    // The page's list is that filtered watch, and its unfiltered one is gone (so nothing in flight can carry other games).
+    for (let i = 0; ; i++) {
+      const games = (await watchesIn(roomId)).filter((w) => w.prefixes.join() === 'games/');
+      if (games.some((w) => w.filter === where) && games.every((w) => w.filter)) break;
+      assert.ok(i < 100, `the inspector shows no watch of games/ with the filter: ${JSON.stringify(games)}`);
+      await c.page.waitForTimeout(50);
+    }
+    const from = c.sw.received.length;
+
+    await withUsers(browser, srv.url, room, [['Ann'], ['Ben']], async (a, b) => {
+      await createGame(a.page, 'Tea party', 'coop', 4);
+      await createGame(a.page, 'Quick duel', 'duel', 2);
+      await game(c.page, 'Quick duel').getByText('1/2 players').waitFor();
+      assert.equal(await game(c.page, 'Tea party').count(), 0, 'a co-op game is not listed');
+      assert.deepEqual(c.sw.received.slice(from).filter((f) => f.includes('Tea party')), [], 'nor ever sent to the page');
+
+      // Ben takes the last seat: the host's tab counts 2/2, and the server takes the game out of Cleo's list.
+      await game(b.page, 'Quick duel').getByRole('button', { name: 'Join' }).click();
+      await b.page.getByTestId('notice').getByText('You joined “Quick duel”').waitFor();
+      await game(c.page, 'Quick duel').waitFor({ state: 'detached' });
+      await game(a.page, 'Quick duel').getByText('2/2 players').waitFor();
+      // Ben filters for free seats too: his own game is full, and still shown among his games.
+      await b.page.getByRole('button', { name: 'Free seats only' }).click();
+      await b.page.getByTestId('where').waitFor();
+      assert.equal(await b.page.getByTestId('games').getByTestId('game').filter({ hasText: 'Quick duel' }).count(), 0);
+      await b.page.getByTestId('my-games').getByTestId('game').filter({ hasText: 'Quick duel' }).getByText('joined').waitFor();
+
+      // Ben leaves: a seat is free again, and the game is back in Cleo's list.
+      await game(b.page, 'Quick duel').getByRole('button', { name: 'Leave' }).click();
+      await game(c.page, 'Quick duel').getByText('1/2 players').waitFor();
+      assert.equal(await game(c.page, 'Tea party').count(), 0);
+      assert.deepEqual(c.sw.received.slice(from).filter((f) => f.includes('Tea party')), []);
+    });
   });
 });

@@ -104,15 +104,15 @@ export const status = (page, s) => page.locator(`[data-testid=badge][data-status
  * Routes the page's statecast socket through the test: `cut()` closes it
  * (the page sees close code 4000) and refuses new ones until `restore()`;
  * `hold()` buffers what the server sends until `release()`; `sent` lists
- * the frames the page sent.
+ * the frames the page sent, `received` those the server sent it.
  */
 export async function socketSwitch(page) {
-  const sw = { open: true, held: null, route: null, sent: [] };
+  const sw = { open: true, held: null, route: null, sent: [], received: [] };
   await page.routeWebSocket(/\/v1\/ws/, (ws) => {
     if (!sw.open) return void ws.close({ code: 4000, reason: 'test: network down' });
     sw.route = ws;
     const server = ws.connectToServer();
-    server.onMessage((m) => (sw.held ? sw.held.push(m) : ws.send(m)));
+    server.onMessage((m) => (sw.received.push(String(m)), sw.held ? sw.held.push(m) : ws.send(m)));
     ws.onMessage((m) => (sw.sent.push(String(m)), server.send(m)));
   });
   sw.cut = async () => {

@@ -43,6 +43,14 @@ var InvalidValueError = class extends StatecastError {
     this.path = path;
   }
 };
+var InvalidFilterError = class extends StatecastError {
+  constructor(message, line, column) {
+    super("invalid_filter", message);
+    this.name = "InvalidFilterError";
+    this.line = line || void 0;
+    this.column = column || void 0;
+  }
+};
 var RateLimitedError = class extends StatecastError {
   constructor(message) {
     super("rate_limited", message);
@@ -110,6 +118,8 @@ function errorFromReply(m) {
       return new RateLimitedError(msg);
     case "outcome_unknown":
       return new OutcomeUnknownError(msg);
+    case "invalid_filter":
+      return new InvalidFilterError(msg, m.line, m.column);
   }
   return new StatecastError(m.code || "internal", msg);
 }
@@ -378,10 +388,7 @@ var Writes = class {
       this.remove([w], "live");
       w.resolve({ rev });
     };
-    for (const v of watches) {
-      const ops = w.ops.filter((o) => v._covers(o.key));
-      v._reach(rev, done, ops.length && ops.every((o) => o.type === "delete") ? ops.map((o) => o.key) : void 0);
-    }
+    for (const v of watches) v._reach(rev, done, v._silent(w.ops));
     done();
     this.flush();
   }
@@ -570,13 +577,13 @@ var Room = class {
     this.name = name;
   }
   /**
-   * Watches the keys under `prefixes` (none: the whole room). The watch
-   * starts with a snapshot, then follows every change; it survives
-   * reconnects. Close it when done.
+   * Watches the keys under `prefixes` (none: the whole room), with `where`
+   * only those a filter selects. The watch starts with a snapshot, then
+   * follows every change; it survives reconnects. Close it when done.
    */
-  watch(prefixes) {
+  watch(prefixes, opts = {}) {
     const list = prefixes === void 0 ? [] : typeof prefixes === "string" ? [prefixes] : [...prefixes];
-    return this.client._watch(this.name, list);
+    return this.client._watch(this.name, list, opts.where);
   }
   /**
    * Writes `value` (a JSON value: see {@link InvalidValueError} for what is
@@ -650,7 +657,7 @@ function checkValue(v, path, seen = []) {
 var shownOps = /* @__PURE__ */ new WeakMap();
 var Watch = class extends Emitter {
   /** @internal Use `room.watch()`. */
-  constructor(owner, room, prefixes) {
+  constructor(owner, room, prefixes, where) {
     super();
     this.owner = owner;
     this.st = "pending";
@@ -671,6 +678,7 @@ var Watch = class extends Emitter {
     this._retries = 0;
     this.room = room;
     this.prefixes = prefixes;
+    this.where = where;
   }
   /** The watch's status. */
   get status() {
@@ -747,6 +755,18 @@ var Watch = class extends Emitter {
   /** @internal Whether the watch's prefixes cover `key`. */
   _covers(key) {
     return !this.prefixes.length || this.prefixes.some((p) => key.startsWith(p));
+  }
+  /**
+   * @internal The keys of `ops` (a write's) whose settling needs no event on
+   * this watch once they are not in its confirmed view: all of them on a
+   * filtered watch (a write its filter neither selected before nor selects
+   * after sends it nothing), else a delete's only (a delete of a missing key
+   * writes nothing). Undefined: the watch is sure to get an event.
+   */
+  _silent(ops) {
+    const mine = ops.filter((o) => this._covers(o.key));
+    if (this.where !== void 0 || mine.length && mine.every((o) => o.type === "delete")) return mine.map((o) => o.key);
+    return void 0;
   }
   /** @internal The confirmed entry of `key`, without pending writes. */
   _confirmed(key) {
@@ -839,7 +859,7 @@ var Watch = class extends Emitter {
     const wids = /* @__PURE__ */ new Map();
     for (const ev of m.events ?? []) {
       if (coalesced && ev.mod_rev <= this.r) continue;
-      if (ev.type === "delete") this.base.delete(ev.key);
+      if (ev.type === "delete" || ev.type === "leave") this.base.delete(ev.key);
       else this.base.set(ev.key, toEntry(ev));
       keys.push(ev.key);
       if (ev.wid) wids.set(ev.wid, Math.max(wids.get(ev.wid) ?? 0, ev.mod_rev));
@@ -859,15 +879,24 @@ var Watch = class extends Emitter {
       if (e === o) continue;
       if (e) this.view.set(key, e);
       else this.view.delete(key);
-      changes.push(change(e ? "put" : "delete", key, e, o, rev, cause));
+      changes.push(change(e ? "put" : this.gone(key), key, e, o, rev, cause));
     }
     return changes;
   }
-  /** What `key` shows: the last pending write of it over the confirmed entry. */
+  /** Why `key` is no longer shown: on a filtered watch it left the view, unless this client's pending write deletes it. */
+  gone(key) {
+    return this.where !== void 0 && this.owner._overlay(this.room, key)?.type !== "delete" ? "leave" : "delete";
+  }
+  /**
+   * What `key` shows: the last pending write of it over the confirmed entry.
+   * A filtered watch shows pending writes only over keys in its confirmed
+   * view: whether the server's filter selects a value is the server's to say,
+   * and a key the view lacks shows no value until the server sends it.
+   */
   shown(key) {
     const op = this.owner._overlay(this.room, key);
     const b = this.base.get(key);
-    if (!op) return b;
+    if (!op || this.where !== void 0 && !b) return b;
     if (op.type === "delete") return void 0;
     let e = shownOps.get(op);
     if (!e) shownOps.set(op, e = Object.freeze({ key, value: op.value, createRev: b?.createRev ?? 0, modRev: b?.modRev ?? 0, version: b?.version ?? 0, lease: !!op.lease, pending: true }));
@@ -1093,8 +1122,8 @@ var Client = class extends Emitter {
     }
   }
   /** @internal Creates a watch (Room.watch). */
-  _watch(room, prefixes) {
-    const w = new Watch(this, room, prefixes);
+  _watch(room, prefixes, where) {
+    const w = new Watch(this, room, prefixes, where);
     w._local(this.writes.keys(room), "local");
     this.watches.add(w);
     this.subscribe(w);
@@ -1203,7 +1232,7 @@ var Client = class extends Emitter {
   subscribe(w) {
     if (this.st !== "connected") return;
     const id = this.nextId++;
-    const frame = this.codec.encode({ t: "sub", id, room: w.room, prefixes: w.prefixes.length ? w.prefixes : void 0, from: w._position() });
+    const frame = this.codec.encode({ t: "sub", id, room: w.room, prefixes: w.prefixes.length ? w.prefixes : void 0, filter: w.where, from: w._position() });
     this.subs.set(id, w);
     w._subscribed(id);
     const fail = (e) => {
@@ -1529,6 +1558,7 @@ export {
   ConflictError,
   DependencyFailedError,
   ForbiddenError,
+  InvalidFilterError,
   InvalidValueError,
   ListenerError,
   NotConnectedError,

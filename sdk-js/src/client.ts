@@ -234,8 +234,8 @@ export class Client extends Emitter<ClientEvents> {
   }
 
   /** @internal Creates a watch (Room.watch). */
-  _watch<V>(room: string, prefixes: string[]): Watch<V> {
-    const w = new Watch<V>(this, room, prefixes);
+  _watch<V>(room: string, prefixes: string[], where?: string): Watch<V> {
+    const w = new Watch<V>(this, room, prefixes, where);
     w._local(this.writes.keys(room), 'local');
     this.watches.add(w);
     this.subscribe(w);
@@ -361,7 +361,7 @@ export class Client extends Emitter<ClientEvents> {
   private subscribe(w: Watch<any>): void {
     if (this.st !== 'connected') return;
     const id = this.nextId++;
-    const frame = this.codec.encode({ t: 'sub', id, room: w.room, prefixes: w.prefixes.length ? w.prefixes : undefined, from: w._position() });
+    const frame = this.codec.encode({ t: 'sub', id, room: w.room, prefixes: w.prefixes.length ? w.prefixes : undefined, filter: w.where, from: w._position() });
     this.subs.set(id, w);
     w._subscribed(id);
     const fail = (e: StatecastError) => {

@@ -79,6 +79,24 @@ export class InvalidValueError extends StatecastError {
   }
 }
 
+/**
+ * A watch's `where` expression does not compile (or is over 1024 bytes): the
+ * server refused the subscription, so the watch is closed with this error.
+ * `line` and `column` (from 1) point at the fault when the server knows it.
+ */
+export class InvalidFilterError extends StatecastError {
+  /** Line of the fault in the expression (from 1), if known. */
+  readonly line: number | undefined;
+  /** Column of the fault in the expression (from 1), if known. */
+  readonly column: number | undefined;
+  constructor(message: string, line?: number, column?: number) {
+    super('invalid_filter', message);
+    this.name = 'InvalidFilterError';
+    this.line = line || undefined;
+    this.column = column || undefined;
+  }
+}
+
 /** Too many writes per second on this connection; nothing was written. Retry after a delay. */
 export class RateLimitedError extends StatecastError {
   constructor(message: string) {
@@ -198,6 +216,8 @@ export function errorFromReply(m: ServerMessage): StatecastError {
       return new RateLimitedError(msg);
     case 'outcome_unknown':
       return new OutcomeUnknownError(msg);
+    case 'invalid_filter':
+      return new InvalidFilterError(msg, m.line, m.column);
   }
   return new StatecastError(m.code || 'internal', msg);
 }

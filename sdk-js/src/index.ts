@@ -28,7 +28,7 @@ export type {
 } from './types.js';
 export type { WriteOp } from './pending.js';
 export { Room } from './room.js';
-export type { WriteResult, WriteOptions, PutOptions, DeleteOptions, Txn, TxnOp } from './room.js';
+export type { WatchOptions, WriteResult, WriteOptions, PutOptions, DeleteOptions, Txn, TxnOp } from './room.js';
 export { Watch } from './watch.js';
 export type { Entry, ChangeEvent, ChangeBatch, ChangeCause, SyncEvent, WatchStatus, WatchEvents } from './watch.js';
 export { Presence, PRESENCE_PREFIX } from './presence.js';
@@ -46,6 +46,7 @@ export {
   ForbiddenError,
   TooLargeError,
   InvalidValueError,
+  InvalidFilterError,
   RateLimitedError,
   NotConnectedError,
   OutcomeUnknownError,

@@ -127,11 +127,8 @@ export class Writes {
       this.remove([w], 'live');
       w.resolve({ rev });
     };
-    for (const v of watches) {
-      // A watch whose part of the write deletes only missing keys gets no event of it.
-      const ops = w.ops.filter((o) => v._covers(o.key));
-      v._reach(rev, done, ops.length && ops.every((o) => o.type === 'delete') ? ops.map((o) => o.key) : undefined);
-    }
+    // A watch that may get no event of the write waits only while its view holds one of the keys.
+    for (const v of watches) v._reach(rev, done, v._silent(w.ops));
     done();
     this.flush();
   }

@@ -15,9 +15,9 @@ export interface WireItem {
   lease?: boolean;
 }
 
-/** One key's change in an `events` or `coalesced` message (§5). */
+/** One key's change in an `events` or `coalesced` message (§5); `leave` only on a filtered subscription. */
 export interface WireEvent {
-  type: 'put' | 'delete';
+  type: 'put' | 'delete' | 'leave';
   key: string;
   value?: unknown;
   create_rev?: number;
@@ -50,6 +50,9 @@ export interface ServerMessage {
   expires_ms?: number;
   /** An `ok` to a write whose `wid` had already committed: `rev` is the original's. */
   dup?: boolean;
+  /** `err` `invalid_filter`: where in the expression (from 1), when known. */
+  line?: number;
+  column?: number;
 }
 
 /** A subscription message: snapshot, events, coalesced, synced or progress. */

@@ -129,19 +129,36 @@ export function usePresence<V = unknown>(value?: V): ReadonlyMap<string, V> | un
   return useSyncExternalStore(subscribe, get, serverSnapshot);
 }
 
+/** The options form of {@link RoomHooks.useWatch}. */
+export interface UseWatchOptions<E, T> {
+  /**
+   * The server's filter of the watch (`where` of `room.watch`): only the
+   * entries it selects. Components with the same prefix and `where` share
+   * one subscription.
+   */
+  where?: string;
+  /** What to return of the entries (default: the entries). */
+  select?: (entries: readonly E[]) => T;
+  /** When two selections are the same (default `Object.is`). */
+  isEqual?: (a: T, b: T) => boolean;
+}
+
 /** The hooks of rooms of one type (see {@link createRoomHooks}). */
 export interface RoomHooks<W, R> {
   /** The room `id` (or the {@link RoomProvider}'s), typed. */
   useRoom(id?: string): TypedRoom<W, R>;
   /**
    * The entries under `prefix` (sorted by key, frozen, the same array until
-   * one of them changes), or `select` of them; undefined while loading. The
-   * component re-renders only when the selection changes by `isEqual`
-   * (default `Object.is`): pass stable `select`/`isEqual` functions (module
-   * level or `useCallback`). Throws the watch's error (to an error boundary)
-   * if the server refused the subscription before it had a view.
+   * one of them changes), or `select` of them; undefined while loading. With
+   * `where`, only the entries the server's filter selects. The component
+   * re-renders only when the selection changes by `isEqual` (default
+   * `Object.is`): pass stable `select`/`isEqual` functions (module level or
+   * `useCallback`). Throws the watch's error (to an error boundary) if the
+   * server refused the subscription before it had a view (an
+   * `InvalidFilterError` for a `where` that does not compile).
    */
-  useWatch<P extends string>(prefix: P): readonly Entry<ValuesUnder<R, P>>[] | undefined;
+  useWatch<P extends string, T>(prefix: P, options: UseWatchOptions<Entry<ValuesUnder<R, P>>, T> & Required<Pick<UseWatchOptions<Entry<ValuesUnder<R, P>>, T>, 'select'>>): T | undefined;
+  useWatch<P extends string>(prefix: P, options?: Pick<UseWatchOptions<never, never>, 'where'>): readonly Entry<ValuesUnder<R, P>>[] | undefined;
   useWatch<P extends string, T>(prefix: P, select: (entries: readonly Entry<ValuesUnder<R, P>>[]) => T, isEqual?: (a: T, b: T) => boolean): T | undefined;
   /**
    * The entry at `key` (the same object while the key is unchanged), null
@@ -160,8 +177,9 @@ export function createRoomHooks<W, R>(type: RoomType<W, R>): RoomHooks<W, R> {
   const entriesOf = (w: Watch<unknown>) => type.view(w).entries();
   return {
     useRoom: (id?: string) => type.of(useRoom(id)),
-    useWatch<T>(prefix: string, select?: (entries: readonly Entry<unknown>[]) => T, isEqual: (a: T, b: T) => boolean = Object.is) {
-      const [subscribe, get] = useWatchStore(prefix, entriesOf);
+    useWatch<T>(prefix: string, a?: UseWatchOptions<Entry<unknown>, T> | ((entries: readonly Entry<unknown>[]) => T), b?: (a: T, b: T) => boolean) {
+      const { where, select, isEqual = Object.is } = typeof a === 'function' ? { select: a, isEqual: b } : (a ?? {});
+      const [subscribe, get] = useWatchStore(prefix, entriesOf, where);
       return useSelected(subscribe, get, select, isEqual);
     },
     useEntry(key: string) {
@@ -173,24 +191,25 @@ export function createRoomHooks<W, R>(type: RoomType<W, R>): RoomHooks<W, R> {
 
 /**
  * The subscribe and getSnapshot of `read` of the room's shared watch of
- * `prefix`: undefined while the watch has no view (or no component holds
- * it), and its error thrown if the server refused it before it had one.
+ * `prefix` (and `where`): undefined while the watch has no view (or no
+ * component holds it), and its error thrown if the server refused it before
+ * it had one.
  */
-function useWatchStore<T>(prefix: string, read: (w: Watch<unknown>) => T): [(cb: () => void) => () => void, () => T | undefined] {
+function useWatchStore<T>(prefix: string, read: (w: Watch<unknown>) => T, where?: string): [(cb: () => void) => () => void, () => T | undefined] {
   const room = useRoom();
   const { lingerMs } = useClientContext();
   const subscribe = useCallback(
     (cb: () => void) => {
-      const [w, release] = hold(room, prefix, lingerMs);
+      const [w, release] = hold(room, prefix, lingerMs, where);
       return all([w.on('changes', cb), w.on('status', cb), release]);
     },
-    [room, prefix, lingerMs],
+    [room, prefix, where, lingerMs],
   );
   const get = useCallback(() => {
-    const w = peek(room, prefix);
+    const w = peek(room, prefix, where);
     if (w && !loaded(w) && w.error) throw w.error;
     return w && loaded(w) ? read(w) : undefined;
-  }, [room, prefix, read]);
+  }, [room, prefix, where, read]);
   return [subscribe, get];
 }
 
@@ -244,8 +263,8 @@ function all(fns: (() => void)[]): () => void {
 }
 
 /**
- * What the hooks hold in a room: a watch per prefix, and the presence under a
- * name no prefix can have (a NUL is not allowed in one).
+ * What the hooks hold in a room: a watch per prefix (and filter), and the
+ * presence under a name no prefix can have (a NUL is not allowed in one).
  */
 const PRESENCE = '\0presence';
 type HeldName = typeof PRESENCE | (string & {});
@@ -259,15 +278,21 @@ interface Held {
 
 const held = new WeakMap<Room, Map<string, Held>>();
 
+/** The name a watch of `prefix` filtered by `where` is held under: never PRESENCE, never another prefix's. */
+function heldName(name: string, where: string | undefined): string {
+  return where === undefined ? name : `${name}\0?${where}`;
+}
+
 /**
  * Takes a reference on a room's watch of `name` (or its presence), opening it
  * on the first. The last release ends it only `lingerMs` later, and a new
  * reference meanwhile keeps it: the server never sees a subscription end
  * and start again for StrictMode's double mount or a quick remount.
  */
-function hold<N extends HeldName>(room: Room, name: N, lingerMs: number): [Holdable<N>, () => void] {
+function hold<N extends HeldName>(room: Room, name: N, lingerMs: number, where?: string): [Holdable<N>, () => void] {
   const byName = cached(held, room, () => new Map<string, Held>());
-  const h: Held = cached(byName, name, () => ({ value: name === PRESENCE ? room.presence() : room.watch(name), refs: 0 }));
+  const key = heldName(name, where);
+  const h: Held = cached(byName, key, () => ({ value: name === PRESENCE ? room.presence() : room.watch(name, { where }), refs: 0 }));
   clearTimeout(h.timer);
   h.refs++;
   let released = false;
@@ -276,7 +301,7 @@ function hold<N extends HeldName>(room: Room, name: N, lingerMs: number): [Holda
     released = true;
     if (--h.refs > 0) return;
     h.timer = setTimeout(() => {
-      byName.delete(name);
+      byName.delete(key);
       if ('dispose' in h.value) h.value.dispose();
       else h.value.close();
     }, lingerMs);
@@ -285,6 +310,6 @@ function hold<N extends HeldName>(room: Room, name: N, lingerMs: number): [Holda
 }
 
 /** What hold() holds now, without taking it (for reading during render). */
-function peek<N extends HeldName>(room: Room, name: N): Holdable<N> | undefined {
-  return held.get(room)?.get(name)?.value as Holdable<N> | undefined;
+function peek<N extends HeldName>(room: Room, name: N, where?: string): Holdable<N> | undefined {
+  return held.get(room)?.get(heldName(name, where))?.value as Holdable<N> | undefined;
 }

@@ -1,11 +1,26 @@
 import type { Client } from './client.js';
-import { InvalidValueError } from './errors.js';
+import { InvalidValueError, type InvalidFilterError } from './errors.js';
 import { Presence } from './presence.js';
 import type { Watch } from './watch.js';
 
 /** The revision a write committed at. */
 export interface WriteResult {
   rev: number;
+}
+
+/** Options of a watch. */
+export interface WatchOptions {
+  /**
+   * A filter the server applies to each key (PROTOCOL.md §5, "Filtered
+   * subscriptions"): a CEL expression over `key` (a string) and `value` (the
+   * key's JSON value), e.g. `value.mode == "duel" && value.players < value.max`.
+   * The watch then holds only the keys it selects; a key that stops being
+   * selected, or is deleted, leaves the view (a change of type `leave`). A
+   * filtered watch shows this client's pending writes only over keys already
+   * in its view (see README "Filtered watches"). An expression the server
+   * cannot compile closes the watch with {@link InvalidFilterError}.
+   */
+  where?: string;
 }
 
 /** Options of every write. */
@@ -69,13 +84,13 @@ export class Room {
   }
 
   /**
-   * Watches the keys under `prefixes` (none: the whole room). The watch
-   * starts with a snapshot, then follows every change; it survives
-   * reconnects. Close it when done.
+   * Watches the keys under `prefixes` (none: the whole room), with `where`
+   * only those a filter selects. The watch starts with a snapshot, then
+   * follows every change; it survives reconnects. Close it when done.
    */
-  watch<V = unknown>(prefixes?: string | readonly string[]): Watch<V> {
+  watch<V = unknown>(prefixes?: string | readonly string[], opts: WatchOptions = {}): Watch<V> {
     const list = prefixes === undefined ? [] : typeof prefixes === 'string' ? [prefixes] : [...prefixes];
-    return this.client._watch<V>(this.name, list);
+    return this.client._watch<V>(this.name, list, opts.where);
   }
 
   /**

@@ -15,7 +15,7 @@
  * @packageDocumentation
  */
 import { StatecastError } from './errors.js';
-import type { DeleteOptions, PutOptions, Room, WriteOptions, WriteResult } from './room.js';
+import type { DeleteOptions, PutOptions, Room, WatchOptions, WriteOptions, WriteResult } from './room.js';
 import type { Entry, Watch } from './watch.js';
 
 /**
@@ -187,9 +187,12 @@ export class TypedRoom<W, R> {
     this.checks = checks;
   }
 
-  /** Watches the keys under `prefix`, typed and validated (see {@link TypedWatch}). Close it when done. */
-  watch<P extends string>(prefix: P): TypedWatch<ValuesUnder<R, P>> {
-    return new TypedWatch(this.room.watch(prefix), this.checks);
+  /**
+   * Watches the keys under `prefix` (with `where`: those the server's filter
+   * selects), typed and validated (see {@link TypedWatch}). Close it when done.
+   */
+  watch<P extends string>(prefix: P, opts?: WatchOptions): TypedWatch<ValuesUnder<R, P>> {
+    return new TypedWatch(this.room.watch(prefix, opts), this.checks);
   }
 
   /** {@link Room.put}, type-checked and validated. */

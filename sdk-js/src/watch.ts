@@ -39,15 +39,19 @@ export interface Entry<V = unknown> {
  */
 export type ChangeCause = 'initial' | 'live' | 'replay' | 'coalesced' | 'resync' | 'local' | 'rollback';
 
-/** One key's change, as seen by one watch. */
+/**
+ * One key's change, as seen by one watch. `leave` happens only on a filtered
+ * watch (`where`): the key is no longer selected, or was deleted (the server
+ * does not say which); `prev` is its last value in the view.
+ */
 export interface ChangeEvent<V = unknown> {
-  type: 'put' | 'delete';
+  type: 'put' | 'delete' | 'leave';
   key: string;
-  /** The new value (undefined for a delete). */
+  /** The new value (undefined for a delete or a leave). */
   value: V | undefined;
   /** The value this watch held before (undefined: the key was absent). */
   prev: V | undefined;
-  /** The new entry (undefined for a delete). */
+  /** The new entry (undefined for a delete or a leave). */
   entry: Entry<V> | undefined;
   /** The entry this watch held before. */
   prevEntry: Entry<V> | undefined;
@@ -134,6 +138,8 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   readonly room: string;
   /** Key prefixes watched (empty: the whole room). */
   readonly prefixes: readonly string[];
+  /** The filter the server applies (`where` of `room.watch`), if any. */
+  readonly where: string | undefined;
   private st: WatchStatus = 'pending';
   /** The confirmed state, as the server sent it. */
   private base = new Map<string, Entry<V>>();
@@ -160,10 +166,12 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     private readonly owner: WatchOwner,
     room: string,
     prefixes: readonly string[],
+    where?: string,
   ) {
     super();
     this.room = room;
     this.prefixes = prefixes;
+    this.where = where;
   }
 
   /** The watch's status. */
@@ -244,6 +252,19 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   /** @internal Whether the watch's prefixes cover `key`. */
   _covers(key: string): boolean {
     return !this.prefixes.length || this.prefixes.some((p) => key.startsWith(p));
+  }
+
+  /**
+   * @internal The keys of `ops` (a write's) whose settling needs no event on
+   * this watch once they are not in its confirmed view: all of them on a
+   * filtered watch (a write its filter neither selected before nor selects
+   * after sends it nothing), else a delete's only (a delete of a missing key
+   * writes nothing). Undefined: the watch is sure to get an event.
+   */
+  _silent(ops: readonly Op[]): string[] | undefined {
+    const mine = ops.filter((o) => this._covers(o.key));
+    if (this.where !== undefined || (mine.length && mine.every((o) => o.type === 'delete'))) return mine.map((o) => o.key);
+    return undefined;
   }
 
   /** @internal The confirmed entry of `key`, without pending writes. */
@@ -351,7 +372,7 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     const wids = new Map<string, number>();
     for (const ev of m.events ?? []) {
       if (coalesced && ev.mod_rev <= this.r) continue;
-      if (ev.type === 'delete') this.base.delete(ev.key);
+      if (ev.type === 'delete' || ev.type === 'leave') this.base.delete(ev.key);
       else this.base.set(ev.key, toEntry<V>(ev as WireItem));
       keys.push(ev.key);
       if (ev.wid) wids.set(ev.wid, Math.max(wids.get(ev.wid) ?? 0, ev.mod_rev));
@@ -373,16 +394,26 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
       if (e === o) continue;
       if (e) this.view.set(key, e);
       else this.view.delete(key);
-      changes.push(change(e ? 'put' : 'delete', key, e, o, rev, cause));
+      changes.push(change(e ? 'put' : this.gone(key), key, e, o, rev, cause));
     }
     return changes;
   }
 
-  /** What `key` shows: the last pending write of it over the confirmed entry. */
+  /** Why `key` is no longer shown: on a filtered watch it left the view, unless this client's pending write deletes it. */
+  private gone(key: string): 'delete' | 'leave' {
+    return this.where !== undefined && this.owner._overlay(this.room, key)?.type !== 'delete' ? 'leave' : 'delete';
+  }
+
+  /**
+   * What `key` shows: the last pending write of it over the confirmed entry.
+   * A filtered watch shows pending writes only over keys in its confirmed
+   * view: whether the server's filter selects a value is the server's to say,
+   * and a key the view lacks shows no value until the server sends it.
+   */
   private shown(key: string): Entry<V> | undefined {
     const op = this.owner._overlay(this.room, key);
     const b = this.base.get(key);
-    if (!op) return b;
+    if (!op || (this.where !== undefined && !b)) return b;
     if (op.type === 'delete') return undefined;
     let e = shownOps.get(op);
     if (!e) shownOps.set(op, (e = Object.freeze({ key, value: op.value, createRev: b?.createRev ?? 0, modRev: b?.modRev ?? 0, version: b?.version ?? 0, lease: !!op.lease, pending: true as const })));
@@ -428,7 +459,7 @@ function toEntry<V>(it: WireItem | WireEvent): Entry<V> {
   });
 }
 
-function change<V>(type: 'put' | 'delete', key: string, e: Entry<V> | undefined, o: Entry<V> | undefined, rev: number, cause: ChangeCause): ChangeEvent<V> {
+function change<V>(type: ChangeEvent['type'], key: string, e: Entry<V> | undefined, o: Entry<V> | undefined, rev: number, cause: ChangeCause): ChangeEvent<V> {
   return { type, key, value: e?.value, prev: o?.value, entry: e, prevEntry: o, rev, cause };
 }
 

@@ -1,11 +1,24 @@
 // The close-code table of src/codes.ts must match the server's: the Go
-// constants in server/wire/wire.go and the table of PROTOCOL.md §8.
+// constants in server/wire/wire.go and the table of PROTOCOL.md §8; and
+// every error code of §4 must be one the SDK knows.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { resolve } from 'node:path';
-import { CloseCode, closeAction } from '../dist/index.js';
+import {
+  CloseCode,
+  closeAction,
+  ConflictError,
+  ForbiddenError,
+  InvalidFilterError,
+  OutcomeUnknownError,
+  RateLimitedError,
+  StatecastError,
+  TooLargeError,
+  UnauthorizedError,
+} from '../dist/index.js';
+import { errorFromReply } from '../dist/errors.js';
 
 const sdkDir = fileURLToPath(new URL('..', import.meta.url));
 const read = (rel: string) => readFileSync(resolve(sdkDir, rel), 'utf8');
@@ -46,4 +59,39 @@ test('codes: CloseCode has exactly the codes of PROTOCOL.md §8, and closeAction
   assert.equal(closeAction(4099), 'backoff');
   assert.equal(closeAction(4599), 'stop');
   assert.equal(closeAction(1006), 'backoff');
+});
+
+test('codes: every error code of PROTOCOL.md §4 is known, and a reply with it becomes its typed error', () => {
+  const md = read('../server/PROTOCOL.md');
+  const start = md.indexOf('### Error codes');
+  assert.ok(start >= 0, 'PROTOCOL.md has no "### Error codes" section');
+  const section = md.slice(start, md.indexOf('\n#', start + 5));
+  const codes = [...section.matchAll(/^\|\s*`(\w+)`\s*\|/gm)].map((m) => m[1]!);
+  // A code with fields of its own has a class that carries them; the others are plain StatecastErrors.
+  const known: Record<string, Function> = {
+    bad_request: StatecastError,
+    invalid_room: StatecastError,
+    invalid_key: StatecastError,
+    invalid_value: StatecastError,
+    invalid_filter: InvalidFilterError,
+    too_large: TooLargeError,
+    conflict: ConflictError,
+    unauthorized: UnauthorizedError,
+    forbidden: ForbiddenError,
+    rate_limited: RateLimitedError,
+    too_many_subscriptions: StatecastError,
+    not_found: StatecastError,
+    outcome_unknown: OutcomeUnknownError,
+    unavailable: StatecastError,
+    internal: StatecastError,
+  };
+  assert.ok(codes.length >= 15, `found only ${codes.length} codes in §4`);
+  assert.deepEqual(codes.filter((c) => !(c in known)), [], 'codes of §4 the SDK does not know');
+  for (const code of codes) {
+    const err = errorFromReply({ t: 'err', id: 1, code, message: `msg ${code}`, key: 'k', mod_rev: 2, rev: 3, line: 1, column: 14 });
+    assert.ok(err instanceof known[code]!, `${code}: ${err.name}`);
+    assert.deepEqual([err.code, err.message], [code, `msg ${code}`]);
+  }
+  const f = errorFromReply({ t: 'err', id: 1, code: 'invalid_filter', message: 'bad', line: 2, column: 7 }) as InvalidFilterError;
+  assert.deepEqual([f.line, f.column], [2, 7]);
 });

@@ -4,7 +4,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
-import { createClient, jsonCodec, ConflictError, OutcomeUnknownError, type ChangeEvent, type Client, type ClientOptions, type Codec } from '../dist/index.js';
+import { createClient, jsonCodec, ConflictError, InvalidFilterError, OutcomeUnknownError, type ChangeEvent, type Client, type ClientOptions, type Codec } from '../dist/index.js';
 import { msgpackCodec } from '../dist/msgpack.js';
 import { controlledWebSocket, freePort, replyLosingWebSocket, startServer, tempDataDir, type Server } from './support/server.js';
 import { FakeStorage, fakeWindow, nextEvent, record, sleep, until } from './support/util.js';
@@ -474,4 +474,99 @@ test('integration (wids): after a compaction, a write whose reply was lost is re
   assert.equal(lossy.sent.filter((m) => m.t === 'put').length, 2, 'sent again once, never a third time');
   assert.deepEqual([w.get('k'), w.entry('k')!.version, w.entry('k')!.pending], ['mine', 1, undefined]);
   assert.equal(w.rev, 6);
+});
+
+// Filtered watches (`where`): the filtered snapshot, keys entering and
+// leaving (on an update and on a delete), a resume after a dropped socket
+// that replays the filtered view, the invalid_filter error, and writes the
+// filter does not select, which settle.
+const WHERE = 'value.mode == "duel" && value.players < value.max';
+const kinds = (cs: ChangeEvent[]) => cs.map((c) => `${c.type} ${c.key} ${c.cause}`);
+const game = (mode: string, players: number, max = 2) => ({ mode, players, max });
+
+for (const [name, codec] of codecs) {
+  test(`integration-filter (${name}): snapshot filtered; keys enter, leave on an update and on a delete; a resume replays the filtered view`, async () => {
+    const room = roomName('filter:');
+    const b = client();
+    const rb = b.room(room);
+    await rb.put('games/a', game('duel', 1));
+    await rb.put('games/b', game('ffa', 1, 4));
+    await rb.put('games/c', game('duel', 2)); // full
+    await rb.put('other/x', game('duel', 1)); // not under the prefix
+
+    const ctl = controlledWebSocket();
+    const a = client({ WebSocket: ctl.WebSocket, codec });
+    const w = a.room(room).watch('games/', { where: WHERE });
+    const seen = record(w, 'change');
+    const syncs = record(w, 'sync');
+    await w.ready();
+    assert.deepEqual(w.entries().map((e) => e.key), ['games/a']);
+
+    await rb.put('games/c', game('duel', 1)); // a seat freed: enters
+    await rb.put('games/a', game('duel', 2)); // full: leaves
+    await rb.put('games/b', game('ffa', 2, 4)); // neither before nor after: nothing
+    await rb.put('games/d', game('duel', 0));
+    const { rev } = await rb.delete('games/d'); // selected, then deleted: leaves
+    await until(() => w.rev === rev, 'the live events');
+    assert.deepEqual(kinds(seen), ['put games/a initial', 'put games/c live', 'leave games/a live', 'put games/d live', 'leave games/d live']);
+    const leftA = seen.find((c) => c.type === 'leave' && c.key === 'games/a')!;
+    assert.deepEqual(leftA.prev, game('duel', 1), 'a leave carries the value the view held');
+    assert.deepEqual(w.entries().map((e) => e.key), ['games/c']);
+
+    // Offline: every kind of change once more; the resume replays them filtered.
+    ctl.block(true);
+    ctl.drop();
+    await until(() => a.status === 'reconnecting', 'reconnecting');
+    await rb.put('games/a', game('duel', 1)); // enters
+    await rb.put('games/c', game('coop', 1)); // another mode: leaves
+    await rb.put('games/e', game('ffa', 0)); // never selected
+    await rb.put('games/f', game('duel', 0));
+    const last = await rb.delete('games/f'); // enters and leaves within the replay
+    ctl.block(false);
+    await until(() => syncs.some((s) => s.kind === 'resumed'), 'resumed');
+    assert.equal(w.rev, last.rev);
+    assert.deepEqual(kinds(seen.slice(5)), ['put games/a replay', 'leave games/c replay', 'put games/f replay', 'leave games/f replay']);
+    assert.deepEqual(w.entries().map((e) => [e.key, e.value]), [['games/a', game('duel', 1)]]);
+    // The view equals a fresh filtered snapshot.
+    const fresh = b.room(room).watch('games/', { where: WHERE });
+    await fresh.ready();
+    assert.deepEqual(fresh.entries().map((e) => [e.key, e.modRev]), w.entries().map((e) => [e.key, e.modRev]));
+  });
+}
+
+test('integration-filter: a where that does not compile closes the watch with InvalidFilterError at its line and column', async () => {
+  const a = client();
+  const w = a.room(roomName('filter:')).watch('games/', { where: 'value.mode ==' });
+  const err = await w.ready().then(() => assert.fail('ready resolved'), (e: unknown) => e);
+  assert.ok(err instanceof InvalidFilterError, String(err));
+  assert.equal(err.code, 'invalid_filter');
+  assert.deepEqual([err.line, err.column], [1, 14]);
+  assert.equal(w.status, 'closed');
+  // A filter that is not a bool is refused too.
+  const w2 = a.room(roomName('filter:')).watch('games/', { where: 'value.players + 1' });
+  await assert.rejects(w2.ready(), InvalidFilterError);
+});
+
+test('integration-filter: an optimistic write the filter does not select settles at once (no event comes), with waitFor the filtered watch too; one it selects shows when the write resolves', async () => {
+  const a = client();
+  const room = a.room(roomName('filter:'));
+  const w = room.watch('games/', { where: WHERE });
+  await w.ready();
+  const t0 = Date.now();
+  const r1 = await room.put('games/x', game('coop', 1, 4), { waitFor: w });
+  await room.put('games/x', game('coop', 2, 4)); // the filtered watch is the only watch of the key
+  assert.ok(Date.now() - t0 < 2000, `took ${Date.now() - t0} ms: it waited for a progress mark`);
+  assert.equal(w.has('games/x'), false);
+  assert.equal(w.rev, 0, 'the filtered watch heard nothing of those writes (a fresh room)');
+  assert.equal(a.pendingWrites, 0);
+
+  // Selected: read your write through waitFor.
+  const r2 = await room.put('games/y', game('duel', 1), { waitFor: w });
+  assert.deepEqual([w.get('games/y'), w.entry('games/y')!.modRev, w.entry('games/y')!.pending], [game('duel', 1), r2.rev, undefined]);
+  // In the view, written to leave it: it shows pending, then leaves at the write's revision.
+  const p = room.put('games/y', game('duel', 2), { waitFor: w });
+  assert.deepEqual([w.get('games/y'), w.entry('games/y')!.pending], [game('duel', 2), true]);
+  const r3 = await p;
+  assert.equal(w.rev, r3.rev);
+  assert.equal(w.has('games/y'), false);
 });

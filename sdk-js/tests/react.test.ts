@@ -47,8 +47,8 @@ function probe<T>(hook: () => T, seen: T[]) {
 const last = <T>(xs: T[]) => xs[xs.length - 1];
 
 /** The watches the server holds for this client's session in `room` (the inspector). */
-async function watchesOf(c: Client, room: string): Promise<{ sub: number; prefixes: string[] }[]> {
-  const r = (await (await fetch(`${srv.http}/v1/admin/inspect`)).json()) as { clients: { session: string; watches: { sub: number; room: string; prefixes: string[] }[] }[] };
+async function watchesOf(c: Client, room: string): Promise<{ sub: number; prefixes: string[]; filter?: string }[]> {
+  const r = (await (await fetch(`${srv.http}/v1/admin/inspect`)).json()) as { clients: { session: string; watches: { sub: number; room: string; prefixes: string[]; filter?: string }[] }[] };
   return (r.clients.find((cl) => cl.session === c.session?.session)?.watches ?? []).filter((w) => w.room === room);
 }
 
@@ -79,6 +79,38 @@ test('react: StrictMode double mount leaves exactly one subscription on the serv
   m.unmount();
   await until(async () => (await watchesOf(c, room)).length === 0, 'the subscription ends after the linger');
   assert.equal((await freshSubscriptions()) - startsBefore, 1);
+});
+
+test('react: useWatch with where shows what the server selects; the same prefix and where share one subscription, another where has its own', async () => {
+  const c = client();
+  await c.ready();
+  const room = roomName();
+  await c.room(room).put('todo/1', { text: 'milk', done: false });
+  await c.room(room).put('todo/2', { text: 'eggs', done: true });
+  const open: (readonly Entry[] | undefined)[] = [];
+  const open2: (number | undefined)[] = [];
+  const done: (readonly Entry[] | undefined)[] = [];
+  const all: (readonly Entry[] | undefined)[] = [];
+  const count = (es: readonly Entry[]) => es.length;
+  const m = mount(
+    tree(
+      c,
+      room,
+      h(probe(() => useWatch('todo/', { where: '!value.done' }), open)),
+      h(probe(() => useWatch('todo/', { where: '!value.done', select: count }), open2)),
+      h(probe(() => useWatch('todo/', { where: 'value.done' }), done)),
+      h(probe(() => useWatch('todo/'), all)),
+    ),
+  );
+  await until(() => last(open)?.length === 1 && last(open2) === 1 && last(done)?.length === 1 && last(all)?.length === 2, 'the views');
+  assert.deepEqual([last(open)![0]!.key, last(done)![0]!.key], ['todo/1', 'todo/2']);
+  const ws = await watchesOf(c, room);
+  assert.deepEqual(ws.map((w) => w.filter ?? '').sort(), ['', '!value.done', 'value.done'], 'one subscription per (prefix, where)');
+
+  await c.room(room).put('todo/1', { text: 'milk', done: true });
+  await until(() => last(open)?.length === 0 && last(open2) === 0 && last(done)?.length === 2, 'todo/1 left one view and entered the other');
+  m.unmount();
+  await until(async () => (await watchesOf(c, room)).length === 0, 'the subscriptions end after the linger');
 });
 
 test('react: the provider connects the client in an effect, not during render', async () => {

@@ -37,6 +37,7 @@ export function typedRoomTypes() {
   void board.txn({ ops: [{ type: 'put', key: 'cursor/ann', value: todo }] });
 
   const cursors: TypedWatch<Cursor> = board.watch('cursor/');
+  const near: TypedWatch<Cursor> = board.watch('cursor/', { where: 'value.x < 100.0' });
   const x: number | undefined = cursors.get('cursor/ann')?.x;
   // @ts-expect-error a cursor watch holds Cursors, not Todos
   const t: Todo | undefined = board.watch('cursor/').get('cursor/ann');
@@ -44,7 +45,7 @@ export function typedRoomTypes() {
   const items: readonly Entry<Todo | Meta>[] = board.watch('todo/').entries();
   // @ts-expect-error not only Todos under todo/
   const onlyTodos: readonly Entry<Todo>[] = board.watch('todo/').entries();
-  return [x, t, items, onlyTodos];
+  return [x, t, items, onlyTodos, near];
 }
 
 export function schemaTypes() {
@@ -70,5 +71,12 @@ export function hookTypes() {
   const one: Entry<Cursor> | null | undefined = useEntry('cursor/ann');
   // @ts-expect-error the room is typed
   void useRoom().put('cursor/ann', todo);
-  return [todos, done, wrong, one];
+  // Filtered: the options form, with or without a selection; the old forms stay.
+  const open: readonly Entry<Todo>[] | undefined = useWatch('todo/', { where: '!value.done' });
+  const openCount: number | undefined = useWatch('todo/', { where: '!value.done', select: (es) => es.length, isEqual: (a, b) => a === b });
+  // @ts-expect-error a selection's type is what select returns
+  const notEntries: readonly Entry<Todo>[] | undefined = useWatch('todo/', { where: '!value.done', select: (es) => es.length });
+  // @ts-expect-error where is a string
+  useWatch('todo/', { where: 1 });
+  return [todos, done, wrong, one, open, openCount, notEntries];
 }
