@@ -210,6 +210,7 @@ func (h *HTTP) Get(ctx context.Context, room, key string) (wire.Item, uint64, er
 
 // GetWith is Get with a consistency.
 func (h *HTTP) GetWith(ctx context.Context, room, key string, o ReadOptions) (wire.Item, uint64, error) {
+	o.Filter = "" // a list's option
 	req, err := h.request(ctx, http.MethodGet, keyPath(room, key), o.query(nil), nil)
 	if err != nil {
 		return wire.Item{}, 0, err

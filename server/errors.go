@@ -3,9 +3,9 @@ package server
 import (
 	"context"
 	"errors"
-	"github.com/statecast/statecast/rooms/filter"
 
 	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/rooms/filter"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )

@@ -216,13 +216,8 @@ func (c *conn) subscribe(r *wire.Request) {
 			return
 		}
 	}
-	f, err := c.s.compileFilter(r.Filter)
-	if err != nil {
-		c.replyErr(r.ID, errorOf(err, false))
-		return
-	}
 	s := &sub{id: r.ID, room: r.Room, prev: r.Prev, nprefix: len(prefixes)}
-	if f != nil {
+	if r.Filter != "" {
 		s.nfilter = 1
 	}
 	// The prefix and filter budgets are taken before the watch starts and
@@ -250,6 +245,16 @@ func (c *conn) subscribe(r *wire.Request) {
 		return
 	case overFilters:
 		c.replyErr(r.ID, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions with a filter per connection", c.s.cfg.MaxConnFilters)))
+		return
+	}
+	// Compiled once the cheap checks passed: a connection at its limits
+	// cannot make the server compile.
+	f, err := c.s.compileFilter(r.Filter)
+	if err != nil {
+		c.mu.Lock()
+		c.releaseLocked(s)
+		c.mu.Unlock()
+		c.replyErr(r.ID, errorOf(err, false))
 		return
 	}
 	opts := rooms.WatchOptions{Prefixes: prefixes, Filter: f, Notify: func() { c.markReady(s) }}

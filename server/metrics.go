@@ -2,12 +2,12 @@ package server
 
 import (
 	"errors"
-	"github.com/statecast/statecast/rooms/filter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/rooms/filter"
 	"github.com/statecast/statecast/store"
 )
 

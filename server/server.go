@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/statecast/statecast/rooms/filter"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -18,7 +17,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/rooms/filter"
 	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/hooks"
 	"github.com/statecast/statecast/store"

@@ -26,7 +26,7 @@ import (
 // until interrupted.
 
 var cliUsage = map[string]string{
-	"get":   "statecast get ROOM [KEY] [--prefix P] [--consistency l|s] [-w json]",
+	"get":   "statecast get ROOM [KEY] [--prefix P] [--filter EXPR] [--consistency l|s] [-w json]",
 	"put":   "statecast put ROOM KEY VALUE [--if-rev N] [--lease-ttl D] [-w json]",
 	"del":   "statecast del ROOM KEY [--if-rev N] [-w json]",
 	"watch": "statecast watch ROOM [--prefix P]... [--filter EXPR] [--from N] [-v] [-w json]",

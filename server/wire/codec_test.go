@@ -414,6 +414,7 @@ func TestRejections(t *testing.T) {
 		{"json/room-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"room":"\ud800","key":"k","value":1}`), ErrDecode},
 		{"json/lease-lone-surrogate", JSON, []byte(`{"t":"put","id":5,"key":"k","value":1,"lease":"\ud800"}`), ErrDecode},
 		{"json/t-lone-surrogate", JSON, []byte(`{"t":"\ud800","id":5}`), ErrDecode},
+		{"json/filter-lone-surrogate", JSON, []byte(`{"t":"sub","id":5,"room":"r","filter":"value == '\ud800'"}`), ErrDecode},
 		{"json/type-lone-surrogate", JSON, []byte(`{"t":"txn","id":5,"ops":[{"type":"\ud800","key":"k"}]}`), ErrDecode},
 		{"json/txn-op-value", JSON, []byte(`{"t":"txn","id":5,"ops":[{"type":"put","key":"k","value":-1e999}]}`), ErrInvalidValue},
 
@@ -449,6 +450,7 @@ func TestRejections(t *testing.T) {
 		{"msgpack/cond-key-utf8", Msgpack, mpFrame(t, "t", "txn", "id", 5, "if", []any{map[string]any{"key": "\xed\xa0\x80", "mod_rev": 1}}), ErrInvalidKey},
 		{"msgpack/op-key-utf8", Msgpack, mpFrame(t, "t", "txn", "id", 5, "ops", []any{map[string]any{"type": "delete", "key": "\xff"}}), ErrInvalidKey},
 		{"msgpack/room-utf8", Msgpack, mpFrame(t, "t", "put", "id", 5, "room", "\xff", "key", "k", "value", 1), ErrDecode},
+		{"msgpack/filter-utf8", Msgpack, mpFrame(t, "t", "sub", "id", 5, "room", "r", "filter", "value == '\xff'"), ErrDecode},
 		{"msgpack/op-utf8", Msgpack, mpFrame(t, "t", "txn", "id", 5, "ops", []any{map[string]any{"op": "\xff", "key": "k"}}), ErrDecode},
 		{"msgpack/type-utf8", Msgpack, mpFrame(t, "t", "txn", "id", 5, "ops", []any{map[string]any{"type": "\xff", "key": "k"}}), ErrDecode},
 		{"msgpack/t-type", Msgpack, mpFrame(t, "t", 1), ErrDecode},

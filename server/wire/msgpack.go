@@ -96,7 +96,7 @@ func (c msgpackCodec) checkRequest(msg []byte, r *Request) error {
 	keys := append([]string{r.Key}, r.Prefixes...)
 	// Not wid: any byte outside printable ASCII there is bad_request, as
 	// in JSON (store.ValidWid).
-	others := []string{r.T, r.Token, r.Session, r.Resume, r.Room, r.Lease}
+	others := []string{r.T, r.Token, r.Session, r.Resume, r.Room, r.Lease, r.Filter}
 	if r.From != nil {
 		others = append(others, r.From.Epoch)
 	}
