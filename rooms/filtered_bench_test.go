@@ -71,8 +71,8 @@ func benchLobbyGames() int {
 }
 
 // BenchmarkFilteredSnapshot: each op is a new watcher of games/ with one
-// of the 10 filters (in turn) taking its snapshot, as 1,000 subscribers
-// connecting to the lobby do.
+// of the 10 filters (in turn) taking its snapshot, as subscribers
+// connecting to the lobby do; they stay until the end.
 func BenchmarkFilteredSnapshot(b *testing.B) {
 	n := benchLobbyGames()
 	e, _ := benchLobby(b, n)
@@ -92,7 +92,7 @@ func BenchmarkFilteredSnapshot(b *testing.B) {
 			b.Fatalf("%v %+v, want a snapshot", err, dst)
 		}
 		items += len(dst[0].Items)
-		w.Close()
+		defer w.Close()
 	}
 	b.StopTimer()
 	if frac := float64(items) / float64(b.N*n); frac < 0.07 || frac > 0.11 {
