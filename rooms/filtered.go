@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/google/btree"
+
 	"github.com/statecast/statecast/store"
 )
 
@@ -207,35 +209,41 @@ func (r *room) dropMemoLocked(w *Watcher) {
 	}
 }
 
-// filter keeps the items (the view at epoch and rev under the memo's
-// prefixes, sorted) that pass f, in place.
-func (m *snapMemo) filter(items []store.KV, f Filter, epoch string, rev uint64) []store.KV {
+// snapshot returns the items of view (the room at epoch and rev) under
+// the memo's prefixes that pass f, sorted; it walks the view itself
+// rather than a copy of every item, as most do not pass.
+func (m *snapMemo) snapshot(view *btree.BTreeG[store.KV], prefixes []string, f Filter, epoch string, rev uint64) []store.KV {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if epoch != m.epoch {
 		m.epoch, m.rev, m.in = epoch, 0, nil
 	}
 	if rev < m.rev { // older than what the memo knows: no help
-		return filterItems(items, f)
+		return filterItems(collect(view, prefixes), f)
 	}
 	if m.in == nil {
 		m.in = make(map[string]struct{})
 	}
-	out := items[:0]
-	for _, kv := range items {
-		var pass bool
-		if kv.ModRev <= m.rev {
-			_, pass = m.in[kv.Key]
-		} else if pass = f.Match(kv.Key, kv.Value); pass {
-			m.in[kv.Key] = struct{}{}
-		} else {
-			delete(m.in, kv.Key)
-		}
-		if pass {
-			out = append(out, kv)
-		}
+	var out []store.KV
+	for _, p := range prefixes { // sorted, disjoint: items come out sorted
+		view.AscendGreaterOrEqual(store.KV{Key: p}, func(kv store.KV) bool {
+			if !strings.HasPrefix(kv.Key, p) {
+				return false
+			}
+			var pass bool
+			if kv.ModRev <= m.rev {
+				_, pass = m.in[kv.Key]
+			} else if pass = f.Match(kv.Key, kv.Value); pass {
+				m.in[kv.Key] = struct{}{}
+			} else {
+				delete(m.in, kv.Key)
+			}
+			if pass {
+				out = append(out, kv)
+			}
+			return true
+		})
 	}
-	clear(items[len(out):])
 	m.rev = rev
 	// Deleted keys stay in the memo: start afresh from this snapshot's
 	// keys when they may outnumber them.

@@ -138,9 +138,11 @@ func (w *Watcher) Drain(dst []Message) ([]Message, error) {
 	}
 	r.goLiveLocked(w)
 	r.mu.Unlock()
-	items := collect(view, w.prefixes)
+	var items []store.KV
 	if memo != nil {
-		items = memo.filter(items, w.filter, epoch, rev)
+		items = memo.snapshot(view, w.prefixes, w.filter, epoch, rev)
+	} else {
+		items = collect(view, w.prefixes)
 	}
 	return append(dst, Message{Kind: KindSnapshot, Rev: rev, Epoch: epoch, Reason: reason, Items: items}), nil
 }
