@@ -2,6 +2,8 @@ package rooms_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -95,4 +97,61 @@ func TestCELFilterOnEngine(t *testing.T) {
 	if len(c.items) != 1 || c.items["games/2"] == "" {
 		t.Fatalf("view %v, want games/2 only", c.items)
 	}
+}
+
+// TestFilteredSnapshotsShareEvaluations: the snapshots of one filter's
+// watchers evaluate only the keys written since the last one, and still
+// hold exactly the filtered room; once they have all left, a snapshot
+// evaluates every key again.
+func TestFilteredSnapshotsShareEvaluations(t *testing.T) {
+	ctx := context.Background()
+	e, _ := newEngine(t, store.RetentionPolicy{}, rooms.Config{})
+	room := map[string]string{}
+	write := func(key, val string) {
+		if val == "" {
+			del(t, e, "lobby", key)
+			delete(room, key)
+		} else {
+			put(t, e, "lobby", key, val)
+			room[key] = val
+		}
+	}
+	for i := range 100 {
+		write(fmt.Sprintf("games/%02d", i), []string{`"duel"`, `"team"`}[i%2])
+	}
+	f := &countingFilter{want: "duel"}
+	snapshot := func(wantEvals int64) *rooms.Watcher {
+		t.Helper()
+		before := f.calls.Load()
+		w, err := e.Watch(ctx, "lobby", rooms.WatchOptions{Prefixes: []string{"games/"}, Filter: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newClient()
+		c.until(t, w, rooms.KindSnapshot)
+		if n := f.calls.Load() - before; n != wantEvals {
+			t.Errorf("the snapshot evaluated the filter %d times, want %d", n, wantEvals)
+		}
+		want := map[string]string{}
+		for k, v := range room {
+			if v == `"duel"` {
+				want[k] = v
+			}
+		}
+		if !maps.Equal(c.items, want) {
+			t.Fatalf("snapshot %v, want %v", c.items, want)
+		}
+		return w
+	}
+	w1 := snapshot(100)
+	w2 := snapshot(0)
+	write("games/00", `"team"`) // leaves
+	write("games/01", `"duel"`) // enters
+	write("games/02", "")       // deleted
+	write("games/x", `"duel"`)  // new
+	w3 := snapshot(3)
+	for _, w := range []*rooms.Watcher{w1, w2, w3} {
+		w.Close()
+	}
+	snapshot(int64(len(room))).Close()
 }

@@ -31,11 +31,13 @@ type room struct {
 	hist      *history
 	idx       *index
 	watchers  map[*Watcher]struct{}
-	victims   []*Watcher         // overflowed during the current notify
-	proj      map[Filter]*Change // the current notify's Change per filter (filteredLocked)
-	idleSince time.Time          // when the last watcher left
-	progAt    time.Time          // last progress sweep
-	waiters   []*posWaiter       // reads and writes waiting for the view to reach a store position
+	victims   []*Watcher           // overflowed during the current notify
+	proj      map[Filter]*Change   // the current notify's Change per filter (filteredLocked)
+	vals      eventValues          // the current notify's decoded values (filteredLocked)
+	memos     map[memoID]*snapMemo // filtered snapshots' memos (snapMemo)
+	idleSince time.Time            // when the last watcher left
+	progAt    time.Time            // last progress sweep
+	waiters   []*posWaiter         // reads and writes waiting for the view to reach a store position
 }
 
 // posWaiter is a read or an acknowledged write waiting for the view to
@@ -176,6 +178,7 @@ func (r *room) notifyLocked(ch *Change) {
 		}
 	}
 	clear(r.proj)
+	r.vals.reset(nil)
 	if len(r.victims) > 0 {
 		r.parkVictimsLocked()
 	}
@@ -205,6 +208,7 @@ func (r *room) removeLocked(w *Watcher) {
 		r.unindexLocked(w)
 	}
 	delete(r.watchers, w)
+	r.dropMemoLocked(w)
 	if len(r.watchers) == 0 {
 		r.idleSince = time.Now()
 	}

@@ -56,7 +56,8 @@ type Watcher struct {
 	room     *room
 	prefixes []string
 	filter   Filter
-	pos      []int32 // position in the index bucket of each prefix
+	memo     *snapMemo // its filtered snapshots' memo, once it took one
+	pos      []int32   // position in the index bucket of each prefix
 	notify   func()
 	ready    chan struct{}
 	buf      []Message // Next's unread messages
@@ -131,11 +132,17 @@ func (w *Watcher) Drain(dst []Message) ([]Message, error) {
 	// Clone the view under the lock (copy-on-write, O(1)) and collect the
 	// items after releasing it, so a large snapshot never stalls writers.
 	view, rev, epoch, reason := r.view.Clone(), r.head, r.epoch, w.reason
+	var memo *snapMemo
+	if w.filter != nil {
+		memo = r.memoLocked(w)
+	}
 	r.goLiveLocked(w)
 	r.mu.Unlock()
-	items := collect(view, w.prefixes)
-	if w.filter != nil {
-		items = filterItems(items, w.filter)
+	var items []store.KV
+	if memo != nil {
+		items = memo.snapshot(view, w.prefixes, w.filter, epoch, rev)
+	} else {
+		items = collect(view, w.prefixes)
 	}
 	return append(dst, Message{Kind: KindSnapshot, Rev: rev, Epoch: epoch, Reason: reason, Items: items}), nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/interpreter"
 )
 
 // Limits of an expression: its length, its nesting, and the CEL cost of
@@ -110,7 +111,7 @@ func (f *Filter) Match(key string, value []byte) bool {
 // MatchValue is Match on a value already decoded by encoding/json.
 func (f *Filter) MatchValue(key string, value any) bool {
 	Evals.Add(1)
-	out, _, err := f.prg.Eval(map[string]any{"key": key, "value": value})
+	out, _, err := f.prg.Eval(&vars{key: key, value: value})
 	if err != nil {
 		EvalErrors.Add(1)
 		return false
@@ -121,6 +122,24 @@ func (f *Filter) MatchValue(key string, value any) bool {
 	}
 	return b
 }
+
+// vars is an evaluation's variables: lighter than the map Eval also takes.
+type vars struct {
+	key   string
+	value any
+}
+
+func (v *vars) ResolveName(name string) (any, bool) {
+	switch name {
+	case "key":
+		return v.key, true
+	case "value":
+		return v.value, true
+	}
+	return nil, false
+}
+
+func (v *vars) Parent() interpreter.Activation { return nil }
 
 // Cache hands out one *Filter per expression text, so that watchers with
 // the same filter share it (and the room evaluates it once per event).

@@ -764,7 +764,7 @@ func pidsCPU(pids []int) (sum time.Duration, each []time.Duration) {
 		return -1, nil
 	}
 	for _, pid := range pids {
-		d, err := procCPU(pid)
+		d, err := proc.CPU(pid)
 		if err != nil {
 			return -1, nil
 		}
@@ -823,7 +823,7 @@ func (e *env) serverCPU() time.Duration {
 	if e.pid == 0 {
 		return -1
 	}
-	d, err := procCPU(e.pid)
+	d, err := proc.CPU(e.pid)
 	if err != nil {
 		return -1
 	}

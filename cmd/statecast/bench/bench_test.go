@@ -535,8 +535,8 @@ func TestFmtNum(t *testing.T) {
 }
 
 func TestHelpers(t *testing.T) {
-	if cpu, err := procCPU(os.Getpid()); err != nil || cpu < 0 {
-		t.Errorf("procCPU: %v %v", cpu, err)
+	if cpu, err := proc.CPU(os.Getpid()); err != nil || cpu < 0 {
+		t.Errorf("proc.CPU: %v %v", cpu, err)
 	}
 	if rss, err := procRSS(os.Getpid()); err != nil || rss <= 0 {
 		t.Errorf("procRSS: %v %v", rss, err)

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -16,37 +15,8 @@ import (
 	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 )
 
-// The load tool reads the server's CPU time and memory from /proc, raises
-// its own file limit, and can start the server itself.
-
-// clockTicks is sysconf(_SC_CLK_TCK) on Linux: the unit of utime and stime
-// in /proc/PID/stat.
-const clockTicks = 100
-
-// procCPU is the CPU time (user + system) process pid has used so far.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces:
-	// fields are counted from the last ')'. utime and stime are fields 14
-	// and 15, i.e. the 12th and 13th after it.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	return time.Duration(ut+st) * (time.Second / clockTicks), nil
-}
+// The load tool reads the server's CPU time (proc.CPU) and memory from
+// /proc, raises its own file limit, and can start the server itself.
 
 // procRSS is the resident set size of process pid in bytes (VmRSS).
 func procRSS(pid int) (int64, error) {
@@ -98,7 +68,7 @@ func machineBusy() time.Duration {
 		}
 		busy += n
 	}
-	return time.Duration(busy) * (time.Second / clockTicks)
+	return time.Duration(busy) * (time.Second / proc.ClockTicks)
 }
 
 // localPorts is the number of ephemeral ports (ip_local_port_range), or 0

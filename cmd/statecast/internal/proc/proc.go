@@ -1,14 +1,18 @@
 // Package proc holds what the statecast command and its load tool share
 // about processes: the file limit, command lines (the load tool's --spawn,
-// the tests' Dockerfile checks) and a process's output.
+// the tests' Dockerfile checks), a process's output and its CPU time.
 package proc
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // RaiseNofile raises the soft RLIMIT_NOFILE to the hard limit and returns
@@ -117,4 +121,33 @@ func (t *Tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.b)
+}
+
+// ClockTicks is sysconf(_SC_CLK_TCK) on Linux: the unit of utime and stime
+// in /proc/PID/stat.
+const ClockTicks = 100
+
+// CPU is the CPU time (user + system) process pid has used so far.
+func CPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// fields are counted from the last ')'. utime and stime are fields 14
+	// and 15, i.e. the 12th and 13th after it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return time.Duration(ut+st) * (time.Second / ClockTicks), nil
 }
