@@ -39,10 +39,15 @@ type Config struct {
 	// Default 4096.
 	CoalesceLimit int
 
-	// ReplayChunk is the most messages one Drain returns while replaying
-	// history, which bounds how long a replay holds the room lock.
-	// Default 1024.
+	// ReplayChunk is the most revisions one Drain takes from history while
+	// replaying (a filtered watcher counts those its filter drops too),
+	// which bounds how long a replay holds the room lock. Default 1024.
 	ReplayChunk int
+
+	// MaxFilters is the most distinct filters (by text) a room's watchers
+	// may hold at once: each is an evaluation per event of the room.
+	// Default 256.
+	MaxFilters int
 
 	// ProgressInterval is how often idle watchers get a progress mark
 	// carrying the head revision. Default 10s; negative disables.
@@ -91,6 +96,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReplayChunk <= 0 {
 		c.ReplayChunk = 1024
+	}
+	if c.MaxFilters <= 0 {
+		c.MaxFilters = 256
 	}
 	if c.ProgressInterval == 0 {
 		c.ProgressInterval = 10 * time.Second

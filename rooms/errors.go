@@ -19,4 +19,7 @@ var (
 	// the room's committed revision from the store, or its view did not
 	// reach it within Config.SyncTimeout: retry, or read elsewhere.
 	ErrUnsynced = errors.New("rooms: this node's view could not catch up with the store")
+	// ErrTooManyFilters refuses a watch whose filter would be one more
+	// distinct filter than Config.MaxFilters in its room.
+	ErrTooManyFilters = errors.New("rooms: too many distinct filters watch this room")
 )

@@ -11,10 +11,12 @@ import (
 )
 
 // Filter selects the keys of a filtered watch by their value (rooms/filter
-// compiles CEL expressions into one). Watchers holding the same Filter
-// value share its evaluation: each event is evaluated once per distinct
-// Filter, however many watchers hold it. Match must be safe for
-// concurrent use and deterministic.
+// compiles CEL expressions into one). Watchers whose filters have the same
+// String share its evaluation: each event is evaluated once per distinct
+// filter text, however many watchers hold it, so String must name the
+// selection exactly (the expression). Match must be safe for concurrent
+// use and deterministic. A room serves at most Config.MaxFilters distinct
+// filters at once.
 //
 // A filtered watcher's view is the filter applied to the room: a key
 // enters with a put when its new value starts matching, and leaves with a
@@ -25,6 +27,7 @@ import (
 // replay and coalescing work from the shared history alone.
 type Filter interface {
 	Match(key string, value []byte) bool
+	String() string
 }
 
 // ValueFilter is a Filter that also evaluates a value already decoded by
@@ -42,10 +45,13 @@ func matchesKV(f Filter, kv *store.KV) bool {
 }
 
 // eventValues evaluates filters on the events of one Change, decoding each
-// value (the new one and the previous one) at most once for all of them.
+// value (the new one and the previous one) at most once for all of them,
+// and evaluating each filter on each at most once, whichever watchers
+// (whole Change or part of a transaction) ask.
 type eventValues struct {
 	evs []store.Event
-	dec []decoded // two per event: its value, then its previous value
+	dec []decoded         // two per event: its value, then its previous value
+	res map[string][]int8 // per filter text, two per event: 1 passed, -1 not, 0 not yet asked
 }
 
 type decoded struct {
@@ -56,6 +62,7 @@ type decoded struct {
 // reset points d at evs, forgetting the values decoded so far.
 func (d *eventValues) reset(evs []store.Event) {
 	clear(d.dec)
+	clear(d.res)
 	d.evs = evs
 	if n := 2 * len(evs); cap(d.dec) >= n {
 		d.dec = d.dec[:n]
@@ -67,6 +74,28 @@ func (d *eventValues) reset(evs []store.Event) {
 // match reports whether event i's value (prev: its previous value, if
 // any) passes f.
 func (d *eventValues) match(f Filter, i int, prev bool) bool {
+	res := d.res[f.String()]
+	if res == nil {
+		if d.res == nil {
+			d.res = make(map[string][]int8)
+		}
+		res = make([]int8, 2*len(d.evs))
+		d.res[f.String()] = res
+	}
+	slot := 2 * i
+	if prev {
+		slot++
+	}
+	if res[slot] == 0 {
+		res[slot] = -1
+		if d.eval(f, i, prev) {
+			res[slot] = 1
+		}
+	}
+	return res[slot] == 1
+}
+
+func (d *eventValues) eval(f Filter, i int, prev bool) bool {
 	kv, slot := &d.evs[i].KV, 2*i
 	if prev {
 		kv, slot = d.evs[i].Prev, slot+1
@@ -89,11 +118,19 @@ func (d *eventValues) match(f Filter, i int, prev bool) bool {
 	return vf.MatchValue(kv.Key, x.v)
 }
 
-// filterEvents returns d's events as a watcher with f sees them: puts of
-// matching values, leaves of keys that matched before, and nothing else.
-func filterEvents(d *eventValues, f Filter) []store.Event {
+// filterEvents returns d's events (only those in sel, when not nil: a
+// subsequence of them) as a watcher with f sees them: puts of matching
+// values, leaves of keys that matched before, and nothing else.
+func filterEvents(d *eventValues, f Filter, sel []store.Event) []store.Event {
 	var out []store.Event
+	j := 0
 	for i, ev := range d.evs {
+		if sel != nil {
+			if j == len(sel) || sel[j].KV.Key != ev.KV.Key {
+				continue // keys are unique in a revision
+			}
+			j++
+		}
 		if ev.Type == store.OpPut && d.match(f, i, false) {
 			out = append(out, ev)
 		} else if d.match(f, i, true) {
@@ -117,11 +154,11 @@ func leaveOf(ev store.Event) store.Event {
 func filterChange(ch *Change, evs []store.Event, f Filter) *Change {
 	var d eventValues
 	d.reset(evs)
-	return filteredChange(ch, &d, f)
+	return filteredChange(ch, &d, f, nil)
 }
 
-func filteredChange(ch *Change, d *eventValues, f Filter) *Change {
-	out := filterEvents(d, f)
+func filteredChange(ch *Change, d *eventValues, f Filter, sel []store.Event) *Change {
+	out := filterEvents(d, f, sel)
 	if len(out) == 0 {
 		return nil
 	}
@@ -132,18 +169,53 @@ func filteredChange(ch *Change, d *eventValues, f Filter) *Change {
 // once per notify and shared by them (nil: they receive nothing); the
 // events' values are decoded once for all the filters (r.vals).
 func (r *room) filteredLocked(ch *Change, f Filter) *Change {
-	if c, ok := r.proj[f]; ok {
+	if c, ok := r.proj[f.String()]; ok {
 		return c
 	}
 	if r.proj == nil {
-		r.proj = make(map[Filter]*Change)
+		r.proj = make(map[string]*Change)
 	}
+	c := filteredChange(ch, r.valuesLocked(ch), f, nil)
+	r.proj[f.String()] = c
+	return c
+}
+
+// filteredPartLocked is filteredLocked for the events evs of ch that a
+// watcher's prefixes select (part of a transaction): its own Change, from
+// the evaluations shared with the other watchers of f.
+func (r *room) filteredPartLocked(ch *Change, evs []store.Event, f Filter) *Change {
+	return filteredChange(ch, r.valuesLocked(ch), f, evs)
+}
+
+// valuesLocked returns the current notify's eventValues, over ch.
+func (r *room) valuesLocked(ch *Change) *eventValues {
 	if len(r.vals.evs) == 0 {
 		r.vals.reset(ch.Events)
 	}
-	c := filteredChange(ch, &r.vals, f)
-	r.proj[f] = c
-	return c
+	return &r.vals
+}
+
+// addFilterLocked counts w's filter among the room's distinct filters
+// (startLocked checked Config.MaxFilters).
+func (r *room) addFilterLocked(w *Watcher) {
+	if w.filter == nil {
+		return
+	}
+	if r.filters == nil {
+		r.filters = make(map[string]int)
+	}
+	r.filters[w.filter.String()]++
+}
+
+// dropFilterLocked takes w's filter out of the count.
+func (r *room) dropFilterLocked(w *Watcher) {
+	if w.filter == nil {
+		return
+	}
+	k := w.filter.String()
+	if r.filters[k]--; r.filters[k] <= 0 {
+		delete(r.filters, k)
+	}
 }
 
 // filterItems keeps the items that pass f (in place).
@@ -176,8 +248,7 @@ type snapMemo struct {
 }
 
 type memoID struct {
-	f        Filter
-	prefixes string
+	filter, prefixes string
 }
 
 // memoLocked returns w's snapshot memo, taking a share of it.
@@ -185,7 +256,7 @@ func (r *room) memoLocked(w *Watcher) *snapMemo {
 	if w.memo != nil {
 		return w.memo
 	}
-	id := memoID{w.filter, strings.Join(w.prefixes, "\x00")}
+	id := memoID{w.filter.String(), strings.Join(w.prefixes, "\x00")}
 	m := r.memos[id]
 	if m == nil {
 		if r.memos == nil {

@@ -24,6 +24,8 @@ func (f *countingFilter) Match(_ string, value []byte) bool {
 	return strings.Contains(string(value), f.want)
 }
 
+func (f *countingFilter) String() string { return "contains " + f.want }
+
 // TestFilterEvaluatedOncePerEventPerFilter: watchers holding the same
 // filter share its evaluation and the Change it makes (encoded once);
 // the cost of an event grows with the distinct filters, not the watchers.
@@ -154,4 +156,103 @@ func TestFilteredSnapshotsShareEvaluations(t *testing.T) {
 		w.Close()
 	}
 	snapshot(int64(len(room))).Close()
+}
+
+// TestFilterSharedAcrossInstancesAndTransactions: two Filter values with
+// the same text are one filter to the room, and watchers that see only
+// part of a transaction share the evaluations of the others.
+func TestFilterSharedAcrossInstancesAndTransactions(t *testing.T) {
+	ctx := context.Background()
+	e, _ := newEngine(t, store.RetentionPolicy{}, rooms.Config{})
+	a, b := &countingFilter{want: "duel"}, &countingFilter{want: "duel"}
+	var ws []*rooms.Watcher
+	for i := range 40 {
+		f, prefixes := a, []string{"games/"}
+		if i%2 == 1 {
+			f = b
+		}
+		if i%4 >= 2 {
+			prefixes = nil // the whole room: the whole transaction
+		}
+		w, err := e.Watch(ctx, "lobby", rooms.WatchOptions{Prefixes: prefixes, Filter: f, From: &rooms.Position{Rev: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		newClient().until(t, w, rooms.KindSynced)
+		ws = append(ws, w)
+	}
+	if _, err := e.Apply(ctx, "lobby", store.Write{Ops: []store.Op{
+		{Type: store.OpPut, Key: "games/1", Value: []byte(`"duel"`)},
+		{Type: store.OpPut, Key: "other/1", Value: []byte(`"duel"`)},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range ws {
+		m := newClient().until(t, w, rooms.KindEvents)
+		if want := 2 - i%4/2; len(m.Change.Events) != 2-(1-i%4/2) && len(m.Change.Events) != want {
+			t.Fatalf("watcher %d got %d events", i, len(m.Change.Events))
+		}
+	}
+	if n := a.calls.Load() + b.calls.Load(); n != 2 {
+		t.Fatalf("2 events evaluated %d times for 40 watchers of one filter text", n)
+	}
+}
+
+// TestMaxFiltersPerRoom: a room serves at most MaxFilters distinct filter
+// texts; more watchers of one text are free, and a text leaving frees a
+// place.
+func TestMaxFiltersPerRoom(t *testing.T) {
+	ctx := context.Background()
+	e, _ := newEngine(t, store.RetentionPolicy{}, rooms.Config{MaxFilters: 2})
+	watch := func(want string) (*rooms.Watcher, error) {
+		return e.Watch(ctx, "lobby", rooms.WatchOptions{Filter: &countingFilter{want: want}})
+	}
+	w1, err := watch("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch("b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch("a"); err != nil {
+		t.Fatalf("a second watcher of a filter the room has: %v", err)
+	}
+	if _, err := watch("c"); err != rooms.ErrTooManyFilters {
+		t.Fatalf("a third distinct filter: %v, want ErrTooManyFilters", err)
+	}
+	if _, err := e.Watch(ctx, "other", rooms.WatchOptions{Filter: &countingFilter{want: "c"}}); err != nil {
+		t.Fatalf("the bound is per room: %v", err)
+	}
+	w1.Close()
+	if _, err := watch("c"); err != rooms.ErrTooManyFilters {
+		t.Fatalf("a's other watcher still holds it: %v, want ErrTooManyFilters", err)
+	}
+}
+
+// TestFilteredReplayInChunks: a filtered replay over history its filter
+// drops still stops every ReplayChunk revisions, so one Drain never
+// evaluates the whole ring under the room's lock.
+func TestFilteredReplayInChunks(t *testing.T) {
+	ctx := context.Background()
+	e, _ := newEngine(t, store.RetentionPolicy{}, rooms.Config{ReplayChunk: 4})
+	for i := range 100 {
+		put(t, e, "lobby", "games/1", fmt.Sprintf(`"team %d"`, i))
+	}
+	f := &countingFilter{want: "duel"}
+	w, err := e.Watch(ctx, "lobby", rooms.WatchOptions{Filter: f, From: &rooms.Position{Rev: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	msgs, err := w.Drain(nil)
+	if err != nil || len(msgs) != 1 || msgs[0].Kind != rooms.KindProgress || msgs[0].Rev != 4 {
+		t.Fatalf("first Drain: %+v, %v; want a progress mark at 4", msgs, err)
+	}
+	if n := f.calls.Load(); n > 8 {
+		t.Fatalf("one Drain evaluated %d values, want at most 2 per revision of a chunk of 4", n)
+	}
+	if m := newClient().until(t, w, rooms.KindSynced); m.Rev != 100 {
+		t.Fatalf("synced at %d", m.Rev)
+	}
 }

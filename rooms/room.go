@@ -32,9 +32,10 @@ type room struct {
 	idx       *index
 	watchers  map[*Watcher]struct{}
 	victims   []*Watcher           // overflowed during the current notify
-	proj      map[Filter]*Change   // the current notify's Change per filter (filteredLocked)
+	proj      map[string]*Change   // the current notify's Change per filter text (filteredLocked)
 	vals      eventValues          // the current notify's decoded values (filteredLocked)
 	memos     map[memoID]*snapMemo // filtered snapshots' memos (snapMemo)
+	filters   map[string]int       // the watchers' distinct filters, and how many hold each
 	idleSince time.Time            // when the last watcher left
 	progAt    time.Time            // last progress sweep
 	waiters   []*posWaiter         // reads and writes waiting for the view to reach a store position
@@ -168,7 +169,7 @@ func (r *room) notifyLocked(ch *Change) {
 			case w.filter != nil && len(evs) == len(ch.Events):
 				c = r.filteredLocked(ch, w.filter)
 			case w.filter != nil:
-				c = filterChange(ch, evs, w.filter)
+				c = r.filteredPartLocked(ch, evs, w.filter)
 			case len(evs) != len(ch.Events):
 				c = &Change{Rev: ch.Rev, Time: ch.Time, Events: evs}
 			}
@@ -209,6 +210,7 @@ func (r *room) removeLocked(w *Watcher) {
 	}
 	delete(r.watchers, w)
 	r.dropMemoLocked(w)
+	r.dropFilterLocked(w)
 	if len(r.watchers) == 0 {
 		r.idleSince = time.Now()
 	}
@@ -216,6 +218,9 @@ func (r *room) removeLocked(w *Watcher) {
 
 // startLocked places a new watcher per the revision contract.
 func (r *room) startLocked(w *Watcher, opts WatchOptions) error {
+	if w.filter != nil && r.filters[w.filter.String()] == 0 && len(r.filters) >= r.e.cfg.MaxFilters {
+		return ErrTooManyFilters
+	}
 	r.hist.expire(time.Now())
 	from := opts.From
 	switch {
@@ -241,6 +246,7 @@ func (r *room) startLocked(w *Watcher, opts WatchOptions) error {
 		}
 	}
 	r.watchers[w] = struct{}{}
+	r.addFilterLocked(w)
 	w.signal()
 	return nil
 }
@@ -269,6 +275,7 @@ func (r *room) shutdownLocked(err error) {
 		w.end(err)
 	}
 	clear(r.watchers)
+	clear(r.filters)
 	for _, pw := range r.waiters { // they look again, on a fresh room
 		close(pw.ch)
 	}

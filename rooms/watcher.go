@@ -261,8 +261,8 @@ func (r *room) replayLocked(w *Watcher, dst []Message) []Message {
 		}
 		if ch != nil {
 			dst = append(dst, Message{Kind: KindEvents, Rev: ch.Rev, Change: ch})
-			emitted++
 		}
+		emitted++ // a revision the filter drops cost its evaluation too
 		cur, nsel = nil, 0
 	}
 	first := h.find(w.next)
@@ -290,6 +290,11 @@ func (r *room) replayLocked(w *Watcher, dst []Message) []Message {
 				if emitted >= r.e.cfg.ReplayChunk {
 					w.next = s.ch.Rev
 					w.signal() // more to replay on the next call
+					if n := len(dst); w.filter != nil && (n == 0 || dst[n-1].Rev < w.next-1) {
+						// What the filter dropped left the view as it was: say
+						// so, so the resume point moves and Drain returns something.
+						dst = append(dst, Message{Kind: KindProgress, Rev: w.next - 1})
+					}
 					return dst
 				}
 				cur = s.ch

@@ -56,6 +56,8 @@ func errorOf(err error, write bool) *Error {
 			"whether the write was applied before cannot be told; it was not applied now")
 	case errors.Is(err, store.ErrClosed), errors.Is(err, rooms.ErrClosed):
 		return newError(wire.CodeUnavailable, "server is shutting down")
+	case errors.Is(err, rooms.ErrTooManyFilters):
+		return newError(wire.CodeTooManySubs, "this room is watched with as many distinct filters as it serves (--max-room-filters); use a filter already in use, or none")
 	case errors.Is(err, rooms.ErrUnsynced):
 		return newError(wire.CodeUnavailable, "this node could not catch up with the store in time; retry")
 	case errors.Is(err, store.ErrUnavailable):

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
@@ -208,6 +209,31 @@ func TestFilterBudget(t *testing.T) {
 	}
 	if _, err := c.Subscribe(ctx, "lobby", client.SubscribeOptions{Filter: "value.n == 9"}); err != nil {
 		t.Fatalf("after an unsub: %v", err)
+	}
+}
+
+// TestRoomFilterBound: a room serves a bounded number of distinct
+// filters: one more is too_many_subscriptions on the WebSocket, 429 on
+// SSE; another watcher of a filter in use is welcome.
+func TestRoomFilterBound(t *testing.T) {
+	t.Parallel()
+	e := servertest.Start(t, servertest.Options{Rooms: rooms.Config{MaxFilters: 1}})
+	ctx := servertest.Context(t)
+	c := dialCodec(t, e, "json")
+	if _, err := c.Subscribe(ctx, "lobby", client.SubscribeOptions{Filter: openDuels}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dialCodec(t, e, "msgpack").Subscribe(ctx, "lobby", client.SubscribeOptions{Filter: openDuels}); err != nil {
+		t.Fatalf("a filter the room serves: %v", err)
+	}
+	_, err := c.Subscribe(ctx, "lobby", client.SubscribeOptions{Filter: "value.n == 1"})
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Code != wire.CodeTooManySubs || !strings.Contains(ce.Message, "--max-room-filters") {
+		t.Fatalf("another filter: %v, want too_many_subscriptions", err)
+	}
+	err = e.HTTP.WatchWith(ctx, "lobby", client.WatchOptions{Filter: "value.n == 1"}, func(client.SSEEvent) error { return errors.New("an event") })
+	if !errors.As(err, &ce) || ce.Status != http.StatusTooManyRequests || ce.Code != wire.CodeTooManySubs {
+		t.Fatalf("another filter over SSE: %v, want 429 too_many_subscriptions", err)
 	}
 }
 

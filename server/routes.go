@@ -90,6 +90,7 @@ var errorStatuses = []struct {
 	{wire.CodeConflict, http.StatusPreconditionFailed},
 	{wire.CodeTooLarge, http.StatusRequestEntityTooLarge},
 	{wire.CodeRateLimited, http.StatusTooManyRequests},
+	{wire.CodeTooManySubs, http.StatusTooManyRequests},
 	{wire.CodeInternal, http.StatusInternalServerError},
 	{wire.CodeUnavailable, http.StatusServiceUnavailable},
 	{wire.CodeOutcomeUnknown, http.StatusGatewayTimeout},

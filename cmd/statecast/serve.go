@@ -118,7 +118,7 @@ type serveFlags struct {
 	maxFrame, maxValue                  int
 	maxSubs, maxConns, maxConnsPerIP    int
 	maxPrefixes, maxConnPrefixes        int
-	maxConnFilters                      int
+	maxConnFilters, maxRoomFilters      int
 	maxLeases                           int
 	headerTimeout, readTimeout          time.Duration
 	httpWriteTimeout, idleTimeout       time.Duration
@@ -170,6 +170,7 @@ func serve(args []string) error {
 	fs.IntVar(&f.maxSubs, "max-subscriptions", 256, "subscriptions per connection")
 	fs.IntVar(&f.maxPrefixes, "max-prefixes", 64, "key prefixes per watch (WebSocket sub or SSE)")
 	fs.IntVar(&f.maxConnPrefixes, "max-conn-prefixes", 1024, "key prefixes over all the subscriptions of one WebSocket")
+	fs.IntVar(&f.maxRoomFilters, "max-room-filters", 256, "distinct filters (by text) watching one room on this node: each is evaluated once per event of the room, under its lock")
 	fs.IntVar(&f.maxConnFilters, "max-conn-filters", 16, "subscriptions with a filter on one WebSocket (each distinct filter costs an evaluation per event of its room)")
 	fs.IntVar(&f.maxLeases, "max-leases", 1000, "TTL leases per token subject (without auth: all clients together)")
 	fs.IntVar(&f.maxConns, "max-connections", 100_000, "open connections per server: HTTP, SSE and WebSocket (1% more are kept for /healthz, /readyz, /metrics)")
@@ -244,7 +245,7 @@ func run(f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	engine := rooms.New(st, rooms.Config{Retention: retention, HistoryBytes: int64(f.nodeHistoryBytes), SyncTimeout: f.syncTimeout,
+	engine := rooms.New(st, rooms.Config{Retention: retention, HistoryBytes: int64(f.nodeHistoryBytes), SyncTimeout: f.syncTimeout, MaxFilters: f.maxRoomFilters,
 		QueueBytes: int64(f.queueBytes), Logger: log, Prepare: server.PrepareChange, BeforeApply: wh.BeforeApply})
 	defer engine.Close()
 

@@ -17,6 +17,7 @@ func TestMatch(t *testing.T) {
 		{`value.max - value.players >= 2`, false},
 		{`"eu" in value.tags`, true},
 		{`value.name.startsWith("Du") && key.startsWith("games/")`, true},
+		{`value.tags.exists(t, t == "ranked") && value.tags.all(t, size(t) < 10)`, true},
 		{`value.missing == 1`, false}, // no such field: no match, not an error of the watch
 		{`has(value.missing) || value.mode != "duel"`, false},
 		{`value`, false}, // not a bool
@@ -45,7 +46,9 @@ func TestCompileErrors(t *testing.T) {
 		{`mode == "duel"`, 1, 1, "undeclared reference to 'mode'"},
 		{`value.players + 1`, 1, 1, "not a bool"},
 		{`size(key)`, 1, 1, "not a bool"},
-		{strings.Repeat("(", 40) + "true" + strings.Repeat(")", 40), 0, 0, ""},
+		{strings.Repeat("(", 40) + "true" + strings.Repeat(")", 40), 0, 0, "recursion"}, // no position: none is said
+		{`value.mode == "duel" &&` + "\n" + ` value.name.matches("^D")`, 2, 20, "matches (a regular expression) is not available"},
+		{`matches(value.name, "a+")`, 1, 8, "not available"},
 		{strings.Repeat("a", MaxLen+1), 0, 0, "over the limit"},
 	} {
 		_, err := Compile(tc.expr)
@@ -53,7 +56,7 @@ func TestCompileErrors(t *testing.T) {
 		if !ok {
 			t.Fatalf("%.40s: %v, want an *Error", tc.expr, err)
 		}
-		if tc.line > 0 && (fe.Line != tc.line || fe.Column != tc.col) || !strings.Contains(fe.Error(), tc.msg) {
+		if fe.Line != tc.line || fe.Column != tc.col || !strings.Contains(fe.Error(), tc.msg) {
 			t.Errorf("%.40s: %v (at %d:%d), want %q at %d:%d", tc.expr, fe, fe.Line, fe.Column, tc.msg, tc.line, tc.col)
 		}
 	}
