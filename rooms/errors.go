@@ -20,3 +20,6 @@ var (
 	// reach it within Config.SyncTimeout: retry, or read elsewhere.
 	ErrUnsynced = errors.New("rooms: this node's view could not catch up with the store")
 )
+
+// ErrFutureRevision fails a Compact to a revision past the room's head.
+var ErrFutureRevision = errors.New("rooms: revision is past the room's head")
