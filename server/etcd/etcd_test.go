@@ -9,22 +9,29 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	statecast "github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/etcd"
 	"github.com/statecast/statecast/server/servertest"
+	"github.com/statecast/statecast/server/wire"
+	"github.com/statecast/statecast/store"
 )
 
 // The node, the etcd server and every client end with the test.
@@ -518,4 +525,123 @@ func TestAuth(t *testing.T) {
 		Username: "w", Password: "not a token"}); !errors.Is(err, rpctypes.ErrAuthFailed) {
 		t.Fatalf("a password that is no token: %v", err)
 	}
+}
+
+// TestWebSocketAndEtcd: the same rooms through both doors. A JSON string
+// is its text to an etcd client, any other JSON value its JSON text.
+func TestWebSocketAndEtcd(t *testing.T) {
+	n, _, cli := start(t, servertest.Options{})
+	ctx := ctxOf(t)
+	conn, err := statecast.Dial(ctx, n.WS, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	wch := cli.Watch(ctx, "/x/", clientv3.WithPrefix(), clientv3.WithPrevKV())
+	if _, err := conn.Put(ctx, "x", "k", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Put(ctx, "x", "k", map[string]any{"a": 1}); err != nil {
+		t.Fatal(err)
+	}
+	evs := events(t, wch, 2)
+	if string(evs[0].Kv.Value) != "hello" || string(evs[1].Kv.Value) != `{"a":1}` || string(evs[1].PrevKv.Value) != "hello" || evs[1].Kv.ModRevision != 2 {
+		t.Fatalf("WebSocket writes seen by an etcd watch: %v", evs)
+	}
+	sub, err := conn.Subscribe(ctx, "x", statecast.SubscribeOptions{From: &wire.Position{Rev: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "/x/e", "from etcd"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, "/x/k"); err != nil {
+		t.Fatal(err)
+	}
+	var got []wire.Event
+	for len(got) < 2 {
+		m, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.Events...)
+	}
+	if got[0].Type != "put" || got[0].Key != "e" || string(got[0].Value) != `"from etcd"` || got[0].ModRev != 3 || got[1].Type != "delete" || got[1].Key != "k" || got[1].ModRev != 4 {
+		t.Fatalf("etcd writes seen by a WebSocket subscription: %+v", got)
+	}
+}
+
+// slowWatch starts a watch of /s/ on its own gRPC connection with small
+// flow-control windows, writes n revisions of 16 KiB while it reads
+// nothing, then reads; it returns the revisions of the events received
+// and the last response.
+func slowWatch(t *testing.T, o servertest.Options, n int) ([]int64, *pb.WatchResponse) {
+	t.Helper()
+	o.Rooms.QueueLimit = 4
+	_, addr, cli := start(t, o)
+	ctx := ctxOf(t)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ws, err := pb.NewWatchClient(conn).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := &pb.WatchCreateRequest{Key: []byte("/s/"), RangeEnd: []byte("/s0")}
+	if err := ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: create}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := ws.Recv(); err != nil || !resp.Created {
+		t.Fatalf("create: %v, %v", resp, err)
+	}
+	value := strings.Repeat("v", 16<<10)
+	for i := 1; i <= n; i++ {
+		if _, err := cli.Put(ctx, "/s/k", value+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var revs []int64
+	for {
+		resp, err := ws.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range resp.Events {
+			revs = append(revs, ev.Kv.ModRevision)
+		}
+		if resp.Canceled || len(revs) == n {
+			return revs, resp
+		}
+	}
+}
+
+// TestSlowWatch: a watch whose client does not keep up falls behind the
+// room's queue; it still gets every revision, replayed from the history,
+// and when the history no longer holds them it is canceled with
+// compact_revision, as etcd cancels a watch from a compacted revision.
+func TestSlowWatch(t *testing.T) {
+	t.Run("replayed", func(t *testing.T) {
+		revs, _ := slowWatch(t, servertest.Options{}, 200)
+		for i, rev := range revs {
+			if rev != int64(i+1) {
+				t.Fatalf("event %d is revision %d: every revision once, in order, expected", i, rev)
+			}
+		}
+	})
+	t.Run("compacted", func(t *testing.T) {
+		o := servertest.Options{}
+		o.Rooms.Retention = store.RetentionPolicy{Default: store.Retention{MaxEvents: 20, MaxBytes: 64 << 20}}
+		revs, last := slowWatch(t, o, 200)
+		if !last.Canceled || last.CompactRevision != 181 {
+			t.Fatalf("last response %+v, want canceled with compact_revision 181", last)
+		}
+		for i, rev := range revs {
+			if rev != int64(i+1) {
+				t.Fatalf("event %d is revision %d before the cancel", i, rev)
+			}
+		}
+	})
 }
