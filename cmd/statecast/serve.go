@@ -287,20 +287,15 @@ func run(f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	hs := srv.HTTPServer()
-	fmt.Printf("statecast listening on http://%s (store: %s)\n", ln.Addr(), where)
-	if authn == nil && connector == nil {
-		fmt.Println("statecast: no auth configured: anonymous clients may read and write every room")
-		fmt.Println("statecast: anonymous mode answers only Host names localhost, *.localhost, IP addresses and --allow-host patterns")
-	}
 	errc := make(chan error, 2)
-	go func() { errc <- hs.Serve(srv.Listener(ln)) }()
 	if f.etcdAddr != "" {
+		// Announced before the HTTP address, which tests and scripts
+		// wait for: by then the etcd API is up too.
 		eln, err := net.Listen("tcp", f.etcdAddr)
 		if err != nil {
 			return err
 		}
-		es := etcd.New(etcd.Config{Node: srv, Name: f.nodeID, Logger: log})
+		es := etcd.New(etcd.Config{Node: srv, Name: f.nodeID + "@" + eln.Addr().String(), Logger: log})
 		fmt.Printf("statecast: etcd v3 API on %s\n", eln.Addr())
 		go func() { errc <- es.Serve(eln) }()
 		defer func() {
@@ -309,6 +304,13 @@ func run(f serveFlags) error {
 			es.Stop(sctx)
 		}()
 	}
+	hs := srv.HTTPServer()
+	fmt.Printf("statecast listening on http://%s (store: %s)\n", ln.Addr(), where)
+	if authn == nil && connector == nil {
+		fmt.Println("statecast: no auth configured: anonymous clients may read and write every room")
+		fmt.Println("statecast: anonymous mode answers only Host names localhost, *.localhost, IP addresses and --allow-host patterns")
+	}
+	go func() { errc <- hs.Serve(srv.Listener(ln)) }()
 	select {
 	case err := <-errc:
 		return err
