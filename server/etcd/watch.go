@@ -218,18 +218,39 @@ func (ws *watchStream) run(w *watch) {
 	}
 }
 
+// maxBatchBytes bounds the keys and values of one response: consecutive
+// revisions go out together, as etcd batches them, up to it.
+const maxBatchBytes = 1 << 20
+
 // deliver sends msgs; ok is false when the watch ended, restarted when a
 // catch-up made it start a new room watcher (the rest of msgs is dropped).
 func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bool) {
+	var batch []*mvccpb.Event
+	size := 0
+	flush := func() bool {
+		if len(batch) == 0 {
+			return true
+		}
+		resp := &pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id, Events: batch}
+		batch, size = nil, 0
+		return ws.send(resp)
+	}
 	for _, m := range msgs {
-		switch m.Kind {
-		case rooms.KindEvents:
-			if evs := w.events(m.Change); len(evs) > 0 {
-				if !ws.send(&pb.WatchResponse{Header: ws.s.header(m.Rev), WatchId: w.id, Events: evs}) {
-					return false, false
-				}
+		if m.Kind == rooms.KindEvents {
+			for _, ev := range w.events(m.Change) {
+				batch = append(batch, ev)
+				size += len(ev.Kv.Key) + len(ev.Kv.Value) + len(ev.PrevKv.GetValue())
 			}
 			w.last = m.Rev
+			if size >= maxBatchBytes && !flush() {
+				return false, false
+			}
+			continue
+		}
+		if !flush() {
+			return false, false
+		}
+		switch m.Kind {
 		case rooms.KindSynced:
 			w.last, w.synced = max(w.last, m.Rev), true
 		case rooms.KindProgress:
@@ -246,7 +267,7 @@ func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bo
 			return true, true
 		}
 	}
-	return true, false
+	return flush(), false
 }
 
 // progressNow answers a progress request: every event up to the head
