@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net"
 	"strings"
 	"time"
 
@@ -15,6 +16,14 @@ import (
 // gRPC API) needs of the node: the same token rules, the one write path
 // and the TTL leases every other surface uses. Errors are *Error, as the
 // WebSocket and HTTP surfaces answer them.
+
+// GRPCListener wraps ln, the listener of another protocol (the etcd
+// API's gRPC), with the node's connection limits: its connections count
+// with the node's others, per client address too, and past the limit are
+// closed at accept (the reserve is for the HTTP health checks).
+func (s *Server) GRPCListener(ln net.Listener) net.Listener {
+	return &limitListener{Listener: ln, s: s, noReserve: true}
+}
 
 // Engine returns the node's room engine, for reads and watches.
 func (s *Server) Engine() *rooms.Engine { return s.engine }

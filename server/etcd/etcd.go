@@ -52,8 +52,12 @@ import (
 type Config struct {
 	Node *server.Server // required: the node whose rooms are served
 	// Name names the node; the headers' member id is derived from it.
-	Name   string
-	Logger *slog.Logger
+	Name string
+	// MaxWatches bounds the watches of one Watch stream, and the streams
+	// of one connection; default 256 (the node's subscriptions per
+	// WebSocket).
+	MaxWatches int
+	Logger     *slog.Logger
 }
 
 // Server serves the etcd v3 API of one node.
@@ -63,6 +67,7 @@ type Server struct {
 	limits  store.Limits
 	log     *slog.Logger
 	member  uint64
+	maxW    int
 	grpc    *grpc.Server
 	quit    chan struct{} // closed by Stop: watch and keep-alive streams end
 	stopped sync.Once
@@ -74,7 +79,10 @@ func New(cfg Config) *Server {
 	h := fnv.New64a()
 	h.Write([]byte(cfg.Name))
 	s := &Server{node: cfg.Node, engine: cfg.Node.Engine(), limits: cfg.Node.Limits(), log: cfg.Logger,
-		member: h.Sum64(), quit: make(chan struct{})}
+		member: h.Sum64(), maxW: cfg.MaxWatches, quit: make(chan struct{})}
+	if s.maxW <= 0 {
+		s.maxW = 256
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -82,6 +90,7 @@ func New(cfg Config) *Server {
 	// pings would close them (too_many_pings).
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(2<<20),
+		grpc.MaxConcurrentStreams(uint32(s.maxW)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	pb.RegisterKVServer(s.grpc, kvServer{Server: s})
@@ -92,8 +101,8 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// Serve serves ln until Stop.
-func (s *Server) Serve(ln net.Listener) error { return s.grpc.Serve(ln) }
+// Serve serves ln until Stop, under the node's connection limits.
+func (s *Server) Serve(ln net.Listener) error { return s.grpc.Serve(s.node.GRPCListener(ln)) }
 
 // Stop ends the watch and keep-alive streams (their clients reconnect,
 // elsewhere if they know other endpoints), lets the requests in flight

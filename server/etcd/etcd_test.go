@@ -41,12 +41,19 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // and a client of it.
 func start(t testing.TB, o servertest.Options) (*servertest.Node, string, *clientv3.Client) {
 	t.Helper()
+	return startWith(t, o, etcd.Config{})
+}
+
+// startWith is start with the etcd server's configuration.
+func startWith(t testing.TB, o servertest.Options, cfg etcd.Config) (*servertest.Node, string, *clientv3.Client) {
+	t.Helper()
 	n := servertest.Start(t, o)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	es := etcd.New(etcd.Config{Node: n.Server, Name: "test"})
+	cfg.Node, cfg.Name = n.Server, "test"
+	es := etcd.New(cfg)
 	served := make(chan error, 1)
 	go func() { served <- es.Serve(ln) }()
 	t.Cleanup(func() {
@@ -143,6 +150,10 @@ func TestPutGetDelete(t *testing.T) {
 	// Rooms are apart: another room has its own revisions.
 	if put, err := cli.Put(ctx, "/other/a", "x"); err != nil || put.Header.Revision != 1 {
 		t.Fatalf("put in another room: %v, %v", put, err)
+	}
+	// A key that names no room is in none (etcdctl endpoint health reads one).
+	if get, err := cli.Get(ctx, "health"); err != nil || len(get.Kvs) != 0 {
+		t.Fatalf("get of a key outside every room: %v, %v", get, err)
 	}
 	for _, bad := range []func() error{
 		func() error { _, err := cli.Get(ctx, "/r", clientv3.WithPrefix()); return err },
@@ -644,4 +655,26 @@ func TestSlowWatch(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestLimits: the node's connection limit counts the etcd API's
+// connections, and a stream holds at most MaxWatches watches.
+func TestLimits(t *testing.T) {
+	o := servertest.Options{}
+	o.Server.MaxConnections = 1
+	_, addr, cli := startWith(t, o, etcd.Config{MaxWatches: 2})
+	ctx := ctxOf(t)
+	var resps []clientv3.WatchResponse
+	for i := 0; i < 3; i++ {
+		resps = append(resps, next(t, cli.Watch(ctx, "/lim/"+strconv.Itoa(i), clientv3.WithCreatedNotify())))
+	}
+	if !resps[0].Created || resps[0].Canceled || !resps[1].Created || resps[1].Canceled || !resps[2].Canceled || resps[2].Err() == nil || !strings.Contains(resps[2].Err().Error(), "at most 2 watches") {
+		t.Fatalf("three watches on one stream of at most 2: %+v", resps)
+	}
+	second := client(t, addr, "")
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := second.Get(short, "/lim/k"); err == nil {
+		t.Fatal("a second connection was served past a limit of 1")
+	}
 }

@@ -99,7 +99,7 @@ func (s kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	}
 	sp, err := parseSpan(r.Key, r.RangeEnd)
 	if err != nil {
-		if len(r.RangeEnd) == 0 && !strings.HasPrefix(string(r.Key), "/") {
+		if k := string(r.Key); len(r.RangeEnd) == 0 && !(strings.HasPrefix(k, "/") && strings.Contains(k[1:], "/")) {
 			// A key outside every room exists in none: etcdctl endpoint
 			// health reads "health" and counts any answer as healthy.
 			return &pb.RangeResponse{Header: s.header(0)}, nil

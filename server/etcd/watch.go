@@ -7,6 +7,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/statecast/statecast/rooms"
@@ -96,6 +97,17 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) {
 	s := ws.s
 	refuse := func(err error) {
 		ws.send(&pb.WatchResponse{Header: s.header(0), WatchId: -1, Created: true, Canceled: true, CancelReason: status.Convert(err).Message()})
+	}
+	for id, w := range ws.watches { // those that ended by themselves (compacted)
+		select {
+		case <-w.done:
+			delete(ws.watches, id)
+		default:
+		}
+	}
+	if len(ws.watches) >= s.maxW {
+		refuse(status.Errorf(codes.ResourceExhausted, "statecast: at most %d watches per stream", s.maxW))
+		return
 	}
 	id := cr.WatchId
 	if id == 0 {
