@@ -28,7 +28,11 @@ type kvServer struct {
 // read returns the keys of sp at rev (0: the head), read as ro says; the
 // snapshot's Rev is the room's head, as etcd's header revision is.
 func (s *Server) read(ctx context.Context, sp span, rev int64, ro rooms.ReadOptions) (store.Snapshot, error) {
-	snap, err := s.engine.List(ctx, sp.room, sp.prefix(), ro)
+	list := s.engine.List
+	if sp.single && rev == 0 {
+		list = s.engine.Get // not every key the key is a prefix of
+	}
+	snap, err := list(ctx, sp.room, sp.prefix(), ro)
 	if err != nil {
 		return snap, grpcError(err)
 	}
