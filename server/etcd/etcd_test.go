@@ -27,11 +27,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	statecast "github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/etcd"
 	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
+	"github.com/statecast/statecast/store/redisstore"
+	"github.com/statecast/statecast/store/redistest"
 )
 
 // The node, the etcd server and every client end with the test.
@@ -676,5 +679,73 @@ func TestLimits(t *testing.T) {
 	defer cancel()
 	if _, err := second.Get(short, "/lim/k"); err == nil {
 		t.Fatal("a second connection was served past a limit of 1")
+	}
+}
+
+// TestAcrossNodesOnRedis: two nodes on one redis-server, each serving the
+// etcd API: an etcd watch on one sees the writes made through the other,
+// by etcd or by WebSocket, and a lease granted through one is kept alive,
+// listed and written under through the other, and its expiry deletes the
+// key for every watcher.
+func TestAcrossNodesOnRedis(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	ctx := ctxOf(t)
+	node := func(id string) (*servertest.Node, *clientv3.Client) {
+		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "etcd"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _, cli := start(t, servertest.Options{Store: st, Server: server.Config{NodeID: id, NodeTimeout: time.Second}})
+		return n, cli
+	}
+	a, ca := node("a")
+	_, cb := node("b")
+	wch := cb.Watch(ctx, "/m/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	if resp := next(t, wch); !resp.Created {
+		t.Fatalf("watch on b: %+v", resp)
+	}
+	if _, err := ca.Put(ctx, "/m/etcd", "via a"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := statecast.Dial(ctx, a.WS, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Put(ctx, "m", "ws", "via a's WebSocket"); err != nil {
+		t.Fatal(err)
+	}
+	evs := events(t, wch, 2)
+	if string(evs[0].Kv.Value) != "via a" || string(evs[1].Kv.Key) != "/m/ws" || string(evs[1].Kv.Value) != "via a's WebSocket" {
+		t.Fatalf("b's watch: %v", evs)
+	}
+
+	lease, err := ca.Grant(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cb.Put(ctx, "/m/leased", "x", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatalf("put on b under a's lease: %v", err)
+	}
+	if leases, err := cb.Leases(ctx); err != nil || len(leases.Leases) != 1 || leases.Leases[0].ID != lease.ID {
+		t.Fatalf("leases on b: %v, %v", leases, err)
+	}
+	kactx, stop := context.WithCancel(ctx)
+	defer stop()
+	ka, err := cb.KeepAlive(kactx, lease.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ { // past its TTL
+		if r := <-ka; r == nil || r.TTL != 1 {
+			t.Fatalf("keep-alive %d on b: %v", i, r)
+		}
+	}
+	if evs := events(t, wch, 1); string(evs[0].Kv.Key) != "/m/leased" || evs[0].Type != mvccpb.PUT {
+		t.Fatalf("b's watch: %v", evs)
+	}
+	stop()
+	if evs := events(t, wch, 1); string(evs[0].Kv.Key) != "/m/leased" || evs[0].Type != mvccpb.DELETE {
+		t.Fatalf("the expired lease's key: %v", evs)
 	}
 }
