@@ -106,12 +106,17 @@ func (s *Server) Serve(ln net.Listener) error { return s.grpc.Serve(s.node.GRPCL
 
 // Stop ends the watch and keep-alive streams (their clients reconnect,
 // elsewhere if they know other endpoints), lets the requests in flight
-// finish until ctx is done, then closes every connection.
+// finish, and closes every connection; when ctx ends first it closes
+// them at once (a stream blocked on a client that does not read ends
+// with its connection).
 func (s *Server) Stop(ctx context.Context) {
 	s.stopped.Do(func() { close(s.quit) })
-	s.streams.Wait()
 	done := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(done) }()
+	go func() {
+		s.streams.Wait()
+		s.grpc.GracefulStop()
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():

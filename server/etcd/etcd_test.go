@@ -749,3 +749,48 @@ func TestAcrossNodesOnRedis(t *testing.T) {
 		t.Fatalf("the expired lease's key: %v", evs)
 	}
 }
+
+// TestStopWithAClientThatDoesNotRead: Stop returns by its deadline while
+// a watch's sends wait on a client that reads nothing.
+func TestStopWithAClientThatDoesNotRead(t *testing.T) {
+	n := servertest.Start(t, servertest.Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := etcd.New(etcd.Config{Node: n.Server})
+	served := make(chan error, 1)
+	go func() { served <- es.Serve(ln) }()
+	ctx := ctxOf(t)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ws, err := pb.NewWatchClient(conn).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := &pb.WatchCreateRequest{Key: []byte("/s/"), RangeEnd: []byte("/s0")}
+	if err := ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: create}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := ws.Recv(); err != nil || !resp.Created {
+		t.Fatalf("create: %v, %v", resp, err)
+	}
+	value := []byte(`"` + strings.Repeat("v", 64<<10) + `"`)
+	for i := 0; i < 40; i++ { // 2.5 MiB in 1 MiB responses: far past the client's window
+		if _, err := n.Engine.Apply(ctx, "s", store.Put("k", value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	es.Stop(stopCtx)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("Stop took %v with a deadline of 500ms", took)
+	}
+	<-served
+}
