@@ -535,6 +535,17 @@ func TestAuth(t *testing.T) {
 	if _, err := writer.Put(ctx, "/a/k", "x"); codeOf(err) != codes.PermissionDenied {
 		t.Fatalf("write outside the grant's prefix: %v", err)
 	}
+	// Write-only: previous values are a read.
+	blind := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokenFor(t, "blind", map[string]any{"room": "a", "access": "w"}))
+	if _, err := cli.Put(blind, "/a/w/k", "y"); err != nil {
+		t.Fatalf("write with a write-only grant: %v", err)
+	}
+	if _, err := cli.Put(blind, "/a/w/k", "z", clientv3.WithPrevKV()); codeOf(err) != codes.PermissionDenied {
+		t.Fatalf("put with prev_kv and a write-only grant: %v", err)
+	}
+	if _, err := cli.Delete(blind, "/a/w/", clientv3.WithPrefix(), clientv3.WithPrevKV()); codeOf(err) != codes.PermissionDenied {
+		t.Fatalf("delete with prev_kv and a write-only grant: %v", err)
+	}
 	if _, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		Username: "w", Password: "not a token"}); !errors.Is(err, rpctypes.ErrAuthFailed) {
 		t.Fatalf("a password that is no token: %v", err)

@@ -197,6 +197,11 @@ func (s kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, e
 	if err != nil {
 		return nil, err
 	}
+	if r.PrevKv { // the previous value is a read
+		if err := sp.canRead(c); err != nil {
+			return nil, err
+		}
+	}
 	res, err := s.node.Write(ctx, sp.room, store.Write{Ops: []store.Op{op}}, c.claims, c.addr)
 	if err != nil {
 		return nil, grpcError(err)
@@ -216,6 +221,11 @@ func (s kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*p
 	sp, err := parseSpan(r.Key, r.RangeEnd)
 	if err != nil {
 		return nil, err
+	}
+	if r.PrevKv { // the previous values are a read
+		if err := sp.canRead(c); err != nil {
+			return nil, err
+		}
 	}
 	w := store.Delete(sp.lo)
 	if !sp.single {
