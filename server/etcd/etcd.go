@@ -10,9 +10,10 @@
 // the README (The etcd API).
 //
 //   - etcd.go: the server, auth, keys, values, errors
-//   - kv.go: Range, Put, DeleteRange, Txn, Compact
+//   - kv.go: Range (past revisions too), Put, DeleteRange, Txn, Compact
+//   - txn.go: a Txn's compares and branches, evaluated on one revision
 //   - watch.go: Watch
-//   - lease.go: Lease and Maintenance
+//   - lease.go: Lease and Maintenance, and the streams' loop
 package etcd
 
 import (
