@@ -43,6 +43,16 @@ func (s *Server) Identify(ctx context.Context, token, addr string) (*auth.Claims
 	return claims, err
 }
 
+// ValidUntil is when the token of claims stops being accepted (its exp
+// plus the leeway), when a stream opened with it must end, as a
+// WebSocket session and an SSE stream do; zero without auth.
+func (s *Server) ValidUntil(claims *auth.Claims) time.Time {
+	if !s.authEnabled() {
+		return time.Time{}
+	}
+	return s.validUntil(claims)
+}
+
 // Write lets a write of claims' writer at addr in (the node is not
 // shutting down, the writer is under the write rate) and applies it to
 // room through the one write path: permissions, leases (TTL lease ids),

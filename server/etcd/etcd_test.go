@@ -805,3 +805,33 @@ func TestStopWithAClientThatDoesNotRead(t *testing.T) {
 	}
 	<-served
 }
+
+// TestTokenExpiryEndsStreams: a watch stream ends when its token does
+// (exp plus the leeway), as a WebSocket session and an SSE stream do.
+func TestTokenExpiryEndsStreams(t *testing.T) {
+	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret, Leeway: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := servertest.Options{}
+	o.Server.Auth = authn
+	_, _, cli := start(t, o)
+	exp := time.Unix(time.Now().Unix()+2, 0) // JWT times are whole seconds
+	token, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "s", "exp": exp.Unix(),
+		"statecast": map[string]any{"grants": []any{map[string]any{"room": "*", "access": "rw"}}}}).SignedString(hmacSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := metadata.AppendToOutgoingContext(ctxOf(t), "authorization", "Bearer "+token)
+	wch := cli.Watch(ctx, "/e/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	if resp := next(t, wch); !resp.Created {
+		t.Fatalf("watch: %+v", resp)
+	}
+	resp := next(t, wch)
+	if !resp.Canceled || resp.Err() == nil || !strings.Contains(resp.Err().Error(), "token expired") {
+		t.Fatalf("at the token's expiry: %+v (%v)", resp, resp.Err())
+	}
+	if late := time.Since(exp); late < 0 || late > 2*time.Second {
+		t.Fatalf("the stream ended %v after the token's exp", late)
+	}
+}

@@ -19,16 +19,23 @@ import (
 	"github.com/statecast/statecast/server/wire"
 )
 
-// serveStream runs a bidirectional stream: each request received is
-// handled in order, on the RPC's goroutine, until the client ends the
-// stream, handle fails, or the server stops.
-func serveStream[Req any](s *Server, ctx context.Context, recv func() (*Req, error), handle func(*Req) error) error {
+// serveStream runs a bidirectional stream of caller c: each request
+// received is handled in order, on the RPC's goroutine, until the client
+// ends the stream, handle fails, the server stops, or c's token expires
+// (as a WebSocket session or an SSE stream ends then).
+func serveStream[Req any](s *Server, ctx context.Context, c caller, recv func() (*Req, error), handle func(*Req) error) error {
 	if !s.stream() {
 		return errStopping
 	}
 	defer s.streams.Done()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var expired <-chan time.Time
+	if until := s.node.ValidUntil(c.claims); !until.IsZero() {
+		t := time.NewTimer(time.Until(until))
+		defer t.Stop()
+		expired = t.C
+	}
 	reqs, errc := make(chan *Req), make(chan error, 1)
 	go func() {
 		for {
@@ -48,6 +55,8 @@ func serveStream[Req any](s *Server, ctx context.Context, recv func() (*Req, err
 		select {
 		case <-s.quit:
 			return errStopping
+		case <-expired:
+			return status.Error(codes.Unauthenticated, "statecast: token expired; open the stream again with a new token")
 		case err := <-errc:
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -117,7 +126,7 @@ func (s leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error 
 	if err != nil {
 		return err
 	}
-	return serveStream(s.Server, stream.Context(), stream.Recv, func(r *pb.LeaseKeepAliveRequest) error {
+	return serveStream(s.Server, stream.Context(), c, stream.Recv, func(r *pb.LeaseKeepAliveRequest) error {
 		ttl, err := s.node.KeepAliveLease(stream.Context(), leaseName(r.ID), c.claims)
 		if err != nil && !notFound(err) {
 			return grpcError(err)

@@ -67,7 +67,7 @@ func (s watchServer) Watch(stream pb.Watch_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	ws := &watchStream{s: s.Server, c: c, ctx: ctx, stream: stream, watches: make(map[int64]*watch)}
 	defer func() { cancel(); ws.wg.Wait() }()
-	return serveStream(s.Server, ctx, stream.Recv, func(r *pb.WatchRequest) error {
+	return serveStream(s.Server, ctx, c, stream.Recv, func(r *pb.WatchRequest) error {
 		switch {
 		case r.GetCreateRequest() != nil:
 			ws.create(r.GetCreateRequest())
