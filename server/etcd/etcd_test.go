@@ -596,21 +596,17 @@ func TestWebSocketAndEtcd(t *testing.T) {
 	}
 }
 
-// slowWatch starts a watch of /s/ on its own gRPC connection with small
-// flow-control windows, writes n revisions of 16 KiB while it reads
-// nothing, then reads; it returns the revisions of the events received
-// and the last response.
-func slowWatch(t *testing.T, o servertest.Options, n int) ([]int64, *pb.WatchResponse) {
+// rawWatch opens a Watch stream of /s/ to addr on a gRPC connection of
+// its own whose flow-control windows are small (64 KiB, no growth), so
+// that a client that does not read holds the server's sends up at once.
+func rawWatch(t *testing.T, ctx context.Context, addr string) pb.Watch_WatchClient {
 	t.Helper()
-	o.Rooms.QueueLimit = 4
-	_, addr, cli := start(t, o)
-	ctx := ctxOf(t)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { _ = conn.Close() })
 	ws, err := pb.NewWatchClient(conn).Watch(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -622,6 +618,19 @@ func slowWatch(t *testing.T, o servertest.Options, n int) ([]int64, *pb.WatchRes
 	if resp, err := ws.Recv(); err != nil || !resp.Created {
 		t.Fatalf("create: %v, %v", resp, err)
 	}
+	return ws
+}
+
+// slowWatch starts a watch of /s/ on its own gRPC connection with small
+// flow-control windows, writes n revisions of 16 KiB while it reads
+// nothing, then reads; it returns the revisions of the events received
+// and the last response.
+func slowWatch(t *testing.T, o servertest.Options, n int) ([]int64, *pb.WatchResponse) {
+	t.Helper()
+	o.Rooms.QueueLimit = 4
+	_, addr, cli := start(t, o)
+	ctx := ctxOf(t)
+	ws := rawWatch(t, ctx, addr)
 	value := strings.Repeat("v", 16<<10)
 	for i := 1; i <= n; i++ {
 		if _, err := cli.Put(ctx, "/s/k", value+strconv.Itoa(i)); err != nil {
@@ -773,23 +782,7 @@ func TestStopWithAClientThatDoesNotRead(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- es.Serve(ln) }()
 	ctx := ctxOf(t)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ws, err := pb.NewWatchClient(conn).Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	create := &pb.WatchCreateRequest{Key: []byte("/s/"), RangeEnd: []byte("/s0")}
-	if err := ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: create}}); err != nil {
-		t.Fatal(err)
-	}
-	if resp, err := ws.Recv(); err != nil || !resp.Created {
-		t.Fatalf("create: %v, %v", resp, err)
-	}
+	rawWatch(t, ctx, ln.Addr().String())
 	value := []byte(`"` + strings.Repeat("v", 64<<10) + `"`)
 	for i := 0; i < 40; i++ { // 2.5 MiB in 1 MiB responses: far past the client's window
 		if _, err := n.Engine.Apply(ctx, "s", store.Put("k", value)); err != nil {
