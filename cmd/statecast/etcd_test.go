@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // etcdctlBin returns the real etcdctl (Debian's etcd-client, installed by
@@ -27,12 +30,13 @@ func etcdctlBin(t *testing.T) string {
 	return p
 }
 
-// TestEtcdctl: the real etcdctl against the real binary's --etcd-addr:
-// put, get --prefix -w json, del, watch --prefix --rev, txn, lease grant
-// and keep-alive, endpoint status and health.
-func TestEtcdctl(t *testing.T) {
+// etcdctlOn starts statecast serve --etcd-addr with extra flags and
+// returns how to run etcdctl against it: command builds the command with
+// stdin; run runs it and fails the test unless it succeeds.
+func etcdctlOn(t *testing.T, extra ...string) (command func(stdin string, args ...string) *exec.Cmd, run func(stdin string, args ...string) string) {
+	t.Helper()
 	ctl := etcdctlBin(t)
-	n := &mnNode{name: "etcd", redisURL: "memory", extra: []string{"--etcd-addr", "127.0.0.1:0"}}
+	n := &mnNode{name: "etcd", redisURL: "memory", extra: append([]string{"--etcd-addr", "127.0.0.1:0"}, extra...)}
 	n.start(t)
 	t.Cleanup(n.stop)
 	m := regexp.MustCompile(`statecast: etcd v3 API on (\S+)`).FindStringSubmatch(n.output())
@@ -40,14 +44,14 @@ func TestEtcdctl(t *testing.T) {
 		t.Fatalf("no etcd address in the output:\n%s", n.output())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	command := func(stdin string, args ...string) *exec.Cmd {
+	t.Cleanup(cancel)
+	command = func(stdin string, args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, ctl, append([]string{"--endpoints", m[1], "--dial-timeout", "5s", "--command-timeout", "10s"}, args...)...)
 		cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
 		cmd.Stdin = strings.NewReader(stdin)
 		return cmd
 	}
-	run := func(stdin string, args ...string) string {
+	run = func(stdin string, args ...string) string {
 		t.Helper()
 		out, err := command(stdin, args...).CombinedOutput()
 		if err != nil {
@@ -55,6 +59,14 @@ func TestEtcdctl(t *testing.T) {
 		}
 		return string(out)
 	}
+	return command, run
+}
+
+// TestEtcdctl: the real etcdctl against the real binary's --etcd-addr:
+// put, get --prefix -w json, del, watch --prefix --rev, txn, lease grant
+// and keep-alive, endpoint status and health.
+func TestEtcdctl(t *testing.T) {
+	command, run := etcdctlOn(t)
 	if out := run("", "put", "/room/a", "hello"); out != "OK\n" {
 		t.Fatalf("put: %q", out)
 	}
@@ -132,5 +144,33 @@ func TestEtcdctl(t *testing.T) {
 	out, err := command("", "get", "--prefix", "/ro").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "spans rooms") {
 		t.Fatalf("get over rooms: %v\n%s", err, out)
+	}
+}
+
+// TestEtcdctlWithToken: with auth, etcdctl --user <any>:<JWT> sends the
+// token (Authenticate hands it back as the session token); without one
+// it is refused.
+func TestEtcdctlWithToken(t *testing.T) {
+	const key = "a secret of the etcdctl test, 32+ bytes long"
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte(key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	command, run := etcdctlOn(t, "--jwt-hmac-secret-file", secret)
+	token, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "ops", "exp": time.Now().Add(time.Hour).Unix(),
+		"statecast": map[string]any{"grants": []any{map[string]any{"room": "ops", "access": "rw"}}}}).SignedString([]byte(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := command("", "put", "/ops/k", "v").CombinedOutput(); err == nil || !strings.Contains(string(out), "token is required") {
+		t.Fatalf("put without a token: %v\n%s", err, out)
+	}
+	user := "--user=ops:" + token
+	run("", user, "put", "/ops/k", "v")
+	if out := run("", user, "get", "/ops/k"); out != "/ops/k\nv\n" {
+		t.Fatalf("get with the token: %q", out)
+	}
+	if out, err := command("", user, "put", "/other/k", "v").CombinedOutput(); err == nil || !strings.Contains(string(out), "does not allow writing") {
+		t.Fatalf("put outside the token's grants: %v\n%s", err, out)
 	}
 }
