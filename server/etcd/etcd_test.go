@@ -828,3 +828,39 @@ func TestTokenExpiryEndsStreams(t *testing.T) {
 		t.Fatalf("the stream ended %v after the token's exp", late)
 	}
 }
+
+// TestWatchCancel: a canceled watch is answered canceled and sends
+// nothing more; the other watches of its stream go on.
+func TestWatchCancel(t *testing.T) {
+	_, addr, cli := start(t, servertest.Options{})
+	ctx := ctxOf(t)
+	ws := rawWatch(t, ctx, addr) // watch 0, on /s/
+	create := &pb.WatchCreateRequest{Key: []byte("/s/k")}
+	if err := ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: create}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := ws.Recv(); err != nil || !resp.Created || resp.WatchId != 1 {
+		t.Fatalf("second watch: %v, %v", resp, err)
+	}
+	if err := ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{CancelRequest: &pb.WatchCancelRequest{WatchId: 0}}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := ws.Recv(); err != nil || !resp.Canceled || resp.WatchId != 0 {
+		t.Fatalf("cancel: %v, %v", resp, err)
+	}
+	if _, err := cli.Put(ctx, "/s/k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := ws.Recv(); err != nil || resp.WatchId != 1 || len(resp.Events) != 1 {
+		t.Fatalf("after the cancel: %v, %v (only watch 1 was left)", resp, err)
+	}
+	// Revision 2 only watch 0 would see; then revision 3 for watch 1.
+	for _, key := range []string{"/s/other", "/s/k"} {
+		if _, err := cli.Put(ctx, key, "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if resp, err := ws.Recv(); err != nil || resp.WatchId != 1 || resp.Events[0].Kv.ModRevision != 3 {
+		t.Fatalf("after the cancel: %v, %v (only watch 1 was left)", resp, err)
+	}
+}
