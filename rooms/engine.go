@@ -132,6 +132,35 @@ func (e *Engine) compact() {
 	}
 }
 
+// Compact drops this node's history of room below rev, etcd's Compact of
+// one room: a watch or resume from an older revision then gets a
+// snapshot, or a *store.CompactedError with FailIfCompacted. The store
+// keeps its own history under its retention, so a node that loads the
+// room afresh (another node, or this one after the room went idle) may
+// replay those revisions again: compaction here frees this node's memory
+// and makes the node's answers etcd's, it is not a promise about the
+// store. rev past the head is ErrFutureRevision. It returns the head.
+func (e *Engine) Compact(ctx context.Context, room string, rev uint64) (uint64, error) {
+	if err := store.ValidRoom(room); err != nil {
+		return 0, err
+	}
+	r, err := e.ready(ctx, room, ReadOptions{})
+	if err != nil {
+		return 0, err
+	}
+	defer r.mu.Unlock()
+	if rev > r.head {
+		return r.head, ErrFutureRevision
+	}
+	for r.hist.n > 0 && r.hist.oldest < rev {
+		r.hist.dropOldest()
+	}
+	if len(r.watchers) == 0 {
+		r.idleSince = time.Now()
+	}
+	return r.head, nil
+}
+
 // Apply commits w to room in the store. Watchers of the room on every
 // node see it through the store's tail; here, before Apply returns.
 //

@@ -23,3 +23,6 @@ var (
 	// distinct filter than Config.MaxFilters in its room.
 	ErrTooManyFilters = errors.New("rooms: too many distinct filters watch this room")
 )
+
+// ErrFutureRevision fails a Compact to a revision past the room's head.
+var ErrFutureRevision = errors.New("rooms: revision is past the room's head")

@@ -247,3 +247,33 @@ func TestNodeBudgetCountsLaterEncodings(t *testing.T) {
 		}
 	})
 }
+
+// TestCompact: Engine.Compact drops the room's history below a revision
+// (etcd's Compact of one room): a watch from before it is compacted, one
+// from it replays; a revision past the head is refused.
+func TestCompact(t *testing.T) {
+	e, _ := newEngine(t, store.RetentionPolicy{Default: store.Retention{MaxEvents: 100, MaxBytes: 1 << 20}}, rooms.Config{})
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		put(t, e, "r", "k", fmt.Sprint(i))
+	}
+	if head, err := e.Compact(ctx, "r", 6); !errors.Is(err, rooms.ErrFutureRevision) || head != 5 {
+		t.Fatalf("compact past the head: %d, %v", head, err)
+	}
+	if head, err := e.Compact(ctx, "r", 3); err != nil || head != 5 {
+		t.Fatalf("compact: %d, %v", head, err)
+	}
+	_, err := e.Watch(ctx, "r", rooms.WatchOptions{From: &rooms.Position{Rev: 2}, FailIfCompacted: true})
+	var ce *store.CompactedError
+	if !errors.As(err, &ce) || ce.Oldest != 3 {
+		t.Fatalf("watch from 2: %v, want compacted with oldest 3", err)
+	}
+	w, err := e.Watch(ctx, "r", rooms.WatchOptions{From: &rooms.Position{Rev: 3}, FailIfCompacted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if m, err := w.Next(ctx); err != nil || m.Kind != rooms.KindEvents || m.Rev != 3 {
+		t.Fatalf("watch from 3: %+v, %v", m, err)
+	}
+}

@@ -244,20 +244,26 @@ func (l *lessor) end(id string) {
 // maxOwned already.
 func (l *lessor) grant(ctx context.Context, ttl time.Duration, owner string) (string, bool, error) {
 	id := randomID(ttlLeasePrefix)
+	ok, err := l.grantID(ctx, id, ttl, owner)
+	return id, ok, err
+}
+
+// grantID is grant of a lease whose id the caller chose (unguessable,
+// starting with ttlLeasePrefix: the etcd API's numeric ids, etcd.go).
+func (l *lessor) grantID(ctx context.Context, id string, ttl time.Duration, owner string) (bool, error) {
 	if l.shared != nil {
-		ok, err := l.shared.GrantLease(ctx, id, owner, ttl, l.maxOwned)
-		return id, ok, err
+		return l.shared.GrantLease(ctx, id, owner, ttl, l.maxOwned)
 	}
 	l.mu.Lock()
 	if l.owned[owner] >= l.maxOwned {
 		l.mu.Unlock()
-		return "", false, nil
+		return false, nil
 	}
 	l.owned[owner]++
 	l.leases[id] = &lease{ttl: ttl, deadline: time.Now().Add(ttl), keys: make(map[roomKey]uint64), owner: owner}
 	l.mu.Unlock()
 	l.signal()
-	return id, true, nil
+	return true, nil
 }
 
 // dropLocked forgets lease id (ls), giving its owner's count back.

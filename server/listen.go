@@ -115,6 +115,9 @@ func (s *Server) guardReserve(next http.Handler) http.Handler {
 type limitListener struct {
 	net.Listener
 	s *Server
+	// noReserve closes a connection past the limit too: its protocol has
+	// no health check for the reserve to keep answering (GRPCListener).
+	noReserve bool
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -128,10 +131,15 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if !ok {
 			return c, nil // only TCP connections are counted
 		}
-		if sc := l.s.slots.admit(tc); sc != nil {
+		sc := l.s.slots.admit(tc)
+		switch {
+		case sc == nil:
+			_ = tc.Close()
+		case sc.overLimit && l.noReserve:
+			_ = sc.Close()
+		default:
 			return sc, nil
 		}
-		_ = tc.Close()
 	}
 }
 

@@ -48,7 +48,8 @@ func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 // CompactedError reports that a requested revision is no longer retained.
 type CompactedError struct {
 	// Oldest is the oldest revision still replayable: revisions below it
-	// are gone (etcd reports Oldest-1 as its compact revision).
+	// are gone. It is what etcd calls the compact revision, from which a
+	// watch may still start (server/etcd answers it as compact_revision).
 	Oldest uint64
 }
 

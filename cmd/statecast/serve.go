@@ -24,6 +24,7 @@ import (
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/etcd"
 	"github.com/statecast/statecast/server/hooks"
 	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redisstore"
@@ -103,6 +104,7 @@ func (w *webhookFlag) Set(v string) error {
 
 type serveFlags struct {
 	addr, data, storeURL, logLevel      string
+	etcdAddr                            string
 	redisPrefix, nodeID                 string
 	redisCluster                        bool
 	hmacSecret, hmacSecretFile, pubKey  string
@@ -142,6 +144,7 @@ func serve(args []string) error {
 	var f serveFlags
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT")
+	fs.StringVar(&f.etcdAddr, "etcd-addr", "", "also serve etcd's v3 gRPC API on HOST:PORT (e.g. 127.0.0.1:2379): etcdctl and etcd clients read, write, lease and watch rooms as keys /<room>/<key> (README, The etcd API); off by default")
 	fs.StringVar(&f.data, "data", "./data", "directory of the embedded file store")
 	fs.StringVar(&f.storeURL, "store", "file", "store: file, memory (ephemeral), or a redis:// URL (several nodes share it)")
 	fs.BoolVar(&f.redisCluster, "redis-cluster", false, "the --store URL lists Redis Cluster seed nodes, comma-separated")
@@ -222,8 +225,10 @@ func run(f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	if authn == nil && f.hookConnect == "" && !f.insecure && !isLoopback(f.addr) {
-		return fmt.Errorf("refusing to listen on %s without auth: configure --jwt-hmac-secret-file or --jwt-public-key-file, or pass --insecure-no-auth", f.addr)
+	for _, addr := range []string{f.addr, f.etcdAddr} {
+		if addr != "" && authn == nil && f.hookConnect == "" && !f.insecure && !isLoopback(addr) {
+			return fmt.Errorf("refusing to listen on %s without auth: configure --jwt-hmac-secret-file or --jwt-public-key-file, or pass --insecure-no-auth", addr)
+		}
 	}
 	adminToken, err := secret(f.adminToken, f.adminTokenFile)
 	if err != nil {
@@ -283,13 +288,29 @@ func run(f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	errc := make(chan error, 2)
+	if f.etcdAddr != "" {
+		// Announced before the HTTP address, which tests and scripts
+		// wait for: by then the etcd API is up too.
+		eln, err := net.Listen("tcp", f.etcdAddr)
+		if err != nil {
+			return err
+		}
+		es := etcd.New(etcd.Config{Node: srv, Name: f.nodeID + "@" + eln.Addr().String(), MaxWatches: f.maxSubs, Logger: log})
+		fmt.Printf("statecast: etcd v3 API on %s\n", eln.Addr())
+		go func() { errc <- es.Serve(eln) }()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			es.Stop(sctx)
+		}()
+	}
 	hs := srv.HTTPServer()
 	fmt.Printf("statecast listening on http://%s (store: %s)\n", ln.Addr(), where)
 	if authn == nil && connector == nil {
 		fmt.Println("statecast: no auth configured: anonymous clients may read and write every room")
 		fmt.Println("statecast: anonymous mode answers only Host names localhost, *.localhost, IP addresses and --allow-host patterns")
 	}
-	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(srv.Listener(ln)) }()
 	select {
 	case err := <-errc:

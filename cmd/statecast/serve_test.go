@@ -22,6 +22,11 @@ func TestServeRefusesAnonymousOffLoopback(t *testing.T) {
 			t.Errorf("addr %s: got %v, want a refusal naming auth", addr, err)
 		}
 	}
+	// The etcd API too: same clients, same rights.
+	err := run(serveFlags{addr: "127.0.0.1:0", etcdAddr: "0.0.0.0:0", storeURL: "memory", history: 100})
+	if err == nil || !strings.Contains(err.Error(), "0.0.0.0:0 without auth") {
+		t.Errorf("--etcd-addr 0.0.0.0:0: got %v, want a refusal naming auth", err)
+	}
 }
 
 func TestIsLoopback(t *testing.T) {

@@ -1,0 +1,403 @@
+// Package etcd serves etcd's v3 gRPC API over rooms, so that etcdctl and
+// the official etcd clients of every language read, write, lease and
+// watch rooms with no statecast SDK (statecast serve --etcd-addr).
+//
+// An etcd key is /<room>/<key>: one request stays in one room, whose
+// revision is the header's. Everything goes through the node
+// (*server.Server) as the WebSocket and HTTP surfaces do: the same token
+// rules, the one write path, the same TTL leases. The protobuf types are
+// etcd's own (go.etcd.io/etcd/api/v3). What still differs from etcd is in
+// the README (The etcd API).
+//
+//   - etcd.go: the server, auth, keys, values, errors
+//   - kv.go: Range (past revisions too), Put, DeleteRange, Txn, Compact
+//   - txn.go: a Txn's compares and branches, evaluated on one revision
+//   - watch.go: Watch
+//   - lease.go: Lease and Maintenance, and the streams' loop
+package etcd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/hooks"
+	"github.com/statecast/statecast/server/wire"
+	"github.com/statecast/statecast/store"
+)
+
+// Config configures a Server.
+type Config struct {
+	Node *server.Server // required: the node whose rooms are served
+	// Name names the node; the headers' member id is derived from it.
+	Name string
+	// MaxWatches bounds the watches of one Watch stream, and the streams
+	// of one connection; default 256 (the node's subscriptions per
+	// WebSocket).
+	MaxWatches int
+	Logger     *slog.Logger
+}
+
+// Server serves the etcd v3 API of one node.
+type Server struct {
+	node    *server.Server
+	engine  *rooms.Engine
+	limits  store.Limits
+	log     *slog.Logger
+	member  uint64
+	maxW    int
+	grpc    *grpc.Server
+	quit    chan struct{} // closed by Stop: watch and keep-alive streams end
+	stopped sync.Once
+	streams sync.WaitGroup
+}
+
+// New returns a Server; Serve starts it.
+func New(cfg Config) *Server {
+	h := fnv.New64a()
+	h.Write([]byte(cfg.Name))
+	s := &Server{node: cfg.Node, engine: cfg.Node.Engine(), limits: cfg.Node.Limits(), log: cfg.Logger,
+		member: h.Sum64(), maxW: cfg.MaxWatches, quit: make(chan struct{})}
+	if s.maxW <= 0 {
+		s.maxW = 256
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	// etcd's clients ping idle connections; a server that refused their
+	// pings would close them (too_many_pings).
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(2<<20),
+		grpc.MaxConcurrentStreams(uint32(s.maxW)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	pb.RegisterKVServer(s.grpc, kvServer{Server: s})
+	pb.RegisterWatchServer(s.grpc, watchServer{Server: s})
+	pb.RegisterLeaseServer(s.grpc, leaseServer{Server: s})
+	pb.RegisterMaintenanceServer(s.grpc, maintenanceServer{Server: s})
+	pb.RegisterAuthServer(s.grpc, authServer{Server: s})
+	return s
+}
+
+// Serve serves ln until Stop, under the node's connection limits.
+func (s *Server) Serve(ln net.Listener) error { return s.grpc.Serve(s.node.GRPCListener(ln)) }
+
+// Stop ends the watch and keep-alive streams (their clients reconnect,
+// elsewhere if they know other endpoints), lets the requests in flight
+// finish, and closes every connection; when ctx ends first it closes
+// them at once (a stream blocked on a client that does not read ends
+// with its connection).
+func (s *Server) Stop(ctx context.Context) {
+	s.stopped.Do(func() { close(s.quit) })
+	done := make(chan struct{})
+	go func() {
+		s.streams.Wait()
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+	}
+}
+
+// stream registers a long-lived stream; false when the server is stopping.
+// The caller runs s.streams.Done when it ends.
+func (s *Server) stream() bool {
+	select {
+	case <-s.quit:
+		return false
+	default:
+	}
+	s.streams.Add(1)
+	return true
+}
+
+var errStopping = status.Error(codes.Unavailable, "statecast: the node is shutting down; reconnect")
+
+// caller is who sent a request: its claims and its address (the write
+// rate of an anonymous client is per address).
+type caller struct {
+	claims *auth.Claims
+	addr   string
+}
+
+// caller authenticates a request: a JWT as "authorization: Bearer …",
+// or as "token" (what etcd clients send after Authenticate, authServer).
+func (s *Server) caller(ctx context.Context) (caller, error) {
+	var c caller
+	if p, ok := peer.FromContext(ctx); ok {
+		c.addr = p.Addr.String()
+	}
+	token := ""
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("authorization"); len(v) > 0 {
+		if scheme, t, ok := strings.Cut(v[0], " "); ok && strings.EqualFold(scheme, "Bearer") {
+			token = strings.TrimSpace(t)
+		}
+	} else if v := md.Get(rpctypes.TokenFieldNameGRPC); len(v) > 0 {
+		token = v[0]
+	}
+	claims, err := s.node.Identify(ctx, token, c.addr)
+	if err != nil {
+		return c, authError(err)
+	}
+	c.claims = claims
+	return c, nil
+}
+
+func authError(err error) error {
+	switch {
+	case errors.Is(err, hooks.ErrUnavailable):
+		return status.Error(codes.Unavailable, "statecast: the application's connect hook did not answer; retry")
+	case errors.Is(err, auth.ErrTokenMissing):
+		return status.Error(codes.Unauthenticated, "statecast: a token is required: gRPC metadata authorization: Bearer <JWT>")
+	case errors.Is(err, auth.ErrTokenExpired):
+		return status.Error(codes.Unauthenticated, "statecast: token expired")
+	}
+	return status.Error(codes.Unauthenticated, "statecast: invalid token: "+err.Error())
+}
+
+func (s *Server) header(rev uint64) *pb.ResponseHeader {
+	return &pb.ResponseHeader{ClusterId: s.member, MemberId: s.member, Revision: int64(rev), RaftTerm: 1}
+}
+
+// span is what a request's key and range_end select inside one room: its
+// keys from lo, up to hi (excluded) unless open, or exactly lo when single.
+type span struct {
+	room, lo, hi string
+	single, open bool
+}
+
+// spanErr says how keys name rooms.
+func spanErr(format string, args ...any) error {
+	return status.Error(codes.InvalidArgument, "statecast: "+fmt.Sprintf(format, args...)+
+		": an etcd key is /<room>/<key> and a request stays in one room (a prefix: /<room>/ or /<room>/<key prefix>)")
+}
+
+// parseSpan reads an etcd key and range_end.
+func parseSpan(key, end []byte) (span, error) {
+	k := string(key)
+	room, rest, ok := strings.Cut(strings.TrimPrefix(k, "/"), "/")
+	if !strings.HasPrefix(k, "/") || !ok {
+		if len(end) > 0 {
+			return span{}, spanErr("the range [%q, %q) spans rooms", key, end)
+		}
+		return span{}, spanErr("key %q names no room", key)
+	}
+	if err := store.ValidClientRoom(room); err != nil {
+		return span{}, status.Error(codes.InvalidArgument, "statecast: "+err.Error())
+	}
+	sp := span{room: room, lo: rest}
+	roomPrefix := "/" + room + "/"
+	switch e := string(end); {
+	case e == "":
+		sp.single = true
+	case e == prefixEnd(roomPrefix):
+		sp.open = true
+	case strings.HasPrefix(e, roomPrefix):
+		sp.hi = e[len(roomPrefix):]
+	default:
+		return span{}, spanErr("the range [%q, %q) spans rooms", key, end)
+	}
+	return sp, nil
+}
+
+// prefixEnd is etcd's range end of a prefix: the least key above every
+// key that starts with p.
+func prefixEnd(p string) string {
+	b := []byte(p)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return "\x00"
+}
+
+// prefix is the longest key prefix that covers the span: what is listed
+// or watched, and what the token must allow reading.
+func (sp span) prefix() string {
+	switch {
+	case sp.single:
+		return sp.lo
+	case sp.open:
+		return ""
+	case sp.hi == prefixEnd(sp.lo):
+		return sp.lo
+	}
+	n := 0
+	for n < len(sp.lo) && n < len(sp.hi) && sp.lo[n] == sp.hi[n] {
+		n++
+	}
+	return sp.lo[:n]
+}
+
+func (sp span) has(k string) bool {
+	if sp.single {
+		return k == sp.lo
+	}
+	return k >= sp.lo && (sp.open || k < sp.hi)
+}
+
+func (sp span) canRead(c caller) error {
+	if !c.claims.CanRead(sp.room, sp.prefix()) {
+		return status.Error(codes.PermissionDenied, fmt.Sprintf("statecast: the token does not allow reading %q in room %q", sp.prefix(), sp.room))
+	}
+	return nil
+}
+
+// Values. A room's values are JSON (the WebSocket and HTTP clients read
+// them as such); etcd's are bytes. A JSON string is its text, any other
+// JSON value is its JSON text: so bytes that are canonical JSON other
+// than a string are stored as that JSON, all other text as a JSON
+// string, and each reads back as the bytes written. A WebSocket client
+// writing "hello" and an etcd client writing hello store the same value.
+
+// toValue turns etcd bytes into a room's value.
+func toValue(b []byte) ([]byte, error) {
+	if len(b) > 0 && b[0] != '"' {
+		if v, err := wire.ValueFromJSON(b); err == nil && bytes.Equal(v, b) {
+			return v, nil
+		}
+	}
+	if !utf8.Valid(b) {
+		return nil, status.Error(codes.InvalidArgument, "statecast: a value must be UTF-8 text (rooms hold JSON; non-JSON text is stored as a JSON string)")
+	}
+	s, _ := json.Marshal(string(b))
+	v, err := wire.ValueFromJSON(s)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, "statecast: "+err.Error())
+	}
+	return v, nil
+}
+
+// fromValue turns a room's value into etcd bytes.
+func fromValue(v []byte) []byte {
+	if len(v) > 0 && v[0] == '"' {
+		var s string
+		if json.Unmarshal(v, &s) == nil {
+			return []byte(s)
+		}
+	}
+	return v
+}
+
+// Leases. etcd's lease ids are int64s; a statecast TTL lease granted
+// through this API is named ttl_etcd_<16 hex digits> after its etcd id,
+// so that any node, on any store, maps one to the other with no table.
+// Leases granted over HTTP (ttl_<random>) and session leases have no etcd
+// id: their keys show lease 0.
+const leasePrefix = "ttl_etcd_"
+
+func leaseName(id int64) string { return fmt.Sprintf("%s%016x", leasePrefix, uint64(id)) }
+
+func leaseNum(name string) int64 {
+	hex, ok := strings.CutPrefix(server.LocalLease(name), leasePrefix)
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.ParseUint(hex, 16, 64)
+	return int64(n)
+}
+
+func toKV(room string, kv store.KV, keysOnly bool) *mvccpb.KeyValue {
+	out := &mvccpb.KeyValue{Key: []byte("/" + room + "/" + kv.Key), CreateRevision: int64(kv.CreateRev),
+		ModRevision: int64(kv.ModRev), Version: int64(kv.Version), Lease: leaseNum(kv.Lease)}
+	if !keysOnly {
+		out.Value = fromValue(kv.Value)
+	}
+	return out
+}
+
+// grpcCodes are the gRPC codes of the node's error codes (server.Error).
+var grpcCodes = map[string]codes.Code{
+	wire.CodeForbidden:      codes.PermissionDenied,
+	wire.CodeUnauthorized:   codes.Unauthenticated,
+	wire.CodeRateLimited:    codes.ResourceExhausted,
+	wire.CodeUnavailable:    codes.Unavailable,
+	wire.CodeOutcomeUnknown: codes.Unknown,
+	wire.CodeConflict:       codes.Aborted,
+	wire.CodeInternal:       codes.Internal,
+}
+
+// grpcError maps an error of the node, the engine or the store to a gRPC
+// status, with etcd's own message where clients look for it.
+func grpcError(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var pe *server.Error
+	if errors.As(err, &pe) {
+		if pe.Code == wire.CodeNotFound {
+			return rpctypes.ErrGRPCLeaseNotFound // the only thing these requests do not find
+		}
+		code, ok := grpcCodes[pe.Code]
+		if !ok {
+			code = codes.InvalidArgument // the invalid_* codes, bad_request, too_large
+		}
+		return status.Error(code, "statecast: "+pe.Message)
+	}
+	var ce *store.CompactedError
+	switch {
+	case errors.As(err, &ce), errors.Is(err, rooms.ErrEpochMismatch):
+		return rpctypes.ErrGRPCCompacted
+	case errors.Is(err, rooms.ErrFutureRevision):
+		return rpctypes.ErrGRPCFutureRev
+	case errors.Is(err, store.ErrInvalidRoom), errors.Is(err, store.ErrInvalidKey):
+		return status.Error(codes.InvalidArgument, "statecast: "+err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "statecast: canceled")
+	case errors.Is(err, rooms.ErrClosed), errors.Is(err, store.ErrClosed):
+		return errStopping
+	case errors.Is(err, rooms.ErrUnsynced), errors.Is(err, rooms.ErrRoomReset), errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.Unavailable, "statecast: the room is unavailable on this node; retry")
+	}
+	return status.Error(codes.Internal, "statecast: internal error")
+}
+
+// authServer answers Authenticate only, so that a client configured with
+// a user name and password (etcdctl --user name:<JWT>) sends the JWT: the
+// password is the token, the name is not looked at. The rest of etcd's
+// auth API (users, roles) does not exist here: grants are in the tokens.
+type authServer struct {
+	pb.UnimplementedAuthServer
+	*Server
+}
+
+func (a authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
+	addr := ""
+	if p, ok := peer.FromContext(ctx); ok {
+		addr = p.Addr.String()
+	}
+	if _, err := a.node.Identify(ctx, r.Password, addr); err != nil {
+		return nil, rpctypes.ErrGRPCAuthFailed
+	}
+	return &pb.AuthenticateResponse{Header: a.header(0), Token: r.Password}, nil
+}

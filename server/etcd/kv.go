@@ -1,0 +1,344 @@
+package etcd
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/wire"
+	"github.com/statecast/statecast/store"
+)
+
+type kvServer struct {
+	pb.UnimplementedKVServer
+	*Server
+}
+
+// read returns the keys of sp at rev (0: the head), read as ro says; the
+// snapshot's Rev is the room's head, as etcd's header revision is.
+func (s *Server) read(ctx context.Context, sp span, rev int64, ro rooms.ReadOptions) (store.Snapshot, error) {
+	list := s.engine.List
+	if sp.single && rev == 0 {
+		list = s.engine.Get // not every key the key is a prefix of
+	}
+	snap, err := list(ctx, sp.room, sp.prefix(), ro)
+	if err != nil {
+		return snap, grpcError(err)
+	}
+	if rev > 0 && uint64(rev) < snap.Rev {
+		if snap.Items, err = s.undo(ctx, sp, snap, uint64(rev)); err != nil {
+			return snap, err
+		}
+	} else if uint64(rev) > snap.Rev {
+		return snap, rpctypes.ErrGRPCFutureRev
+	}
+	snap.Items = slices.DeleteFunc(snap.Items, func(kv store.KV) bool { return !sp.has(kv.Key) })
+	return snap, nil
+}
+
+// undo turns snap's items into the keys at rev: the room keeps no past
+// states, but its history keeps every event with the key's previous
+// version, so the events after rev are undone, newest first. A rev whose
+// later events are no longer retained is compacted, as in etcd.
+func (s *Server) undo(ctx context.Context, sp span, snap store.Snapshot, rev uint64) ([]store.KV, error) {
+	w, err := s.engine.Watch(ctx, sp.room, rooms.WatchOptions{Prefixes: []string{sp.prefix()},
+		From: &rooms.Position{Epoch: snap.Epoch, Rev: rev + 1}, FailIfCompacted: true})
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	defer w.Close()
+	var changes []*rooms.Change
+	for done := false; !done; {
+		m, err := w.Next(ctx)
+		if err != nil {
+			return nil, grpcError(err)
+		}
+		switch {
+		case m.Kind == rooms.KindEvents && m.Rev <= snap.Rev:
+			changes = append(changes, m.Change)
+			done = m.Rev == snap.Rev
+		case m.Kind == rooms.KindEvents, m.Kind == rooms.KindSynced, m.Kind == rooms.KindProgress:
+			done = m.Rev >= snap.Rev
+		default: // a snapshot or coalesced catch-up: the history moved on under the replay
+			return nil, rpctypes.ErrGRPCCompacted
+		}
+	}
+	keys := make(map[string]store.KV, len(snap.Items))
+	for _, kv := range snap.Items {
+		keys[kv.Key] = kv
+	}
+	for i := len(changes) - 1; i >= 0; i-- {
+		evs := changes[i].Events
+		for j := len(evs) - 1; j >= 0; j-- {
+			if ev := evs[j]; ev.Prev != nil {
+				keys[ev.KV.Key] = *ev.Prev
+			} else {
+				delete(keys, ev.KV.Key)
+			}
+		}
+	}
+	items := make([]store.KV, 0, len(keys))
+	for _, kv := range keys {
+		items = append(items, kv)
+	}
+	slices.SortFunc(items, func(a, b store.KV) int { return strings.Compare(a.Key, b.Key) })
+	return items, nil
+}
+
+func (s kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	c, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sp, err := parseSpan(r.Key, r.RangeEnd)
+	if err != nil {
+		if k := string(r.Key); len(r.RangeEnd) == 0 && !(strings.HasPrefix(k, "/") && strings.Contains(k[1:], "/")) {
+			// A key outside every room exists in none: etcdctl endpoint
+			// health reads "health" and counts any answer as healthy.
+			return &pb.RangeResponse{Header: s.header(0)}, nil
+		}
+		return nil, err
+	}
+	if err := sp.canRead(c); err != nil {
+		return nil, err
+	}
+	snap, err := s.read(ctx, sp, r.Revision, rooms.ReadOptions{Serializable: r.Serializable})
+	if err != nil {
+		return nil, err
+	}
+	return s.rangeResponse(sp.room, snap.Items, snap.Rev, r), nil
+}
+
+// rangeResponse answers r from the keys it selects (sorted by key).
+func (s *Server) rangeResponse(room string, items []store.KV, rev uint64, r *pb.RangeRequest) *pb.RangeResponse {
+	items = slices.DeleteFunc(items, func(kv store.KV) bool {
+		return r.MinModRevision > 0 && int64(kv.ModRev) < r.MinModRevision ||
+			r.MaxModRevision > 0 && int64(kv.ModRev) > r.MaxModRevision ||
+			r.MinCreateRevision > 0 && int64(kv.CreateRev) < r.MinCreateRevision ||
+			r.MaxCreateRevision > 0 && int64(kv.CreateRev) > r.MaxCreateRevision
+	})
+	order := r.SortOrder
+	if order == pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY {
+		order = pb.RangeRequest_ASCEND // as etcd does
+	}
+	if order != pb.RangeRequest_NONE {
+		slices.SortStableFunc(items, func(a, b store.KV) int {
+			n := compareBy(r.SortTarget, a, b)
+			if order == pb.RangeRequest_DESCEND {
+				n = -n
+			}
+			return n
+		})
+	}
+	resp := &pb.RangeResponse{Header: s.header(rev), Count: int64(len(items))}
+	if r.CountOnly {
+		return resp
+	}
+	if r.Limit > 0 && int64(len(items)) > r.Limit {
+		items, resp.More = items[:r.Limit], true
+	}
+	for _, kv := range items {
+		resp.Kvs = append(resp.Kvs, toKV(room, kv, r.KeysOnly))
+	}
+	return resp
+}
+
+func compareBy(t pb.RangeRequest_SortTarget, a, b store.KV) int {
+	switch t {
+	case pb.RangeRequest_VERSION:
+		return cmp.Compare(a.Version, b.Version)
+	case pb.RangeRequest_CREATE:
+		return cmp.Compare(a.CreateRev, b.CreateRev)
+	case pb.RangeRequest_MOD:
+		return cmp.Compare(a.ModRev, b.ModRev)
+	case pb.RangeRequest_VALUE:
+		return bytes.Compare(fromValue(a.Value), fromValue(b.Value))
+	}
+	return strings.Compare(a.Key, b.Key)
+}
+
+// putOp turns a put into a store op.
+func putOp(r *pb.PutRequest) (span, store.Op, error) {
+	sp, err := parseSpan(r.Key, nil)
+	if err != nil {
+		return sp, store.Op{}, err
+	}
+	if r.IgnoreValue || r.IgnoreLease {
+		return sp, store.Op{}, status.Error(codes.InvalidArgument, "statecast: ignore_value and ignore_lease are not supported")
+	}
+	v, err := toValue(r.Value)
+	if err != nil {
+		return sp, store.Op{}, err
+	}
+	op := store.Op{Type: store.OpPut, Key: sp.lo, Value: v}
+	if r.Lease != 0 {
+		op.Lease = leaseName(r.Lease)
+	}
+	return sp, op, nil
+}
+
+func (s kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	c, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sp, op, err := putOp(r)
+	if err != nil {
+		return nil, err
+	}
+	if r.PrevKv { // the previous value is a read
+		if err := sp.canRead(c); err != nil {
+			return nil, err
+		}
+	}
+	res, err := s.node.Write(ctx, sp.room, store.Write{Ops: []store.Op{op}}, c.claims, c.addr)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	resp := &pb.PutResponse{Header: s.header(res.Rev)}
+	if r.PrevKv && len(res.Events) == 1 && res.Events[0].Prev != nil {
+		resp.PrevKv = toKV(sp.room, *res.Events[0].Prev, false)
+	}
+	return resp, nil
+}
+
+func (s kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	c, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sp, err := parseSpan(r.Key, r.RangeEnd)
+	if err != nil {
+		return nil, err
+	}
+	if r.PrevKv { // the previous values are a read
+		if err := sp.canRead(c); err != nil {
+			return nil, err
+		}
+	}
+	w := store.Delete(sp.lo)
+	if !sp.single {
+		// The keys the range holds now, each deleted if still there: a
+		// key created meanwhile is left (it is as if created just after).
+		snap, err := s.read(ctx, sp, 0, rooms.ReadOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if len(snap.Items) == 0 {
+			return &pb.DeleteRangeResponse{Header: s.header(snap.Rev)}, nil
+		}
+		w.Ops = w.Ops[:0]
+		for _, kv := range snap.Items {
+			w.Ops = append(w.Ops, store.Op{Type: store.OpDelete, Key: kv.Key})
+		}
+	}
+	res, err := s.node.Write(ctx, sp.room, w, c.claims, c.addr)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return deleteResponse(s.Server, sp.room, res.Rev, res.Events, r.PrevKv), nil
+}
+
+func deleteResponse(s *Server, room string, rev uint64, evs []store.Event, prevKV bool) *pb.DeleteRangeResponse {
+	resp := &pb.DeleteRangeResponse{Header: s.header(rev)}
+	for _, ev := range evs {
+		if ev.Type != store.OpDelete {
+			continue
+		}
+		resp.Deleted++
+		if prevKV && ev.Prev != nil {
+			resp.PrevKvs = append(resp.PrevKvs, toKV(room, *ev.Prev, false))
+		}
+	}
+	return resp
+}
+
+// Compact compacts one room's history on this node (rooms.Engine.Compact):
+// etcd's request names no key, so the room comes as gRPC metadata
+// statecast-room.
+func (s kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	c, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	room := md.Get("statecast-room")
+	if len(room) != 1 {
+		return nil, status.Error(codes.InvalidArgument, "statecast: revisions are per room: name the room to compact in gRPC metadata statecast-room")
+	}
+	// Compaction drops what clients can replay: it takes the right to
+	// write the whole room.
+	if !c.claims.CanWrite(room[0], "") {
+		return nil, status.Error(codes.PermissionDenied, "statecast: compacting a room takes a token that may write all of it")
+	}
+	if r.Revision <= 0 {
+		return nil, status.Error(codes.InvalidArgument, "statecast: compact to a revision of at least 1")
+	}
+	head, err := s.engine.Compact(ctx, room[0], uint64(r.Revision))
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &pb.CompactionResponse{Header: s.header(head)}, nil
+}
+
+// txnAttempts bounds how often a Txn is evaluated again when a key it
+// read changed before it committed.
+const txnAttempts = 20
+
+// Txn is optimistic: it reads the keys it compares and touches at one
+// revision, evaluates the compares and runs the chosen branch against
+// that state, then commits the branch's writes conditional on the
+// mod_rev of every key it read (the store checks those atomically with
+// the commit, on every store). A key changed meanwhile fails the
+// condition and the Txn is evaluated again on the new state: the outcome
+// is the one the compares give at the commit's revision, as in etcd.
+// Keys that a range in the branch would newly find are not guarded.
+func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	c, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t, err := parseTxn(r)
+	if err != nil {
+		return nil, err
+	}
+	for _, sp := range t.spans {
+		if err := sp.canRead(c); err != nil {
+			return nil, err
+		}
+	}
+	for attempt := 0; attempt < txnAttempts; attempt++ {
+		snap, err := s.read(ctx, t.cover(), 0, rooms.ReadOptions{})
+		if err != nil {
+			return nil, err
+		}
+		run, err := t.run(s.Server, snap)
+		if err != nil {
+			return nil, err
+		}
+		if len(run.write.Ops) == 0 { // nothing to write: answered at the read's revision
+			return run.response(s.Server, snap.Rev, nil), nil
+		}
+		res, err := s.node.Write(ctx, t.room, run.write, c.claims, c.addr)
+		var pe *server.Error
+		switch {
+		case errors.As(err, &pe) && pe.Code == wire.CodeConflict:
+			continue
+		case err != nil:
+			return nil, grpcError(err)
+		}
+		return run.response(s.Server, res.Rev, res.Events), nil
+	}
+	return nil, status.Error(codes.Unavailable, "statecast: the keys of this txn kept changing before it could commit; retry")
+}

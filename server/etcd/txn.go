@@ -1,0 +1,282 @@
+package etcd
+
+import (
+	"bytes"
+	"cmp"
+	"slices"
+	"strings"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/statecast/statecast/store"
+)
+
+// txn is a parsed TxnRequest: every key of it in one room.
+type txn struct {
+	room             string
+	spans            []span // of every compare and op: what the txn reads
+	compares         []span // compares[i] is r.Compare[i]'s
+	req              *pb.TxnRequest
+	success, failure []txnOp
+}
+
+type txnOp struct {
+	sp  span
+	req *pb.RequestOp
+	put store.Op // a put's
+}
+
+func parseTxn(r *pb.TxnRequest) (*txn, error) {
+	t := &txn{req: r}
+	add := func(sp span) error {
+		if t.room == "" {
+			t.room = sp.room
+		} else if sp.room != t.room {
+			return spanErr("a txn spans rooms %q and %q", t.room, sp.room)
+		}
+		t.spans = append(t.spans, sp)
+		return nil
+	}
+	for _, c := range r.Compare {
+		sp, err := parseSpan(c.Key, c.RangeEnd)
+		if err == nil {
+			err = add(sp)
+		}
+		if err != nil {
+			return nil, err
+		}
+		t.compares = append(t.compares, sp)
+	}
+	ops := func(reqs []*pb.RequestOp) ([]txnOp, error) {
+		out := make([]txnOp, 0, len(reqs))
+		for _, req := range reqs {
+			op := txnOp{req: req}
+			var err error
+			switch {
+			case req.GetRequestRange() != nil:
+				rr := req.GetRequestRange()
+				if rr.Revision != 0 {
+					return nil, status.Error(codes.InvalidArgument, "statecast: a range inside a txn reads at the txn's revision")
+				}
+				op.sp, err = parseSpan(rr.Key, rr.RangeEnd)
+			case req.GetRequestPut() != nil:
+				op.sp, op.put, err = putOp(req.GetRequestPut())
+			case req.GetRequestDeleteRange() != nil:
+				dr := req.GetRequestDeleteRange()
+				op.sp, err = parseSpan(dr.Key, dr.RangeEnd)
+			default:
+				return nil, status.Error(codes.InvalidArgument, "statecast: a txn inside a txn is not supported")
+			}
+			if err == nil {
+				err = add(op.sp)
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, op)
+		}
+		return out, nil
+	}
+	var err error
+	if t.success, err = ops(r.Success); err != nil {
+		return nil, err
+	}
+	if t.failure, err = ops(r.Failure); err != nil {
+		return nil, err
+	}
+	if t.room == "" {
+		return nil, status.Error(codes.InvalidArgument, "statecast: an empty txn names no room")
+	}
+	return t, nil
+}
+
+// cover is the one prefix of the room that holds every key of the txn.
+func (t *txn) cover() span {
+	p := t.spans[0].prefix()
+	for _, sp := range t.spans[1:] {
+		q := sp.prefix()
+		n := 0
+		for n < len(p) && n < len(q) && p[n] == q[n] {
+			n++
+		}
+		p = p[:n]
+	}
+	if p == "" {
+		return span{room: t.room, open: true}
+	}
+	return span{room: t.room, lo: p, hi: prefixEnd(p)}
+}
+
+// txnRun is one evaluation of a txn on the state at one revision: the
+// branch taken, the write it makes and what its ops answer.
+type txnRun struct {
+	room      string
+	succeeded bool
+	write     store.Write
+	results   []opResult
+}
+
+// opResult is an op's answer before the commit: a range's keys (those
+// the txn itself wrote have ModRev 0 until the commit's events fill
+// them in), a put's or delete's previous keys.
+type opResult struct {
+	req   *pb.RequestOp
+	items []store.KV
+	prev  []store.KV
+}
+
+// run evaluates t on snap.
+func (t *txn) run(s *Server, snap store.Snapshot) (*txnRun, error) {
+	state := make(map[string]store.KV, len(snap.Items))
+	for _, kv := range snap.Items {
+		state[kv.Key] = kv
+	}
+	guards := make(map[string]uint64) // key → mod_rev read (0: absent)
+	guard := func(k string) {
+		if _, ok := guards[k]; !ok {
+			guards[k] = state[k].ModRev
+		}
+	}
+	in := func(sp span) []store.KV {
+		var kvs []store.KV
+		for k, kv := range state {
+			if sp.has(k) {
+				kvs = append(kvs, kv)
+			}
+		}
+		slices.SortFunc(kvs, func(a, b store.KV) int { return strings.Compare(a.Key, b.Key) })
+		return kvs
+	}
+	run := &txnRun{room: t.room, succeeded: true}
+	for i, c := range t.req.Compare {
+		sp := t.compares[i]
+		if sp.single {
+			guard(sp.lo)
+		}
+		kvs := in(sp)
+		for _, kv := range kvs {
+			guard(kv.Key)
+		}
+		if len(kvs) == 0 { // etcd compares a missing key as an empty one, but never its value
+			run.succeeded = run.succeeded && c.Target != pb.Compare_VALUE && holds(c, store.KV{})
+		}
+		for _, kv := range kvs {
+			run.succeeded = run.succeeded && holds(c, kv)
+		}
+	}
+	ops := t.success
+	if !run.succeeded {
+		ops = t.failure
+	}
+	written := make(map[string]bool)
+	write := func(op store.Op) error {
+		if written[op.Key] {
+			return rpctypes.ErrGRPCDuplicateKey
+		}
+		written[op.Key] = true
+		guard(op.Key)
+		run.write.Ops = append(run.write.Ops, op)
+		return nil
+	}
+	for _, op := range ops {
+		res := opResult{req: op.req}
+		switch {
+		case op.req.GetRequestRange() != nil:
+			res.items = in(op.sp)
+		case op.req.GetRequestPut() != nil:
+			if err := write(op.put); err != nil {
+				return nil, err
+			}
+			if prev, ok := state[op.put.Key]; ok {
+				res.prev = []store.KV{prev}
+			}
+			state[op.put.Key] = store.KV{Key: op.put.Key} // filled in from the commit's event
+		default:
+			for _, kv := range in(op.sp) {
+				if err := write(store.Op{Type: store.OpDelete, Key: kv.Key}); err != nil {
+					return nil, err
+				}
+				res.prev = append(res.prev, kv)
+				delete(state, kv.Key)
+			}
+		}
+		run.results = append(run.results, res)
+	}
+	if len(run.write.Ops) > 0 {
+		for k, rev := range guards {
+			run.write.Conds = append(run.write.Conds, store.Cond{Key: k, ModRev: rev})
+		}
+		slices.SortFunc(run.write.Conds, func(a, b store.Cond) int { return strings.Compare(a.Key, b.Key) })
+	}
+	return run, nil
+}
+
+// holds evaluates one compare on one key.
+func holds(c *pb.Compare, kv store.KV) bool {
+	var n int
+	switch c.Target {
+	case pb.Compare_VERSION:
+		n = cmp.Compare(kv.Version, uint64(c.GetVersion()))
+	case pb.Compare_CREATE:
+		n = cmp.Compare(kv.CreateRev, uint64(c.GetCreateRevision()))
+	case pb.Compare_MOD:
+		n = cmp.Compare(kv.ModRev, uint64(c.GetModRevision()))
+	case pb.Compare_VALUE:
+		n = bytes.Compare(fromValue(kv.Value), c.GetValue())
+	case pb.Compare_LEASE:
+		n = cmp.Compare(uint64(leaseNum(kv.Lease)), uint64(c.GetLease()))
+	}
+	switch c.Result {
+	case pb.Compare_EQUAL:
+		return n == 0
+	case pb.Compare_GREATER:
+		return n > 0
+	case pb.Compare_LESS:
+		return n < 0
+	}
+	return n != 0
+}
+
+// response answers the txn committed at rev with evs (none: nothing
+// written, rev is the read's).
+func (run *txnRun) response(s *Server, rev uint64, evs []store.Event) *pb.TxnResponse {
+	committed := make(map[string]store.KV, len(evs))
+	for _, ev := range evs {
+		committed[ev.KV.Key] = ev.KV
+	}
+	resp := &pb.TxnResponse{Header: s.header(rev), Succeeded: run.succeeded}
+	for _, res := range run.results {
+		var out *pb.ResponseOp
+		switch {
+		case res.req.GetRequestRange() != nil:
+			for i, kv := range res.items {
+				if kv.ModRev == 0 {
+					res.items[i] = committed[kv.Key]
+				}
+			}
+			rr := s.rangeResponse(run.room, res.items, rev, res.req.GetRequestRange())
+			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}
+		case res.req.GetRequestPut() != nil:
+			pr := &pb.PutResponse{Header: s.header(rev)}
+			if res.req.GetRequestPut().PrevKv && len(res.prev) == 1 {
+				pr.PrevKv = toKV(run.room, res.prev[0], false)
+			}
+			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: pr}}
+		default:
+			dr := &pb.DeleteRangeResponse{Header: s.header(rev), Deleted: int64(len(res.prev))}
+			if res.req.GetRequestDeleteRange().PrevKv {
+				dr.PrevKvs = make([]*mvccpb.KeyValue, len(res.prev))
+				for i, kv := range res.prev {
+					dr.PrevKvs[i] = toKV(run.room, kv, false)
+				}
+			}
+			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: dr}}
+		}
+		resp.Responses = append(resp.Responses, out)
+	}
+	return resp
+}

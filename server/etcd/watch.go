@@ -1,0 +1,347 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/store"
+)
+
+type watchServer struct {
+	pb.UnimplementedWatchServer
+	*Server
+}
+
+// watchStream is one Watch RPC: its requests are handled in order on the
+// RPC's goroutine; each watch runs on its own goroutine, draining its
+// room watcher, and all of them send through send (a gRPC stream takes
+// one sender at a time).
+type watchStream struct {
+	s       *Server
+	c       caller
+	ctx     context.Context
+	stream  pb.Watch_WatchServer
+	sendMu  sync.Mutex
+	watches map[int64]*watch // owned by the RPC's goroutine
+	next    int64            // the next automatic watch id (etcd's start at 0)
+	wg      sync.WaitGroup
+}
+
+// watch is one etcd watch on a room watcher.
+//
+// etcd never skips a revision, and its clients cannot take statecast's
+// catch-ups (a coalesced message or a snapshot for a watcher that fell
+// behind), so a watch that gets one starts a new room watcher from the
+// first revision it has not sent: a replay, paced by this stream's
+// sends, from the room's history. Only when the history no longer holds
+// that revision does the watch end as etcd's does when its start was
+// compacted: canceled with compact_revision, after which the client
+// lists the keys again.
+type watch struct {
+	id              int64
+	sp              span
+	epoch           string
+	rw              *rooms.Watcher
+	prevKV, notify  bool
+	noPut, noDelete bool
+	last            uint64 // every event up to it has been sent
+	synced          bool   // the replay reached the head: rw is live
+	progress        chan struct{}
+	ctx             context.Context
+	cancel          context.CancelFunc
+	done            chan struct{}
+}
+
+func (s watchServer) Watch(stream pb.Watch_WatchServer) error {
+	c, err := s.caller(stream.Context())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	ws := &watchStream{s: s.Server, c: c, ctx: ctx, stream: stream, watches: make(map[int64]*watch)}
+	defer func() { cancel(); ws.wg.Wait() }()
+	return serveStream(s.Server, ctx, c, stream.Recv, func(r *pb.WatchRequest) error {
+		switch {
+		case r.GetCreateRequest() != nil:
+			ws.create(r.GetCreateRequest())
+		case r.GetCancelRequest() != nil:
+			ws.cancel(r.GetCancelRequest().WatchId)
+		case r.GetProgressRequest() != nil:
+			for _, w := range ws.watches {
+				select {
+				case w.progress <- struct{}{}:
+				default:
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func (ws *watchStream) send(r *pb.WatchResponse) bool {
+	ws.sendMu.Lock()
+	defer ws.sendMu.Unlock()
+	return ws.stream.Send(r) == nil
+}
+
+// create starts a watch, answering created (or created and canceled, as
+// etcd answers a watch it cannot start) before any of its events.
+func (ws *watchStream) create(cr *pb.WatchCreateRequest) {
+	s := ws.s
+	refuse := func(err error) {
+		ws.send(&pb.WatchResponse{Header: s.header(0), WatchId: -1, Created: true, Canceled: true, CancelReason: status.Convert(err).Message()})
+	}
+	for id, w := range ws.watches { // those that ended by themselves (compacted)
+		select {
+		case <-w.done:
+			delete(ws.watches, id)
+		default:
+		}
+	}
+	if len(ws.watches) >= s.maxW {
+		refuse(status.Errorf(codes.ResourceExhausted, "statecast: at most %d watches per stream", s.maxW))
+		return
+	}
+	id := cr.WatchId
+	if id == 0 {
+		for ws.watches[ws.next] != nil {
+			ws.next++
+		}
+		id = ws.next
+		ws.next++
+	} else if ws.watches[id] != nil {
+		refuse(errors.New("statecast: a watch with this id exists on the stream"))
+		return
+	}
+	sp, err := parseSpan(cr.Key, cr.RangeEnd)
+	if err == nil {
+		err = sp.canRead(ws.c)
+	}
+	if err != nil {
+		refuse(err)
+		return
+	}
+	// The head: a watch from now starts after it (a linearizable read,
+	// as etcd's), and it is the created answer's revision.
+	head, err := s.engine.Get(ws.ctx, sp.room, "", rooms.ReadOptions{Serializable: cr.StartRevision > 0})
+	if err != nil {
+		refuse(grpcError(err))
+		return
+	}
+	from := head.Rev + 1
+	if cr.StartRevision > 0 {
+		from = uint64(cr.StartRevision)
+	}
+	w := &watch{id: id, sp: sp, epoch: head.Epoch, prevKV: cr.PrevKv, notify: cr.ProgressNotify,
+		last: from - 1, progress: make(chan struct{}, 1), done: make(chan struct{})}
+	for _, f := range cr.Filters {
+		w.noPut = w.noPut || f == pb.WatchCreateRequest_NOPUT
+		w.noDelete = w.noDelete || f == pb.WatchCreateRequest_NODELETE
+	}
+	w.ctx, w.cancel = context.WithCancel(ws.ctx)
+	if !ws.send(&pb.WatchResponse{Header: s.header(head.Rev), WatchId: id, Created: true}) {
+		w.cancel()
+		return
+	}
+	ws.watches[id] = w
+	ws.wg.Add(1)
+	go func() {
+		defer ws.wg.Done()
+		defer close(w.done)
+		defer w.cancel()
+		if ws.start(w) {
+			ws.run(w)
+		}
+		if w.rw != nil {
+			w.rw.Close()
+		}
+	}()
+}
+
+// start opens the room watcher from w.last + 1; false when the watch
+// ended (canceled, compacted).
+func (ws *watchStream) start(w *watch) bool {
+	rw, err := ws.s.engine.Watch(w.ctx, w.sp.room, rooms.WatchOptions{Prefixes: []string{w.sp.prefix()},
+		From: &rooms.Position{Epoch: w.epoch, Rev: w.last + 1}, FailIfCompacted: true})
+	var ce *store.CompactedError
+	switch {
+	case errors.As(err, &ce):
+		ws.send(&pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id, Canceled: true, CompactRevision: int64(ce.Oldest)})
+		return false
+	case errors.Is(err, rooms.ErrEpochMismatch):
+		ws.end(w, "statecast: the room's history was lost and started again (a new epoch): list the keys again")
+		return false
+	case err != nil:
+		if w.ctx.Err() == nil {
+			ws.end(w, status.Convert(grpcError(err)).Message())
+		}
+		return false
+	}
+	w.rw, w.synced = rw, false
+	return true
+}
+
+func (ws *watchStream) end(w *watch, reason string) {
+	ws.send(&pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id, Canceled: true, CancelReason: reason})
+}
+
+// run sends w's events until it is canceled or its stream ends.
+func (ws *watchStream) run(w *watch) {
+	var buf []rooms.Message
+	for {
+		msgs, err := w.rw.Drain(buf[:0])
+		if err != nil {
+			if w.ctx.Err() != nil {
+				return
+			}
+			// The room was reset on this node (a gap in the store's
+			// tail): continue from the history, as after a catch-up.
+			w.rw.Close()
+			if !ws.start(w) {
+				w.rw = nil
+				return
+			}
+			continue
+		}
+		ok, restarted := ws.deliver(w, msgs)
+		if !ok {
+			return
+		}
+		buf = msgs[:0]
+		if len(msgs) > 0 || restarted {
+			continue
+		}
+		select {
+		case <-w.rw.Ready():
+		case <-w.progress:
+			if !ws.progressNow(w) {
+				return
+			}
+		case <-w.ctx.Done():
+			return
+		}
+	}
+}
+
+// maxBatchBytes bounds the keys and values of one response: consecutive
+// revisions go out together, as etcd batches them, up to it.
+const maxBatchBytes = 1 << 20
+
+// deliver sends msgs; ok is false when the watch ended, restarted when a
+// catch-up made it start a new room watcher (the rest of msgs is dropped).
+func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bool) {
+	var batch []*mvccpb.Event
+	size := 0
+	flush := func() bool {
+		if len(batch) == 0 {
+			return true
+		}
+		resp := &pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id, Events: batch}
+		batch, size = nil, 0
+		return ws.send(resp)
+	}
+	for _, m := range msgs {
+		if m.Kind == rooms.KindEvents {
+			for _, ev := range w.events(m.Change) {
+				batch = append(batch, ev)
+				size += len(ev.Kv.Key) + len(ev.Kv.Value) + len(ev.PrevKv.GetValue())
+			}
+			w.last = m.Rev
+			if size >= maxBatchBytes && !flush() {
+				return false, false
+			}
+			continue
+		}
+		if !flush() {
+			return false, false
+		}
+		switch m.Kind {
+		case rooms.KindSynced:
+			w.last, w.synced = max(w.last, m.Rev), true
+		case rooms.KindProgress:
+			w.last = max(w.last, m.Rev)
+			if w.notify && !ws.send(&pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id}) {
+				return false, false
+			}
+		default: // coalesced or snapshot: fell behind (see watch)
+			w.rw.Close()
+			if !ws.start(w) {
+				w.rw = nil
+				return false, false
+			}
+			return true, true
+		}
+	}
+	return flush(), false
+}
+
+// progressNow answers a progress request: every event up to the head
+// read now has been sent once the watcher's queue is drained, if it is
+// live; one still replaying reports what it has sent.
+func (ws *watchStream) progressNow(w *watch) bool {
+	head, err := ws.s.engine.Get(w.ctx, w.sp.room, "", rooms.ReadOptions{Serializable: true})
+	if err != nil {
+		return w.ctx.Err() == nil
+	}
+	msgs, err := w.rw.Drain(nil)
+	if err != nil {
+		return true // run ends or restarts the watcher
+	}
+	ok, restarted := ws.deliver(w, msgs)
+	if !ok || restarted {
+		return ok
+	}
+	rev := w.last
+	if w.synced && head.Epoch == w.epoch {
+		rev = max(rev, head.Rev)
+	}
+	return rev == 0 || ws.send(&pb.WatchResponse{Header: ws.s.header(rev), WatchId: w.id})
+}
+
+// events converts the events of ch that w selects.
+func (w *watch) events(ch *rooms.Change) []*mvccpb.Event {
+	var out []*mvccpb.Event
+	for _, ev := range ch.Events {
+		if !w.sp.has(ev.KV.Key) {
+			continue
+		}
+		var e *mvccpb.Event
+		if ev.Type == store.OpPut {
+			if w.noPut {
+				continue
+			}
+			e = &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: toKV(w.sp.room, ev.KV, false)}
+		} else {
+			if w.noDelete {
+				continue
+			}
+			// etcd's tombstone: the key and the delete's revision.
+			e = &mvccpb.Event{Type: mvccpb.Event_DELETE, Kv: &mvccpb.KeyValue{Key: []byte("/" + w.sp.room + "/" + ev.KV.Key), ModRevision: int64(ev.KV.ModRev)}}
+		}
+		if w.prevKV && ev.Prev != nil {
+			e.PrevKv = toKV(w.sp.room, *ev.Prev, false)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// cancel ends watch id at the client's request; nothing of it is sent
+// after the canceled answer.
+func (ws *watchStream) cancel(id int64) {
+	w := ws.watches[id]
+	if w == nil {
+		return
+	}
+	delete(ws.watches, id)
+	w.cancel()
+	<-w.done
+	ws.send(&pb.WatchResponse{Header: ws.s.header(w.last), WatchId: id, Canceled: true})
+}
