@@ -322,7 +322,9 @@ func TestCompare(t *testing.T) {
 	}
 	for _, r := range []*result{c.Ceiling, c.Statecast} {
 		checkFanout(t, r, 3, 50)
-		if r.ServerPID == 0 || r.ServerCPUUsPerMsg <= 0 {
+		// /proc counts CPU in 10 ms ticks: the ceiling's share of 150
+		// messages can read 0 (it did on a loaded CI machine), never less.
+		if r.ServerPID == 0 || r.ServerCPUUsPerMsg < 0 {
 			t.Errorf("%s: pid %d, CPU %v µs/msg: want the spawned server measured", r.Target, r.ServerPID, r.ServerCPUUsPerMsg)
 		}
 	}
