@@ -270,7 +270,8 @@ func testCeiling(t *testing.T, target []string, spawned bool) {
 		if r.Target != "ceiling" {
 			t.Errorf("target %q", r.Target)
 		}
-		if spawned && (r.ServerPID == 0 || r.ServerCPUUsPerMsg <= 0 || r.ServerRSSMB <= 0) {
+		// CPU: /proc's 10 ms ticks can read 0 for 250 messages (TestCompare).
+		if spawned && (r.ServerPID == 0 || r.ServerCPUUsPerMsg < 0 || r.ServerRSSMB <= 0) {
 			t.Errorf("spawned server: pid %d, CPU %v µs/msg, RSS %v MB", r.ServerPID, r.ServerCPUUsPerMsg, r.ServerRSSMB)
 		}
 	})
