@@ -71,8 +71,8 @@ func TestLeasesAcrossNodes(t *testing.T) {
 		t.Fatalf("events %v, want the ghost's key deleted", got)
 	}
 	// Node timeout + a beat + a scan; the scan's share has room for -race
-	// on a loaded CI machine.
-	if took, bound := time.Since(start), timeout+timeout/5+2500*time.Millisecond; took > bound {
+	// on a loaded CI machine (it took up to 3.3 s there).
+	if took, bound := time.Since(start), timeout+timeout/5+5*time.Second; took > bound {
 		t.Errorf("the dead node's key was deleted after %v, want within %v", took, bound)
 	}
 	alive, stale, err := ghost.(store.Nodes).Registered(ctx, timeout)
@@ -110,7 +110,7 @@ func TestLeasesAcrossNodes(t *testing.T) {
 	if got := next(); !slices.Equal(got, []string{"delete:presence/orphan"}) {
 		t.Fatalf("events %v, want the orphan deleted", got)
 	}
-	if took, bound := time.Since(start), 5*timeout+2500*time.Millisecond; took > bound {
+	if took, bound := time.Since(start), 5*timeout+5*time.Second; took > bound {
 		t.Errorf("the orphan was deleted after %v, want within %v", took, bound)
 	}
 

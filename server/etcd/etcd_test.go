@@ -6,6 +6,7 @@ package etcd_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"strconv"
@@ -862,5 +863,40 @@ func TestWatchCancel(t *testing.T) {
 	}
 	if resp, err := ws.Recv(); err != nil || resp.WatchId != 1 || resp.Events[0].Kv.ModRevision != 3 {
 		t.Fatalf("after the cancel: %v, %v (only watch 1 was left)", resp, err)
+	}
+}
+
+// TestRefusals: what the etcd API refuses so that a request cannot learn
+// of a room it may not read, commit on a range compare it cannot guard,
+// run away with a txn, or overflow a lease's TTL.
+func TestRefusals(t *testing.T) {
+	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := servertest.Options{}
+	o.Server.Auth = authn
+	n, _, cli := start(t, o)
+	ctx := ctxOf(t)
+	admin := &statecast.HTTP{URL: n.HTTP.URL, Token: tokenFor(t, "admin", map[string]any{"room": "secret", "access": "rw"})}
+	if _, err := admin.Put(ctx, "secret", "alpha", json.RawMessage(`1`), nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	mine := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokenFor(t, "u", map[string]any{"room": "mine", "access": "rw"}))
+	if _, err := cli.Delete(mine, "/secret/", clientv3.WithPrefix()); codeOf(err) != codes.PermissionDenied || strings.Contains(err.Error(), "alpha") {
+		t.Fatalf("a range delete in a room the token cannot read: %v, want PermissionDenied naming no key", err)
+	}
+	if _, err := cli.Txn(mine).If(clientv3.Compare(clientv3.Version("/mine/locks/").WithPrefix(), "=", 0)).Then(clientv3.OpPut("/mine/locks/me", "1")).Commit(); codeOf(err) != codes.InvalidArgument {
+		t.Fatalf("a compare over a range: %v, want InvalidArgument", err)
+	}
+	ops := make([]clientv3.Op, 129)
+	for i := range ops {
+		ops[i] = clientv3.OpGet("/mine/k")
+	}
+	if _, err := cli.Txn(mine).Then(ops...).Commit(); !errors.Is(err, rpctypes.ErrTooManyOps) {
+		t.Fatalf("a txn of 129 ops: %v, want too many operations", err)
+	}
+	if _, err := cli.Grant(mine, 1<<55+10); !errors.Is(err, rpctypes.ErrLeaseTTLTooLarge) {
+		t.Fatalf("a TTL of 2^55 s: %v, want too large", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -222,10 +223,16 @@ func (s kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*p
 	if err != nil {
 		return nil, err
 	}
-	if r.PrevKv { // the previous values are a read
+	// The previous values are a read, and so is a range: which keys it
+	// holds, and how many. Both are checked before anything is read, so a
+	// refusal tells nothing of the room.
+	if r.PrevKv || !sp.single {
 		if err := sp.canRead(c); err != nil {
 			return nil, err
 		}
+	}
+	if !sp.single && !c.claims.CanWrite(sp.room, sp.prefix()) {
+		return nil, status.Error(codes.PermissionDenied, fmt.Sprintf("statecast: the token does not allow writing %q in room %q", sp.prefix(), sp.room))
 	}
 	w := store.Delete(sp.lo)
 	if !sp.single {
@@ -276,6 +283,9 @@ func (s kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Com
 	room := md.Get("statecast-room")
 	if len(room) != 1 {
 		return nil, status.Error(codes.InvalidArgument, "statecast: revisions are per room: name the room to compact in gRPC metadata statecast-room")
+	}
+	if err := store.ValidClientRoom(room[0]); err != nil { // not the server's own rooms
+		return nil, status.Error(codes.InvalidArgument, "statecast: "+err.Error())
 	}
 	// Compaction drops what clients can replay: it takes the right to
 	// write the whole room.

@@ -86,10 +86,10 @@ func (s leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*
 	if r.ID != 0 {
 		return nil, status.Error(codes.InvalidArgument, "statecast: the server chooses lease ids: send ID 0")
 	}
-	ttl := time.Duration(max(r.TTL, 1)) * time.Second
-	if ttl > maxLeaseTTL {
+	if r.TTL > int64(maxLeaseTTL/time.Second) { // before multiplying: a huge TTL would wrap around
 		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
 	}
+	ttl := time.Duration(max(r.TTL, 1)) * time.Second
 	// Random, so unguessable as the node's other lease ids; positive, as
 	// etcd's are.
 	var b [8]byte
@@ -153,7 +153,9 @@ func (s leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveR
 	}
 	if r.Keys {
 		for _, k := range info.Keys {
-			resp.Keys = append(resp.Keys, []byte("/"+k[0]+"/"+k[1]))
+			if c.claims.CanRead(k[0], k[1]) { // the lease is the subject's; its keys' names are reads
+				resp.Keys = append(resp.Keys, []byte("/"+k[0]+"/"+k[1]))
+			}
 		}
 	}
 	return resp, nil

@@ -30,7 +30,14 @@ type txnOp struct {
 	put store.Op // a put's
 }
 
+// maxTxnOps bounds a txn's compares and ops, each a read of the room
+// (etcd's --max-txn-ops default).
+const maxTxnOps = 128
+
 func parseTxn(r *pb.TxnRequest) (*txn, error) {
+	if len(r.Compare)+len(r.Success)+len(r.Failure) > maxTxnOps {
+		return nil, rpctypes.ErrGRPCTooManyOps
+	}
 	t := &txn{req: r}
 	add := func(sp span) error {
 		if t.room == "" {
@@ -43,6 +50,12 @@ func parseTxn(r *pb.TxnRequest) (*txn, error) {
 	}
 	for _, c := range r.Compare {
 		sp, err := parseSpan(c.Key, c.RangeEnd)
+		if err == nil && !sp.single {
+			// The commit is conditional on the mod_rev of each key read: a
+			// key appearing in a range meanwhile could not be guarded, and
+			// "the prefix is empty" would hold for two txns at once.
+			err = status.Error(codes.InvalidArgument, "statecast: a compare over a range is not supported: compare keys one by one")
+		}
 		if err == nil {
 			err = add(sp)
 		}
@@ -68,8 +81,10 @@ func parseTxn(r *pb.TxnRequest) (*txn, error) {
 			case req.GetRequestDeleteRange() != nil:
 				dr := req.GetRequestDeleteRange()
 				op.sp, err = parseSpan(dr.Key, dr.RangeEnd)
-			default:
+			case req.GetRequestTxn() != nil:
 				return nil, status.Error(codes.InvalidArgument, "statecast: a txn inside a txn is not supported")
+			default:
+				return nil, status.Error(codes.InvalidArgument, "statecast: a txn op with no request")
 			}
 			if err == nil {
 				err = add(op.sp)
