@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -289,6 +290,9 @@ func run(f serveFlags) error {
 		return err
 	}
 	errc := make(chan error, 2)
+	// The etcd API drains beside the HTTP server (its watches and
+	// keep-alives end while the lease manager still runs), or at return.
+	stopEtcd := func(context.Context) {}
 	if f.etcdAddr != "" {
 		// Announced before the HTTP address, which tests and scripts
 		// wait for: by then the etcd API is up too.
@@ -299,10 +303,12 @@ func run(f serveFlags) error {
 		es := etcd.New(etcd.Config{Node: srv, Name: f.nodeID + "@" + eln.Addr().String(), MaxWatches: f.maxSubs, Logger: log})
 		fmt.Printf("statecast: etcd v3 API on %s\n", eln.Addr())
 		go func() { errc <- es.Serve(eln) }()
+		var once sync.Once
+		stopEtcd = func(ctx context.Context) { once.Do(func() { es.Stop(ctx) }) }
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			es.Stop(sctx)
+			stopEtcd(sctx)
 		}()
 	}
 	hs := srv.HTTPServer()
@@ -320,6 +326,9 @@ func run(f serveFlags) error {
 	log.Info("shutting down: flushing connections")
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	etcdStopped := make(chan struct{})
+	go func() { stopEtcd(sctx); close(etcdStopped) }()
+	defer func() { <-etcdStopped }()
 	_ = srv.Shutdown(sctx)
 	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
