@@ -247,14 +247,18 @@ func (c *conn) subscribe(r *wire.Request) {
 		c.replyErr(r.ID, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions with a filter per connection", c.s.cfg.MaxConnFilters)))
 		return
 	}
-	// Compiled once the cheap checks passed: a connection at its limits
-	// cannot make the server compile.
-	f, err := c.s.compileFilter(r.Filter)
-	if err != nil {
+	// From here a refusal gives the budget back.
+	refuse := func(err error) {
 		c.mu.Lock()
 		c.releaseLocked(s)
 		c.mu.Unlock()
 		c.replyErr(r.ID, errorOf(err, false))
+	}
+	// Compiled once the cheap checks passed: a connection at its limits
+	// cannot make the server compile.
+	f, err := c.s.compileFilter(r.Filter)
+	if err != nil {
+		refuse(err)
 		return
 	}
 	opts := rooms.WatchOptions{Prefixes: prefixes, Filter: f, Notify: func() { c.markReady(s) }}
@@ -265,10 +269,7 @@ func (c *conn) subscribe(r *wire.Request) {
 	w, err := c.s.engine.Watch(ctx, r.Room, opts)
 	cancel()
 	if err != nil {
-		c.mu.Lock()
-		c.releaseLocked(s)
-		c.mu.Unlock()
-		c.replyErr(r.ID, errorOf(err, false))
+		refuse(err)
 		return
 	}
 	s.w = w

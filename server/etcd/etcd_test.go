@@ -499,12 +499,7 @@ func tokenFor(t *testing.T, sub string, grants ...map[string]any) string {
 // TestAuth: a JWT as authorization metadata, or as the password of
 // etcd's Authenticate, with the grants of every other surface.
 func TestAuth(t *testing.T) {
-	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := servertest.Options{}
-	o.Server.Auth = authn
+	o := withAuth(t)
 	_, addr, cli := start(t, o)
 	ctx := ctxOf(t)
 	if _, err := cli.Get(ctx, "/a/k"); codeOf(err) != codes.Unauthenticated {
@@ -870,12 +865,7 @@ func TestWatchCancel(t *testing.T) {
 // of a room it may not read, commit on a range compare it cannot guard,
 // run away with a txn, or overflow a lease's TTL.
 func TestRefusals(t *testing.T) {
-	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := servertest.Options{}
-	o.Server.Auth = authn
+	o := withAuth(t)
 	n, _, cli := start(t, o)
 	ctx := ctxOf(t)
 	admin := &statecast.HTTP{URL: n.HTTP.URL, Token: tokenFor(t, "admin", map[string]any{"room": "secret", "access": "rw"})}
@@ -899,4 +889,16 @@ func TestRefusals(t *testing.T) {
 	if _, err := cli.Grant(mine, 1<<55+10); !errors.Is(err, rpctypes.ErrLeaseTTLTooLarge) {
 		t.Fatalf("a TTL of 2^55 s: %v, want too large", err)
 	}
+}
+
+// withAuth is a node's options with JWT auth (HS256, hmacSecret).
+func withAuth(t testing.TB) servertest.Options {
+	t.Helper()
+	authn, err := auth.New(auth.Config{HMACSecret: hmacSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o servertest.Options
+	o.Server.Auth = authn
+	return o
 }
