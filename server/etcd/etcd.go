@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -39,6 +40,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/statecast/statecast/rooms"
@@ -92,6 +94,7 @@ func New(cfg Config) *Server {
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(2<<20),
 		grpc.MaxConcurrentStreams(uint32(s.maxW)),
+		grpc.StatsHandler(connTagger{}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	pb.RegisterKVServer(s.grpc, kvServer{Server: s})
@@ -400,4 +403,29 @@ func (a authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest)
 		return nil, rpctypes.ErrGRPCAuthFailed
 	}
 	return &pb.AuthenticateResponse{Header: a.header(0), Token: r.Password}, nil
+}
+
+// connTagger gives each connection a count of its watches, over all its
+// Watch streams (a stream's context carries its connection's values), so
+// a connection holds MaxWatches watches, as a WebSocket holds
+// --max-subscriptions, however many streams it opens.
+type connTagger struct{}
+
+type connWatchesKey struct{}
+
+func (connTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, connWatchesKey{}, new(atomic.Int64))
+}
+func (connTagger) HandleConn(context.Context, stats.ConnStats) {}
+func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return ctx
+}
+func (connTagger) HandleRPC(context.Context, stats.RPCStats) {}
+
+// connWatches is the watch count of ctx's connection.
+func connWatches(ctx context.Context) *atomic.Int64 {
+	if n, ok := ctx.Value(connWatchesKey{}).(*atomic.Int64); ok {
+		return n
+	}
+	return new(atomic.Int64) // not served by this server's grpc: its own count
 }

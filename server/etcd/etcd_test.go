@@ -677,7 +677,8 @@ func TestSlowWatch(t *testing.T) {
 }
 
 // TestLimits: the node's connection limit counts the etcd API's
-// connections, and a stream holds at most MaxWatches watches.
+// connections, and a connection holds at most MaxWatches watches over
+// all its streams.
 func TestLimits(t *testing.T) {
 	o := servertest.Options{}
 	o.Server.MaxConnections = 1
@@ -689,6 +690,12 @@ func TestLimits(t *testing.T) {
 	}
 	if !resps[0].Created || resps[0].Canceled || !resps[1].Created || resps[1].Canceled || !resps[2].Canceled || resps[2].Err() == nil || !strings.Contains(resps[2].Err().Error(), "at most 2 watches") {
 		t.Fatalf("three watches on one stream of at most 2: %+v", resps)
+	}
+	// Another stream of the same connection (clientv3 opens one per
+	// distinct metadata) counts against the same budget.
+	other := metadata.AppendToOutgoingContext(ctx, "stream", "other")
+	if resp := next(t, cli.Watch(other, "/lim/x", clientv3.WithCreatedNotify())); !resp.Canceled || !strings.Contains(resp.Err().Error(), "at most 2 watches per connection") {
+		t.Fatalf("a third watch on a second stream of the connection: %+v", resp)
 	}
 	second := client(t, addr, "")
 	short, cancel := context.WithTimeout(ctx, time.Second)

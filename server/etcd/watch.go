@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -30,6 +31,7 @@ type watchStream struct {
 	stream  pb.Watch_WatchServer
 	sendMu  sync.Mutex
 	watches map[int64]*watch // owned by the RPC's goroutine
+	conn    *atomic.Int64    // the watches of all the streams of its connection
 	next    int64            // the next automatic watch id (etcd's start at 0)
 	wg      sync.WaitGroup
 }
@@ -65,8 +67,8 @@ func (s watchServer) Watch(stream pb.Watch_WatchServer) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
-	ws := &watchStream{s: s.Server, c: c, ctx: ctx, stream: stream, watches: make(map[int64]*watch)}
-	defer func() { cancel(); ws.wg.Wait() }()
+	ws := &watchStream{s: s.Server, c: c, ctx: ctx, stream: stream, watches: make(map[int64]*watch), conn: connWatches(ctx)}
+	defer func() { cancel(); ws.wg.Wait(); ws.conn.Add(-int64(len(ws.watches))) }()
 	return serveStream(s.Server, ctx, c, stream.Recv, func(r *pb.WatchRequest) error {
 		switch {
 		case r.GetCreateRequest() != nil:
@@ -102,11 +104,12 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) {
 		select {
 		case <-w.done:
 			delete(ws.watches, id)
+			ws.conn.Add(-1)
 		default:
 		}
 	}
-	if len(ws.watches) >= s.maxW {
-		refuse(status.Errorf(codes.ResourceExhausted, "statecast: at most %d watches per stream", s.maxW))
+	if len(ws.watches) >= s.maxW || ws.conn.Load() >= int64(s.maxW) {
+		refuse(status.Errorf(codes.ResourceExhausted, "statecast: at most %d watches per connection", s.maxW))
 		return
 	}
 	id := cr.WatchId
@@ -151,6 +154,7 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) {
 		return
 	}
 	ws.watches[id] = w
+	ws.conn.Add(1)
 	ws.wg.Add(1)
 	go func() {
 		defer ws.wg.Done()
@@ -341,6 +345,7 @@ func (ws *watchStream) cancel(id int64) {
 		return
 	}
 	delete(ws.watches, id)
+	ws.conn.Add(-1)
 	w.cancel()
 	<-w.done
 	ws.send(&pb.WatchResponse{Header: ws.s.header(w.last), WatchId: id, Canceled: true})
