@@ -909,3 +909,26 @@ func withAuth(t testing.TB) servertest.Options {
 	o.Server.Auth = authn
 	return o
 }
+
+// TestEtcdDetails: answers where etcd's own semantics are easy to miss: a
+// revision ≤ 0 reads the head, Count is taken before the revision
+// filters, and an empty txn succeeds.
+func TestEtcdDetails(t *testing.T) {
+	_, _, cli := start(t, servertest.Options{})
+	ctx := ctxOf(t)
+	for _, k := range []string{"/d/a", "/d/b"} {
+		if _, err := cli.Put(ctx, k, "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if resp, err := cli.Get(ctx, "/d/", clientv3.WithPrefix(), clientv3.WithRev(-1)); err != nil || len(resp.Kvs) != 2 {
+		t.Fatalf("a negative revision: %+v, %v; want the head's 2 keys", resp, err)
+	}
+	resp, err := cli.Get(ctx, "/d/", clientv3.WithPrefix(), clientv3.WithMinModRev(2))
+	if err != nil || resp.Count != 2 || len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != "/d/b" {
+		t.Fatalf("min mod revision 2: %+v, %v; want count 2 and /d/b", resp, err)
+	}
+	if tr, err := cli.Txn(ctx).Commit(); err != nil || !tr.Succeeded {
+		t.Fatalf("an empty txn: %+v, %v; want it to succeed", tr, err)
+	}
+}

@@ -29,6 +29,7 @@ type kvServer struct {
 // read returns the keys of sp at rev (0: the head), read as ro says; the
 // snapshot's Rev is the room's head, as etcd's header revision is.
 func (s *Server) read(ctx context.Context, sp span, rev int64, ro rooms.ReadOptions) (store.Snapshot, error) {
+	rev = max(rev, 0) // etcd: a revision ≤ 0 is the head
 	list := s.engine.List
 	if sp.single && rev == 0 {
 		list = s.engine.Get // not every key the key is a prefix of
@@ -123,6 +124,7 @@ func (s kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 
 // rangeResponse answers r from the keys it selects (sorted by key).
 func (s *Server) rangeResponse(room string, items []store.KV, rev uint64, r *pb.RangeRequest) *pb.RangeResponse {
+	resp := &pb.RangeResponse{Header: s.header(rev), Count: int64(len(items))} // etcd counts before the revision filters
 	items = slices.DeleteFunc(items, func(kv store.KV) bool {
 		return r.MinModRevision > 0 && int64(kv.ModRev) < r.MinModRevision ||
 			r.MaxModRevision > 0 && int64(kv.ModRev) > r.MaxModRevision ||
@@ -142,7 +144,6 @@ func (s *Server) rangeResponse(room string, items []store.KV, rev uint64, r *pb.
 			return n
 		})
 	}
-	resp := &pb.RangeResponse{Header: s.header(rev), Count: int64(len(items))}
 	if r.CountOnly {
 		return resp
 	}
@@ -318,6 +319,9 @@ func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 	c, err := s.caller(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if len(r.Compare)+len(r.Success)+len(r.Failure) == 0 {
+		return &pb.TxnResponse{Header: s.header(0), Succeeded: true}, nil // etcd: nothing to do succeeds
 	}
 	t, err := parseTxn(r)
 	if err != nil {
