@@ -787,9 +787,14 @@ var Watch = class extends Emitter {
     this.replayed = 0;
     if (this.started) this.setStatus("syncing");
   }
-  /** @internal Whether a subscription is catching up (writes wait for it: see Client). */
+  /**
+   * @internal Whether a subscription is resuming a view it had (writes
+   * wait for it: see Client). A watch that never had a view holds no
+   * write back: it cannot tell of a write's lost reply, and waiting for
+   * its first snapshot would stall every write to the room meanwhile.
+   */
   get _catchingUp() {
-    return !!this._sub && (this.st === "pending" || this.st === "syncing");
+    return !!this._sub && this.started && (this.st === "pending" || this.st === "syncing");
   }
   /** @internal The socket is gone; `stopped`: the client stopped (disconnected, no reconnect). */
   _offline(stopped = false) {
@@ -1178,8 +1183,8 @@ var Client = class extends Emitter {
   }
   /**
    * @internal Whether writes to `room` may be sent: connected, and no watch
-   * of the room catching up. After a reconnect writes wait for the watches
-   * to resume, so that a write whose reply was lost is known by its event
+   * of the room resuming a view it had (a new one's first snapshot holds
+   * nothing back). After a reconnect writes wait for the watches to resume, so that a write whose reply was lost is known by its event
    * instead of sent again, and the others go against the current state.
    */
   _canSend(room) {

@@ -298,8 +298,8 @@ export class Client extends Emitter<ClientEvents> {
 
   /**
    * @internal Whether writes to `room` may be sent: connected, and no watch
-   * of the room catching up. After a reconnect writes wait for the watches
-   * to resume, so that a write whose reply was lost is known by its event
+   * of the room resuming a view it had (a new one's first snapshot holds
+   * nothing back). After a reconnect writes wait for the watches to resume, so that a write whose reply was lost is known by its event
    * instead of sent again, and the others go against the current state.
    */
   _canSend(room: string): boolean {

@@ -290,9 +290,14 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     if (this.started) this.setStatus('syncing');
   }
 
-  /** @internal Whether a subscription is catching up (writes wait for it: see Client). */
+  /**
+   * @internal Whether a subscription is resuming a view it had (writes
+   * wait for it: see Client). A watch that never had a view holds no
+   * write back: it cannot tell of a write's lost reply, and waiting for
+   * its first snapshot would stall every write to the room meanwhile.
+   */
   get _catchingUp(): boolean {
-    return !!this._sub && (this.st === 'pending' || this.st === 'syncing');
+    return !!this._sub && this.started && (this.st === 'pending' || this.st === 'syncing');
   }
 
   /** @internal The socket is gone; `stopped`: the client stopped (disconnected, no reconnect). */

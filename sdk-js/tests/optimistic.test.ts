@@ -393,6 +393,22 @@ test('optimistic: a write made in a connected or status listener after a reconne
   }
 });
 
+test('optimistic: a watch opened while connected, still waiting for its first snapshot, holds no write back (only a watch resuming a view it had does)', async () => {
+  const { conn, s, room, done } = await setup([item('k', 0, 5)]);
+  try {
+    const fresh = room.watch('other/');
+    const sub = await conn.next('sub');
+    assert.equal(fresh.status, 'pending', 'no snapshot sent yet');
+    const p = room.put('k', 'now');
+    conn.commit(await conn.next('put'), 6, s); // sent at once, before the new watch's snapshot
+    assert.deepEqual(await p, { rev: 6 });
+    conn.send({ t: 'ok', id: sub.id }, { t: 'snapshot', s: sub.id, epoch: 'e', rev: 6, reason: 'initial', items: [] });
+    await fresh.ready();
+  } finally {
+    await done();
+  }
+});
+
 test('optimistic: outcome_unknown for a txn of conditions only: nothing to read again (no watch of the whole room); it rejects OutcomeUnknown', async () => {
   const { srv, conn, room, done } = await setup([item('k', 0, 5)]);
   try {
