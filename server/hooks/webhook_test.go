@@ -100,11 +100,23 @@ func TestWebhookDeliversEveryRevisionInOrderPerRoom(t *testing.T) {
 			t.Fatalf("a delivery of %d revisions, more than MaxEvents 7", n)
 		}
 	}
-	// The events carry what was written and what it replaced.
+	// The events carry what was written and what it replaced: revision 1
+	// created k0 ("0"), revision 6 put "5" over it.
 	ev := rc.Records()[0].Delivery.Revisions[0].Events[0]
 	if ev.Type != "put" || ev.ModRev != 1 || ev.Version != 1 || ev.Prev != nil {
 		t.Fatalf("first event: %+v", ev)
 	}
+	for _, r := range rc.Records() {
+		if d := r.Delivery; d.Room == "doc:0" && d.FromRev <= 6 && d.ToRev >= 6 {
+			ev := d.Revisions[6-d.FromRev].Events[0]
+			if p := ev.Prev; ev.Key != "k0" || string(ev.Value) != "5" || ev.Version != 2 ||
+				p == nil || p.Key != "k0" || string(p.Value) != "0" || p.ModRev != 1 || p.Version != 1 {
+				t.Fatalf("revision 6 of doc:0: %+v (prev %+v), want k0=5 over k0=0 of revision 1", ev, ev.Prev)
+			}
+			return
+		}
+	}
+	t.Fatal("revision 6 of doc:0 was not delivered")
 }
 
 func TestWebhookRetriesUntil2xxWithoutLoss(t *testing.T) {
@@ -129,6 +141,16 @@ func TestWebhookRetriesUntil2xxWithoutLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := hooks.WebhookID(hooks.Route{Pattern: "doc:*", URL: url})
+	got := gather(t, reg)
+	if got["statecast_webhook_revisions_total{hook="+id+"}"] != 20 || got["statecast_webhook_failures_total{hook="+id+"}"] == 0 ||
+		got["statecast_webhook_retries_total{hook="+id+"}"] == 0 {
+		t.Fatalf("hook %s metrics: %v", id, got)
+	}
+}
+
+// gather reads reg's counters and gauges as name{label=value,...} → value.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -136,13 +158,77 @@ func TestWebhookRetriesUntil2xxWithoutLoss(t *testing.T) {
 	got := map[string]float64{}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
-			if m.GetCounter() != nil {
-				got[mf.GetName()] = m.GetCounter().GetValue()
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			name := mf.GetName() + "{" + strings.Join(labels, ",") + "}"
+			switch {
+			case m.GetCounter() != nil:
+				got[name] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				got[name] = m.GetGauge().GetValue()
 			}
 		}
 	}
-	if got["statecast_webhook_revisions_total"] != 20 || got["statecast_webhook_failures_total"] == 0 || got["statecast_webhook_retries_total"] == 0 {
-		t.Fatalf("hook %s metrics: %v", id, got)
+	return got
+}
+
+// TestWebhookLagAndFailuresInInspectAndMetrics: while the receiver fails,
+// the inspector shows the room's lag, its failed attempts and the last
+// error, and /metrics the room's lag, the failing room, failures and
+// retries; once the receiver answers, the lag is gone from both.
+func TestWebhookLagAndFailuresInInspectAndMetrics(t *testing.T) {
+	st := memory(0)
+	defer st.Close()
+	var down atomic.Bool
+	down.Store(true)
+	_, url := receiver(t, func(*hooks.Delivery) int {
+		if down.Load() {
+			return http.StatusInternalServerError
+		}
+		return http.StatusOK
+	})
+	reg := prometheus.NewRegistry()
+	w := start(t, st, hooks.Config{Hooks: []hooks.Route{{Pattern: "doc:*", URL: url}}})
+	reg.MustRegister(w)
+	for j := range 3 {
+		write(t, st, w, "doc:a", "k", fmt.Sprint(j))
+	}
+	id := hooks.WebhookID(hooks.Route{Pattern: "doc:*", URL: url})
+	metric := func(name, labels string) float64 { return gather(t, reg)[name+"{hook="+id+labels+"}"] }
+	if err := hookstest.Wait(5*time.Second, func() error {
+		ih := w.Inspect()[0]
+		if len(ih.Rooms) != 1 || ih.LagRevs != 3 || ih.Failures < 2 {
+			return fmt.Errorf("inspector: %+v", ih)
+		}
+		if r := ih.Rooms[0]; r.Room != "doc:a" || r.Cursor != 0 || r.Head != 3 || r.Lag != 3 || r.LagSeconds <= 0 ||
+			r.Attempts < 2 || !strings.Contains(r.LastError, "500") {
+			return fmt.Errorf("inspector's room: %+v", r)
+		}
+		if metric("statecast_webhook_room_lag_revisions", ",room=doc:a") != 3 || metric("statecast_webhook_lag_revisions", "") != 3 ||
+			metric("statecast_webhook_lag_seconds", "") <= 0 || metric("statecast_webhook_rooms", ",state=failing") != 1 ||
+			metric("statecast_webhook_failures_total", "") < 2 || metric("statecast_webhook_retries_total", "") < 2 {
+			return fmt.Errorf("metrics: %v", gather(t, reg))
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("receiver failing: %v", err)
+	}
+	down.Store(false)
+	if err := hookstest.Wait(5*time.Second, func() error {
+		ih := w.Inspect()[0]
+		if r := ih.Rooms[0]; ih.LagRevs != 0 || r.Cursor != 3 || r.Lag != 0 || r.Attempts != 0 || r.LastError != "" {
+			return fmt.Errorf("inspector: %+v", ih)
+		}
+		got := gather(t, reg)
+		if _, ok := got["statecast_webhook_room_lag_revisions{hook="+id+",room=doc:a}"]; ok ||
+			metric("statecast_webhook_lag_revisions", "") != 0 || metric("statecast_webhook_rooms", ",state=failing") != 0 {
+			return fmt.Errorf("metrics: %v", got)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("receiver answering again: %v", err)
 	}
 }
 
