@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,8 +28,10 @@ import (
 // Options configures Dial. The zero value is a JSON connection without a
 // token.
 type Options struct {
-	// Codec is "json" (the default) or "msgpack"; the subprotocol names
-	// (wire.SubprotocolJSON, wire.SubprotocolMsgpack) are accepted too.
+	// Codec is "" (the default: protocol v2's dense JSON where the server
+	// speaks it, else v1 JSON), "json2" (v2 only), "json" (v1) or
+	// "msgpack" (v1); the subprotocol names (wire.SubprotocolJSON2, …) are
+	// accepted too. Every codec yields the same messages.
 	Codec string
 	// Token is the JWT sent in connect.
 	Token string
@@ -91,20 +95,25 @@ func Dial(ctx context.Context, url string, opts *Options) (*Conn, error) {
 	if opts != nil {
 		o = *opts
 	}
-	codec, err := codecNamed(o.Codec)
+	offer, err := codecsNamed(o.Codec)
 	if err != nil {
 		return nil, err
 	}
+	var protos []string
+	for _, c := range offer {
+		protos = append(protos, c.Subprotocol())
+	}
 	ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{
 		HTTPHeader:   o.HTTPHeader,
-		Subprotocols: []string{codec.Subprotocol()},
+		Subprotocols: protos,
 	})
 	if err != nil {
 		return nil, dialError(resp, err)
 	}
-	if ws.Subprotocol() != codec.Subprotocol() {
+	codec, ok := wire.ForSubprotocol(ws.Subprotocol())
+	if !ok || !slices.Contains(offer, codec) {
 		ws.CloseNow()
-		return nil, fmt.Errorf("client: server did not accept subprotocol %s", codec.Subprotocol())
+		return nil, fmt.Errorf("client: server did not accept subprotocol %s", strings.Join(protos, " or "))
 	}
 	switch {
 	case o.ReadLimit == 0:
@@ -164,14 +173,20 @@ func Dial(ctx context.Context, url string, opts *Options) (*Conn, error) {
 	return c, nil
 }
 
-func codecNamed(name string) (wire.Codec, error) {
+// codecsNamed is what Dial offers for Options.Codec, best first: a server
+// of before protocol v2 (a rolling deploy) picks v1 from the default.
+func codecsNamed(name string) ([]wire.Codec, error) {
 	switch name {
-	case "", "json", wire.SubprotocolJSON:
-		return wire.JSON, nil
+	case "":
+		return []wire.Codec{wire.JSON2, wire.JSON}, nil
+	case "json2", wire.SubprotocolJSON2:
+		return []wire.Codec{wire.JSON2}, nil
+	case "json", wire.SubprotocolJSON:
+		return []wire.Codec{wire.JSON}, nil
 	case "msgpack", wire.SubprotocolMsgpack:
-		return wire.Msgpack, nil
+		return []wire.Codec{wire.Msgpack}, nil
 	}
-	return nil, fmt.Errorf("client: unknown codec %q (want json or msgpack)", name)
+	return nil, fmt.Errorf("client: unknown codec %q (want json2, json or msgpack)", name)
 }
 
 // dialError turns a refused upgrade into the server's *Error when the

@@ -37,8 +37,13 @@ func (f *fakeConn) send(msgs ...any) {
 
 // fakeServer answers connect, then hands every later request to fn.
 func fakeServer(t *testing.T, fn func(f *fakeConn, r wire.Request)) string {
+	return fakeServerSpeaking(t, []string{wire.SubprotocolJSON2, wire.SubprotocolJSON, wire.SubprotocolMsgpack}, fn)
+}
+
+// fakeServerSpeaking is fakeServer knowing only the subprotocols protos.
+func fakeServerSpeaking(t *testing.T, protos []string, fn func(f *fakeConn, r wire.Request)) string {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{wire.SubprotocolJSON, wire.SubprotocolMsgpack}})
+		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: protos})
 		if err != nil {
 			return
 		}
@@ -57,7 +62,7 @@ func fakeServer(t *testing.T, fn func(f *fakeConn, r wire.Request)) string {
 			}
 			for _, req := range reqs {
 				if req.T == wire.TConnect {
-					f.send(&wire.Connected{T: wire.TConnected, V: 1, Session: "s", Resume: "r", PingMS: 60000})
+					f.send(&wire.Connected{T: wire.TConnected, V: codec.Version(), Session: "s", Resume: "r", PingMS: 60000})
 					continue
 				}
 				fn(f, req)
@@ -84,10 +89,7 @@ func TestMultiMessageFrames(t *testing.T) {
 			&wire.Refresh{T: wire.TRefresh, ExpiresMS: 1000},
 		)
 		f.send(
-			&struct {
-				wire.Mark
-				Events []wire.Event `json:"events"`
-			}{wire.Mark{T: wire.TEvents, S: s, Rev: 3}, []wire.Event{ev}},
+			&wire.Message{T: wire.TEvents, S: s, Rev: 3, Events: []wire.Event{ev}},
 			&wire.Mark{T: wire.TProgress, S: s, Rev: 9},
 			&wire.Mark{T: wire.TSynced, S: 999, Rev: 9}, // no such subscription
 			&wire.Unsubscribed{T: wire.TUnsubscribed, S: s, Code: wire.CodeUnavailable, Message: "room reset"},
@@ -196,5 +198,39 @@ func TestGiveUpOnWrite(t *testing.T) {
 	}
 	if err := c.Auth(ctx, "tok"); err != nil {
 		t.Fatalf("a request after giving up: %v", err)
+	}
+}
+
+// The default codec is v2 where the server speaks it, and v1 JSON on a
+// server from before v2 (a rolling deploy); asked for v2 only, a v1 server
+// is an error.
+func TestDefaultCodecNegotiates(t *testing.T) {
+	ctx := servertest.Context(t)
+	for _, tc := range []struct {
+		protos []string
+		codec  string
+		want   int // connected's v, 0: Dial fails
+	}{
+		{[]string{wire.SubprotocolJSON2, wire.SubprotocolJSON}, "", 2},
+		{[]string{wire.SubprotocolJSON}, "", 1},
+		{[]string{wire.SubprotocolJSON}, "json2", 0},
+		{[]string{wire.SubprotocolJSON2, wire.SubprotocolJSON}, "json", 1},
+	} {
+		url := fakeServerSpeaking(t, tc.protos, func(*fakeConn, wire.Request) {})
+		c, err := client.Dial(ctx, url, &client.Options{Codec: tc.codec})
+		if tc.want == 0 {
+			if err == nil {
+				c.Close()
+				t.Errorf("%v, codec %q: Dial succeeded", tc.protos, tc.codec)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v, codec %q: %v", tc.protos, tc.codec, err)
+		}
+		if v := c.Connected().V; v != tc.want {
+			t.Errorf("%v, codec %q: v%d, want v%d", tc.protos, tc.codec, v, tc.want)
+		}
+		c.Close()
 	}
 }

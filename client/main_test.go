@@ -25,4 +25,4 @@ func dial(t *testing.T, n *servertest.Node, codec string) *client.Conn {
 	return c
 }
 
-var codecs = []string{"json", "msgpack"}
+var codecs = []string{"json", "msgpack", "json2"}

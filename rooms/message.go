@@ -99,7 +99,7 @@ type Change struct {
 	// deletes are leaves, keys that left the watcher's view.
 	Filtered bool
 
-	enc [4]atomic.Pointer[[]byte]
+	enc [MaxCodecs]atomic.Pointer[[]byte]
 
 	// Set by the room under its lock: size is store.BatchBytes(Events)
 	// (see changeBytes); held is what the node's history budget was
@@ -123,7 +123,7 @@ func (c *Change) release() {
 }
 
 // MaxCodecs is the number of encoding slots a Change caches.
-const MaxCodecs = 4
+const MaxCodecs = 6
 
 // encodedBytes is the size of the encodings cached on c so far.
 func (c *Change) encodedBytes() int64 {

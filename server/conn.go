@@ -646,6 +646,13 @@ func (c *conn) appendMessage(frame []byte, s *sub, m rooms.Message) []byte {
 			t = wire.TCoalesced
 		}
 		slot := c.slot + boolSlot(s.prev)
+		if m.Rev != m.Change.Rev {
+			// v2 writes mod_rev relative to the message's rev, which the
+			// cached list assumes is its Change's (the rooms always make
+			// them equal): never let a mismatch pass as wrong mod_revs.
+			list := c.codec.AppendEventList(nil, m.Rev, wireEvents(m.Change.Events, s.prev, m.Change.Filtered))
+			return c.codec.AppendEvents(frame, t, s.id, m.Rev, list)
+		}
 		list := m.Change.Encoded(slot, encoders[slot])
 		return c.codec.AppendEvents(frame, t, s.id, m.Rev, list)
 	case rooms.KindSynced:

@@ -14,30 +14,33 @@ import (
 // without previous values. encoders holds one func per slot, made once,
 // so encoding a shared Change allocates no closure per socket.
 var encoders = [rooms.MaxCodecs]func(*rooms.Change) []byte{
-	func(ch *rooms.Change) []byte {
-		return wire.JSON.AppendEventList(nil, wireEvents(ch.Events, false, ch.Filtered))
-	},
-	func(ch *rooms.Change) []byte {
-		return wire.JSON.AppendEventList(nil, wireEvents(ch.Events, true, ch.Filtered))
-	},
-	func(ch *rooms.Change) []byte {
-		return wire.Msgpack.AppendEventList(nil, wireEvents(ch.Events, false, ch.Filtered))
-	},
-	func(ch *rooms.Change) []byte {
-		return wire.Msgpack.AppendEventList(nil, wireEvents(ch.Events, true, ch.Filtered))
-	},
+	encoderOf(wire.JSON, false), encoderOf(wire.JSON, true),
+	encoderOf(wire.Msgpack, false), encoderOf(wire.Msgpack, true),
+	encoderOf(wire.JSON2, false), encoderOf(wire.JSON2, true),
 }
 
-// PrepareChange caches the JSON encoding of a committed revision, the one
-// most clients use, at commit time; pass it as rooms.Config.Prepare. A
-// client resuming after missing thousands of revisions then gets bytes
-// that are ready instead of waiting for each to be encoded.
-func PrepareChange(ch *rooms.Change) { ch.Encoded(0, encoders[0]) }
+func encoderOf(c wire.Codec, prev bool) func(*rooms.Change) []byte {
+	return func(ch *rooms.Change) []byte {
+		return c.AppendEventList(nil, ch.Rev, wireEvents(ch.Events, prev, ch.Filtered))
+	}
+}
+
+// denseSlot is the slot of protocol v2's JSON without previous values.
+const denseSlot = 4
+
+// PrepareChange caches, at commit time, the encoding most clients use:
+// v2 JSON, which the SDK and the Go client speak. A client resuming after
+// missing thousands of revisions then gets bytes that are ready instead of
+// waiting for each to be encoded.
+func PrepareChange(ch *rooms.Change) { ch.Encoded(denseSlot, encoders[denseSlot]) }
 
 // codecSlot is the first encoding slot of codec.
 func codecSlot(c wire.Codec) int {
-	if c == wire.Msgpack {
+	switch c {
+	case wire.Msgpack:
 		return 2
+	case wire.JSON2:
+		return denseSlot
 	}
 	return 0
 }

@@ -133,7 +133,7 @@ func (c *conn) connect(r *wire.Request) error {
 		// restart: the client reconnects with the one it presented.
 		return closeWith(websocket.StatusInternalError, "cannot save the session; reconnect")
 	}
-	msg := &wire.Connected{T: wire.TConnected, V: 1, Session: sess.id, Resume: secret, Resumed: resumed,
+	msg := &wire.Connected{T: wire.TConnected, V: c.codec.Version(), Session: sess.id, Resume: secret, Resumed: resumed,
 		PingMS: c.s.cfg.PingInterval.Milliseconds(), LeaseGraceMS: c.s.cfg.LeaseGrace.Milliseconds()}
 	if c.s.authEnabled() {
 		msg.ExpiresMS = time.Until(claims.Expiry).Milliseconds()

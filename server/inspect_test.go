@@ -70,8 +70,8 @@ func TestInspectRoomsClientsAndWatches(t *testing.T) {
 		t.Errorf("room %+v, want %+v with an epoch", rep.Rooms[0], want)
 	}
 	cl := rep.Clients[0]
-	if cl.Session != c.Connected().Session || cl.Codec != "statecast.v1.json" {
-		t.Errorf("client %+v, want session %s on JSON", cl, c.Connected().Session)
+	if cl.Session != c.Connected().Session || cl.Codec != "statecast.v2.json" {
+		t.Errorf("client %+v, want session %s on v2 JSON (the Go client's default)", cl, c.Connected().Session)
 	}
 	w := cl.Watches[0]
 	if w.Room != "doc:1" || len(w.Prefixes) != 1 || w.Prefixes[0] != "items/" || w.Head != 3 || w.Lag != 0 {

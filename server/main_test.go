@@ -35,7 +35,7 @@ import (
 // engine must end with Shutdown and Close: nothing may outlive the tests.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var codecs = []string{"json", "msgpack"}
+var codecs = []string{"json", "msgpack", "json2"}
 
 // dial connects through the client package and closes the connection
 // when the test ends.
@@ -147,7 +147,7 @@ type rawOpts struct {
 }
 
 func codecByName(t testing.TB, name string) wire.Codec {
-	c, ok := map[string]wire.Codec{"json": wire.JSON, "msgpack": wire.Msgpack}[name]
+	c, ok := map[string]wire.Codec{"json": wire.JSON, "msgpack": wire.Msgpack, "json2": wire.JSON2}[name]
 	if !ok {
 		t.Fatalf("no codec %q", name)
 	}
@@ -313,7 +313,7 @@ func (r *rawConn) closeStatus(timeout time.Duration) (websocket.StatusCode, []ra
 // rawMaps decodes each message of a server frame as a generic map.
 func rawMaps(t testing.TB, cd wire.Codec, frame []byte) []map[string]any {
 	var out []map[string]any
-	if cd == wire.JSON {
+	if cd == wire.JSON || cd == wire.JSON2 {
 		for _, line := range bytes.Split(frame, []byte("\n")) {
 			if len(line) == 0 {
 				continue

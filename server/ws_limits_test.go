@@ -264,7 +264,7 @@ func TestWSViolations(t *testing.T) {
 			}
 		}},
 		{"unknown subprotocol only gets 400 at upgrade", server.Config{}, func(t *testing.T, e *servertest.Node) {
-			_, resp, err := dialRawResp(t, e, "json", rawOpts{Subprotocols: []string{"graphql-ws", "statecast.v2.json"}})
+			_, resp, err := dialRawResp(t, e, "json", rawOpts{Subprotocols: []string{"graphql-ws", "statecast.v3.json"}})
 			if err == nil || resp == nil || resp.StatusCode != http.StatusBadRequest {
 				t.Fatalf("unknown subprotocols: %v, %v; want HTTP 400", resp, err)
 			}

@@ -15,7 +15,7 @@ func BenchmarkAppendEvents(b *testing.B) {
 	evs := []Event{{Type: "put", Key: "games/7", Value: value100, CreateRev: 12, ModRev: 58, Version: 6}}
 	for _, cd := range codecs {
 		b.Run(cd.name, func(b *testing.B) {
-			list := cd.c.AppendEventList(nil, evs)
+			list := cd.c.AppendEventList(nil, 0, evs)
 			buf := make([]byte, 0, 4096)
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
@@ -33,7 +33,7 @@ func BenchmarkAppendEventList(b *testing.B) {
 			buf := make([]byte, 0, 4096)
 			b.ReportAllocs()
 			for b.Loop() {
-				buf = cd.c.AppendEventList(buf[:0], evs)
+				buf = cd.c.AppendEventList(buf[:0], 0, evs)
 			}
 		})
 	}

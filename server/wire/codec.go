@@ -14,6 +14,8 @@ import (
 type Codec interface {
 	// Subprotocol is the WebSocket subprotocol naming the codec.
 	Subprotocol() string
+	// Version is the protocol version it speaks, as connected's v says.
+	Version() int
 	// MessageType is the WebSocket frame type the codec sends.
 	MessageType() websocket.MessageType
 	// DecodeRequests decodes every message of a client frame. An error
@@ -30,35 +32,42 @@ type Codec interface {
 	// preceded by the frame separator when buf is not empty.
 	Append(buf []byte, msg any) ([]byte, error)
 	// AppendEventList appends the encoded array of evs, to be cached per
-	// revision and spliced into frames by AppendEvents. It panics on a
-	// Value that is not valid JSON (every Value this package produces is).
-	AppendEventList(buf []byte, evs []Event) []byte
+	// revision and spliced into frames by AppendEvents with the same rev
+	// (version 2 leaves out a mod_rev equal to it). Version 1 codecs panic
+	// on a Value that is not valid JSON (every Value this package produces
+	// is); version 2 writes Values as they are.
+	AppendEventList(buf []byte, rev uint64, evs []Event) []byte
 	// AppendEvents appends (with separator) the message
-	// {"t":t,"s":s,"rev":rev,"events":list}, list coming from
-	// AppendEventList of the same codec and copied as is.
+	// {"t":t,"s":s,"rev":rev,"events":list} (version 2: "r" and "e"),
+	// list coming from AppendEventList of the same codec and rev, copied
+	// as is.
 	AppendEvents(buf []byte, t string, s, rev uint64, list []byte) []byte
 }
 
-// Subprotocols of the two codecs.
+// Subprotocols of the codecs.
 const (
 	SubprotocolJSON    = "statecast.v1.json"
 	SubprotocolMsgpack = "statecast.v1.msgpack"
+	SubprotocolJSON2   = "statecast.v2.json"
 )
 
-// The two codecs.
+// The codecs: protocol v1 in JSON and MessagePack, v2 in JSON.
 var (
 	JSON    Codec = jsonCodec{}
 	Msgpack Codec = msgpackCodec{}
+	JSON2   Codec = denseCodec{}
 )
 
 // ForSubprotocol returns the codec of a subprotocol; "" (none offered)
-// means JSON.
+// means v1 JSON.
 func ForSubprotocol(name string) (Codec, bool) {
 	switch name {
 	case "", SubprotocolJSON:
 		return JSON, true
 	case SubprotocolMsgpack:
 		return Msgpack, true
+	case SubprotocolJSON2:
+		return JSON2, true
 	}
 	return nil, false
 }
@@ -183,10 +192,19 @@ func decodeRequests(c frameCodec, frame []byte) ([]Request, error) {
 }
 
 func decodeMessages(c frameCodec, frame []byte) ([]Message, error) {
+	return eachMessage(c, frame, func(msg []byte) (Message, error) {
+		var m Message
+		err := c.unmarshal(msg, &m)
+		return m, err
+	})
+}
+
+// eachMessage decodes every message of a server frame with decode.
+func eachMessage(c frameCodec, frame []byte, decode func(msg []byte) (Message, error)) ([]Message, error) {
 	var msgs []Message
 	err := c.each(frame, func(msg []byte) error {
-		var m Message
-		if err := c.unmarshal(msg, &m); err != nil {
+		m, err := decode(msg)
+		if err != nil {
 			return decodeErr(len(msgs), err)
 		}
 		msgs = append(msgs, m)

@@ -20,6 +20,7 @@ import (
 type jsonCodec struct{}
 
 func (jsonCodec) Subprotocol() string                { return SubprotocolJSON }
+func (jsonCodec) Version() int                       { return 1 }
 func (jsonCodec) MessageType() websocket.MessageType { return websocket.MessageText }
 
 func (c jsonCodec) DecodeRequests(frame []byte) ([]Request, error) {
@@ -241,7 +242,7 @@ func (jsonCodec) Append(buf []byte, msg any) ([]byte, error) {
 	return out, nil
 }
 
-func (jsonCodec) AppendEventList(buf []byte, evs []Event) []byte {
+func (jsonCodec) AppendEventList(buf []byte, _ uint64, evs []Event) []byte {
 	if len(evs) == 0 {
 		return append(buf, "[]"...)
 	}
@@ -253,21 +254,32 @@ func (jsonCodec) AppendEventList(buf []byte, evs []Event) []byte {
 }
 
 func (jsonCodec) AppendEvents(buf []byte, t string, s, rev uint64, list []byte) []byte {
+	return appendEventsJSON(buf, t, s, `,"rev":`, rev, `,"events":`, list)
+}
+
+// appendEventsJSON appends {"t":t,"s":s<revField>rev<listField>list}, the
+// events envelope of both JSON versions.
+func appendEventsJSON(buf []byte, t string, s uint64, revField string, rev uint64, listField string, list []byte) []byte {
+	buf = appendHeadJSON(buf, t, s)
+	buf = append(buf, revField...)
+	buf = strconv.AppendUint(buf, rev, 10)
+	buf = append(buf, listField...)
+	if len(list) == 0 {
+		list = []byte("[]")
+	}
+	buf = append(buf, list...)
+	return append(buf, '}')
+}
+
+// appendHeadJSON appends (with separator) {"t":t,"s":s.
+func appendHeadJSON(buf []byte, t string, s uint64) []byte {
 	if len(buf) > 0 {
 		buf = append(buf, '\n')
 	}
 	buf = append(buf, `{"t":`...)
 	buf = appendJSONString(buf, t)
 	buf = append(buf, `,"s":`...)
-	buf = strconv.AppendUint(buf, s, 10)
-	buf = append(buf, `,"rev":`...)
-	buf = strconv.AppendUint(buf, rev, 10)
-	buf = append(buf, `,"events":`...)
-	if len(list) == 0 {
-		list = []byte("[]")
-	}
-	buf = append(buf, list...)
-	return append(buf, '}')
+	return strconv.AppendUint(buf, s, 10)
 }
 
 // JSON text, for Values.

@@ -19,6 +19,7 @@ import (
 type msgpackCodec struct{}
 
 func (msgpackCodec) Subprotocol() string                { return SubprotocolMsgpack }
+func (msgpackCodec) Version() int                       { return 1 }
 func (msgpackCodec) MessageType() websocket.MessageType { return websocket.MessageBinary }
 
 func (c msgpackCodec) DecodeRequests(frame []byte) ([]Request, error) {
@@ -303,7 +304,7 @@ func (msgpackCodec) Append(buf []byte, msg any) ([]byte, error) {
 	return appendMsgpack(buf, msg)
 }
 
-func (msgpackCodec) AppendEventList(buf []byte, evs []Event) []byte {
+func (msgpackCodec) AppendEventList(buf []byte, _ uint64, evs []Event) []byte {
 	if len(evs) == 0 {
 		return append(buf, msgpcode.FixedArrayLow)
 	}

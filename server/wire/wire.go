@@ -1,6 +1,8 @@
-// Package wire defines statecast protocol v1 (PROTOCOL.md): its messages,
-// error codes, close codes and the two codecs. The server and the Go
-// client both speak it through this package.
+// Package wire defines the statecast protocol (PROTOCOL.md): its messages,
+// error codes, close codes and the codecs of versions 1 (JSON, MessagePack)
+// and 2 (dense JSON, §11). The server and the Go client both speak it
+// through this package. The message structs are version 1's; version 2
+// differs only in how its codec writes and reads events and snapshot items.
 package wire
 
 import "github.com/coder/websocket"

@@ -101,6 +101,7 @@ type config struct {
 	dialConc, window      int
 	writers               int
 	waitIdle              time.Duration
+	protocol              string // statecast's WebSocket subprotocol
 	cpuProfile            string
 	subURLs, writeURLs    flags.List
 	redisPIDs, nodePIDs   []int
@@ -171,6 +172,7 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 	fs.IntVar(&c.dialConc, "dial-concurrency", 200, "connections being opened at a time")
 	fs.IntVar(&c.window, "window", 1000, "writes in flight at most")
 	fs.IntVar(&c.writers, "writers", 4, "writer connections, used in turn (with 1, each reply is checked to commit at the next revision)")
+	fs.StringVar(&c.protocol, "protocol", "v2", "statecast protocol version the subscribers and writers speak: v2 (dense JSON) or v1 (PROTOCOL.md)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the load tool's own CPU profile to this file")
 	fs.StringVar(&c.attack, "attack", "", "attack: which one ("+attackNames()+")")
 	fs.IntVar(&c.prefixes, "prefixes", 80000, "attack unsub-prefixes: key prefixes per subscription")
@@ -211,6 +213,8 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 	switch {
 	case !known:
 		return nil, fmt.Errorf("bench: unknown scenario %q (want %s)", c.scenario, strings.Join(scenarios, ", "))
+	case c.protocol != "v1" && c.protocol != "v2":
+		return nil, fmt.Errorf("bench: --protocol must be v1 or v2, not %q", c.protocol)
 	case !compare && c.target != "statecast" && c.target != "ceiling":
 		return nil, fmt.Errorf("bench: --target must be statecast or ceiling, not %q", c.target)
 	case !compare && c.pid != 0 && c.spawn != "":
@@ -574,7 +578,13 @@ func (e *env) dialWS(ctx context.Context, u string, subprotocols []string) (*web
 }
 
 func (e *env) dialStatecast(ctx context.Context) (*websocket.Conn, error) {
-	return e.dialWS(ctx, e.ws, []string{"statecast.v1.json"})
+	return e.dialWS(ctx, e.ws, e.subprotocols())
+}
+
+// subprotocols is what a statecast connection offers: one version, so a
+// run measures the one asked for.
+func (e *env) subprotocols() []string {
+	return []string{"statecast." + e.cfg.protocol + ".json"}
 }
 
 // connectSub opens a connection for s and starts its reader. With from,
@@ -598,7 +608,7 @@ func (e *env) connectSub(ctx context.Context, st *runState, s *subscriber, room 
 		if len(e.subWS) > 0 {
 			u = e.subWS[s.idx%len(e.subWS)]
 		}
-		if c, err = e.dialWS(ctx, u, []string{"statecast.v1.json"}); err != nil {
+		if c, err = e.dialWS(ctx, u, e.subprotocols()); err != nil {
 			return err
 		}
 		frame := []byte(`{"t":"connect"}` + "\n" + `{"t":"sub","id":1,"room":"` + room + `"`)

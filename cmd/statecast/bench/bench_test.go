@@ -436,23 +436,31 @@ func TestHistQuantiles(t *testing.T) {
 
 // The hot-path scanner reads what the server's own encoder writes.
 func TestScanServerMessages(t *testing.T) {
+	for _, cd := range []wire.Codec{wire.JSON, wire.JSON2} {
+		t.Run(cd.Subprotocol(), func(t *testing.T) { testScanServerMessages(t, cd) })
+	}
+}
+
+func testScanServerMessages(t *testing.T, cd wire.Codec) {
 	st := newRunState(false, 10)
 	s := newSubscriber(0, 0, 10)
-	frame, err := wire.JSON.Append(nil, &wire.Snapshot{T: wire.TSnapshot, S: 1, Epoch: "ep1", Rev: 7, Reason: "initial", Items: []wire.Item{
+	connected, _ := cd.Append(nil, &wire.Connected{T: wire.TConnected, V: cd.Version(), PingMS: 1000})
+	s.statecastMessage(connected, st, 1)
+	frame, err := cd.Append(nil, &wire.Snapshot{T: wire.TSnapshot, S: 1, Epoch: "ep1", Rev: 7, Reason: "initial", Items: []wire.Item{
 		{Key: "k1", Value: wire.Value(`{"a":"b\"}","key":"k2"}`), CreateRev: 1, ModRev: 7, Version: 2},
 		{Key: "other\"key", Value: wire.Value(`[1,2]`), CreateRev: 3, ModRev: 3, Version: 1},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := wire.JSON.AppendEventList(nil, []wire.Event{
+	list := cd.AppendEventList(nil, 8, []wire.Event{
 		{Type: "put", Key: "k3", Value: wire.Value(`"v8"`), CreateRev: 8, ModRev: 8, Version: 1},
 		{Type: "delete", Key: "other\"key", ModRev: 8},
 	})
-	frame = wire.JSON.AppendEvents(frame, wire.TEvents, 1, 8, list)
-	list = wire.JSON.AppendEventList(nil, []wire.Event{{Type: "put", Key: "k1", Value: wire.Value(`null`), CreateRev: 1, ModRev: 10, Version: 3}})
-	frame = wire.JSON.AppendEvents(frame, wire.TCoalesced, 1, 10, list)
-	frame, _ = wire.JSON.Append(frame, &wire.Mark{T: wire.TSynced, S: 1, Rev: 10})
+	frame = cd.AppendEvents(frame, wire.TEvents, 1, 8, list)
+	list = cd.AppendEventList(nil, 10, []wire.Event{{Type: "put", Key: "k1", Value: wire.Value(`null`), CreateRev: 1, ModRev: 10, Version: 3}})
+	frame = cd.AppendEvents(frame, wire.TCoalesced, 1, 10, list)
+	frame, _ = cd.Append(frame, &wire.Mark{T: wire.TSynced, S: 1, Rev: 10})
 
 	for _, line := range bytes.Split(frame, []byte("\n")) {
 		s.statecastMessage(line, st, 1)
@@ -475,12 +483,12 @@ func TestScanServerMessages(t *testing.T) {
 	}
 
 	// A missing revision is a gap; a synced beyond what came is one too.
-	list = wire.JSON.AppendEventList(nil, []wire.Event{{Type: "put", Key: "k2", Value: wire.Value(`1`), CreateRev: 12, ModRev: 12, Version: 1}})
-	s.statecastMessage(wire.JSON.AppendEvents(nil, wire.TEvents, 1, 12, list), st, 1)
+	list = cd.AppendEventList(nil, 12, []wire.Event{{Type: "put", Key: "k2", Value: wire.Value(`1`), CreateRev: 12, ModRev: 12, Version: 1}})
+	s.statecastMessage(cd.AppendEvents(nil, wire.TEvents, 1, 12, list), st, 1)
 	if s.gaps != 1 {
 		t.Errorf("gaps = %d after skipping revision 11", s.gaps)
 	}
-	b, _ := wire.JSON.Append(nil, &wire.Err{T: wire.TErr, ID: 3, Code: "forbidden", Message: "no"})
+	b, _ := cd.Append(nil, &wire.Err{T: wire.TErr, ID: 3, Code: "forbidden", Message: "no"})
 	s.statecastMessage(b, st, 1)
 	if s.err == nil {
 		t.Error("err message not reported")

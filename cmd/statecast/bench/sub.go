@@ -33,6 +33,9 @@ var (
 	fReason   = []byte(`"reason":"`)
 	fItems    = []byte(`"items":`)
 	fEvents   = []byte(`"events":`)
+	fR        = []byte(`"r":`)
+	fE        = []byte(`"e":`)
+	fV        = []byte(`"v":`)
 	fPingMS   = []byte(`"ping_ms":`)
 	fCeilOff  = []byte(`{"o":`)
 	fCeilData = []byte(`,"d":`)
@@ -197,6 +200,7 @@ type subscriber struct {
 	snapOther   int64 // snapshots with a reason other than initial
 	synced      int64
 	replayed    int64 // events messages since the last connect
+	dense       bool  // the connection speaks protocol v2 (connected's v)
 	gaps        int64 // revisions (ceiling: offsets) neither delivered nor covered
 	disorder    int64 // messages whose revision went backwards
 	err         error // first unexpected thing: err message, unsubscribed, lost connection
@@ -343,7 +347,7 @@ func (s *subscriber) statecastMessage(line []byte, st *runState, now int64) int6
 	}
 	switch string(t) {
 	case "events", "coalesced":
-		rev, _ := fieldUint(line, fRev)
+		rev, _ := fieldUint(line, s.fRev())
 		last := s.lastRev.Load()
 		if t[0] == 'e' {
 			s.events++
@@ -361,7 +365,11 @@ func (s *subscriber) statecastMessage(line []byte, st *runState, now int64) int6
 				s.disorder++
 			}
 		}
-		seq, ok := s.applyEvents(line)
+		apply := s.applyEvents
+		if s.dense {
+			apply = s.applyDenseEvents
+		}
+		seq, ok := apply(line)
 		s.lastRev.Store(rev)
 		s.based = true
 		if ok {
@@ -376,7 +384,11 @@ func (s *subscriber) statecastMessage(line []byte, st *runState, now int64) int6
 		} else {
 			s.snapOther++
 		}
-		s.applySnapshot(line)
+		if s.dense {
+			s.applyDenseSnapshot(line)
+		} else {
+			s.applySnapshot(line)
+		}
 		s.lastRev.Store(rev)
 		s.based = true
 		s.markReady(st, now)
@@ -391,6 +403,8 @@ func (s *subscriber) statecastMessage(line []byte, st *runState, now int64) int6
 		}
 		s.markReady(st, now)
 	case "connected":
+		v, _ := fieldUint(line, fV)
+		s.dense = v == 2
 		if ms, ok := fieldUint(line, fPingMS); ok {
 			st.pingMS.Store(int64(ms))
 		}
@@ -495,6 +509,98 @@ func (s *subscriber) applySnapshot(line []byte) {
 		s.setKey(key, b[:n], true)
 		b = b[n:]
 	}
+}
+
+// fRev is the field of an events message's revision: "r" in protocol v2.
+func (s *subscriber) fRev() []byte {
+	if s.dense {
+		return fR
+	}
+	return fRev
+}
+
+// applyDenseEvents is applyEvents for protocol v2 (PROTOCOL.md §11): each
+// event is [key, value, create_rev, version, {extras}?] for a put and
+// [key, {extras}?] for a delete or leave.
+func (s *subscriber) applyDenseEvents(line []byte) (seq uint64, ok bool) {
+	i := bytes.Index(line, fE)
+	if i < 0 {
+		return 0, false
+	}
+	b := line[i+len(fE):]
+	if len(b) == 0 || b[0] != '[' {
+		return 0, false
+	}
+	b = b[1:]
+	var el [6][]byte
+	for len(b) > 0 && b[0] == '[' {
+		var n int
+		n, b = denseArray(b, &el)
+		if n == 0 || len(el[0]) < 2 {
+			return seq, ok
+		}
+		key := el[0][1 : len(el[0])-1]
+		if n >= 4 {
+			s.setKey(key, el[1], true)
+			seq, ok = valueSeq(el[1])
+		} else {
+			s.setKey(key, nil, false)
+		}
+	}
+	return seq, ok
+}
+
+// applyDenseSnapshot is applySnapshot for protocol v2: each item is
+// [key, value, create_rev, mod_rev, version, {extras}?].
+func (s *subscriber) applyDenseSnapshot(line []byte) {
+	clear(s.has)
+	s.other = nil
+	i := bytes.Index(line, fItems)
+	if i < 0 {
+		return
+	}
+	b := line[i+len(fItems):]
+	if len(b) == 0 || b[0] != '[' {
+		return
+	}
+	b = b[1:]
+	var el [6][]byte
+	for len(b) > 0 && b[0] == '[' {
+		var n int
+		n, b = denseArray(b, &el)
+		if n < 2 || len(el[0]) < 2 {
+			return
+		}
+		s.setKey(el[0][1:len(el[0])-1], el[1], true)
+	}
+}
+
+// denseArray puts the texts of the first six elements of the compact
+// JSON array at the start of b into el; it returns how many elements the
+// array has and what follows it (past a comma).
+func denseArray(b []byte, el *[6][]byte) (n int, rest []byte) {
+	b = b[1:] // '['
+	for len(b) > 0 && b[0] != ']' {
+		k := skipJSON(b)
+		if k == 0 {
+			return 0, nil
+		}
+		if n < len(el) {
+			el[n] = b[:k]
+		}
+		n++
+		b = b[k:]
+		if len(b) > 0 && b[0] == ',' {
+			b = b[1:]
+		}
+	}
+	if len(b) > 0 {
+		b = b[1:] // ']'
+	}
+	if len(b) > 0 && b[0] == ',' {
+		b = b[1:]
+	}
+	return n, b
 }
 
 // roomItem is a key of a room as GET /v1/rooms/{room}/kv lists it.

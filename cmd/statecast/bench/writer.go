@@ -115,7 +115,7 @@ func (w *writer) connect(ctx context.Context, i int) (*writerConn, error) {
 	if n := len(w.e.writeWS); n > 0 {
 		u = w.e.writeWS[i%n]
 	}
-	c, err := w.e.dialWS(ctx, u, []string{"statecast.v1.json"})
+	c, err := w.e.dialWS(ctx, u, w.e.subprotocols())
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,277 @@
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// denseCodec speaks statecast.v2.json (PROTOCOL.md §11): v1's JSON, with
+// the events of events and coalesced messages and the items of snapshots
+// as arrays. Field names were most of a v1 event's bytes; a client bound
+// by what it parses keeps up with more events.
+type denseCodec struct{ jsonCodec }
+
+func (denseCodec) Subprotocol() string { return SubprotocolJSON2 }
+func (denseCodec) Version() int        { return 2 }
+
+func (c denseCodec) DecodeMessages(frame []byte) ([]Message, error) {
+	return eachMessage(c, frame, decodeDense)
+}
+
+// Append writes events, coalesced and snapshot messages densely and every
+// other message as v1 does.
+func (c denseCodec) Append(buf []byte, msg any) ([]byte, error) {
+	switch m := msg.(type) {
+	case *Snapshot:
+		return appendDenseSnapshot(buf, m.T, m.S, m.Epoch, m.Rev, m.Reason, m.Items), nil
+	case Snapshot:
+		return appendDenseSnapshot(buf, m.T, m.S, m.Epoch, m.Rev, m.Reason, m.Items), nil
+	case *Message:
+		switch m.T {
+		case TEvents, TCoalesced:
+			return c.AppendEvents(buf, m.T, m.S, m.Rev, c.AppendEventList(nil, m.Rev, m.Events)), nil
+		case TSnapshot:
+			return appendDenseSnapshot(buf, m.T, m.S, m.Epoch, m.Rev, m.Reason, m.Items), nil
+		}
+	}
+	return c.jsonCodec.Append(buf, msg)
+}
+
+func appendDenseSnapshot(buf []byte, t string, s uint64, epoch string, rev uint64, reason string, items []Item) []byte {
+	buf = appendHeadJSON(buf, t, s)
+	buf = append(buf, `,"epoch":`...)
+	buf = appendJSONString(buf, epoch)
+	buf = append(buf, `,"rev":`...)
+	buf = strconv.AppendUint(buf, rev, 10)
+	buf = append(buf, `,"reason":`...)
+	buf = appendJSONString(buf, reason)
+	buf = append(buf, `,"items":[`...)
+	for i := range items {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		it := &items[i]
+		buf = append(buf, '[')
+		buf = appendJSONString(buf, it.Key)
+		buf = append(buf, ',')
+		buf = appendDenseValue(buf, it.Value)
+		buf = appendUints(buf, it.CreateRev, it.ModRev, it.Version)
+		if it.Lease {
+			buf = append(buf, `,{"l":1}`...)
+		}
+		buf = append(buf, ']')
+	}
+	return append(buf, "]}"...)
+}
+
+// AppendEventList writes each event as [key, value, create_rev, version]
+// (a put) or [key] (a delete or leave), then the extras object when one
+// applies. Values are written as they are: every Value this package makes
+// is canonical JSON.
+func (denseCodec) AppendEventList(buf []byte, rev uint64, evs []Event) []byte {
+	buf = append(buf, '[')
+	for i := range evs {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		e := &evs[i]
+		buf = append(buf, '[')
+		buf = appendJSONString(buf, e.Key)
+		if e.Type == "put" {
+			buf = append(buf, ',')
+			buf = appendDenseValue(buf, e.Value)
+			buf = appendUints(buf, e.CreateRev, e.Version)
+		}
+		buf = appendExtras(buf, rev, e)
+		buf = append(buf, ']')
+	}
+	return append(buf, ']')
+}
+
+// appendExtras appends ,{…} with what an event holds beyond the common
+// case (PROTOCOL.md §11), or nothing.
+func appendExtras(buf []byte, rev uint64, e *Event) []byte {
+	n := 0
+	if e.ModRev != rev {
+		buf = appendExtra(buf, &n, "m")
+		buf = strconv.AppendUint(buf, e.ModRev, 10)
+	}
+	if e.Lease {
+		buf = append(appendExtra(buf, &n, "l"), '1')
+	}
+	if e.Wid != "" {
+		buf = appendJSONString(appendExtra(buf, &n, "w"), e.Wid)
+	}
+	if p := e.Prev; p != nil {
+		buf = append(appendExtra(buf, &n, "p"), '[')
+		buf = appendDenseValue(buf, p.Value)
+		buf = appendUints(buf, p.CreateRev, p.ModRev, p.Version)
+		buf = append(buf, ']')
+	}
+	if e.Type == "leave" {
+		buf = append(appendExtra(buf, &n, "x"), '1')
+	}
+	if n > 0 {
+		buf = append(buf, '}')
+	}
+	return buf
+}
+
+// appendExtra opens the extras object (n == 0) or continues it, and
+// appends "name":.
+func appendExtra(buf []byte, n *int, name string) []byte {
+	if *n == 0 {
+		buf = append(buf, ',', '{')
+	} else {
+		buf = append(buf, ',')
+	}
+	*n++
+	buf = append(buf, '"')
+	buf = append(buf, name...)
+	return append(buf, '"', ':')
+}
+
+func appendDenseValue(buf []byte, v Value) []byte {
+	if len(v) == 0 {
+		return append(buf, "null"...)
+	}
+	return append(buf, v...)
+}
+
+// appendUints appends ,n for each n.
+func appendUints(buf []byte, ns ...uint64) []byte {
+	for _, n := range ns {
+		buf = append(buf, ',')
+		buf = strconv.AppendUint(buf, n, 10)
+	}
+	return buf
+}
+
+func (denseCodec) AppendEvents(buf []byte, t string, s, rev uint64, list []byte) []byte {
+	return appendEventsJSON(buf, t, s, `,"r":`, rev, `,"e":`, list)
+}
+
+// decodeDense decodes one v2 message into the v1 form every client uses.
+func decodeDense(msg []byte) (Message, error) {
+	var d struct {
+		Message
+		R     uint64            `json:"r"`
+		E     []json.RawMessage `json:"e"`
+		Items []json.RawMessage `json:"items"` // shadows Message.Items
+	}
+	if err := json.Unmarshal(msg, &d); err != nil {
+		return Message{}, err
+	}
+	m := d.Message
+	switch m.T {
+	case TEvents, TCoalesced:
+		m.Rev = d.R
+		m.Events = make([]Event, len(d.E))
+		for i, raw := range d.E {
+			if err := decodeDenseEvent(raw, d.R, &m.Events[i]); err != nil {
+				return Message{}, fmt.Errorf("event %d: %w", i, err)
+			}
+		}
+	case TSnapshot:
+		m.Items = make([]Item, len(d.Items))
+		for i, raw := range d.Items {
+			if err := decodeDenseItem(raw, &m.Items[i]); err != nil {
+				return Message{}, fmt.Errorf("item %d: %w", i, err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// denseExtras is the extras object of an event or item.
+type denseExtras struct {
+	M *uint64         `json:"m"`
+	L int             `json:"l"`
+	W string          `json:"w"`
+	P json.RawMessage `json:"p"`
+	X int             `json:"x"`
+}
+
+func decodeDenseEvent(raw json.RawMessage, rev uint64, e *Event) error {
+	var a []json.RawMessage
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return err
+	}
+	var x denseExtras
+	switch len(a) {
+	case 2, 5:
+		if err := unmarshalObject(a[len(a)-1], &x); err != nil {
+			return err
+		}
+	case 1, 4:
+	default:
+		return fmt.Errorf("an event has 1, 2, 4 or 5 elements, not %d", len(a))
+	}
+	if err := json.Unmarshal(a[0], &e.Key); err != nil {
+		return err
+	}
+	e.Type, e.ModRev = "delete", rev
+	if len(a) >= 4 {
+		e.Type = "put"
+		if err := unmarshalAll(a[1:4], &e.Value, &e.CreateRev, &e.Version); err != nil {
+			return err
+		}
+	} else if x.X == 1 {
+		e.Type = "leave"
+	}
+	if x.M != nil {
+		e.ModRev = *x.M
+	}
+	e.Lease, e.Wid = x.L == 1, x.W
+	if x.P != nil {
+		var p []json.RawMessage
+		if err := json.Unmarshal(x.P, &p); err != nil || len(p) != 4 {
+			return fmt.Errorf("prev is [value, create_rev, mod_rev, version], not %s", x.P)
+		}
+		e.Prev = &Item{}
+		if err := unmarshalAll(p, &e.Prev.Value, &e.Prev.CreateRev, &e.Prev.ModRev, &e.Prev.Version); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeDenseItem(raw json.RawMessage, it *Item) error {
+	var a []json.RawMessage
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return err
+	}
+	if len(a) != 5 && len(a) != 6 {
+		return fmt.Errorf("an item has 5 or 6 elements, not %d", len(a))
+	}
+	if err := unmarshalAll(a[:5], &it.Key, &it.Value, &it.CreateRev, &it.ModRev, &it.Version); err != nil {
+		return err
+	}
+	if len(a) == 6 {
+		var x denseExtras
+		if err := unmarshalObject(a[5], &x); err != nil {
+			return err
+		}
+		it.Lease = x.L == 1
+	}
+	return nil
+}
+
+func unmarshalAll(raws []json.RawMessage, vs ...any) error {
+	for i, v := range vs {
+		if err := json.Unmarshal(raws[i], v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unmarshalObject decodes the extras, which must be an object (json
+// would take null as nothing).
+func unmarshalObject(raw json.RawMessage, x *denseExtras) error {
+	if len(raw) == 0 || raw[0] != '{' {
+		return fmt.Errorf("extras must be an object, not %s", raw)
+	}
+	return json.Unmarshal(raw, x)
+}

@@ -1,0 +1,90 @@
+package wire
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// The exact v2 encodings of PROTOCOL.md §11: its examples, byte for byte.
+func TestDenseExactEncoding(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rev  uint64
+		t    string
+		evs  []Event
+		want string
+	}{
+		{"put and delete", 58, TEvents, []Event{
+			{Type: "put", Key: "games/7", Value: Value(`{"name":"Dune","players":3,"max":4}`), CreateRev: 12, ModRev: 58, Version: 6},
+			{Type: "delete", Key: "games/9", ModRev: 58}},
+			`{"t":"events","s":1,"r":58,"e":[["games/7",{"name":"Dune","players":3,"max":4},12,6],["games/9"]]}`},
+		{"coalesced delete keeps its mod_rev", 72, TCoalesced, []Event{{Type: "delete", Key: "k", ModRev: 70}},
+			`{"t":"coalesced","s":1,"r":72,"e":[["k",{"m":70}]]}`},
+		{"lease and wid", 9, TEvents, []Event{{Type: "put", Key: "p/ann", Value: Value(`1`), CreateRev: 3, ModRev: 9, Version: 2, Lease: true, Wid: "w1"}},
+			`{"t":"events","s":1,"r":9,"e":[["p/ann",1,3,2,{"l":1,"w":"w1"}]]}`},
+		{"prev, leave, a key to escape", 5, TEvents, []Event{
+			{Type: "put", Key: "a\"b", Value: Value(`null`), CreateRev: 1, ModRev: 5, Version: 2,
+				Prev: &Item{Value: Value(`"x"`), CreateRev: 1, ModRev: 4, Version: 1}},
+			{Type: "leave", Key: "g", ModRev: 5}},
+			`{"t":"events","s":1,"r":5,"e":[["a\"b",null,1,2,{"p":["x",1,4,1]}],["g",{"x":1}]]}`},
+		{"no events", 3, TEvents, nil, `{"t":"events","s":1,"r":3,"e":[]}`},
+	} {
+		got := JSON2.AppendEvents(nil, tc.t, 1, tc.rev, JSON2.AppendEventList(nil, tc.rev, tc.evs))
+		if string(got) != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
+		}
+		msgs, err := JSON2.DecodeMessages(got)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		want := []Message{{T: tc.t, S: 1, Rev: tc.rev, Events: tc.evs}}
+		if tc.evs == nil {
+			want[0].Events = []Event{}
+		}
+		if diff := cmp.Diff(want, msgs); diff != "" {
+			t.Errorf("%s: decoded (-want +got):\n%s", tc.name, diff)
+		}
+	}
+
+	snap, err := JSON2.Append(nil, &Snapshot{T: TSnapshot, S: 1, Epoch: "9f2c41d07a3b11e8", Rev: 57, Reason: "initial", Items: []Item{
+		{Key: "games/7", Value: Value(`{"name":"Dune","players":2,"max":4}`), CreateRev: 12, ModRev: 57, Version: 5},
+		{Key: "p/ann", Value: Value(`true`), CreateRev: 3, ModRev: 9, Version: 2, Lease: true}}})
+	want := `{"t":"snapshot","s":1,"epoch":"9f2c41d07a3b11e8","rev":57,"reason":"initial",` +
+		`"items":[["games/7",{"name":"Dune","players":2,"max":4},12,57,5],["p/ann",true,3,9,2,{"l":1}]]}`
+	if err != nil || string(snap) != want {
+		t.Errorf("snapshot:\n got %s, %v\nwant %s", snap, err, want)
+	}
+	// Every other message is v1's, connected included (its v is the server's to set).
+	ok, _ := JSON2.Append(nil, &OK{T: TOK, ID: 2, Rev: 51})
+	if string(ok) != `{"t":"ok","id":2,"rev":51}` {
+		t.Errorf("ok: %s", ok)
+	}
+}
+
+// A client decoding a malformed v2 message fails outright, never guesses.
+func TestDenseDecodeRejects(t *testing.T) {
+	for _, frame := range []string{
+		`{"t":"events","s":1,"r":5,"e":[["k",1,2]]}`,             // 3 elements
+		`{"t":"events","s":1,"r":5,"e":[["k",1,2,3,{},6]]}`,      // 6 elements
+		`{"t":"events","s":1,"r":5,"e":[["k",null]]}`,            // extras not an object
+		`{"t":"events","s":1,"r":5,"e":[["k",1,2,3,[1]]]}`,       // extras not an object
+		`{"t":"events","s":1,"r":5,"e":[[7]]}`,                   // key not a string
+		`{"t":"events","s":1,"r":5,"e":[{"type":"put"}]}`,        // a v1 event
+		`{"t":"events","s":1,"r":5,"e":[["k",1,"2",3]]}`,         // create_rev not a number
+		`{"t":"events","s":1,"r":5,"e":[["k",1,2,3,{"p":[1]}]]}`, // short prev
+		`{"t":"snapshot","s":1,"rev":5,"items":[["k",1,2,3]]}`,   // 4 elements
+		`{"t":"snapshot","s":1,"rev":5,"items":[{"key":"k"}]}`,   // a v1 item
+		`{"t":"snapshot","s":1,"rev":5,"items":[["k",[1e999],1,1,1]]}`,
+	} {
+		if msgs, err := JSON2.DecodeMessages([]byte(frame)); !errors.Is(err, ErrDecode) || msgs != nil {
+			t.Errorf("%s: %v, %v", frame, msgs, err)
+		}
+	}
+	// Unknown extras fields are ignored, as the protocol asks.
+	msgs, err := JSON2.DecodeMessages([]byte(`{"t":"events","s":1,"r":5,"e":[["k",{"z":[1,2],"m":4}]]}`))
+	if err != nil || len(msgs) != 1 || !cmp.Equal(msgs[0].Events, []Event{{Type: "delete", Key: "k", ModRev: 4}}) {
+		t.Errorf("unknown extras: %+v, %v", msgs, err)
+	}
+}
