@@ -102,6 +102,7 @@ type config struct {
 	writers               int
 	waitIdle              time.Duration
 	protocol              string // statecast's WebSocket subprotocol
+	fullDecode            bool   // subscribers decode each message whole, as a generic client
 	cpuProfile            string
 	subURLs, writeURLs    flags.List
 	redisPIDs, nodePIDs   []int
@@ -172,6 +173,7 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 	fs.IntVar(&c.dialConc, "dial-concurrency", 200, "connections being opened at a time")
 	fs.IntVar(&c.window, "window", 1000, "writes in flight at most")
 	fs.IntVar(&c.writers, "writers", 4, "writer connections, used in turn (with 1, each reply is checked to commit at the next revision)")
+	fs.BoolVar(&c.fullDecode, "full-decode", false, "subscribers also decode every message with encoding/json into a generic value, as a client written from the protocol would (the load tool's own scanner reads only what it checks)")
 	fs.StringVar(&c.protocol, "protocol", "v2", "statecast protocol version the subscribers and writers speak: v2 (dense JSON) or v1 (PROTOCOL.md)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the load tool's own CPU profile to this file")
 	fs.StringVar(&c.attack, "attack", "", "attack: which one ("+attackNames()+")")

@@ -94,6 +94,12 @@ func checkFanout(t *testing.T, r *result, subs int, rate float64) {
 
 func TestFanoutStatecast(t *testing.T) {
 	url := startStatecast(t, server.Config{}, nil)
+	// Both protocol versions, one also decoded whole: each subscriber's
+	// view is checked against the room, whatever it parsed.
+	for _, extra := range [][]string{{"--protocol", "v1", "--full-decode"}, {"--protocol", "v2"}} {
+		r := runJSON(t, append([]string{"fanout", "--url", url, "--subs", "3", "--rate", "50", "--duration", "500ms", "--warmup", "100ms"}, extra...)...)
+		checkFanout(t, r, 3, 50)
+	}
 	// One writer connection: each reply is checked to be the next revision.
 	r := runJSON(t, "fanout", "--url", url, "--subs", "5", "--rate", "50", "--duration", "1s", "--warmup", "200ms", "--writers", "1")
 	checkFanout(t, r, 5, 50)
@@ -203,6 +209,9 @@ func TestIdleKeepsAlive(t *testing.T) {
 
 func TestResumeStatecast(t *testing.T) {
 	url := startStatecast(t, server.Config{}, nil)
+	if r := runJSON(t, "resume", "--url", url, "--events", "300", "--repeat", "1", "--protocol", "v1"); r.ResumeComplete != 1 || r.LostMsgs != 0 {
+		t.Errorf("resume over protocol v1: complete %d, lost %d (notes %q)", r.ResumeComplete, r.LostMsgs, r.Notes)
+	}
 	r := runJSON(t, "resume", "--url", url, "--events", "300", "--repeat", "3")
 	if r.ResumeComplete != 3 || r.ResumeSnapshots != 0 || r.LostMsgs != 0 {
 		t.Errorf("resume: complete %d, snapshots %d, lost %d; want 3, 0, 0 (notes %q)", r.ResumeComplete, r.ResumeSnapshots, r.LostMsgs, r.Notes)
@@ -349,6 +358,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"fanout", "--server-pid", "1", "--spawn", "x"}, "not both"},
 		{[]string{"fanout", "--room", "a b"}, "--room"},
 		{[]string{"fanout", "--rate", "0"}, "--rate"},
+		{[]string{"fanout", "--protocol", "v3"}, "--protocol"},
 		{[]string{"fanout", "--sub-url", "http://192.0.2.1:8080"}, "--sub-url"},
 	} {
 		err := Run(context.Background(), tc.args, io.Discard, io.Discard)

@@ -31,6 +31,7 @@ func (e *env) runFanout(ctx context.Context, r *result, nRooms, perRoom int) err
 		r.Rooms = nRooms
 	}
 	st := newRunState(e.ceiling, cfg.keys)
+	st.fullDecode = cfg.fullDecode
 	w, err := e.newWriter(ctx, st, rooms)
 	if err != nil {
 		return err
@@ -202,6 +203,7 @@ func (e *env) runIdle(ctx context.Context, r *result) error {
 	}
 	r.Conns = n
 	st := newRunState(e.ceiling, cfg.keys)
+	st.fullDecode = cfg.fullDecode
 	rss0 := e.serverRSS()
 	subs := make([]*subscriber, n)
 	for i := range subs {
@@ -251,6 +253,7 @@ func (e *env) runResume(ctx context.Context, r *result) error {
 	k := cfg.events
 	r.Events = k
 	st := newRunState(e.ceiling, cfg.keys)
+	st.fullDecode = cfg.fullDecode
 	w, err := e.newWriter(ctx, st, []string{cfg.room})
 	if err != nil {
 		return err
@@ -358,6 +361,7 @@ func (e *env) runStorm(ctx context.Context, r *result) error {
 	}
 	r.Conns, r.Events = n, cfg.stormWrites
 	st := newRunState(e.ceiling, cfg.keys)
+	st.fullDecode = cfg.fullDecode
 	w, err := e.newWriter(ctx, st, []string{cfg.room})
 	if err != nil {
 		return err

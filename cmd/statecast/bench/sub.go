@@ -153,6 +153,8 @@ type runState struct {
 	winHi   atomic.Int64
 	ready   atomic.Int64 // subscribers ready since the last reset
 	pingMS  atomic.Int64 // ping_ms of the last connected
+	// fullDecode: every message is also decoded whole (--full-decode).
+	fullDecode bool
 }
 
 func newRunState(ceiling bool, keys int) *runState {
@@ -250,6 +252,12 @@ func (s *subscriber) read(c *websocket.Conn, st *runState, done chan struct{}) {
 			}
 			if len(line) == 0 {
 				continue
+			}
+			if st.fullDecode {
+				var v any
+				if err := json.Unmarshal(line, &v); err != nil {
+					s.fail(fmt.Errorf("message is not JSON: %v", err))
+				}
 			}
 			if st.ceiling {
 				n += s.ceilingMessage(line, st, now)
