@@ -35,16 +35,17 @@ import (
 	"github.com/coder/websocket"
 )
 
-const (
-	maxPayload = 1 << 20 // bytes of a published body
-	maxFrame   = 1 << 20 // bytes of a batch: a long replay goes in several
-)
+// maxPayload bounds the bytes of a published body.
+const maxPayload = 1 << 20
 
 // Config is the server's configuration; zero fields take the defaults.
 type Config struct {
 	Batch   bool // join the queued messages into one frame per write
 	History int  // messages retained for ?since= (default 100,000)
 	Queue   int  // messages a socket may have queued before it is closed (default 10,000)
+	// MaxFrame bounds the bytes of a batch (default 1 MiB): a long replay
+	// goes in several. statecast's frames are 64 KiB at most.
+	MaxFrame int
 }
 
 // Server is the ceiling: an http.Handler. Close ends its sockets.
@@ -82,6 +83,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Queue <= 0 {
 		cfg.Queue = 10_000
+	}
+	if cfg.MaxFrame <= 0 {
+		cfg.MaxFrame = 1 << 20
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), conns: map[*conn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -247,7 +251,7 @@ func (s *Server) write(ctx context.Context, ws *websocket.Conn, c *conn, backlog
 			n, frame := 1, msgs[0]
 			if s.cfg.Batch {
 				buf = append(buf[:0], msgs[0]...)
-				for n < len(msgs) && len(buf)+1+len(msgs[n]) <= maxFrame {
+				for n < len(msgs) && len(buf)+1+len(msgs[n]) <= s.cfg.MaxFrame {
 					buf = append(append(buf, '\n'), msgs[n]...)
 					n++
 				}

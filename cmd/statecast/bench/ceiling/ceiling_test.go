@@ -159,6 +159,19 @@ func TestBatchFraming(t *testing.T) {
 	}
 }
 
+// A replay goes out in frames of MaxFrame bytes at most.
+func TestBatchMaxFrame(t *testing.T) {
+	ts := start(t, Config{Batch: true, MaxFrame: 100})
+	for o := 1; o <= 50; o++ {
+		ts.publish([]byte(`{"i":` + strconv.Itoa(o) + `}`))
+	}
+	got, frames := read(t, ts.dial(t, "?since=0"), 50)
+	// Each message takes 20-22 bytes and a separator: 4 or 5 to a frame.
+	if len(got) != 50 || got[49] != msg(50) || frames < 10 || frames > 13 {
+		t.Errorf("%d messages in %d frames of at most 100 bytes, want 50 in 10 to 13", len(got), frames)
+	}
+}
+
 func TestSinceReplaysRetained(t *testing.T) {
 	ts := start(t, Config{Batch: true, History: 10})
 	for o := 1; o <= 15; o++ {

@@ -36,6 +36,7 @@ func Run(ctx context.Context, args []string, errOut io.Writer) error {
 	fs.BoolVar(&cfg.Batch, "batch", false, "join the messages queued for a socket into one frame, separated by \\n")
 	fs.IntVar(&cfg.History, "history", 100_000, "messages retained for ?since=")
 	fs.IntVar(&cfg.Queue, "queue", 10_000, "messages queued for a socket before it is closed as too slow")
+	fs.IntVar(&cfg.MaxFrame, "max-frame", 1<<20, "bytes of a batch at most (statecast's frames: 65536)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -45,8 +46,8 @@ func Run(ctx context.Context, args []string, errOut io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench ceiling: unexpected argument %q", fs.Arg(0))
 	}
-	if cfg.History < 1 || cfg.Queue < 1 {
-		return errors.New("bench ceiling: --history and --queue must be at least 1")
+	if cfg.History < 1 || cfg.Queue < 1 || cfg.MaxFrame < 1 {
+		return errors.New("bench ceiling: --history, --queue and --max-frame must be at least 1")
 	}
 	host, _, err := net.SplitHostPort(*addr)
 	if ip := net.ParseIP(host); err != nil || host != "localhost" && (ip == nil || !ip.IsLoopback()) {
@@ -58,7 +59,7 @@ func Run(ctx context.Context, args []string, errOut io.Writer) error {
 	}
 	s := New(cfg)
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(errOut, "ceiling: listening on http://%s (batch %v, history %d, queue %d)\n", ln.Addr(), cfg.Batch, cfg.History, cfg.Queue)
+	fmt.Fprintf(errOut, "ceiling: listening on http://%s (batch %v, history %d, queue %d, max frame %d)\n", ln.Addr(), cfg.Batch, cfg.History, cfg.Queue, cfg.MaxFrame)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	select {
