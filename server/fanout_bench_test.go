@@ -19,10 +19,10 @@ import (
 // The events of a revision are encoded once per codec for all sockets,
 // so ns/msg falls as subs grows and encodes/op stays at batch.
 func BenchmarkCollect(b *testing.B) {
-	for _, codec := range []wire.Codec{wire.JSON, wire.Msgpack} {
+	for _, codec := range []wire.Codec{wire.JSON, wire.Msgpack, wire.JSON2} {
 		for _, subs := range []int{1, 100} {
 			for _, batch := range []int{1, 16} {
-				name := fmt.Sprintf("%s/subs=%d/batch=%d", codec.Subprotocol()[len("statecast.v1."):], subs, batch)
+				name := fmt.Sprintf("%s/subs=%d/batch=%d", codec.Subprotocol()[len("statecast."):], subs, batch)
 				b.Run(name, func(b *testing.B) { benchCollect(b, codec, subs, batch) })
 			}
 		}

@@ -24,7 +24,8 @@
 # (200), CHECK_SUBS (10), CHECK_RATE (1000), DURATION (10s), PARTS (units:
 # "memory redis"), JSON_LOG (a file: each run's whole bench --json line is
 # appended to it), WAIT_IDLE (e.g. 30s: wait up to that long for the
-# machine to go quiet before each run).
+# machine to go quiet before each run), PROTOCOL (the subscribers'
+# protocol version: v1, as docs/SCALING.md's figures were measured, or v2).
 set -euo pipefail
 . "$(dirname "$0")/redis-writes.sh"
 
@@ -68,7 +69,7 @@ run() { # run LABEL URL BENCH-ARGS…: one bench run, one line of figures
 	shift 2
 	local m0 m1
 	m0=$(metrics "$url")
-	if ! "$BIN" bench "$@" --duration "${DURATION:-10s}" --wait-idle "${WAIT_IDLE:-0}" --json 2>"$DIR/err" >"$DIR/out.json"; then
+	if ! "$BIN" bench "$@" --protocol "${PROTOCOL:-v1}" --duration "${DURATION:-10s}" --wait-idle "${WAIT_IDLE:-0}" --json 2>"$DIR/err" >"$DIR/out.json"; then
 		echo -e "$label	failed: $(tail -n 3 "$DIR/err")"
 		return 0
 	fi
@@ -107,7 +108,7 @@ units_memory() {
 	run "memory rooms 1000x10 ${rate}/s" "http://$a" rooms --url "http://$a" --server-pid "$NPID" --rooms 1000 --subs-per-room 10 --rate "$rate" --room m10
 	stop "$NPID"
 	node_up a memory
-	if "$BIN" bench idle --url "http://$a" --server-pid "$NPID" --conns 10000 --wait-idle "${WAIT_IDLE:-0}" --json 2>"$DIR/err" >"$DIR/out.json"; then
+	if "$BIN" bench idle --url "http://$a" --server-pid "$NPID" --conns 10000 --protocol "${PROTOCOL:-v1}" --wait-idle "${WAIT_IDLE:-0}" --json 2>"$DIR/err" >"$DIR/out.json"; then
 		jq -r '["memory idle 10000", "RSS/conn KB", (.server_rss_per_conn_kb*10|round/10), "idle CPU %", (.server_cpu_pct*10|round/10),
 			"RSS before MB", (.server_rss_before_mb|round), "other %", (.other_cpu_pct // 0 | round)] | @tsv' "$DIR/out.json"
 	else
