@@ -58,27 +58,29 @@ func BenchmarkWatchStream(b *testing.B) {
 			return got
 		})
 	})
-	b.Run("websocket", func(b *testing.B) {
-		conn, err := statecast.Dial(ctx, n.WS, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer conn.Close()
-		run(b, func() int {
-			sub, err := conn.Subscribe(ctx, "bench", statecast.SubscribeOptions{From: &wire.Position{Rev: 1}})
+	for _, codec := range []string{"json", "json2"} { // protocol v1 and v2
+		b.Run("websocket-"+codec, func(b *testing.B) {
+			conn, err := statecast.Dial(ctx, n.WS, &statecast.Options{Codec: codec})
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer func() { _ = sub.Unsubscribe(ctx) }()
-			got := 0
-			for got < events {
-				m, err := sub.Next(ctx)
+			defer conn.Close()
+			run(b, func() int {
+				sub, err := conn.Subscribe(ctx, "bench", statecast.SubscribeOptions{From: &wire.Position{Rev: 1}})
 				if err != nil {
 					b.Fatal(err)
 				}
-				got += len(m.Events)
-			}
-			return got
+				defer func() { _ = sub.Unsubscribe(ctx) }()
+				got := 0
+				for got < events {
+					m, err := sub.Next(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					got += len(m.Events)
+				}
+				return got
+			})
 		})
-	})
+	}
 }

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -153,30 +154,41 @@ func (denseCodec) AppendEvents(buf []byte, t string, s, rev uint64, list []byte)
 }
 
 // decodeDense decodes one v2 message into the v1 form every client uses.
+// json.Unmarshal checks the whole message once; the event and item
+// arrays are then split in place, with no copy of each element.
 func decodeDense(msg []byte) (Message, error) {
 	var d struct {
 		Message
-		R     uint64            `json:"r"`
-		E     []json.RawMessage `json:"e"`
-		Items []json.RawMessage `json:"items"` // shadows Message.Items
+		R     uint64          `json:"r"`
+		E     json.RawMessage `json:"e"`
+		Items json.RawMessage `json:"items"` // shadows Message.Items
 	}
 	if err := json.Unmarshal(msg, &d); err != nil {
 		return Message{}, err
 	}
 	m := d.Message
+	var el [6][]byte
 	switch m.T {
 	case TEvents, TCoalesced:
 		m.Rev = d.R
-		m.Events = make([]Event, len(d.E))
-		for i, raw := range d.E {
-			if err := decodeDenseEvent(raw, d.R, &m.Events[i]); err != nil {
+		list, err := splitArray(d.E, nil)
+		if err != nil {
+			return Message{}, fmt.Errorf("e: %w", err)
+		}
+		m.Events = make([]Event, len(list))
+		for i, raw := range list {
+			if err := decodeDenseEvent(raw, d.R, &m.Events[i], el[:0]); err != nil {
 				return Message{}, fmt.Errorf("event %d: %w", i, err)
 			}
 		}
 	case TSnapshot:
-		m.Items = make([]Item, len(d.Items))
-		for i, raw := range d.Items {
-			if err := decodeDenseItem(raw, &m.Items[i]); err != nil {
+		list, err := splitArray(d.Items, nil)
+		if err != nil {
+			return Message{}, fmt.Errorf("items: %w", err)
+		}
+		m.Items = make([]Item, len(list))
+		for i, raw := range list {
+			if err := decodeDenseItem(raw, &m.Items[i], el[:0]); err != nil {
 				return Message{}, fmt.Errorf("item %d: %w", i, err)
 			}
 		}
@@ -193,9 +205,9 @@ type denseExtras struct {
 	X int             `json:"x"`
 }
 
-func decodeDenseEvent(raw json.RawMessage, rev uint64, e *Event) error {
-	var a []json.RawMessage
-	if err := json.Unmarshal(raw, &a); err != nil {
+func decodeDenseEvent(raw []byte, rev uint64, e *Event, el [][]byte) error {
+	a, err := splitArray(raw, el)
+	if err != nil {
 		return err
 	}
 	var x denseExtras
@@ -208,13 +220,13 @@ func decodeDenseEvent(raw json.RawMessage, rev uint64, e *Event) error {
 	default:
 		return fmt.Errorf("an event has 1, 2, 4 or 5 elements, not %d", len(a))
 	}
-	if err := json.Unmarshal(a[0], &e.Key); err != nil {
+	if e.Key, err = denseString(a[0]); err != nil {
 		return err
 	}
 	e.Type, e.ModRev = "delete", rev
 	if len(a) >= 4 {
 		e.Type = "put"
-		if err := unmarshalAll(a[1:4], &e.Value, &e.CreateRev, &e.Version); err != nil {
+		if err := denseKV(a[1:4], &e.Value, &e.CreateRev, &e.Version); err != nil {
 			return err
 		}
 	} else if x.X == 1 {
@@ -225,27 +237,30 @@ func decodeDenseEvent(raw json.RawMessage, rev uint64, e *Event) error {
 	}
 	e.Lease, e.Wid = x.L == 1, x.W
 	if x.P != nil {
-		var p []json.RawMessage
-		if err := json.Unmarshal(x.P, &p); err != nil || len(p) != 4 {
+		p, err := splitArray(x.P, nil)
+		if err != nil || len(p) != 4 {
 			return fmt.Errorf("prev is [value, create_rev, mod_rev, version], not %s", x.P)
 		}
 		e.Prev = &Item{}
-		if err := unmarshalAll(p, &e.Prev.Value, &e.Prev.CreateRev, &e.Prev.ModRev, &e.Prev.Version); err != nil {
+		if err := denseKV(p, &e.Prev.Value, &e.Prev.CreateRev, &e.Prev.ModRev, &e.Prev.Version); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func decodeDenseItem(raw json.RawMessage, it *Item) error {
-	var a []json.RawMessage
-	if err := json.Unmarshal(raw, &a); err != nil {
+func decodeDenseItem(raw []byte, it *Item, el [][]byte) error {
+	a, err := splitArray(raw, el)
+	if err != nil {
 		return err
 	}
 	if len(a) != 5 && len(a) != 6 {
 		return fmt.Errorf("an item has 5 or 6 elements, not %d", len(a))
 	}
-	if err := unmarshalAll(a[:5], &it.Key, &it.Value, &it.CreateRev, &it.ModRev, &it.Version); err != nil {
+	if it.Key, err = denseString(a[0]); err != nil {
+		return err
+	}
+	if err := denseKV(a[1:5], &it.Value, &it.CreateRev, &it.ModRev, &it.Version); err != nil {
 		return err
 	}
 	if len(a) == 6 {
@@ -258,18 +273,114 @@ func decodeDenseItem(raw json.RawMessage, it *Item) error {
 	return nil
 }
 
-func unmarshalAll(raws []json.RawMessage, vs ...any) error {
-	for i, v := range vs {
-		if err := json.Unmarshal(raws[i], v); err != nil {
-			return err
+// denseKV decodes [value, n, n…] into v and ns.
+func denseKV(a [][]byte, v *Value, ns ...*uint64) error {
+	if err := v.UnmarshalJSON(a[0]); err != nil {
+		return err
+	}
+	for i, n := range ns {
+		u, ok := leadingDigits(a[i+1])
+		if !ok {
+			return fmt.Errorf("%s is not an unsigned integer", a[i+1])
 		}
+		*n = u
 	}
 	return nil
 }
 
+// leadingDigits parses b, which must be digits only, as a uint64.
+func leadingDigits(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if n > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
+}
+
+// denseString decodes a JSON string; one without escapes is taken as it
+// is (the frame is valid UTF-8, checked by each).
+func denseString(b []byte) (string, error) {
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && !bytes.ContainsAny(b[1:len(b)-1], `\"`) {
+		return string(b[1 : len(b)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(b, &s)
+	return s, err
+}
+
+// splitArray appends to out the elements of b, a JSON array within text
+// json.Unmarshal has checked, without copying them.
+func splitArray(b []byte, out [][]byte) ([][]byte, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
+		return nil, fmt.Errorf("want an array, not %.40s", b)
+	}
+	b = bytes.TrimSpace(b[1 : len(b)-1])
+	for len(b) > 0 {
+		n := valueLen(b)
+		out = append(out, b[:n])
+		b = bytes.TrimLeft(b[n:], " \t\r\n")
+		if len(b) > 0 {
+			if b[0] != ',' {
+				return nil, fmt.Errorf("malformed array at %.40s", b)
+			}
+			b = bytes.TrimLeft(b[1:], " \t\r\n")
+		}
+	}
+	return out, nil
+}
+
+// valueLen is the length of the valid JSON value at the start of b.
+func valueLen(b []byte) int {
+	switch b[0] {
+	case '"':
+		for i := 1; i < len(b); i++ {
+			switch b[i] {
+			case '\\':
+				i++
+			case '"':
+				return i + 1
+			}
+		}
+		return len(b)
+	case '{', '[':
+		depth := 0
+		for i := 0; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i += valueLen(b[i:]) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return len(b)
+	}
+	for i, c := range b {
+		switch c {
+		case ',', ']', '}', ' ', '\t', '\r', '\n':
+			return i
+		}
+	}
+	return len(b)
+}
+
 // unmarshalObject decodes the extras, which must be an object (json
 // would take null as nothing).
-func unmarshalObject(raw json.RawMessage, x *denseExtras) error {
+func unmarshalObject(raw []byte, x *denseExtras) error {
 	if len(raw) == 0 || raw[0] != '{' {
 		return fmt.Errorf("extras must be an object, not %s", raw)
 	}

@@ -88,3 +88,19 @@ func TestDenseDecodeRejects(t *testing.T) {
 		t.Errorf("unknown extras: %+v, %v", msgs, err)
 	}
 }
+
+// Whitespace between tokens and brackets or commas inside strings do not
+// confuse the splitting of arrays.
+func TestDenseDecodeSpacing(t *testing.T) {
+	frame := `{"t":"events", "s":1, "r":5, "e":[ ["k,]\"" , {"a": [1, "x]\\"], "b":{}} , 1 , 2 ] ,` + "\t" + `[ "d" ] ]}`
+	msgs, err := JSON2.DecodeMessages([]byte(frame))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Message{{T: TEvents, S: 1, Rev: 5, Events: []Event{
+		{Type: "put", Key: `k,]"`, Value: Value(`{"a":[1,"x]\\"],"b":{}}`), CreateRev: 1, ModRev: 5, Version: 2},
+		{Type: "delete", Key: "d", ModRev: 5}}}}
+	if diff := cmp.Diff(want, msgs); diff != "" {
+		t.Error(diff)
+	}
+}
