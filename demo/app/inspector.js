@@ -31,7 +31,7 @@ function clientRows(c) {
   return watches.map((w, i) => h('tr', { 'data-testid': 'watch' },
     h('td', { class: 'mono', title: c.session }, i ? '' : short(c.session, 12)),
     h('td', {}, i ? '' : c.subject || 'anonymous'),
-    h('td', { class: 'muted' }, i ? '' : c.codec.replace('statecast.v1.', '')),
+    h('td', { class: 'muted' }, i ? '' : c.codec.replace('statecast.', '')),
     h('td', { class: 'mono' }, w ? w.room : 'no watches'),
     h('td', { class: 'mono' }, w ? w.prefixes.map((p) => p || '(all)').join(' ') : '',
       w?.filter ? h('div', { class: 'muted', 'data-testid': 'watch-filter' }, `where ${w.filter}`) : null),

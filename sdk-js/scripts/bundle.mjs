@@ -1,6 +1,6 @@
 // `npm run bundle`: the browser-ready ESM bundles committed under demo/sdk/,
 // so that demo/ (served by the Go binary) needs no npm on a fresh clone:
-//   demo/sdk/statecast.js  the SDK (JSON codec), no dependencies
+//   demo/sdk/statecast.js  the SDK (JSON codecs: v2, and v1), no dependencies
 //   demo/sdk/msgpack.js    the `./msgpack` entry with @msgpack/msgpack inlined
 // Built from src/ by esbuild (pinned in package-lock.json), not minified, with
 // no source map and only relative paths in the output: the same sources give
@@ -16,7 +16,7 @@ const sdk = fileURLToPath(new URL('..', import.meta.url));
 const pkg = JSON.parse(readFileSync(join(sdk, 'package.json'), 'utf8'));
 
 export const BUNDLES = [
-  { entry: 'src/index.ts', file: 'statecast.js', what: 'the SDK, JSON codec' },
+  { entry: 'src/index.ts', file: 'statecast.js', what: 'the SDK, JSON codecs (v2, v1)' },
   { entry: 'src/msgpack.ts', file: 'msgpack.js', what: 'msgpackCodec, with @msgpack/msgpack inlined' },
 ];
 

@@ -1,6 +1,6 @@
 import { Tokens, refreshDelay } from './auth.js';
 import { backoffDelay } from './backoff.js';
-import { frameBytes, jsonCodec, type Codec } from './codec.js';
+import { frameBytes, json2Codec, jsonCodec, type Codec } from './codec.js';
 import { CloseCode, closeAction, type CloseAction } from './codes.js';
 import { Emitter } from './emitter.js';
 import {
@@ -67,7 +67,8 @@ export function createClient(options: ClientOptions): Client {
 export class Client extends Emitter<ClientEvents> {
   /** This client's presence id. */
   readonly clientId: string;
-  private readonly codec: Codec;
+  /** The codec of the socket: without a codec option, the JSON version the server said in `connected`. */
+  private codec: Codec;
   private readonly clock: Clock;
   private readonly random: () => number;
   private readonly minDelay: number;
@@ -408,7 +409,8 @@ export class Client extends Emitter<ClientEvents> {
     if (seq !== this.seq) return;
     let ws: WebSocketLike;
     try {
-      ws = new WS!(url, [this.codec.subprotocol]);
+      // Without a codec option: v2, and v1 for a server that predates it (PROTOCOL.md §2).
+      ws = new WS!(url, this.o.codec ? [this.codec.subprotocol] : [json2Codec.subprotocol, jsonCodec.subprotocol]);
     } catch (e) {
       return this.stop(asError(e));
     }
@@ -474,6 +476,8 @@ export class Client extends Emitter<ClientEvents> {
   private onConnected(m: ServerMessage): void {
     if (this.st === 'connected') return;
     const ws = this.ws;
+    // Both JSON versions read `connected` alike; what follows is in the version it names.
+    if (!this.o.codec) this.codec = m.v === 2 ? json2Codec : jsonCodec;
     this.clock.clearTimeout(this.timers.connect);
     this.sess = { session: m.session!, resumed: !!m.resumed, pingMs: m.ping_ms!, leaseGraceMs: m.lease_grace_ms!, expiresMs: m.expires_ms };
     this.resumeSecret = m.resume;

@@ -33,7 +33,7 @@ export { Watch } from './watch.js';
 export type { Entry, ChangeEvent, ChangeBatch, ChangeCause, SyncEvent, WatchStatus, WatchEvents } from './watch.js';
 export { Presence, PRESENCE_PREFIX } from './presence.js';
 export type { PresenceEvents } from './presence.js';
-export { jsonCodec } from './codec.js';
+export { jsonCodec, json2Codec } from './codec.js';
 export type { Codec } from './codec.js';
 export { CloseCode, closeAction } from './codes.js';
 export type { CloseAction } from './codes.js';

@@ -1,6 +1,7 @@
 /**
  * Wire messages of statecast protocol v1 (server/PROTOCOL.md), as the SDK
- * reads and writes them. Types only: nothing here exists at run time.
+ * reads and writes them; v2's events and snapshots are decoded into these
+ * (codec.ts). Types only: nothing here exists at run time.
  * @internal
  * @packageDocumentation
  */
@@ -24,6 +25,8 @@ export interface WireEvent {
   mod_rev: number;
   version?: number;
   lease?: boolean;
+  /** The key's previous state, on a subscription with `prev` (the SDK does not ask for it). */
+  prev?: { value: unknown; create_rev: number; mod_rev: number; version: number };
   /** The write id of the write that made this change, if it had one (§6). */
   wid?: string;
 }
@@ -31,6 +34,8 @@ export interface WireEvent {
 /** Any server → client message; `t` says which fields apply. */
 export interface ServerMessage {
   t: string;
+  /** `connected`: the protocol version the server speaks on this socket (1 or 2). */
+  v?: number;
   id?: number;
   s?: number;
   rev?: number;

@@ -59,7 +59,11 @@ export interface ClientOptions {
   token?: string | TokenProvider;
   /** The WebSocket constructor; defaults to `globalThis.WebSocket` (Node 20 has none: pass `ws`). */
   WebSocket?: WebSocketConstructor;
-  /** The wire codec: {@link jsonCodec} (default) or `msgpackCodec` from `@statecast/sdk/msgpack`. */
+  /**
+   * The wire codec, the only one offered: {@link json2Codec} (protocol v2),
+   * {@link jsonCodec} (v1) or `msgpackCodec` from `@statecast/sdk/msgpack`.
+   * Default: JSON, v2 where the server speaks it and v1 otherwise.
+   */
   codec?: Codec;
   /** Reconnect delays (exponential backoff with full jitter). */
   reconnect?: BackoffOptions;

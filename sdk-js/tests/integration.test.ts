@@ -4,7 +4,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
-import { createClient, jsonCodec, ConflictError, InvalidFilterError, OutcomeUnknownError, type ChangeEvent, type Client, type ClientOptions, type Codec } from '../dist/index.js';
+import { createClient, jsonCodec, json2Codec, ConflictError, InvalidFilterError, OutcomeUnknownError, type ChangeEvent, type Client, type ClientOptions, type Codec } from '../dist/index.js';
 import { msgpackCodec } from '../dist/msgpack.js';
 import { controlledWebSocket, freePort, replyLosingWebSocket, startServer, tempDataDir, type Server } from './support/server.js';
 import { FakeStorage, fakeWindow, nextEvent, record, sleep, until } from './support/util.js';
@@ -32,6 +32,7 @@ function client(opts: Partial<ClientOptions> = {}): Client {
 const brief = (cs: ChangeEvent[]) => cs.map((c) => `${c.type} ${c.key}=${JSON.stringify(c.value)} ${c.cause}`);
 const codecs: [string, Codec][] = [
   ['json', jsonCodec],
+  ['json v2', json2Codec],
   ['msgpack', msgpackCodec],
 ];
 
@@ -257,19 +258,20 @@ test('integration: a page reload resumes the session from sessionStore: same pre
   }
 });
 
-test('integration: values read back the same through both codecs', async () => {
-  const j = client();
+test('integration: values read back the same through every codec', async () => {
+  const j = client(); // JSON v2
   const m = client({ codec: msgpackCodec });
   const room = roomName('codec:');
   const values: unknown[] = [{ a: 1.5, b: [1, 'x', null, true], n: 42, big: 2 ** 40, neg: -7, s: 'é😀"\n' }, 'str', 0, -1.25, null, [[]], {}];
   const wj = j.room(room).watch();
   const wm = m.room(room).watch();
-  await Promise.all([wj.ready(), wm.ready()]);
+  const w1 = client({ codec: jsonCodec }).room(room).watch();
+  await Promise.all([wj.ready(), wm.ready(), w1.ready()]);
   for (let i = 0; i < values.length; i++) await m.room(room).put(`m${i}`, values[i]);
   for (let i = 0; i < values.length; i++) await j.room(room).put(`j${i}`, values[i]);
-  await until(() => wj.size === 2 * values.length && wm.size === 2 * values.length);
+  await until(() => [wj, wm, w1].every((w) => w.size === 2 * values.length));
   for (let i = 0; i < values.length; i++) {
-    for (const w of [wj, wm]) {
+    for (const w of [wj, wm, w1]) {
       assert.deepEqual(w.get(`m${i}`), values[i]);
       assert.deepEqual(w.get(`j${i}`), values[i]);
     }

@@ -1,5 +1,6 @@
 // Bundle-size budget: the public entry, bundled and minified as a browser
-// app would (esbuild), must stay within 10 KB gzip, and must not contain
+// app would (esbuild), must stay within 10.5 KB gzip (10 KB until protocol
+// v2's decoder, about 470 B, made it 10.2), and must not contain
 // @msgpack/msgpack (it lives in the separate `./msgpack` entry). The React
 // entry adds at most 3 KB gzip: its own code and the typed rooms it builds
 // on, without React and the core (which an app has anyway).
@@ -10,7 +11,7 @@ import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build, type Plugin } from 'esbuild';
 
-const BUDGET_GZIP = 10 * 1024;
+const BUDGET_GZIP = 10.5 * 1024;
 const MSGPACK_BUDGET_GZIP = 8 * 1024;
 const REACT_BUDGET_GZIP = 3 * 1024;
 const dist = (f: string) => fileURLToPath(new URL(`../dist/${f}`, import.meta.url));
@@ -40,7 +41,7 @@ async function measure(entry: string, plugins: Plugin[] = []) {
   return { min: code.byteLength, gzip: gzipSync(code, { level: 9 }).byteLength, inputs: Object.keys(out.metafile.inputs) };
 }
 
-test('size: the default bundle (JSON) is within 10 KB gzip and excludes @msgpack/msgpack', async (t) => {
+test('size: the default bundle (JSON) is within 10.5 KB gzip and excludes @msgpack/msgpack', async (t) => {
   const m = await measure('index.js');
   t.diagnostic(`@statecast/sdk (index.js): ${m.min} B min, ${m.gzip} B gzip (budget ${BUDGET_GZIP} B)`);
   assert.ok(m.gzip <= BUDGET_GZIP, `${m.gzip} B gzip is over the budget of ${BUDGET_GZIP} B`);

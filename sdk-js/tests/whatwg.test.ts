@@ -1,9 +1,10 @@
 // The SDK on the WHATWG WebSocket API that browsers have (Node's global
 // WebSocket, from undici: scripts/test.mjs enables it on Node 20 with
-// --experimental-websocket), against the real server, both codecs.
+// --experimental-websocket), against the real server, every codec and the
+// default (JSON v2, offered with v1).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createClient, jsonCodec, type Client, type Codec, type WebSocketConstructor } from '../dist/index.js';
+import { createClient, jsonCodec, json2Codec, type Client, type Codec, type WebSocketConstructor } from '../dist/index.js';
 import { msgpackCodec } from '../dist/msgpack.js';
 import { startServer, type Server } from './support/server.js';
 import { record, until } from './support/util.js';
@@ -21,9 +22,9 @@ after(async () => {
   await srv?.stop();
 });
 
-for (const [name, codec] of [['json', jsonCodec], ['msgpack', msgpackCodec]] as [string, Codec][]) {
+for (const [name, codec] of [['default', undefined], ['json', jsonCodec], ['json2', json2Codec], ['msgpack', msgpackCodec]] as [string, Codec | undefined][]) {
   test(`whatwg (${name}): the default global WebSocket connects, watches, writes, and resumes after a close`, { skip }, async () => {
-    const sockets: { close(code?: number, reason?: string): void }[] = [];
+    const sockets: { close(code?: number, reason?: string): void; protocol: string }[] = [];
     const Tracked = class extends (Global as any) {
       constructor(url: string, protocols: string[]) {
         super(url, protocols);
@@ -37,6 +38,7 @@ for (const [name, codec] of [['json', jsonCodec], ['msgpack', msgpackCodec]] as 
     const w = a.room(room).watch();
     const syncs = record(w, 'sync');
     await w.ready();
+    assert.equal(sockets[0]!.protocol, codec?.subprotocol ?? 'statecast.v2.json', 'the subprotocol the server chose');
     await plain.room(room).put('k', { v: [1, 2.5, 'é'] }, { waitFor: plain.room(room).watch() });
     await until(() => w.has('k'));
     // Recorded, not polled: with a 10 ms backoff the client may be

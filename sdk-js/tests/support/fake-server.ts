@@ -10,6 +10,7 @@ export type Msg = Record<string, any>;
 
 export class FakeConn {
   readonly received: Msg[] = [];
+  /** The subprotocol the server chose ('' for none). */
   readonly protocol: string;
   private consumed = new Set<Msg>();
   private waiters: (() => void)[] = [];
@@ -65,10 +66,11 @@ export class FakeConn {
     }
   }
 
-  /** Waits for connect and answers connected. Returns the connect message. */
+  /** Waits for connect and answers connected (`v`: the protocol version of the subprotocol chosen). Returns the connect message. */
   async accept(fields: Msg = {}): Promise<Msg> {
     const c = await this.next('connect');
-    this.send({ t: 'connected', v: 1, session: 's_1', resume: 'r_1', resumed: false, ping_ms: 60_000, lease_grace_ms: 5000, ...fields });
+    const v = this.protocol === 'statecast.v2.json' ? 2 : 1;
+    this.send({ t: 'connected', v, session: 's_1', resume: 'r_1', resumed: false, ping_ms: 60_000, lease_grace_ms: 5000, ...fields });
     return c;
   }
 
@@ -104,29 +106,42 @@ export class FakeConn {
 
 export class FakeServer {
   readonly conns: FakeConn[] = [];
+  /** The subprotocols each connection's upgrade request offered (Sec-WebSocket-Protocol), in order. */
+  readonly offers: string[][] = [];
   private waiters: (() => void)[] = [];
   private taken = 0;
 
   private constructor(
     readonly wss: WebSocketServer,
     readonly url: string,
+    /** The subprotocols the server speaks; a test may change them between connections (a rolling deploy). */
+    public protocols: string[],
   ) {
-    wss.on('connection', (ws) => {
+    wss.on('connection', (ws, req) => {
+      this.offers.push((req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean));
       this.conns.push(new FakeConn(ws));
       this.waiters.splice(0).forEach((w) => w());
     });
   }
 
-  static start(): Promise<FakeServer> {
+  /**
+   * Starts a server speaking `protocols`: as the real one, it chooses the
+   * first of the client's subprotocols it knows (none: no subprotocol). By
+   * default a server from before protocol v2, so that tests write v1
+   * messages; a test of one that chose v2 writes v2 messages (FakeConn.send
+   * sends what it is given).
+   */
+  static start({ protocols = ['statecast.v1.json', 'statecast.v1.msgpack'] }: { protocols?: string[] } = {}): Promise<FakeServer> {
     return new Promise((resolve) => {
+      let srv: FakeServer;
       const wss = new WebSocketServer({
         host: '127.0.0.1',
         port: 0,
-        handleProtocols: (protocols) => [...protocols][0] ?? false,
+        handleProtocols: (offered) => [...offered].find((p) => srv.protocols.includes(p)) ?? false,
       });
       wss.on('listening', () => {
         const addr = wss.address() as { port: number };
-        resolve(new FakeServer(wss, `ws://127.0.0.1:${addr.port}/v1/ws`));
+        resolve((srv = new FakeServer(wss, `ws://127.0.0.1:${addr.port}/v1/ws`, protocols)));
       });
     });
   }

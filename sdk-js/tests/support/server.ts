@@ -123,7 +123,7 @@ export function controlledWebSocket() {
 }
 
 /**
- * A WebSocket constructor (JSON codec) whose socket, after `loseReplyTo(t)`,
+ * A WebSocket constructor (JSON codecs, v1 or v2) whose socket, after `loseReplyTo(t)`,
  * is cut (no close frame) by the first frame the server sends about the next
  * request of type `t`, its reply or an event carrying its wid: the write
  * committed, and the client heard nothing of it. `sent` holds every message
@@ -145,7 +145,8 @@ export function replyLosingWebSocket() {
           fn = f;
           onmessage.set!.call(this, f && ((ev: { data: unknown }) => {
             const text = String(ev.data);
-            if (target && (text.includes(`"wid":"${target.wid}"`) || text.includes(`"id":${target.id},`))) {
+            // The wid of an event: "wid" in v1, "w" in v2's extras.
+            if (target && (text.includes(`"wid":"${target.wid}"`) || text.includes(`"w":"${target.wid}"`) || text.includes(`"id":${target.id},`))) {
               target = undefined;
               return this.terminate();
             }
