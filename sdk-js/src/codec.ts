@@ -91,8 +91,9 @@ function event(a: unknown, r: number): WireEvent {
   if (x.l === 1) e.lease = true;
   if (x.p !== undefined) {
     const p = list(x.p);
-    if (p.length !== 4) bad();
+    if (p.length !== 4 && (p.length !== 5 || p[4] !== 1)) bad();
     e.prev = { value: p[0], create_rev: uint(p[1]), mod_rev: uint(p[2]), version: uint(p[3]) };
+    if (p.length === 5) e.prev.lease = true;
   }
   if (x.w !== undefined) e.wid = str(x.w);
   return e;

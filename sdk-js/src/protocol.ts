@@ -26,7 +26,7 @@ export interface WireEvent {
   version?: number;
   lease?: boolean;
   /** The key's previous state, on a subscription with `prev` (the SDK does not ask for it). */
-  prev?: { value: unknown; create_rev: number; mod_rev: number; version: number };
+  prev?: { value: unknown; create_rev: number; mod_rev: number; version: number; lease?: true };
   /** The write id of the write that made this change, if it had one (§6). */
   wid?: string;
 }

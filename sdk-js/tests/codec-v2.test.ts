@@ -64,7 +64,7 @@ test('codec v2: every extras field, on puts, deletes and leaves; unknown ones ig
     ['b', [1], 6, 1, { l: 1 }], // l: leased
     ['c', 'x', 7, 3, { w: 'c1.4' }], // w: the write id
     ['d', { v: 2 }, 4, 2, { p: [{ v: 1 }, 4, 60, 1] }], // p: the previous state
-    ['e', { m: 70, l: 1, w: 'c1.5', p: ['old', 1, 2, 3] }], // a delete with all of them
+    ['e', { m: 70, l: 1, w: 'c1.5', p: ['old', 1, 2, 3, 1] }], // a delete with all of them (its prev was leased)
     ['f', { x: 1 }], // x: a leave
     ['g', { x: 1, m: 75, w: 'c1.6', p: [true, 9, 9, 1] }],
     ['h', 1, 8, 1, { l: 0, x: 0, zz: [1, { deep: true }], m2: 'ignored' }], // l and x other than 1 and unknown fields: nothing
@@ -75,7 +75,7 @@ test('codec v2: every extras field, on puts, deletes and leaves; unknown ones ig
     { type: 'put', key: 'b', value: [1], create_rev: 6, mod_rev: 80, version: 1, lease: true },
     { type: 'put', key: 'c', value: 'x', create_rev: 7, mod_rev: 80, version: 3, wid: 'c1.4' },
     { type: 'put', key: 'd', value: { v: 2 }, create_rev: 4, mod_rev: 80, version: 2, prev: { value: { v: 1 }, create_rev: 4, mod_rev: 60, version: 1 } },
-    { type: 'delete', key: 'e', mod_rev: 70, lease: true, prev: { value: 'old', create_rev: 1, mod_rev: 2, version: 3 }, wid: 'c1.5' },
+    { type: 'delete', key: 'e', mod_rev: 70, lease: true, prev: { value: 'old', create_rev: 1, mod_rev: 2, version: 3, lease: true }, wid: 'c1.5' },
     { type: 'leave', key: 'f', mod_rev: 80 },
     { type: 'leave', key: 'g', mod_rev: 75, prev: { value: true, create_rev: 9, mod_rev: 9, version: 1 }, wid: 'c1.6' },
     { type: 'put', key: 'h', value: 1, create_rev: 8, mod_rev: 80, version: 1 },

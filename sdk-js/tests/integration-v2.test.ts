@@ -92,9 +92,10 @@ async function raw(protocol: string) {
   return { ws, subs, send };
 }
 
-/** v1's `prev` has the Go Item's empty `key` and its `lease`, which v2's `p` does not carry; PROTOCOL.md §5 names neither. */
+/** v1's `prev` has the Go Item's empty `key`, which v2's `p` does not carry (PROTOCOL.md §5 does not name it); both carry its lease. */
 function withoutPrevExtras(msgs: unknown[]): unknown[] {
-  return JSON.parse(JSON.stringify(msgs), (k, v) => (k === 'prev' ? { value: v.value, create_rev: v.create_rev, mod_rev: v.mod_rev, version: v.version } : v));
+  return JSON.parse(JSON.stringify(msgs), (k, v) =>
+    k === 'prev' ? { value: v.value, create_rev: v.create_rev, mod_rev: v.mod_rev, version: v.version, ...(v.lease ? { lease: true } : {}) } : v);
 }
 
 test('integration-v2: the server\'s v2 frames decode to its v1 messages (snapshot with a lease, put, delete, txn, wid, prev, filtered leave)', { timeout: 20_000 }, async () => {

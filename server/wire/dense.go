@@ -108,6 +108,9 @@ func appendExtras(buf []byte, rev uint64, e *Event) []byte {
 		buf = append(appendExtra(buf, &n, "p"), '[')
 		buf = appendDenseValue(buf, p.Value)
 		buf = appendUints(buf, p.CreateRev, p.ModRev, p.Version)
+		if p.Lease {
+			buf = append(buf, ",1"...)
+		}
 		buf = append(buf, ']')
 	}
 	if e.Type == "leave" {
@@ -238,10 +241,10 @@ func decodeDenseEvent(raw []byte, rev uint64, e *Event, el [][]byte) error {
 	e.Lease, e.Wid = x.L == 1, x.W
 	if x.P != nil {
 		p, err := splitArray(x.P, nil)
-		if err != nil || len(p) != 4 {
-			return fmt.Errorf("prev is [value, create_rev, mod_rev, version], not %s", x.P)
+		if err != nil || len(p) != 4 && (len(p) != 5 || string(p[4]) != "1") {
+			return fmt.Errorf("prev is [value, create_rev, mod_rev, version, 1?], not %s", x.P)
 		}
-		e.Prev = &Item{}
+		e.Prev = &Item{Lease: len(p) == 5}
 		if err := denseKV(p, &e.Prev.Value, &e.Prev.CreateRev, &e.Prev.ModRev, &e.Prev.Version); err != nil {
 			return err
 		}

@@ -27,8 +27,9 @@ func TestDenseExactEncoding(t *testing.T) {
 		{"prev, leave, a key to escape", 5, TEvents, []Event{
 			{Type: "put", Key: "a\"b", Value: Value(`null`), CreateRev: 1, ModRev: 5, Version: 2,
 				Prev: &Item{Value: Value(`"x"`), CreateRev: 1, ModRev: 4, Version: 1}},
-			{Type: "leave", Key: "g", ModRev: 5}},
-			`{"t":"events","s":1,"r":5,"e":[["a\"b",null,1,2,{"p":["x",1,4,1]}],["g",{"x":1}]]}`},
+			{Type: "leave", Key: "g", ModRev: 5},
+			{Type: "delete", Key: "p/bo", ModRev: 5, Prev: &Item{Value: Value(`1`), CreateRev: 2, ModRev: 3, Version: 2, Lease: true}}},
+			`{"t":"events","s":1,"r":5,"e":[["a\"b",null,1,2,{"p":["x",1,4,1]}],["g",{"x":1}],["p/bo",{"p":[1,2,3,2,1]}]]}`},
 		{"no events", 3, TEvents, nil, `{"t":"events","s":1,"r":3,"e":[]}`},
 	} {
 		got := JSON2.AppendEvents(nil, tc.t, 1, tc.rev, JSON2.AppendEventList(nil, tc.rev, tc.evs))
@@ -66,16 +67,17 @@ func TestDenseExactEncoding(t *testing.T) {
 // A client decoding a malformed v2 message fails outright, never guesses.
 func TestDenseDecodeRejects(t *testing.T) {
 	for _, frame := range []string{
-		`{"t":"events","s":1,"r":5,"e":[["k",1,2]]}`,             // 3 elements
-		`{"t":"events","s":1,"r":5,"e":[["k",1,2,3,{},6]]}`,      // 6 elements
-		`{"t":"events","s":1,"r":5,"e":[["k",null]]}`,            // extras not an object
-		`{"t":"events","s":1,"r":5,"e":[["k",1,2,3,[1]]]}`,       // extras not an object
-		`{"t":"events","s":1,"r":5,"e":[[7]]}`,                   // key not a string
-		`{"t":"events","s":1,"r":5,"e":[{"type":"put"}]}`,        // a v1 event
-		`{"t":"events","s":1,"r":5,"e":[["k",1,"2",3]]}`,         // create_rev not a number
-		`{"t":"events","s":1,"r":5,"e":[["k",1,2,3,{"p":[1]}]]}`, // short prev
-		`{"t":"snapshot","s":1,"rev":5,"items":[["k",1,2,3]]}`,   // 4 elements
-		`{"t":"snapshot","s":1,"rev":5,"items":[{"key":"k"}]}`,   // a v1 item
+		`{"t":"events","s":1,"r":5,"e":[["k",1,2]]}`,                     // 3 elements
+		`{"t":"events","s":1,"r":5,"e":[["k",1,2,3,{},6]]}`,              // 6 elements
+		`{"t":"events","s":1,"r":5,"e":[["k",null]]}`,                    // extras not an object
+		`{"t":"events","s":1,"r":5,"e":[["k",1,2,3,[1]]]}`,               // extras not an object
+		`{"t":"events","s":1,"r":5,"e":[[7]]}`,                           // key not a string
+		`{"t":"events","s":1,"r":5,"e":[{"type":"put"}]}`,                // a v1 event
+		`{"t":"events","s":1,"r":5,"e":[["k",1,"2",3]]}`,                 // create_rev not a number
+		`{"t":"events","s":1,"r":5,"e":[["k",1,2,3,{"p":[1]}]]}`,         // short prev
+		`{"t":"events","s":1,"r":5,"e":[["k",1,2,3,{"p":[1,2,3,4,0]}]]}`, // prev lease not 1
+		`{"t":"snapshot","s":1,"rev":5,"items":[["k",1,2,3]]}`,           // 4 elements
+		`{"t":"snapshot","s":1,"rev":5,"items":[{"key":"k"}]}`,           // a v1 item
 		`{"t":"snapshot","s":1,"rev":5,"items":[["k",[1e999],1,1,1]]}`,
 	} {
 		if msgs, err := JSON2.DecodeMessages([]byte(frame)); !errors.Is(err, ErrDecode) || msgs != nil {
