@@ -63,8 +63,9 @@ func releaseFrame(frame []byte) bool {
 	if cap(frame) != burstFrame {
 		return false
 	}
-	frame = frame[:0]
-	burstFrames.Put(&frame)
+	p := new([]byte) // not &frame: that would cost every call an allocation
+	*p = frame[:0]
+	burstFrames.Put(p)
 	return true
 }
 
@@ -73,14 +74,16 @@ func releaseFrame(frame []byte) bool {
 const maxPendingReplies = 1 << 20
 
 // conn is one WebSocket session. Its reader goroutine reads and handles
-// requests in order; a writer goroutine sends replies and subscription
-// messages, joining whatever is queued into one frame (one write syscall)
-// when the socket is behind. Lock order: docs/LOCKS.md.
+// requests in order, and sends the replies of each frame itself when no
+// writer is sending; a writer goroutine sends subscription messages and
+// the other replies. Either joins whatever is queued into one frame (one
+// write syscall). Lock order: docs/LOCKS.md.
 type conn struct {
-	s  *Server
-	ws *websocket.Conn
-	nc net.Conn      // ws's socket
-	br *bufio.Reader // ws's read buffer
+	s    *Server
+	ws   *websocket.Conn
+	nc   net.Conn      // ws's socket
+	sock *sockConn     // nc as ws reads it, behind what waitReadable read
+	br   *bufio.Reader // ws's read buffer
 	// brMu orders the reader's look at br (readIdle) before any close
 	// handshake, which reads br from another goroutine; wsClosing is set
 	// under it by closeWS.
@@ -110,11 +113,20 @@ type conn struct {
 	stopping bool       // guarded by inflight: take no more requests
 	endOnce  sync.Once
 
+	// sendMu is held by whoever collects and sends a frame: the writer
+	// goroutine, or the reader sending its replies. It guards the fields
+	// below it.
+	sendMu   sync.Mutex
+	spare    []*sub          // the previous ready list, for reuse
+	msgs     []rooms.Message // drain buffer
+	watchdog *time.Timer     // bounds each write by the write timeout; nil while idle
+	// replying: the reader is handling a frame and sends its replies
+	// when done, so queueing one wakes no writer.
+	replying atomic.Bool
+
 	mu      sync.Mutex
-	pending []byte          // encoded replies for the writer
-	ready   []*sub          // subscriptions that may have messages
-	spare   []*sub          // writer-owned: the previous ready list, for reuse
-	msgs    []rooms.Message // writer-owned: drain buffer
+	pending []byte // encoded replies to send
+	ready   []*sub // subscriptions that may have messages
 	subs    map[uint64]*sub
 	// prefixes counts the key prefixes of subs (and of subs starting),
 	// bounded by Config.MaxConnPrefixes; filters their filters, bounded by
@@ -195,7 +207,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	wctx, wcancel := context.WithCancel(ctx)
 	c := &conn{
-		s: s, ws: ws, nc: lean.nc, br: lean.br, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
+		s: s, ws: ws, nc: lean.nc, sock: lean.sock, br: lean.br, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
 		wctx: wctx, wcancel: wcancel,
 		addr: r.RemoteAddr, hookHeader: s.hookHeader(r), wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), subs: make(map[uint64]*sub),
 	}
@@ -234,8 +246,9 @@ const (
 // leanBuffers makes the hijacked connection use buffers of the sizes above.
 type leanBuffers struct {
 	http.ResponseWriter
-	nc net.Conn      // the hijacked socket
-	br *bufio.Reader // its read buffer
+	nc   net.Conn      // the hijacked socket
+	sock *sockConn     // nc as the websocket library reads it
+	br   *bufio.Reader // its read buffer
 }
 
 func (w *leanBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -243,20 +256,54 @@ func (w *leanBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	br := bufio.NewReaderSize(nc, readBufferSize)
+	sock := &sockConn{Conn: nc}
+	br := bufio.NewReaderSize(sock, readBufferSize)
 	if n := brw.Reader.Buffered(); n > 0 {
 		// Bytes the client sent right after our 101 are already read:
 		// they must be in the new buffer itself, since the websocket
-		// library keeps what is buffered and re-points the reader at nc.
+		// library keeps what is buffered and re-points the reader at the
+		// connection returned here.
 		b, _ := brw.Reader.Peek(n)
-		br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(b)), nc), max(n, readBufferSize))
+		br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(b)), sock), max(n, readBufferSize))
 		if _, err := br.Peek(n); err != nil {
 			nc.Close()
 			return nil, nil, err
 		}
 	}
-	w.nc, w.br = nc, br
-	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, writeBufferSize)), nil
+	w.nc, w.sock, w.br = nc, sock, br
+	return sock, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, writeBufferSize)), nil
+}
+
+// sockConn is a socket as the websocket library reads it: a read returns
+// first the bytes waitReadable already took from the socket (its head).
+// Only the reader, and a close handshake once it owns the read buffer
+// (conn.brMu), read it.
+type sockConn struct {
+	net.Conn
+	head   []byte  // unread bytes of *pooled
+	pooled *[]byte // a readAheads buffer while head holds bytes
+}
+
+// readAheadSize is the most waitReadable reads at once, a few requests.
+// Its buffer is pooled and held only until the read buffer takes them.
+const readAheadSize = 4 << 10
+
+var readAheads = sync.Pool{New: func() any { b := make([]byte, readAheadSize); return &b }}
+
+// setHead makes the first n bytes of the readAheads buffer p the head.
+func (s *sockConn) setHead(p *[]byte, n int) { s.pooled, s.head = p, (*p)[:n] }
+
+func (s *sockConn) Read(b []byte) (int, error) {
+	if s.pooled == nil {
+		return s.Conn.Read(b)
+	}
+	n := copy(b, s.head)
+	s.head = s.head[n:]
+	if len(s.head) == 0 {
+		readAheads.Put(s.pooled)
+		s.pooled, s.head = nil, nil
+	}
+	return n, nil
 }
 
 // negotiate picks the codec from the offered subprotocols: the first one
@@ -355,7 +402,7 @@ func (c *conn) readIdle() bool {
 	}
 	c.brMu.Lock()
 	defer c.brMu.Unlock()
-	return !c.wsClosing && c.br.Buffered() == 0
+	return !c.wsClosing && c.br.Buffered() == 0 && c.sock.pooled == nil
 }
 
 // flushAndStop lets the writer send what is queued (within the write
@@ -445,18 +492,63 @@ func (c *conn) awaitReplyRoom() error {
 	}
 }
 
-// reply queues one encoded message for the writer.
+// reply queues one encoded message to send.
 func (c *conn) reply(msg any) {
 	c.mu.Lock()
 	b, err := c.codec.Append(c.pending, msg)
 	if err == nil {
 		c.pending = b
-		c.wakeWriterLocked()
+		c.repliedLocked()
 	}
 	c.mu.Unlock()
 	if err != nil {
 		c.s.log.Error("server: cannot encode reply", "err", err)
 	}
+}
+
+// repliedLocked makes sure the replies just queued go out: the reader
+// sends them after its frame (sendReplies), else a writer goroutine does.
+// Called with c.mu held.
+func (c *conn) repliedLocked() {
+	if !c.replying.Load() {
+		c.wakeWriterLocked()
+	}
+}
+
+// replyFrames are the frame buffers of readers sending their replies:
+// taken for one send, so an idle connection holds none.
+var replyFrames = sync.Pool{New: func() any { b := make([]byte, 0, 1<<10); return &b }}
+
+// sendReplies ends the reader's replying: it sends the replies queued
+// while it handled a frame, with whatever else is queued, on the
+// reader's goroutine. Waking the writer goroutine instead costs a
+// goroutine switch per reply, about a tenth of the node's CPU per write
+// (64 writers, one write in flight each). When a writer is sending
+// already, it is woken to send them after its frame.
+func (c *conn) sendReplies() error {
+	c.replying.Store(false)
+	if !c.sendMu.TryLock() {
+		c.mu.Lock()
+		if len(c.pending) > 0 {
+			c.wakeWriterLocked()
+		}
+		c.mu.Unlock()
+		return nil
+	}
+	defer c.sendMu.Unlock()
+	c.mu.Lock()
+	send := len(c.pending) > 0 && !c.stopped
+	c.mu.Unlock()
+	if !send {
+		return nil
+	}
+	p := replyFrames.Get().(*[]byte)
+	frame, _, err := c.sendQueued((*p)[:0])
+	if !releaseFrame(frame) && cap(frame) <= keptFrame {
+		*p = frame[:0]
+		replyFrames.Put(p)
+	}
+	return err
 }
 
 func (c *conn) replyErr(id uint64, e *Error) {
@@ -468,26 +560,9 @@ func (c *conn) replyErr(id uint64, e *Error) {
 }
 
 // writeLoop sends frames until the connection ends or it has been idle for
-// writerLinger. Only one runs at a time (writerOn), so Drain and the
-// writer-owned buffers are never used concurrently.
-//
-// Writes use a background context and one watchdog timer per connection:
-// a context with a deadline would cost a timer allocation per frame.
+// writerLinger. Only one runs at a time (writerOn).
 func (c *conn) writeLoop() {
 	defer c.writing.Done()
-	watchdog := time.AfterFunc(time.Hour, c.writeTimedOut)
-	watchdog.Stop()
-	defer watchdog.Stop()
-	write := func(frame []byte) error {
-		watchdog.Reset(c.s.cfg.WriteTimeout)
-		err := c.ws.Write(context.Background(), c.codec.MessageType(), frame)
-		watchdog.Stop()
-		if err == nil {
-			c.s.metrics.bytesOut.Add(float64(len(frame)))
-			c.s.metrics.framesOut.Inc()
-		}
-		return err
-	}
 	idle := time.NewTimer(writerLinger)
 	defer idle.Stop()
 	var frame []byte
@@ -497,37 +572,17 @@ func (c *conn) writeLoop() {
 			return
 		case <-c.wake:
 		case <-idle.C:
-			// Exit only if nothing was queued meanwhile: whoever queues
-			// next finds writerOn false and starts a new writer.
-			c.mu.Lock()
-			if len(c.pending) == 0 && len(c.ready) == 0 {
-				c.writerOn = false
-				c.pending = nil // an idle connection keeps no reply buffer
-				c.mu.Unlock()
+			if c.retireWriter() {
 				return
 			}
-			c.mu.Unlock()
 		}
-		for {
-			var closing bool
-			var err error
-			frame, closing, err = c.collect(frame[:0], write)
-			if err == nil && len(frame) > 0 {
-				err = write(frame)
-			}
-			if err != nil {
-				c.mu.Lock()
-				c.stopped = true
-				c.mu.Unlock()
-				c.cancel()
-				return
-			}
-			if len(frame) == 0 {
-				if closing {
-					return
-				}
-				break
-			}
+		c.sendMu.Lock()
+		var closing bool
+		var err error
+		frame, closing, err = c.sendQueued(frame)
+		c.sendMu.Unlock()
+		if err != nil || closing {
+			return
 		}
 		if releaseFrame(frame) || cap(frame) > keptFrame {
 			// Keep a burst's buffer for the whole burst (a replay takes
@@ -536,6 +591,92 @@ func (c *conn) writeLoop() {
 		}
 		idle.Reset(writerLinger)
 	}
+}
+
+// retireWriter lets an idle writer goroutine exit, unless something was
+// queued meanwhile: whoever queues next finds writerOn false and starts a
+// new writer.
+func (c *conn) retireWriter() bool {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) > 0 || len(c.ready) > 0 {
+		return false
+	}
+	c.writerOn = false
+	c.dropSendState()
+	return true
+}
+
+// trimIdle gives back the reply buffer and the watchdog of a connection
+// with nothing to send and no writer goroutine: a retiring writer gives
+// them back, a reader that sends its own replies does not.
+func (c *conn) trimIdle() {
+	if !c.sendMu.TryLock() {
+		return // sending: not idle
+	}
+	defer c.sendMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.writerOn && len(c.pending) == 0 {
+		c.dropSendState()
+	}
+}
+
+// dropSendState: an idle connection keeps no reply buffer and no
+// watchdog. Called with sendMu and mu held.
+func (c *conn) dropSendState() {
+	c.pending = nil
+	if c.watchdog != nil {
+		c.watchdog.Stop()
+		c.watchdog = nil
+	}
+}
+
+// sendQueued sends what is queued, in frames built in frame's buffer,
+// until nothing is; it returns the buffer for reuse. closing reports that
+// the connection is ending and nothing more will be queued. After a write
+// error nothing more is sent and the connection is dropped. Called with
+// sendMu held.
+func (c *conn) sendQueued(frame []byte) ([]byte, bool, error) {
+	for {
+		var closing bool
+		var err error
+		frame, closing, err = c.collect(frame[:0], c.send)
+		if err == nil && len(frame) > 0 {
+			err = c.send(frame)
+		}
+		if err != nil {
+			c.mu.Lock()
+			c.stopped = true
+			c.mu.Unlock()
+			c.cancel()
+			return frame, false, err
+		}
+		if len(frame) == 0 {
+			return frame, closing, nil
+		}
+	}
+}
+
+// send writes one frame. Writes use a background context and one
+// watchdog timer per connection, kept while it sends: a context with a
+// deadline would cost a timer allocation per frame. Called with sendMu
+// held.
+func (c *conn) send(frame []byte) error {
+	if c.watchdog == nil {
+		c.watchdog = time.AfterFunc(c.s.cfg.WriteTimeout, c.writeTimedOut)
+	} else {
+		c.watchdog.Reset(c.s.cfg.WriteTimeout)
+	}
+	err := c.ws.Write(context.Background(), c.codec.MessageType(), frame)
+	c.watchdog.Stop()
+	if err == nil {
+		c.s.metrics.bytesOut.Add(float64(len(frame)))
+		c.s.metrics.framesOut.Inc()
+	}
+	return err
 }
 
 // writeTimedOut runs when a frame was not taken within the write timeout:
@@ -553,7 +694,8 @@ func (c *conn) writeTimedOut() {
 // messages to frame; each time the frame reaches maxFrame it is handed to
 // write and a new one begins, so a long replay goes out in bounded frames.
 // It returns the last, partial frame. closing reports that the connection
-// is ending and nothing more will be queued.
+// is ending and nothing more will be queued. Called with sendMu held (or
+// alone, in benchmarks).
 func (c *conn) collect(frame []byte, write func([]byte) error) ([]byte, bool, error) {
 	c.mu.Lock()
 	frame = append(frame, c.pending...)
@@ -594,6 +736,9 @@ func (c *conn) collect(frame []byte, write func([]byte) error) ([]byte, bool, er
 		gone := s.gone.Load()
 		var derr error
 		msgs, derr = s.w.Drain(msgs[:0])
+		// Counted as drained, before a write below blocks on a full
+		// socket: the count tells how much the watcher no longer holds.
+		c.s.metrics.countDelivered(msgs)
 		if cap(frame) < burstFrame {
 			if n := len(frame) + c.sizeOf(s, msgs); n > cap(frame) && n > keptFrame {
 				frame = toBurstFrame(frame)
@@ -606,7 +751,6 @@ func (c *conn) collect(frame []byte, write func([]byte) error) ([]byte, bool, er
 				frame = frame[:0]
 			}
 		}
-		c.s.metrics.countDelivered(msgs)
 		if derr != nil && !gone && !errors.Is(derr, rooms.ErrWatcherClosed) {
 			frame = c.appendEnded(frame, s, derr) // the server ended it
 		}
@@ -714,6 +858,7 @@ func (c *conn) startHeartbeat() {
 			c.closeWS(wire.CloseHeartbeatTimeout, "nothing received for two ping intervals")
 			return
 		}
+		c.trimIdle()
 		t.Reset(next)
 	}
 	t = time.AfterFunc(min(iv, c.s.cfg.ConnectTimeout), check)

@@ -17,25 +17,29 @@ import (
 // readLoop reads frames and handles their requests in order until the
 // connection ends. Its error says how: an *errClose, or the read error.
 func (c *conn) readLoop() error {
+	readCtx := c.ctx
 	if c.nc != nil {
 		// The reader waits in waitReadable, which no context interrupts:
-		// cancelling c.ctx closes the socket, as it does under ws.Read
-		// (and also under a close handshake in progress, like drop needs).
+		// cancelling c.ctx closes the socket, which ends a wait, a read
+		// and a close handshake in progress (as drop needs). So ws.Read
+		// needs no context: with one it would register and remove a
+		// cancellation callback for every frame header and payload.
 		stop := context.AfterFunc(c.ctx, func() { _ = c.nc.Close() })
 		defer stop()
+		readCtx = context.Background()
 	}
 	// Bytes read with the upgrade request are not in c.br's buffer until
 	// the first read: do not wait for the socket before it.
 	first := true
 	for {
 		if !first && c.readIdle() {
-			waitReadable(c.nc)
+			c.waitReadable()
 		}
 		first = false
 		if err := c.awaitReplyRoom(); err != nil {
 			return err
 		}
-		typ, data, err := c.ws.Read(c.ctx)
+		typ, data, err := c.ws.Read(readCtx)
 		if err != nil {
 			return err
 		}
@@ -50,6 +54,7 @@ func (c *conn) readLoop() error {
 		if err != nil && !errors.As(err, &bad) {
 			return closeWith(websocket.StatusInvalidFramePayloadData, "cannot decode message: %v", err)
 		}
+		c.replying.Store(true)
 		for i := range reqs {
 			if c.sess != nil && reqs[i].ID == 0 && wire.Answered(reqs[i].T) {
 				// Its reply could name no request: the client would wait forever.
@@ -69,6 +74,9 @@ func (c *conn) readLoop() error {
 			if err := c.handleOne(&reqs[i]); err != nil {
 				return err
 			}
+		}
+		if err := c.sendReplies(); err != nil {
+			return err
 		}
 	}
 }
@@ -285,7 +293,7 @@ func (c *conn) subscribe(r *wire.Request) {
 	c.subs[r.ID] = s
 	c.pending, _ = c.codec.Append(c.pending, &wire.OK{T: wire.TOK, ID: r.ID})
 	s.active.Store(true)
-	c.wakeWriterLocked()
+	c.repliedLocked()
 	c.mu.Unlock()
 	c.s.metrics.subscriptions.Inc()
 }

@@ -64,11 +64,6 @@ func (s *Server) apiRoutes(g *echo.Group) {
 	g.DELETE("/leases/:id", s.handleLeaseRevoke)
 }
 
-type revReply struct {
-	Rev uint64 `json:"rev"`
-	Dup bool   `json:"dup,omitempty"` // a repeated Idempotency-Key: nothing applied now
-}
-
 type listReply struct {
 	Epoch string      `json:"epoch"`
 	Rev   uint64      `json:"rev"`
@@ -307,6 +302,15 @@ func ifMatch(c echo.Context) (*uint64, error) {
 // too_large.
 func readBody(c echo.Context, limit int64) ([]byte, error) {
 	r := c.Request()
+	if n := r.ContentLength; n >= 0 && n <= limit {
+		// The usual body, of a length known to be within the limit: read
+		// into a buffer of its size (io.ReadAll starts at 512 bytes).
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, newError(wire.CodeBadRequest, "cannot read the request body")
+		}
+		return b, nil
+	}
 	b, err := io.ReadAll(http.MaxBytesReader(c.Response().Writer, r.Body, limit))
 	var mbe *http.MaxBytesError
 	switch {
@@ -350,7 +354,20 @@ func (s *Server) httpWrite(c echo.Context, claims *auth.Claims, r *wire.Request)
 	if err != nil {
 		return err
 	}
-	return replyJSON(c, revReply{Rev: res.Rev, Dup: res.Dup})
+	return revReply(c, res)
+}
+
+// revReply answers a write {"rev":N}, with "dup":true when a repeated
+// Idempotency-Key applied nothing now. Built here: encoding/json took
+// about a tenth of the handler's time for it.
+func revReply(c echo.Context, res store.Result) error {
+	b := make([]byte, 0, 40)
+	b = append(b, `{"rev":`...)
+	b = strconv.AppendUint(b, res.Rev, 10)
+	if res.Dup {
+		b = append(b, `,"dup":true`...)
+	}
+	return c.JSONBlob(http.StatusOK, append(b, '}'))
 }
 
 // idempotency reads a write's id from the Idempotency-Key header (as is,
@@ -415,7 +432,9 @@ func (s *Server) handlePut(c echo.Context) error {
 	if r.Value, err = wire.ValueFromJSON(body); err != nil {
 		return newError(wire.CodeInvalidValue, "the body must be one JSON value: "+err.Error())
 	}
-	r.Lease = c.QueryParam("lease")
+	if c.Request().URL.RawQuery != "" { // parsing none still costs a map
+		r.Lease = c.QueryParam("lease")
+	}
 	return s.httpWrite(c, claims, r)
 }
 

@@ -21,6 +21,7 @@ type metrics struct {
 	socketsVec    *prometheus.GaugeVec
 	sockets       [3]prometheus.Gauge    // open TCP connections, per connKind
 	writes        *prometheus.CounterVec // by outcome
+	writesOK      prometheus.Counter     // writes, resolved for "ok" once
 	writeLatency  prometheus.Histogram
 	delivered     *prometheus.CounterVec // subscription messages, by kind
 	deliveredBy   [8]prometheus.Counter  // delivered, resolved per rooms.Kind
@@ -63,6 +64,7 @@ func newMetrics(reg prometheus.Registerer, eng *rooms.Engine) (*metrics, error) 
 	for k := rooms.KindEvents; k <= rooms.KindCoalesced; k++ {
 		m.deliveredBy[k] = m.delivered.WithLabelValues(k.String())
 	}
+	m.writesOK = m.writes.WithLabelValues("ok")
 	for _, c := range []prometheus.Collector{m.connections, m.subscriptions, m.rejected, m.socketsVec, m.writes, m.writeLatency,
 		m.delivered, m.snapshots, m.starts, m.bytesOut, m.framesOut, m.slowCloses, m.rateLimited, m.authFailures,
 		m.leasesEnded, m.storeErrors,
@@ -88,7 +90,7 @@ func (m *metrics) observeWrite(start time.Time, err error) {
 	var pe *Error
 	switch {
 	case err == nil:
-		m.writes.WithLabelValues("ok").Inc()
+		m.writesOK.Inc()
 	case errors.Is(err, store.ErrConflict):
 		m.writes.WithLabelValues("conflict").Inc()
 	case errors.As(err, &pe), isInputError(err):

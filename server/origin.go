@@ -104,6 +104,9 @@ func isWriteMethod(m string) bool {
 func hasBody(r *http.Request) bool { return r.ContentLength != 0 }
 
 func isJSON(contentType string) bool {
+	if contentType == echo.MIMEApplicationJSON {
+		return true // the usual one, without parsing it
+	}
 	mt, _, err := mime.ParseMediaType(contentType)
 	return err == nil && mt == echo.MIMEApplicationJSON
 }

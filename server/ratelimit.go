@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,6 +110,9 @@ func writerKey(claims *auth.Claims, remoteAddr string) string {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
 		host = remoteAddr
+	}
+	if !strings.Contains(host, ":") { // not IPv6: no need to parse it
+		return "ip:" + host
 	}
 	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
 		return "ip:" + ip.Mask(net.CIDRMask(64, 128)).String() + "/64"

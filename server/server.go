@@ -210,6 +210,8 @@ type Server struct {
 	filters filter.Cache
 	// writeLimits is the write rate limit shared by every surface.
 	writeLimits *writeLimits
+	// storeDeadline bounds the store call of every write.
+	storeDeadline sharedDeadline
 
 	draining atomic.Bool // refuse new writes and connections
 	connWG   sync.WaitGroup

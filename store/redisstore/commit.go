@@ -93,7 +93,10 @@ func (s *Store) submit(ctx context.Context, r *req) ([]any, error) {
 		c.busy = true
 		c.mu.Unlock()
 		r.state.Take()
-		wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if !endsWithin(ctx, s.cfg.WriteTimeout) {
+			wctx, cancel = context.WithTimeout(ctx, s.cfg.WriteTimeout)
+		}
 		c.send(wctx, []*req{r})
 		cancel()
 		c.idle()
@@ -101,21 +104,33 @@ func (s *Store) submit(ctx context.Context, r *req) ([]any, error) {
 	}
 	c.queue = append(c.queue, r)
 	c.mu.Unlock()
-	bound := time.NewTimer(s.cfg.WriteTimeout)
-	defer bound.Stop()
+	var bound <-chan time.Time
+	if !endsWithin(ctx, s.cfg.WriteTimeout) {
+		t := time.NewTimer(s.cfg.WriteTimeout)
+		defer t.Stop()
+		bound = t.C
+	}
 	var stop error
 	select {
 	case <-r.done:
 		return r.reply, r.err
 	case <-ctx.Done():
 		stop = ctx.Err()
-	case <-bound.C:
+	case <-bound:
 		stop = context.DeadlineExceeded
 	}
 	if !r.state.Abandon() {
 		return nil, fmt.Errorf("store: redis write to room %q (outcome unknown): %w", r.room, stop)
 	}
 	return nil, fmt.Errorf("%w: redis write to room %q not sent: %w", store.ErrUnavailable, r.room, stop)
+}
+
+// endsWithin reports whether ctx has a deadline within d from now: then
+// it bounds a write as WriteTimeout would, without a timer of the write's
+// own (the server's writes carry their StoreTimeout so).
+func endsWithin(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) <= d
 }
 
 // idle ends a round trip; the committer's goroutine sends what queued

@@ -17,8 +17,10 @@
 #       a fresh redis-server: statecast (PUT /v1/rooms/bench/kv/k0…k9, 100-byte
 #       values) through one node, then, given its binary, Centrifugo with its
 #       Redis engine and history (POST /api/publish to one channel, the same
-#       values). Prints publishes/s, wrk's latency p50/p99, and the CPU per
-#       publish of the server and of Redis. No Centrifugo code or build is
+#       values). Prints publishes/s, wrk's latency p50/p99, the CPU per
+#       publish of the server and of Redis, and the CPU of wrk and of the
+#       machine's other processes (% of one core: figures are disturbed
+#       when "other" is high). No Centrifugo code or build is
 #       part of this repository: bring a binary of your own.
 #
 # Build the binaries first, e.g. (from a clone):
@@ -183,19 +185,29 @@ cpu() { # cpu PID: the process's user+system CPU in clock ticks
 	awk '{print $14 + $15}' "/proc/$1/stat"
 }
 
+machine() { # the machine's busy CPU in clock ticks: user, nice, system, irq and
+	# softirq (a process's system time includes the softirqs it ran: loopback TCP)
+	awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat
+}
+
 wrkline() { # wrkline LABEL SERVER_PID REDIS_PID URL SCRIPT: a wrk run, one line
-	local label=$1 spid=$2 rpid=$3 url=$4 script=$5 s0 r0 s1 r1 out
-	s0=$(cpu "$spid"); r0=$(cpu "$rpid")
-	out=$(wrk -t 2 -c "${HTTP_CONNS:-256}" -d "${HTTP_SECONDS:-10}s" --latency -s "$script" "$url")
-	s1=$(cpu "$spid"); r1=$(cpu "$rpid")
-	local n rps p50 p99 hz
+	local label=$1 spid=$2 rpid=$3 url=$4 script=$5 s0 r0 m0 t0 s1 r1 m1 t1 out
+	s0=$(cpu "$spid"); r0=$(cpu "$rpid"); m0=$(machine); t0=$(date +%s%N)
+	# wrk's own CPU: `times` in the subshell prints its children's, wrk's,
+	# as the last line ("XmY.YYYs XmZ.ZZZs").
+	out=$(wrk -t 2 -c "${HTTP_CONNS:-256}" -d "${HTTP_SECONDS:-10}s" --latency -s "$script" "$url"; times)
+	s1=$(cpu "$spid"); r1=$(cpu "$rpid"); m1=$(machine); t1=$(date +%s%N)
+	local n rps p50 p99 hz wrk ms
 	hz=$(getconf CLK_TCK)
 	n=$(awk '/requests in/ {print $1}' <<<"$out")
 	rps=$(awk '/Requests\/sec/ {printf "%d", $2}' <<<"$out")
 	p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
 	p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
+	wrk=$(tail -1 <<<"$out" | awk '{split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%d", (u[1] * 60 + u[2] + s[1] * 60 + s[2]) * 1000}')
+	ms=$(( (t1 - t0) / 1000000 ))
 	if grep -q "Non-2xx" <<<"$out"; then echo "redis-writes.sh: $label: $(grep Non-2xx <<<"$out")" >&2; fi
-	echo -e "$label\t$rps\t$p50\t$p99\t$(( (s1 - s0) * 1000000 / hz / n ))\t$(( (r1 - r0) * 1000000 / hz / n ))"
+	# wrk % and other % (the machine's other processes) are of one core.
+	echo -e "$label\t$rps\t$p50\t$p99\t$(( (s1 - s0) * 1000000 / hz / n ))\t$(( (r1 - r0) * 1000000 / hz / n ))\t$(( wrk * 100 / ms ))\t$(( ((m1 - m0 - s1 + s0 - r1 + r0) * 1000 / hz - wrk) * 100 / ms ))"
 }
 
 http() {
@@ -216,7 +228,7 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.headers["X-API-Key"] = "bench"
 wrk.body = '{"channel":"bench","data":"$value"}'
 LUA
-	echo -e "server\tpublishes/s\tp50\tp99\tserver µs/publish\tredis µs/publish"
+	echo -e "server\tpublishes/s\tp50\tp99\tserver µs/publish\tredis µs/publish\twrk %\tother %"
 	for _ in $(seq "$rounds"); do
 		local np
 		redis
