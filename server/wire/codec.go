@@ -33,9 +33,9 @@ type Codec interface {
 	Append(buf []byte, msg any) ([]byte, error)
 	// AppendEventList appends the encoded array of evs, to be cached per
 	// revision and spliced into frames by AppendEvents with the same rev
-	// (version 2 leaves out a mod_rev equal to it). Version 1 codecs panic
-	// on a Value that is not valid JSON (every Value this package produces
-	// is); version 2 writes Values as they are.
+	// (version 2 leaves out a mod_rev equal to it). The JSON codecs write
+	// Values as they are; MessagePack panics on a Value that is not valid
+	// JSON. Every Value this package produces is canonical JSON.
 	AppendEventList(buf []byte, rev uint64, evs []Event) []byte
 	// AppendEvents appends (with separator) the message
 	// {"t":t,"s":s,"rev":rev,"events":list} (version 2: "r" and "e"),

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"pgregory.net/rapid"
 )
 
 // The exact v2 encodings of PROTOCOL.md §11: its examples, byte for byte.
@@ -105,4 +106,34 @@ func TestDenseDecodeSpacing(t *testing.T) {
 	if diff := cmp.Diff(want, msgs); diff != "" {
 		t.Error(diff)
 	}
+}
+
+// The v1 JSON event list, written by hand, is what encoding/json writes for
+// the same events, byte for byte, whatever fields they hold.
+func TestEventListMatchesEncodingJSON(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		str := rapid.OneOf(rapid.SampledFrom([]string{"", "k", "games/7", `a"b\c`, "tab\tnl\n\x01\b\f\x1f\x7f", "é😀", "<&>"}),
+			rapid.StringMatching(`[a-z/"\\ ]{0,8}`))
+		val := rapid.SampledFrom([]Value{nil, Value(`null`), Value(`1`), Value(`"x\n"`), Value(richValue), Value(`{"a":[1,{}]}`)})
+		item := func(t *rapid.T) *Item {
+			if !rapid.Bool().Draw(t, "prev") {
+				return nil
+			}
+			return &Item{Key: str.Draw(t, "pkey"), Value: val.Draw(t, "pvalue"), CreateRev: rapid.Uint64().Draw(t, "pc"),
+				ModRev: rapid.Uint64().Draw(t, "pm"), Version: rapid.Uint64Range(0, 3).Draw(t, "pv"), Lease: rapid.Bool().Draw(t, "pl")}
+		}
+		evs := make([]Event, rapid.IntRange(0, 4).Draw(t, "n"))
+		for i := range evs {
+			evs[i] = Event{Type: rapid.SampledFrom([]string{"put", "delete", "leave"}).Draw(t, "type"), Key: str.Draw(t, "key"),
+				Value: val.Draw(t, "value"), CreateRev: rapid.Uint64Range(0, 3).Draw(t, "c"), ModRev: rapid.Uint64().Draw(t, "m"),
+				Version: rapid.Uint64Range(0, 3).Draw(t, "v"), Lease: rapid.Bool().Draw(t, "l"), Prev: item(t), Wid: str.Draw(t, "wid")}
+		}
+		want, err := appendJSON(nil, evs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := JSON.AppendEventList(nil, 0, evs); string(got) != string(want) {
+			t.Fatalf("by hand:\n%s\nencoding/json:\n%s", got, want)
+		}
+	})
 }
