@@ -520,11 +520,13 @@ func (c *conn) repliedLocked() {
 var replyFrames = sync.Pool{New: func() any { b := make([]byte, 0, 1<<10); return &b }}
 
 // sendReplies ends the reader's replying: it sends the replies queued
-// while it handled a frame, with whatever else is queued, on the
-// reader's goroutine. Waking the writer goroutine instead costs a
-// goroutine switch per reply, about a tenth of the node's CPU per write
-// (64 writers, one write in flight each). When a writer is sending
-// already, it is woken to send them after its frame.
+// while it handled a frame, on the reader's goroutine. Waking the writer
+// goroutine instead costs a goroutine switch per reply, about a tenth of
+// the node's CPU per write (64 writers, one write in flight each). It
+// sends the replies only: subscriptions' messages (a snapshot, a replay,
+// a busy room's stream) are the writer's, so the reader never stays
+// sending while requests and pings wait. When a writer is sending
+// already, it is woken to send the replies after its frame.
 func (c *conn) sendReplies() error {
 	c.replying.Store(false)
 	if !c.sendMu.TryLock() {
@@ -536,17 +538,39 @@ func (c *conn) sendReplies() error {
 		return nil
 	}
 	defer c.sendMu.Unlock()
+	p := replyFrames.Get().(*[]byte)
+	defer replyFrames.Put(p)
 	c.mu.Lock()
-	send := len(c.pending) > 0 && !c.stopped
-	c.mu.Unlock()
-	if !send {
+	if c.stopped || len(c.pending) == 0 {
+		c.mu.Unlock()
 		return nil
 	}
-	p := replyFrames.Get().(*[]byte)
-	frame, _, err := c.sendQueued((*p)[:0])
-	if !releaseFrame(frame) && cap(frame) <= keptFrame {
+	// The replies go out before any message of a subscription they
+	// started (the writer takes sendMu after us), as collect orders them.
+	frame := append((*p)[:0], c.pending...)
+	c.pending = c.pending[:0]
+	if cap(c.pending) > 64<<10 {
+		c.pending = nil
+	}
+	select {
+	case c.drained <- struct{}{}:
+	default:
+	}
+	if len(c.ready) > 0 {
+		c.wakeWriterLocked()
+	}
+	c.mu.Unlock()
+	err := c.send(frame)
+	if cap(frame) <= keptFrame {
 		*p = frame[:0]
-		replyFrames.Put(p)
+	} else {
+		*p = make([]byte, 0, 1<<10)
+	}
+	if err != nil {
+		c.mu.Lock()
+		c.stopped = true
+		c.mu.Unlock()
+		c.cancel()
 	}
 	return err
 }

@@ -54,7 +54,11 @@ func (c *conn) readLoop() error {
 		if err != nil && !errors.As(err, &bad) {
 			return closeWith(websocket.StatusInvalidFramePayloadData, "cannot decode message: %v", err)
 		}
-		c.replying.Store(true)
+		// A frame of one request (the usual) has its reply sent by this
+		// goroutine; in a frame of several, a slow one (a sub that loads
+		// its room) must not hold back the replies of those before it.
+		inline := len(reqs) == 1
+		c.replying.Store(inline)
 		for i := range reqs {
 			if c.sess != nil && reqs[i].ID == 0 && wire.Answered(reqs[i].T) {
 				// Its reply could name no request: the client would wait forever.
@@ -75,8 +79,10 @@ func (c *conn) readLoop() error {
 				return err
 			}
 		}
-		if err := c.sendReplies(); err != nil {
-			return err
+		if inline {
+			if err := c.sendReplies(); err != nil {
+				return err
+			}
 		}
 	}
 }

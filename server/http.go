@@ -302,9 +302,11 @@ func ifMatch(c echo.Context) (*uint64, error) {
 // too_large.
 func readBody(c echo.Context, limit int64) ([]byte, error) {
 	r := c.Request()
-	if n := r.ContentLength; n >= 0 && n <= limit {
+	if n := r.ContentLength; n >= 0 && n <= min(limit, 64<<10) {
 		// The usual body, of a length known to be within the limit: read
-		// into a buffer of its size (io.ReadAll starts at 512 bytes).
+		// into a buffer of its size (io.ReadAll starts at 512 bytes). A
+		// larger one grows as it arrives: a client that only declares a
+		// length gets no big buffer held for it.
 		b := make([]byte, n)
 		if _, err := io.ReadFull(r.Body, b); err != nil {
 			return nil, newError(wire.CodeBadRequest, "cannot read the request body")
