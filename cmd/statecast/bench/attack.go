@@ -511,7 +511,12 @@ func bystanderWrite(ctx context.Context, c *websocket.Conn, room string, seq uin
 		for _, m := range bytes.Split(data, []byte{'\n'}) {
 			switch {
 			case bytes.Contains(m, []byte(`"t":"events"`)):
-				if got, ok := fieldUint(m, []byte(`"value":`)); ok && got == seq {
+				// v1: {"type":"put","key":"b","value":seq,…}; v2: ["b",seq,…]
+				got, ok := fieldUint(m, []byte(`"value":`))
+				if !ok {
+					got, ok = fieldUint(m, []byte(`["b",`))
+				}
+				if ok && got == seq {
 					return nil
 				}
 			case bytes.Contains(m, []byte(`"t":"err"`)):
