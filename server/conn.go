@@ -523,10 +523,13 @@ var replyFrames = sync.Pool{New: func() any { b := make([]byte, 0, 1<<10); retur
 // while it handled a frame, on the reader's goroutine. Waking the writer
 // goroutine instead costs a goroutine switch per reply, about a tenth of
 // the node's CPU per write (64 writers, one write in flight each). It
-// sends the replies only: subscriptions' messages (a snapshot, a replay,
-// a busy room's stream) are the writer's, so the reader never stays
-// sending while requests and pings wait. When a writer is sending
-// already, it is woken to send the replies after its frame.
+// makes one pass of collect, so the events a write made for this
+// connection's subscriptions go in the same frame as its ok, as the
+// writer sends them (clients read their write in the tick that settles
+// it); what is queued after that pass (a busy room's stream, the rest of
+// a replay) is the writer's, so the reader never stays sending while
+// requests and pings wait. When a writer is sending already, it is woken
+// to send the replies after its frame.
 func (c *conn) sendReplies() error {
 	c.replying.Store(false)
 	if !c.sendMu.TryLock() {
@@ -538,39 +541,30 @@ func (c *conn) sendReplies() error {
 		return nil
 	}
 	defer c.sendMu.Unlock()
-	p := replyFrames.Get().(*[]byte)
-	defer replyFrames.Put(p)
 	c.mu.Lock()
-	if c.stopped || len(c.pending) == 0 {
-		c.mu.Unlock()
+	send := len(c.pending) > 0 && !c.stopped
+	c.mu.Unlock()
+	if !send {
 		return nil
 	}
-	// The replies go out before any message of a subscription they
-	// started (the writer takes sendMu after us), as collect orders them.
-	frame := append((*p)[:0], c.pending...)
-	c.pending = c.pending[:0]
-	if cap(c.pending) > 64<<10 {
-		c.pending = nil
+	p := replyFrames.Get().(*[]byte)
+	frame, _, err := c.collect((*p)[:0], c.send)
+	if err == nil && len(frame) > 0 {
+		err = c.send(frame)
 	}
-	select {
-	case c.drained <- struct{}{}:
-	default:
-	}
-	if len(c.ready) > 0 {
+	c.mu.Lock()
+	if err != nil {
+		c.stopped = true
+	} else if len(c.pending) > 0 || len(c.ready) > 0 {
 		c.wakeWriterLocked()
 	}
 	c.mu.Unlock()
-	err := c.send(frame)
-	if cap(frame) <= keptFrame {
-		*p = frame[:0]
-	} else {
-		*p = make([]byte, 0, 1<<10)
-	}
 	if err != nil {
-		c.mu.Lock()
-		c.stopped = true
-		c.mu.Unlock()
 		c.cancel()
+	}
+	if !releaseFrame(frame) && cap(frame) <= keptFrame {
+		*p = frame[:0]
+		replyFrames.Put(p)
 	}
 	return err
 }

@@ -139,15 +139,20 @@ export function replyLosingWebSocket() {
     constructor(url: string, protocols: string[]) {
       super(blocked ? unreachable(url) : url, protocols);
       let fn: ((ev: { data: unknown }) => void) | null = null;
+      let cut = false;
       Object.defineProperty(this, 'onmessage', {
         get: () => fn,
         set: (f: typeof fn) => {
           fn = f;
           onmessage.set!.call(this, f && ((ev: { data: unknown }) => {
+            // Frames the library had already read when the socket was cut
+            // (the reply and the event may come in two) are lost with it.
+            if (cut) return;
             const text = String(ev.data);
             // The wid of an event: "wid" in v1, "w" in v2's extras.
             if (target && (text.includes(`"wid":"${target.wid}"`) || text.includes(`"w":"${target.wid}"`) || text.includes(`"id":${target.id},`))) {
               target = undefined;
+              cut = true;
               return this.terminate();
             }
             f(ev);
