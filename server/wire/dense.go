@@ -56,7 +56,7 @@ func appendDenseSnapshot(buf []byte, t string, s uint64, epoch string, rev uint6
 		buf = append(buf, '[')
 		buf = appendJSONString(buf, it.Key)
 		buf = append(buf, ',')
-		buf = appendDenseValue(buf, it.Value)
+		buf = appendValueOrNull(buf, it.Value)
 		buf = appendUints(buf, it.CreateRev, it.ModRev, it.Version)
 		if it.Lease {
 			buf = append(buf, `,{"l":1}`...)
@@ -81,7 +81,7 @@ func (denseCodec) AppendEventList(buf []byte, rev uint64, evs []Event) []byte {
 		buf = appendJSONString(buf, e.Key)
 		if e.Type == "put" {
 			buf = append(buf, ',')
-			buf = appendDenseValue(buf, e.Value)
+			buf = appendValueOrNull(buf, e.Value)
 			buf = appendUints(buf, e.CreateRev, e.Version)
 		}
 		buf = appendExtras(buf, rev, e)
@@ -106,7 +106,7 @@ func appendExtras(buf []byte, rev uint64, e *Event) []byte {
 	}
 	if p := e.Prev; p != nil {
 		buf = append(appendExtra(buf, &n, "p"), '[')
-		buf = appendDenseValue(buf, p.Value)
+		buf = appendValueOrNull(buf, p.Value)
 		buf = appendUints(buf, p.CreateRev, p.ModRev, p.Version)
 		if p.Lease {
 			buf = append(buf, ",1"...)
@@ -134,13 +134,6 @@ func appendExtra(buf []byte, n *int, name string) []byte {
 	buf = append(buf, '"')
 	buf = append(buf, name...)
 	return append(buf, '"', ':')
-}
-
-func appendDenseValue(buf []byte, v Value) []byte {
-	if len(v) == 0 {
-		return append(buf, "null"...)
-	}
-	return append(buf, v...)
 }
 
 // appendUints appends ,n for each n.

@@ -281,7 +281,7 @@ func appendEventJSON(buf []byte, e *Event) []byte {
 	if p := e.Prev; p != nil {
 		buf = append(buf, `,"prev":{"key":`...)
 		buf = appendJSONString(buf, p.Key)
-		buf = appendDenseValue(append(buf, `,"value":`...), p.Value)
+		buf = appendValueOrNull(append(buf, `,"value":`...), p.Value)
 		buf = strconv.AppendUint(append(buf, `,"create_rev":`...), p.CreateRev, 10)
 		buf = strconv.AppendUint(append(buf, `,"mod_rev":`...), p.ModRev, 10)
 		buf = strconv.AppendUint(append(buf, `,"version":`...), p.Version, 10)
@@ -511,6 +511,15 @@ func checkNumber(tok []byte) error {
 	}
 	_, err := parseNumber(string(tok))
 	return err
+}
+
+// appendValueOrNull appends v as Value.MarshalJSON writes it: an empty
+// Value is null.
+func appendValueOrNull(buf []byte, v Value) []byte {
+	if len(v) == 0 {
+		return append(buf, "null"...)
+	}
+	return append(buf, v...)
 }
 
 const hexDigits = "0123456789abcdef"
