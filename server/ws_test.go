@@ -25,6 +25,8 @@ import (
 	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
+	"github.com/statecast/statecast/store/redisstore"
+	"github.com/statecast/statecast/store/redistest"
 )
 
 // rawEvents returns the events of a raw message as generic maps; a v2
@@ -1480,11 +1482,9 @@ func TestWSShutdownHonorsContext(t *testing.T) {
 	}
 }
 
-// TestWSSubscriptionOKFirst: a subscription's ok comes before any of its
-// messages (PROTOCOL.md §5), even while the connection's writer is busy
-// with another subscription's traffic.
-func TestWSSubscriptionOKFirst(t *testing.T) {
-	e := servertest.Start(t, servertest.Options{Server: server.Config{WriteRate: 1e6, MaxSubscriptions: 1 << 20}})
+// writeHot writes to room hot as fast as one client can until the
+// returned stop is called.
+func writeHot(t *testing.T, e *servertest.Node) (stop func()) {
 	w := dialCodec(t, e, "json")
 	ctx, cancel := context.WithCancel(servertest.Context(t))
 	var wg sync.WaitGroup
@@ -1493,8 +1493,15 @@ func TestWSSubscriptionOKFirst(t *testing.T) {
 			_, _ = w.Put(ctx, "hot", "k", i)
 		}
 	})
-	defer wg.Wait()
-	defer cancel()
+	return func() { cancel(); wg.Wait() }
+}
+
+// TestWSSubscriptionOKFirst: a subscription's ok comes before any of its
+// messages (PROTOCOL.md §5), even while the connection's writer is busy
+// with another subscription's traffic.
+func TestWSSubscriptionOKFirst(t *testing.T) {
+	e := servertest.Start(t, servertest.Options{Server: server.Config{WriteRate: 1e6, MaxSubscriptions: 1 << 20}})
+	defer writeHot(t, e)()
 	for _, codec := range codecs {
 		r, _ := connectRaw(t, e, codec)
 		r.send(&wire.Request{T: wire.TSub, ID: 1, Room: "hot"})
@@ -1540,6 +1547,74 @@ func TestWSCloseCodesArrive(t *testing.T) {
 		e.Stop()
 		if code := waitDone(t, c, 10*time.Second); code != int(websocket.StatusServiceRestart) {
 			t.Fatalf("shutdown %d: socket closed with %d (%v), want 1012", i, code, c.Err())
+		}
+	}
+}
+
+// TestWSOwnWriteByItsOK: a write's events to the writing connection's own
+// subscription come no later than the frame of its ok (PROTOCOL.md §4),
+// whether the reader sends the reply inline or the connection's writer is
+// busy with another subscription's stream, for writes alone in their frame
+// and several to a frame; on the memory store and on Redis, where a node
+// hears of its writes from the pub/sub push.
+func TestWSOwnWriteByItsOK(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		testOwnWriteByItsOK(t, servertest.Start(t, servertest.Options{Server: server.Config{WriteRate: 1e6}}))
+	})
+	t.Run("redis", func(t *testing.T) {
+		rs := redistest.Start(t, redistest.Options{})
+		st, err := redisstore.New(servertest.Context(t), redisstore.Config{URL: rs.URL(), Prefix: "own"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testOwnWriteByItsOK(t, servertest.Start(t, servertest.Options{Store: st, Server: server.Config{WriteRate: 1e6}}))
+	})
+}
+
+func testOwnWriteByItsOK(t *testing.T, e *servertest.Node) {
+	defer writeHot(t, e)() // keeps the writer of a subscriber of hot busy
+	for _, codec := range codecs {
+		r, _ := connectRaw(t, e, codec)
+		own := "own-" + codec
+		r.send(&wire.Request{T: wire.TSub, ID: 1, Room: own}, &wire.Request{T: wire.TSub, ID: 2, Room: "hot"})
+		r.until(func(m rawMsg) bool { return m.T == wire.TOK && m.ID == 2 })
+		r.q = nil                    // the rest of that frame: hot's messages
+		seen := uint64(0)            // the newest revision of own delivered
+		waiting := map[uint64]bool{} // puts not answered yet
+		id := uint64(2)
+		for round := range 100 {
+			var reqs []any
+			for range 1 + round%4 { // 1 to 4 puts in a frame
+				id++
+				waiting[id] = true
+				reqs = append(reqs, &wire.Request{T: wire.TPut, ID: id, Room: own, Key: fmt.Sprint("k", id%5), Value: wire.Value(`1`)})
+			}
+			r.send(reqs...)
+			for len(waiting) > 0 {
+				// One frame: r.q is empty here, so next decodes exactly one.
+				var oks []rawMsg
+				for first := true; first || len(r.q) > 0; first = false {
+					m := r.next()
+					switch {
+					case m.S == 1 && m.T == wire.TEvents:
+						for _, ev := range m.Events {
+							seen = max(seen, ev.ModRev)
+						}
+					case m.S == 1:
+						t.Fatalf("%s: own subscription got %s (only its own writes go there: it never falls behind)", codec, m.T)
+					case m.T == wire.TOK && waiting[m.ID]:
+						oks = append(oks, m)
+					case m.T == wire.TErr:
+						t.Fatalf("%s: %+v", codec, m.Message)
+					}
+				}
+				for _, ok := range oks {
+					if ok.Rev > seen {
+						t.Fatalf("%s: put %d committed at rev %d; by the end of its ok's frame the subscription had rev %d only", codec, ok.ID, ok.Rev, seen)
+					}
+					delete(waiting, ok.ID)
+				}
+			}
 		}
 	}
 }
