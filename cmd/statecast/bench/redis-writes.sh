@@ -10,7 +10,11 @@
 #       (no Redis): what the node and the load tool reach on this machine.
 #   redis-writes.sh shards BIN [MASTERS…]
 #       a Redis Cluster of 1, 2 and 4 masters (or MASTERS), one node per
-#       master, writes over 200 rooms through all the nodes.
+#       master, writes over 200 rooms through all the nodes. With
+#       MASTER_CPU=P (root, cgroup v1 cpu controller) each master may use
+#       P % of one core (P ≥ 5; CFS quota, 20 ms period): Redis is then the bound,
+#       as where each master has a machine of its own, and writes/s measure
+#       how the Redis-bound part grows with masters on a machine of 2 cores.
 #   redis-writes.sh http BIN [CENTRIFUGO_BIN] [ROUNDS]
 #       writes over HTTP by HTTP_CONNS (default 256) concurrent publishers
 #       (wrk, Debian's package) for HTTP_SECONDS (default 10), each round on
@@ -40,9 +44,11 @@ set -euo pipefail
 
 DIR=$(mktemp -d /tmp/redis-writes.XXXXXX)
 PIDS=()
+CGROUPS=()
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
+	for g in "${CGROUPS[@]}"; do rmdir "$g" 2>/dev/null || true; done
 	rm -rf "$DIR"
 }
 trap cleanup EXIT
@@ -136,10 +142,20 @@ ab() {
 	done
 }
 
+limit() { # limit PID PERCENT: at most PERCENT % of one core for the process (a cgroup of its own)
+	local g=/sys/fs/cgroup/cpu/statecast-bench-$1
+	mkdir -p "$g" || { echo "redis-writes.sh: MASTER_CPU needs root and the cgroup v1 cpu controller" >&2; exit 1; }
+	echo 20000 >"$g/cpu.cfs_period_us"
+	echo $((200 * $2)) >"$g/cpu.cfs_quota_us"
+	echo "$1" >"$g/cgroup.procs"
+	CGROUPS+=("$g")
+}
+
 cluster() { # cluster N: start N masters as one cluster: CPIDS, CADDRS (host:port,…)
 	local n=$1 pids=() addrs=() ports=()
 	for _ in $(seq "$n"); do
 		redis --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000
+		[ -z "${MASTER_CPU:-}" ] || limit "$RPID" "$MASTER_CPU"
 		pids+=("$RPID")
 		ports+=("$RPORT")
 		addrs+=("127.0.0.1:$RPORT")
@@ -261,5 +277,5 @@ case ${1:-} in
 ab) shift; ab "$@" ;;
 shards) shift; shards "$@" ;;
 http) shift; http "$@" ;;
-*) sed -n '2,35p' "$0"; exit 2 ;;
+*) sed -n '2,42p' "$0"; exit 2 ;;
 esac
