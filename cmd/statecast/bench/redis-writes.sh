@@ -6,8 +6,10 @@
 #   redis-writes.sh ab A_BIN B_BIN [ROUNDS]
 #       one node on one redis-server: 1, 8 and 64 writers to one room, for A
 #       and B in turn (A B A B …, ROUNDS times, default 3); B's load tool
-#       drives both. With MEMORY=1 each round also runs B on the memory store
-#       (no Redis): what the node and the load tool reach on this machine.
+#       drives both (OWN_TOOL=1: each binary's own, for a build older than
+#       protocol v2 or than the load tool's fixes). With MEMORY=1 each round
+#       also runs B on the memory store (no Redis): what the node and the
+#       load tool reach on this machine.
 #   redis-writes.sh shards BIN [MASTERS…]
 #       a Redis Cluster of 1, 2 and 4 masters (or MASTERS), one node per
 #       master, writes over 200 rooms through all the nodes. With
@@ -121,8 +123,10 @@ ab() {
 			redis
 			np=$(port)
 			node "$bin" "127.0.0.1:$np" "redis://127.0.0.1:$RPORT/0"
+			local tool=$b
+			[ "${OWN_TOOL:-}" != 1 ] || tool=$bin
 			for i in "${!writers[@]}"; do
-				"$b" bench writes --url "http://127.0.0.1:$np" --server-pid "$NPID" --redis-pid "$RPID" \
+				"$tool" bench writes --url "http://127.0.0.1:$np" --server-pid "$NPID" --redis-pid "$RPID" \
 					--writers "${writers[$i]}" --window "${writers[$i]}" --events "${events[$i]}" --wait-idle "${WAIT_IDLE:-0}" --json 2>/dev/null |
 					line "$(basename "$bin")"
 			done
@@ -277,5 +281,5 @@ case ${1:-} in
 ab) shift; ab "$@" ;;
 shards) shift; shards "$@" ;;
 http) shift; http "$@" ;;
-*) sed -n '2,42p' "$0"; exit 2 ;;
+*) sed -n '2,44p' "$0"; exit 2 ;;
 esac
