@@ -27,10 +27,11 @@ type Retention struct {
 	// DefaultMaxBytes. Each backend counts what the history costs it: the
 	// memory store the EventBytes of its events, the file store the size
 	// of its encoded log records (what they take on disk and in its mmap;
-	// the two measures are close), the rooms engine's history ring its
-	// own count. A single revision larger than MaxBytes is committed but
-	// leaves no history behind it, as one larger than MaxEvents does. The
-	// Redis store bounds its stream by events and age only.
+	// the two measures are close), the Redis store the encoded batches of
+	// its stream entries plus 64 bytes each, the rooms engine's history
+	// ring its own count. A single revision larger than MaxBytes is
+	// committed but leaves no history behind it, as one larger than
+	// MaxEvents does.
 	MaxBytes int64
 }
 

@@ -165,7 +165,7 @@ func serve(args []string) error {
 	fs.IntVar(&f.history, "history", store.DefaultMaxEvents, "events of history retained per room")
 	fs.DurationVar(&f.historyAge, "history-age", 0, "also drop history older than this (0 = no age limit)")
 	f.historyBytes, f.nodeHistoryBytes, f.queueBytes = store.DefaultMaxBytes, 512<<20, 4<<20
-	fs.Var(&f.historyBytes, "history-bytes", "bytes of history retained per room: keys, values and previous values, plus 160 per event in memory, the encoded log records in the file store (KiB, MiB, GiB suffixes)")
+	fs.Var(&f.historyBytes, "history-bytes", "bytes of history retained per room: keys, values and previous values, plus 160 per event in memory, the encoded log records in the file store, the stream entries in Redis (KiB, MiB, GiB suffixes)")
 	fs.Var(&f.classes, "history-class", "retention of rooms named PREFIX*: PREFIX=EVENTS[/AGE[/BYTES]], AGE 0 for none, BYTES defaulting to --history-bytes (repeatable)")
 	fs.Var(&f.nodeHistoryBytes, "history-node-bytes", "bytes of history retained by all loaded rooms together, cached encodings included; over it the oldest history is dropped first (resumes from there get a snapshot)")
 	fs.Var(&f.queueBytes, "watch-queue-bytes", "bytes of events a subscription may have waiting before it is parked as slow and later caught up by one coalesced message")

@@ -35,9 +35,10 @@ type req struct {
 	room      string
 	keys      []string // the room's: meta, kv, log, wids
 	maxEvents int      // the room's retention
-	cut, ch   string   // age cutoff at the write's time, channel
-	args      []any    // the write's arguments of apply.lua
-	size      int      // bytes it adds to a pipeline
+	maxBytes  int64
+	cut, ch   string // age cutoff at the write's time, channel
+	args      []any  // the write's arguments of apply.lua
+	size      int    // bytes it adds to a pipeline
 	state     groupcommit.Handover
 	done      chan struct{}
 
@@ -220,12 +221,12 @@ func (c *committer) send(ctx context.Context, writes []*req) {
 	}
 	for _, cl := range calls {
 		last := cl.rs[len(cl.rs)-1] // the newest age cutoff
-		n := 6
+		n := 7
 		for _, r := range cl.rs {
 			n += len(r.args)
 		}
 		cl.args = make([]any, 0, n)
-		cl.args = append(cl.args, store.NewEpoch(), last.maxEvents, last.cut, last.ch, metaTTL.Milliseconds(), len(cl.rs))
+		cl.args = append(cl.args, store.NewEpoch(), last.maxEvents, last.cut, last.ch, metaTTL.Milliseconds(), last.maxBytes, len(cl.rs))
 		for _, r := range cl.rs {
 			cl.args = append(cl.args, r.args...)
 		}

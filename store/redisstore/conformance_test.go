@@ -38,8 +38,7 @@ func factory(url string, cluster bool, mods ...func(*redisstore.Config)) storete
 			}
 			return r
 		},
-		Durable:         true,
-		NoByteRetention: true, // the stream is trimmed by events and age only
+		Durable: true,
 	}
 }
 

@@ -342,7 +342,7 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 		args = append(args, t, op.Key, slab[start:len(slab):len(slab)], op.Lease)
 	}
 	reply, err := s.submit(ctx, &req{
-		room: room, keys: []string{k.meta, k.kv, k.log, k.wids}, maxEvents: ret.MaxEvents, cut: cut, ch: ch,
+		room: room, keys: []string{k.meta, k.kv, k.log, k.wids}, maxEvents: ret.MaxEvents, maxBytes: ret.MaxBytes, cut: cut, ch: ch,
 		args: args, size: size, done: make(chan struct{}),
 	})
 	if err != nil {
@@ -453,7 +453,7 @@ func expired(m redis.XMessage, ret store.Retention, now time.Time) bool {
 func (s *Store) trim(ctx context.Context, room string, k roomKeys, now time.Time) (uint64, error) {
 	ret := s.cfg.Retention.For(room)
 	cut, _ := cutoff(ret, now)
-	v, err := trimScript.Run(ctx, s.rc, []string{k.meta, k.log, k.wids}, strconv.FormatInt(cut, 10), ret.MaxEvents).Text()
+	v, err := trimScript.Run(ctx, s.rc, []string{k.meta, k.log, k.wids}, strconv.FormatInt(cut, 10), ret.MaxEvents, ret.MaxBytes).Text()
 	if err != nil {
 		return 0, fmt.Errorf("store: redis: trimming room %q: %w", room, err)
 	}

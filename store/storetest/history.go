@@ -219,9 +219,6 @@ func testRetention(t *testing.T, s *suite) {
 // by any measure whose per-event overhead is under 1,000 bytes. With
 // restart, the store is reopened between writes: the count survives.
 func testBytes(t *testing.T, s *suite, restart bool) {
-	if s.f.NoByteRetention {
-		t.Skip("the backend does not bound history by bytes")
-	}
 	if restart && !s.f.Durable {
 		t.Skip("the backend is not durable")
 	}

@@ -52,10 +52,6 @@ type Factory struct {
 	// history (file store); otherwise a reopened store is empty with a new
 	// epoch (memory).
 	Durable bool
-	// NoByteRetention: the backend bounds history by events and age only
-	// and ignores Retention.MaxBytes (Redis), so the byte retention tests
-	// are skipped.
-	NoByteRetention bool
 }
 
 // Run runs the conformance suite against the stores f opens.

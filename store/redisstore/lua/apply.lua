@@ -2,17 +2,22 @@
 -- store/redisstore/commit.go), in order, each as if it ran alone: its own
 -- revision, its own conditions checked against the writes before it.
 --
--- KEYS[1] meta  HASH  rev, epoch, events (retained), floor, tag
+-- KEYS[1] meta  HASH  rev, epoch, events (retained), floor, tag, cum (the
+--                bytes log ever took in this epoch), base (cum before its oldest
+--                entry: it retains cum - base)
 -- KEYS[2] kv    HASH  key -> record "mod,create,version,<n>:lease<n>:value"
 -- KEYS[3] log   STREAM  ID "<rev>-0"; fields d (batch), n (events), t (unix ms),
---                w (the write id, only when the write has one)
+--                c (cum before the entry), w (the write id, only when the
+--                write has one)
 -- KEYS[4] wids  ZSET    write id -> revision, for every entry of log that has one
 -- ARGV[1] epoch to create when meta is missing
 -- ARGV[2] events retained at most
 -- ARGV[3] age cutoff, unix ms: entries committed before it are dropped ('' = none)
 -- ARGV[4] channel to SPUBLISH each batch on ('' = none)
 -- ARGV[5] TTL in ms of a meta created without a write
--- ARGV[6] number of writes, then for each: its commit time (unix ms,
+-- ARGV[6] bytes retained at most (an entry counts its batch, its write id
+--   and entryBytes)
+-- ARGV[7] number of writes, then for each: its commit time (unix ms,
 --   decimal), its tag (unique per write), its id ('' = none), with an id a
 --   revision seen before it was first sent ('' = none), the number of
 --   conditions and that many (key, mod_rev), the number of ops and that
@@ -29,10 +34,10 @@
 local meta, kv, log, wids = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function fmt(n) return string.format('%d', n) end
 
-local m = redis.call('HMGET', meta, 'rev', 'epoch', 'events', 'floor', 'tag')
+local m = redis.call('HMGET', meta, 'rev', 'epoch', 'events', 'floor', 'tag', 'cum', 'base')
 local epoch = m[2]
 local fresh = not epoch
-local rev, total, floor, prevtag = 0, 0, 1, ''
+local rev, total, floor, prevtag, cum, base = 0, 0, 1, '', 0, 0
 if fresh then
   epoch = ARGV[1]
 else
@@ -40,6 +45,8 @@ else
   total = tonumber(m[3]) or 0
   floor = tonumber(m[4]) or 1
   prevtag = m[5] or ''
+  cum = tonumber(m[6]) or 0 -- a room logged before byte retention: from 0
+  base = tonumber(m[7]) or 0
 end
 local rev0, floor0, wrote, ch = rev, floor, 0, ARGV[4]
 
@@ -125,11 +132,12 @@ local function one(a)
   if fresh then redis.call('DEL', kv, log, wids) end
   local added
   if wid ~= '' then
-    added = redis.pcall('XADD', log, nr .. '-0', 'd', batch, 'n', fmt(n), 't', now, 'w', wid)
+    added = redis.pcall('XADD', log, nr .. '-0', 'd', batch, 'n', fmt(n), 't', now, 'c', fmt(cum), 'w', wid)
   else
-    added = redis.pcall('XADD', log, nr .. '-0', 'd', batch, 'n', fmt(n), 't', now)
+    added = redis.pcall('XADD', log, nr .. '-0', 'd', batch, 'n', fmt(n), 't', now, 'c', fmt(cum))
   end
   if type(added) == 'table' and added.err then return {'ERR', added.err} end
+  cum = cum + #batch + #wid + entryBytes
   if wid ~= '' then redis.call('ZADD', wids, newrev, wid) end
   if #puts > 0 then redis.call('HSET', kv, unpack(puts)) end
   if #dels > 0 then redis.call('HDEL', kv, unpack(dels)) end
@@ -138,8 +146,8 @@ local function one(a)
   return {'OK', epoch, nr, batch}
 end
 
-local out, a = {}, 7
-for w = 1, tonumber(ARGV[6]) do
+local out, a = {}, 8
+for w = 1, tonumber(ARGV[7]) do
   out[w] = one(a)
   -- Past this write's arguments.
   local ncond = tonumber(ARGV[a + 4])
@@ -152,27 +160,32 @@ if wrote == 0 then return out end
 -- each write. Only the head can be below floor (retention dropped it): a
 -- room within its bounds, without an age limit, is not read. The log holds
 -- consecutive revisions up to rev, each of at least one event: when it
--- holds as many entries as events, each is of one event, and a full room
--- drops its oldest without reading them. Else retain.lua reads them.
-local maxev = tonumber(ARGV[2])
+-- holds as many entries as events, each is of one event, and a room over
+-- its events drops its oldest without reading them (but the new oldest,
+-- for its c). Else, or still over its bytes, retain.lua reads them.
+local maxev, maxbytes = tonumber(ARGV[2]), tonumber(ARGV[6])
 local cutoff = nil
 if ARGV[3] ~= '' then cutoff = tonumber(ARGV[3]) end
-local read = total > maxev or cutoff or floor0 > rev0
+local read = total > maxev or cutoff or floor0 > rev0 or cum - base > maxbytes
 if total > maxev and not cutoff and floor0 <= rev0 then
   local len, drop = redis.call('XLEN', log), total - maxev
   if len == total and drop < len then
     local keep = fmt(rev - len + 1 + drop)
     redis.call('XTRIM', log, 'MINID', keep)
     redis.call('ZREMRANGEBYSCORE', wids, '-inf', '(' .. keep)
-    total, read = maxev, false
+    total = maxev
+    base = entryCum(redis.call('XRANGE', log, keep, '+', 'COUNT', 1)[1][2])
+    read = cum - base > maxbytes
   end
 end
 if read then
   local page = 1
   if total > maxev then page = wrote + 1 end -- a full room drops about as many as were added
-  total, floor = retain(log, wids, rev, total, floor, maxev, cutoff, page)
+  local oldest -- (unused: globals are read-only in Redis)
+  total, floor, oldest, base = retain(log, wids, rev, total, floor, maxev, cutoff, page, cum, maxbytes)
 end
 
-redis.call('HSET', meta, 'rev', fmt(rev), 'epoch', epoch, 'events', fmt(total), 'floor', fmt(floor), 'tag', prevtag)
+redis.call('HSET', meta, 'rev', fmt(rev), 'epoch', epoch, 'events', fmt(total), 'floor', fmt(floor), 'tag', prevtag,
+  'cum', fmt(cum), 'base', fmt(base))
 if rev0 == 0 then redis.call('PERSIST', meta) end
 return out

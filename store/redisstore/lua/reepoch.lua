@@ -15,5 +15,6 @@ if epoch ~= ARGV[1] or rev ~= ARGV[2] or tag ~= ARGV[3] then
   return {epoch, rev, tag}
 end
 redis.call('DEL', KEYS[2], KEYS[3])
-redis.call('HSET', KEYS[1], 'epoch', ARGV[4], 'events', '0', 'floor', string.format('%d', tonumber(rev) + 1))
+redis.call('HSET', KEYS[1], 'epoch', ARGV[4], 'events', '0', 'floor', string.format('%d', tonumber(rev) + 1),
+  'cum', '0', 'base', '0')
 return {ARGV[4], rev, tag}
