@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -40,19 +42,37 @@ import (
 //	connect-cpu-ms, connect-s              the server CPU and the wall time to subscribe the
 //	                                        1,000 filtered subscribers, snapshots included
 //	writes/s, unfiltered-writes/s          the write rate reached (256 writes in flight at most)
+//	selected-games-%                       the share of the lobby's games a filter selects at
+//	                                        the end of the writes (average of the 10 filters)
+//	selected-writes-%                      the share of the writes whose game a filter selects
+//	                                        before or after the write (average of the 10): those
+//	                                        a correct filtered watch must send
+//	bound-x                                100 / selected-writes-%: x-fewer-bytes when a
+//	                                        filtered event is as large as an unfiltered one
 //
+// The last three are the filtered run's writes, counted by the writer.
 // The unfiltered subscribers resume at the loaded room's head instead of
 // taking 1,000 snapshots of 50,000 games. Every subscriber's final view is
 // checked against the room read over HTTP (list ?filter= for the filtered
 // ones). With -short (make test's smoke run): 5,000 games, 100
-// subscribers, 1 s of writes. Run:
+// subscribers, 1 s of writes. The subscribers speak protocol v2
+// (statecast.v2.json), or v1 (statecast.v1.json) with LOBBY_PROTOCOL=v1.
+// Run:
 //
 //	go test -run '^$' -bench FilteredLobby -benchtime 1x ./cmd/statecast
 func BenchmarkFilteredLobby(b *testing.B) {
-	cfg := lobbyConfig{games: 50_000, subs: 1000, rate: 1000, writeFor: 5 * time.Second}
+	cfg := lobbyConfig{games: 50_000, subs: 1000, rate: 1000, writeFor: 5 * time.Second, proto: lobbyV2}
 	if testing.Short() {
 		cfg.games, cfg.subs, cfg.writeFor = 5000, 100, time.Second
 	}
+	switch os.Getenv("LOBBY_PROTOCOL") {
+	case "", "v2":
+	case "v1":
+		cfg.proto = lobbyV1
+	default:
+		b.Fatalf("LOBBY_PROTOCOL=%s: want v1 or v2", os.Getenv("LOBBY_PROTOCOL"))
+	}
+	b.Logf("subscribers on %s", cfg.proto.subprotocol)
 	statecastBin(b)
 	var filtered, unfiltered lobbyResult
 	b.StopTimer() // only the writes are timed
@@ -76,11 +96,15 @@ func BenchmarkFilteredLobby(b *testing.B) {
 	b.ReportMetric(filtered.connectTime.Seconds()/n, "connect-s")
 	b.ReportMetric(float64(filtered.writes)/filtered.writeTime.Seconds(), "writes/s")
 	b.ReportMetric(float64(unfiltered.writes)/unfiltered.writeTime.Seconds(), "unfiltered-writes/s")
+	b.ReportMetric(filtered.selectedGames/n, "selected-games-%")
+	b.ReportMetric(filtered.selectedWrites/n, "selected-writes-%")
+	b.ReportMetric(100/(filtered.selectedWrites/n), "bound-x")
 }
 
 type lobbyConfig struct {
 	games, subs, rate int
 	writeFor          time.Duration
+	proto             lobbyProto
 }
 
 // lobbyResult is what one run measured (summed over b.N runs).
@@ -93,6 +117,8 @@ type lobbyResult struct {
 	snapshotTime   time.Duration
 	connectCPU     time.Duration
 	connectTime    time.Duration
+	selectedGames  float64 // %, see BenchmarkFilteredLobby
+	selectedWrites float64 // %
 }
 
 func (r *lobbyResult) add(o lobbyResult) {
@@ -104,6 +130,8 @@ func (r *lobbyResult) add(o lobbyResult) {
 	r.snapshotTime += o.snapshotTime
 	r.connectCPU += o.connectCPU
 	r.connectTime += o.connectTime
+	r.selectedGames += o.selectedGames
+	r.selectedWrites += o.selectedWrites
 }
 
 func (r *lobbyResult) cpuPerWrite() float64 {
@@ -209,7 +237,7 @@ func runLobby(b *testing.B, cfg lobbyConfig, filtered bool) lobbyResult {
 	// One subscriber's snapshot, on an idle server.
 	probe := lobbySubFilter(filtered, 0)
 	t0 := time.Now()
-	s, err := dialLobbySub(ctx, node.WS(), probe, nil, nil)
+	s, err := dialLobbySub(ctx, node.WS(), cfg.proto, probe, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -237,7 +265,7 @@ func runLobby(b *testing.B, cfg lobbyConfig, filtered bool) lobbyResult {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			s, err := dialLobbySub(ctx, node.WS(), lobbySubFilter(filtered, i%lobbyFilters), base, from)
+			s, err := dialLobbySub(ctx, node.WS(), cfg.proto, lobbySubFilter(filtered, i%lobbyFilters), base, from)
 			if err == nil {
 				err = s.awaitReady(ctx)
 			}
@@ -265,7 +293,7 @@ func runLobby(b *testing.B, cfg lobbyConfig, filtered bool) lobbyResult {
 	// The writes, then the wait for every view to be the final room.
 	b.StartTimer()
 	c0, t0 = cpu(), time.Now()
-	res.writes = writeLobby(ctx, b, w, rng, games, cfg)
+	res.writes, res.selectedGames, res.selectedWrites = writeLobby(ctx, b, w, rng, games, cfg)
 	res.writeTime = time.Since(t0)
 	want := make([]viewSum, lobbyFilters)
 	for i, g := range games.g {
@@ -347,13 +375,16 @@ func loadLobby(ctx context.Context, b *testing.B, w *client.Conn, rng *rand.Rand
 }
 
 // writeLobby writes random games at cfg.rate for cfg.writeFor, up to 256
-// writes in flight, and returns once every write is acknowledged.
-func writeLobby(ctx context.Context, b *testing.B, w *client.Conn, rng *rand.Rand, gs *lobbyGames, cfg lobbyConfig) int {
+// writes in flight, and returns once every write is acknowledged: the
+// writes, then the % of the games a filter selects at the end and the %
+// of the writes it selects before or after them (averages of the filters).
+func writeLobby(ctx context.Context, b *testing.B, w *client.Conn, rng *rand.Rand, gs *lobbyGames, cfg lobbyConfig) (writes int, selGames, selWrites float64) {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	sem := make(chan struct{}, 256)
 	var failed atomic.Value
-	writes, total := 0, int(cfg.writeFor.Seconds()*float64(cfg.rate))
+	total := int(cfg.writeFor.Seconds() * float64(cfg.rate))
+	selected := 0 // (write, filter) pairs
 	start := time.Now()
 	for writes < total {
 		// The writes due by now: a late tick (a busy machine) is caught up.
@@ -366,7 +397,12 @@ func writeLobby(ctx context.Context, b *testing.B, w *client.Conn, rng *rand.Ran
 		for gs.inWork[i] {
 			i = rng.IntN(len(gs.g))
 		}
-		g := gs.g[i].next(rng)
+		g := gs.g[i].next(rng) // gs.g[i] is the room's: no write of i is in flight
+		for f := range lobbyFilters {
+			if filterMatch(f, gs.g[i]) || filterMatch(f, g) {
+				selected++
+			}
+		}
 		gs.inWork[i] = true
 		gs.mu.Unlock()
 		sem <- struct{}{}
@@ -389,7 +425,16 @@ func writeLobby(ctx context.Context, b *testing.B, w *client.Conn, rng *rand.Ran
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)
 	}
-	return writes
+	matches := 0 // (game, filter) pairs
+	for _, g := range gs.g {
+		for f := range lobbyFilters {
+			if filterMatch(f, g) {
+				matches++
+			}
+		}
+	}
+	return writes, 100 * float64(matches) / float64(len(gs.g)*lobbyFilters),
+		100 * float64(selected) / float64(max(1, writes)*lobbyFilters)
 }
 
 // viewSum sums up a view: its keys, and a sum of a hash of each game and
@@ -435,6 +480,7 @@ func newLobbyBase(items []wire.Item) *lobbyBase {
 // scan of the JSON, not a decode: 1,000 of them share this process.
 type lobbySub struct {
 	ws      *websocket.Conn
+	scan    lobbyScan
 	bytes   atomic.Int64
 	ready   chan struct{} // closed at the snapshot, or synced
 	changed chan struct{} // signalled when the view changes
@@ -449,12 +495,16 @@ type lobbySub struct {
 	err     error
 }
 
-// dialLobbySub opens a WebSocket and subscribes to games/ with filter
-// ("" for none), from a snapshot, or resuming at from over base.
-func dialLobbySub(ctx context.Context, url, filter string, base *lobbyBase, from *wire.Position) (*lobbySub, error) {
-	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{wire.SubprotocolJSON}})
+// dialLobbySub opens a WebSocket on proto and subscribes to games/ with
+// filter ("" for none), from a snapshot, or resuming at from over base.
+func dialLobbySub(ctx context.Context, url string, proto lobbyProto, filter string, base *lobbyBase, from *wire.Position) (*lobbySub, error) {
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{proto.subprotocol}})
 	if err != nil {
 		return nil, err
+	}
+	if ws.Subprotocol() != proto.subprotocol {
+		ws.CloseNow()
+		return nil, fmt.Errorf("the server chose subprotocol %q, not %s", ws.Subprotocol(), proto.subprotocol)
 	}
 	ws.SetReadLimit(-1)
 	frame, err := wire.JSON.Append(nil, &wire.Request{T: wire.TConnect})
@@ -470,7 +520,7 @@ func dialLobbySub(ctx context.Context, url, filter string, base *lobbyBase, from
 		ws.CloseNow()
 		return nil, err
 	}
-	s := &lobbySub{ws: ws, base: base, view: make(map[int]uint64), ready: make(chan struct{}),
+	s := &lobbySub{ws: ws, scan: proto.scan, base: base, view: make(map[int]uint64), ready: make(chan struct{}),
 		changed: make(chan struct{}, 1), done: make(chan struct{})}
 	if base != nil {
 		s.sum = base.sum
@@ -519,11 +569,37 @@ func (s *lobbySub) signal() {
 	}
 }
 
+// lobbyProto is a protocol the subscribers speak, with its scanner.
+type lobbyProto struct {
+	subprotocol string
+	scan        lobbyScan
+}
+
+var (
+	lobbyV1 = lobbyProto{wire.SubprotocolJSON, scanV1}
+	lobbyV2 = lobbyProto{wire.SubprotocolJSON2, scanV2}
+)
+
+// lobbyScan finds the next item of a snapshot message, or event of an
+// events or coalesced message at revision r, in b (the message from the
+// last one on); rest is nil when there is none.
+type lobbyScan func(b []byte, r uint64, snapshot bool) (ev lobbyEvent, rest []byte, err error)
+
+// lobbyEvent is what a subscriber keeps of an item or event.
+type lobbyEvent struct {
+	game int
+	rev  uint64 // mod_rev
+	put  bool   // false: a leave or delete
+}
+
 var (
 	lobbyT      = []byte(`"t":"`)
+	lobbyR      = []byte(`"r":`)
 	lobbyType   = []byte(`{"type":"`)
 	lobbyKey    = []byte(`"key":"games/`)
 	lobbyModRev = []byte(`"mod_rev":`)
+	lobbyKey2   = []byte(`["games/`)
+	lobbyM      = []byte(`"m":`)
 )
 
 // apply applies a frame's messages (one per line) to the view.
@@ -531,41 +607,35 @@ func (s *lobbySub) apply(frame []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for line := range bytes.SplitSeq(frame, []byte{'\n'}) {
-		t := lobbyField(line, lobbyT, '"')
-		switch string(t) {
+		t := string(lobbyField(line, lobbyT, '"'))
+		switch t {
 		case "connected", "ok", "progress":
 		case "synced":
 			s.markReady()
-		case "snapshot":
-			s.base, s.sum = nil, viewSum{}
-			clear(s.view)
+		case "snapshot", "events", "coalesced":
+			snapshot := t == "snapshot"
+			if snapshot {
+				s.base, s.sum = nil, viewSum{}
+				clear(s.view)
+			}
+			r, _ := strconv.ParseUint(string(lobbyField(line, lobbyR, ',', '}')), 10, 64) // v2's
 			for rest := line; ; {
-				game, rev, tail, ok := lobbyItem(rest)
-				if !ok {
+				ev, tail, err := s.scan(rest, r, snapshot)
+				if err != nil {
+					return fmt.Errorf("%v in %.300s", err, line)
+				}
+				if tail == nil {
 					break
 				}
-				s.put(game, rev)
+				if ev.put {
+					s.put(ev.game, ev.rev)
+				} else {
+					s.remove(ev.game)
+				}
 				rest = tail
 			}
-			s.markReady()
-		case "events", "coalesced":
-			for rest := line; ; {
-				i := bytes.Index(rest, lobbyType)
-				if i < 0 {
-					break
-				}
-				rest = rest[i+len(lobbyType):]
-				put := bytes.HasPrefix(rest, []byte(`put"`))
-				game, rev, tail, ok := lobbyItem(rest)
-				if !ok {
-					return fmt.Errorf("unexpected event in %.300s", line)
-				}
-				if put {
-					s.put(game, rev)
-				} else {
-					s.remove(game)
-				}
-				rest = tail
+			if snapshot {
+				s.markReady()
 			}
 		default:
 			return fmt.Errorf("unexpected message %.300s", line)
@@ -575,21 +645,99 @@ func (s *lobbySub) apply(frame []byte) error {
 	return nil
 }
 
-// lobbyItem finds the next game key in b and the mod_rev after it.
-func lobbyItem(b []byte) (game int, rev uint64, rest []byte, ok bool) {
+// scanV1 reads v1's objects: {"type":"put","key":"games/…",…,"mod_rev":n,…}
+// (an item has no type).
+func scanV1(b []byte, _ uint64, snapshot bool) (ev lobbyEvent, rest []byte, err error) {
+	ev.put = true
+	if !snapshot {
+		i := bytes.Index(b, lobbyType)
+		if i < 0 {
+			return ev, nil, nil
+		}
+		b = b[i+len(lobbyType):]
+		ev.put = bytes.HasPrefix(b, []byte(`put"`))
+	}
 	i := bytes.Index(b, lobbyKey)
 	if i < 0 {
-		return 0, 0, nil, false
+		if snapshot {
+			return ev, nil, nil
+		}
+		return ev, nil, errors.New("an event without a key")
 	}
 	b = b[i+len(lobbyKey):]
-	game = gameIndex(b)
-	j := bytes.Index(b, lobbyModRev)
-	if j < 0 {
-		return 0, 0, nil, false
+	ev.game = gameIndex(b)
+	i = bytes.Index(b, lobbyModRev)
+	if i < 0 {
+		return ev, nil, errors.New("no mod_rev")
 	}
-	b = b[j+len(lobbyModRev):]
-	rev, _ = strconv.ParseUint(string(lobbyField(b, nil, ',', '}')), 10, 64)
-	return game, rev, b, rev > 0
+	b = b[i+len(lobbyModRev):]
+	ev.rev, err = lobbyRev(lobbyField(b, nil, ',', '}'))
+	return ev, b, err
+}
+
+// scanV2 reads v2's arrays (PROTOCOL.md §11): an item is [key, value,
+// create_rev, mod_rev, version, {extras}?], an event a put [key, value,
+// create_rev, version, {extras}?] or a delete or leave [key, {extras}?],
+// at mod_rev r unless the extras hold "m". It splits the array at the
+// commas outside objects and strings, which holds for the lobby's flat
+// values and the extras without "p" (the subscriptions ask for no prev).
+func scanV2(b []byte, r uint64, snapshot bool) (ev lobbyEvent, rest []byte, err error) {
+	i := bytes.Index(b, lobbyKey2)
+	if i < 0 {
+		return ev, nil, nil
+	}
+	b = b[i+1:]
+	ev.game = gameIndex(b[len(lobbyKey2)-1:])
+	var el [6][]byte
+	n, depth, start := 0, 0, 0
+	for j := 0; rest == nil; j++ {
+		if j == len(b) {
+			return ev, nil, errors.New("an unterminated array")
+		}
+		switch b[j] {
+		case '"':
+			j += 1 + bytes.IndexByte(b[j+1:], '"')
+		case '{':
+			depth++
+		case '}':
+			depth--
+		case ',', ']':
+			if depth > 0 {
+				continue
+			}
+			if n == len(el) {
+				return ev, nil, errors.New("an array of more than 6 elements")
+			}
+			el[n], n, start = b[start:j], n+1, j+1
+			if b[j] == ']' {
+				rest = b[j+1:]
+			}
+		}
+	}
+	switch {
+	case snapshot && (n == 5 || n == 6):
+		ev.put = true
+		ev.rev, err = lobbyRev(el[3])
+	case !snapshot && n <= 5 && n != 3:
+		ev.put, ev.rev = n >= 4, r
+		if n == 2 || n == 5 {
+			if m := lobbyField(el[n-1], lobbyM, ',', '}'); m != nil {
+				ev.rev, err = lobbyRev(m)
+			}
+		}
+	default:
+		err = fmt.Errorf("an array of %d elements", n)
+	}
+	return ev, rest, err
+}
+
+// lobbyRev parses a revision.
+func lobbyRev(b []byte) (uint64, error) {
+	rev, err := strconv.ParseUint(string(b), 10, 64)
+	if err == nil && rev == 0 {
+		err = errors.New("revision 0")
+	}
+	return rev, err
 }
 
 // lobbyField is the text after name up to the first of the end bytes.
