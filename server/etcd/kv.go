@@ -51,11 +51,13 @@ func (s *Server) read(ctx context.Context, sp span, rev int64, ro rooms.ReadOpti
 
 // undo turns snap's items into the keys at rev: the room keeps no past
 // states, but its history keeps every event with the key's previous
-// version, so the events after rev are undone, newest first. A rev whose
-// later events are no longer retained is compacted, as in etcd.
+// version, so the events after rev are undone, newest first. A rev below
+// the oldest retained revision is compacted, as in etcd (where Compact(c)
+// keeps c readable and refuses c-1, though the events from c on could
+// rebuild it): the replay starts at rev itself.
 func (s *Server) undo(ctx context.Context, sp span, snap store.Snapshot, rev uint64) ([]store.KV, error) {
 	w, err := s.engine.Watch(ctx, sp.room, rooms.WatchOptions{Prefixes: []string{sp.prefix()},
-		From: &rooms.Position{Epoch: snap.Epoch, Rev: rev + 1}, FailIfCompacted: true})
+		From: &rooms.Position{Epoch: snap.Epoch, Rev: rev}, FailIfCompacted: true})
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -67,6 +69,7 @@ func (s *Server) undo(ctx context.Context, sp span, snap store.Snapshot, rev uin
 			return nil, grpcError(err)
 		}
 		switch {
+		case m.Kind == rooms.KindEvents && m.Rev <= rev: // rev's own state stays
 		case m.Kind == rooms.KindEvents && m.Rev <= snap.Rev:
 			changes = append(changes, m.Change)
 			done = m.Rev == snap.Rev
