@@ -174,7 +174,7 @@ if total > maxev and not cutoff and floor0 <= rev0 then
     redis.call('XTRIM', log, 'MINID', keep)
     redis.call('ZREMRANGEBYSCORE', wids, '-inf', '(' .. keep)
     total = maxev
-    base = entryCum(redis.call('XRANGE', log, keep, '+', 'COUNT', 1)[1][2])
+    base = entryCum(redis.call('XRANGE', log, keep, '+', 'COUNT', 1)[1][2]) or 0
     read = cum - base > maxbytes
   end
 end

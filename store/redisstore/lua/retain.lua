@@ -7,12 +7,13 @@
 local entryBytes = 64
 
 -- entryCum is the c field of an entry's fields: the bytes logged before
--- it (0 for an entry written before byte retention).
+-- it; nil for an entry written by a build without byte retention, which
+-- is never dropped for bytes (it goes by events or age, as it would have).
 local function entryCum(f)
   for j = 1, #f, 2 do
     if f[j] == 'c' then return tonumber(f[j + 1]) end
   end
-  return 0
+  return nil
 end
 
 -- retain drops whole revisions from the oldest of log while more than
@@ -24,7 +25,8 @@ end
 -- past it and readers treat it as compacted. Entries are read page at a
 -- time (the first page of that many) and trimmed with one XTRIM. Returns
 -- the new total and floor, the oldest revision retained (rev + 1: none)
--- and the c of its entry (cum: none).
+-- and the c of its entry (cum: none; 0 when it has none, so that the next
+-- write reads the log again until such entries are gone).
 local function retain(log, wids, rev, total, floor, maxev, cutoff, page, cum, maxbytes)
   local from, keep, oldest, base = '-', nil, rev + 1, cum
   while true do
@@ -34,14 +36,14 @@ local function retain(log, wids, rev, total, floor, maxev, cutoff, page, cum, ma
     local gone, stop = {}, false
     for _, e in ipairs(es) do
       local r = tonumber(string.match(e[1], '^(%d+)'))
-      local en, et, ew, ec = 0, 0, nil, 0
+      local en, et, ew, ec = 0, 0, nil, nil
       local f = e[2]
       for j = 1, #f, 2 do
         if f[j] == 'n' then en = tonumber(f[j + 1]) elseif f[j] == 't' then et = tonumber(f[j + 1])
         elseif f[j] == 'c' then ec = tonumber(f[j + 1]) elseif f[j] == 'w' then ew = f[j + 1] end
       end
-      if not (r < floor or total > maxev or cum - ec > maxbytes or (cutoff and et < cutoff)) then
-        oldest, base, stop = r, ec, true
+      if not (r < floor or total > maxev or (ec and cum - ec > maxbytes) or (cutoff and et < cutoff)) then
+        oldest, base, stop = r, ec or 0, true
         break
       end
       if r >= floor then total = total - en end
