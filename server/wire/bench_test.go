@@ -3,6 +3,8 @@ package wire
 import (
 	"strings"
 	"testing"
+
+	"github.com/coder/websocket"
 )
 
 // value100 is a 100-byte JSON object.
@@ -63,6 +65,31 @@ func BenchmarkDecodeRequests(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := cd.c.DecodeRequests(frame); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecodeEvents: a client decoding a frame of 64 events messages
+// of one 100-byte put each, as a subscription's stream arrives.
+func BenchmarkDecodeEvents(b *testing.B) {
+	for _, cd := range codecs {
+		b.Run(cd.name, func(b *testing.B) {
+			var frame []byte
+			for i := range 64 {
+				rev := uint64(100 + i)
+				evs := []Event{{Type: "put", Key: "games/7", Value: value100, CreateRev: 12, ModRev: rev, Version: 6}}
+				frame = cd.c.AppendEvents(frame, TEvents, 1, rev, cd.c.AppendEventList(nil, rev, evs))
+				if cd.c.MessageType() == websocket.MessageText {
+					frame = append(frame, '\n')
+				}
+			}
+			b.SetBytes(int64(len(frame)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := cd.c.DecodeMessages(frame); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -150,9 +150,19 @@ func (denseCodec) AppendEvents(buf []byte, t string, s, rev uint64, list []byte)
 }
 
 // decodeDense decodes one v2 message into the v1 form every client uses.
-// json.Unmarshal checks the whole message once; the event and item
-// arrays are then split in place, with no copy of each element.
+// The whole message is checked once (json.Valid, or json.Unmarshal); the
+// event and item arrays are then split in place, with no copy of each
+// element. An events or coalesced message as the server writes it skips
+// json.Unmarshal's reflection (denseEvents): most of a stream's messages.
 func decodeDense(msg []byte) (Message, error) {
+	if m, ok, err := denseEvents(msg); ok {
+		return m, err
+	}
+	return unmarshalDense(msg)
+}
+
+// unmarshalDense is decodeDense through json.Unmarshal, for every message.
+func unmarshalDense(msg []byte) (Message, error) {
 	var d struct {
 		Message
 		R     uint64          `json:"r"`
@@ -167,16 +177,7 @@ func decodeDense(msg []byte) (Message, error) {
 	switch m.T {
 	case TEvents, TCoalesced:
 		m.Rev = d.R
-		list, err := splitArray(d.E, nil)
-		if err != nil {
-			return Message{}, fmt.Errorf("e: %w", err)
-		}
-		m.Events = make([]Event, len(list))
-		for i, raw := range list {
-			if err := decodeDenseEvent(raw, d.R, &m.Events[i], el[:0]); err != nil {
-				return Message{}, fmt.Errorf("event %d: %w", i, err)
-			}
-		}
+		return m, decodeDenseEvents(&m, d.E)
 	case TSnapshot:
 		list, err := splitArray(d.Items, nil)
 		if err != nil {
@@ -190,6 +191,71 @@ func decodeDense(msg []byte) (Message, error) {
 		}
 	}
 	return m, nil
+}
+
+// decodeDenseEvents sets m.Events from e, the event array of m, whose
+// revision m.Rev is.
+func decodeDenseEvents(m *Message, e []byte) error {
+	list, err := splitArray(e, nil)
+	if err != nil {
+		return fmt.Errorf("e: %w", err)
+	}
+	var el [6][]byte
+	m.Events = make([]Event, len(list))
+	for i, raw := range list {
+		if err := decodeDenseEvent(raw, m.Rev, &m.Events[i], el[:0]); err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// denseEvents decodes msg when it is valid JSON and an object of the keys
+// t (events or coalesced), s, r (unsigned integers) and e only, in any
+// order, each spelt plainly: what the server writes. ok is false for
+// anything else, which json.Unmarshal then decodes (or refuses) in full,
+// with the same result (FuzzDenseEvents).
+func denseEvents(msg []byte) (m Message, ok bool, err error) {
+	b := bytes.TrimSpace(msg)
+	if len(b) < 2 || b[0] != '{' || !json.Valid(b) {
+		return m, false, nil
+	}
+	var e []byte
+	b = bytes.TrimLeft(b[1:], " \t\r\n")
+	for len(b) > 0 && b[0] != '}' {
+		n := valueLen(b) // the key: valid JSON says it is a string
+		key := b[:n]
+		b = bytes.TrimLeft(b[n:], " \t\r\n")
+		b = bytes.TrimLeft(b[1:], " \t\r\n") // the colon
+		n = valueLen(b)
+		v := b[:n]
+		switch string(key) {
+		case `"t"`:
+			if m.T, err = denseString(v); err != nil || m.T != TEvents && m.T != TCoalesced {
+				return Message{}, false, nil
+			}
+		case `"s"`:
+			if m.S, ok = leadingDigits(v); !ok {
+				return Message{}, false, nil
+			}
+		case `"r"`:
+			if m.Rev, ok = leadingDigits(v); !ok {
+				return Message{}, false, nil
+			}
+		case `"e"`:
+			e = v
+		default:
+			return Message{}, false, nil
+		}
+		b = bytes.TrimLeft(b[n:], " \t\r\n")
+		if b[0] == ',' {
+			b = bytes.TrimLeft(b[1:], " \t\r\n")
+		}
+	}
+	if m.T == "" || e == nil || e[0] != '[' {
+		return Message{}, false, nil
+	}
+	return m, true, decodeDenseEvents(&m, e)
 }
 
 // denseExtras is the extras object of an event or item.

@@ -41,6 +41,9 @@ func TestDenseExactEncoding(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
+		if _, fast, _ := denseEvents(got); !fast {
+			t.Errorf("%s: the server's message does not take the fast path of decoding", tc.name)
+		}
 		want := []Message{{T: tc.t, S: 1, Rev: tc.rev, Events: tc.evs}}
 		if tc.evs == nil {
 			want[0].Events = []Event{}

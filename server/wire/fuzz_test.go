@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -204,6 +205,43 @@ func FuzzValueRoundTrip(f *testing.F) {
 		}
 		if diff := diffNodes(nodeOfMsgpack(t, data).normal(), nodeOfMsgpack(t, back)); diff != "" {
 			t.Fatalf("%x → %s → %x: %s", data, v, back, diff)
+		}
+	})
+}
+
+// FuzzDenseEvents: the fast path of a v2 events message (denseEvents)
+// decodes exactly what json.Unmarshal's path does, or leaves the message
+// to it; the seeds are the server's own messages and near misses.
+func FuzzDenseEvents(f *testing.F) {
+	for _, seed := range []string{
+		`{"t":"events","s":1,"r":7,"e":[["k",{"a":1},3,2],["j",{"x":1}],["d"],["p",1,1,1,{"m":5,"l":1,"w":"c-1","p":[0,1,4,1,1]}]]}`,
+		`{"t":"coalesced","s":2,"r":9,"e":[]}`,
+		` { "e" : [ ["k","v",1,1] ] , "r" : 3 , "s" : 1 , "t" : "events" } `,
+		`{"t":"events","s":1,"r":7,"e":[["k",{"a":1},3,2]],"t":"ok"}`,
+		`{"t":"ok","t":"events","s":1,"r":7,"e":[]}`,
+		`{"T":"events","s":1,"r":7,"e":[]}`, `{"t":"events","s":1,"R":7,"e":[]}`,
+		`{"t":"events","s":-1,"r":7,"e":[]}`, `{"t":"events","s":1.5,"r":7,"e":[]}`, `{"t":"events","s":1,"r":1e2,"e":[]}`,
+		`{"t":"events","s":1,"r":18446744073709551616,"e":[]}`, `{"t":"events","s":null,"r":7,"e":[]}`,
+		`{"t":"events","s":1,"r":7,"e":null}`, `{"t":"events","s":1,"r":7}`, `{"t":"events","s":1,"r":7,"e":{}}`,
+		`{"t":"\u0065vents","s":1,"r":7,"e":[]}`, `{"\u0074":"events","s":1,"r":7,"e":[]}`,
+		`{"t":"events","s":1,"r":7,"e":[["k"],]}`, `{"t":"events","s":1,"r":7,"e":[[1,2,3,4]]}`,
+		`{"t":"events","s":1,"r":7,"e":[["k",1,2]]}`, `{"t":"events","s":1,"r":7,"e":[["k",1,-2,3]]}`,
+		`{"t":"events","id":3,"s":1,"r":7,"e":[]}`, `{"t":"snapshot","s":1,"rev":7,"items":[["k",1,1,1,1]]}`,
+		`{}`, `[]`, `{"t":"events"`, ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		fast, ok, ferr := denseEvents(msg)
+		if !ok {
+			return
+		}
+		slow, serr := unmarshalDense(msg)
+		if (ferr == nil) != (serr == nil) || ferr != nil && ferr.Error() != serr.Error() {
+			t.Fatalf("%q: fast path error %v, json.Unmarshal's %v", msg, ferr, serr)
+		}
+		if ferr == nil && !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%q: fast path %+v, json.Unmarshal's %+v", msg, fast, slow)
 		}
 	})
 }
