@@ -148,11 +148,13 @@ ab() {
 
 limit() { # limit PID PERCENT: at most PERCENT % of one core for the process (a cgroup of its own)
 	local g=/sys/fs/cgroup/cpu/statecast-bench-$1
-	mkdir -p "$g" || { echo "redis-writes.sh: MASTER_CPU needs root and the cgroup v1 cpu controller" >&2; exit 1; }
+	[[ $2 =~ ^[0-9]+$ ]] && (($2 >= 5)) || { echo "redis-writes.sh: MASTER_CPU is a whole percentage of at least 5" >&2; exit 1; }
+	[ -w /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] && mkdir "$g" ||
+		{ echo "redis-writes.sh: MASTER_CPU needs root and the cgroup v1 cpu controller" >&2; exit 1; }
+	CGROUPS+=("$g")
 	echo 20000 >"$g/cpu.cfs_period_us"
 	echo $((200 * $2)) >"$g/cpu.cfs_quota_us"
 	echo "$1" >"$g/cgroup.procs"
-	CGROUPS+=("$g")
 }
 
 cluster() { # cluster N: start N masters as one cluster: CPIDS, CADDRS (host:port,…)
