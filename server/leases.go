@@ -45,10 +45,8 @@ type lessor struct {
 	onClaim func(n string)
 	// sharedSessions: session leases belong to the store's session
 	// records, not to a node (server/session.go): stored without a node,
-	// never ended here, skipped by recover, claims and fences. Their keys
-	// are listed beside the record in sessionList.
+	// never ended here, skipped by recover, claims and fences.
 	sharedSessions bool
-	sessionList    store.SharedSessions
 	// shared keeps the TTL leases when the store several nodes share
 	// keeps them (leases_shared.go); nil: this node's memory does.
 	shared store.SharedLeases
@@ -345,18 +343,10 @@ func (l *lessor) attach(id, room, key string, modRev uint64) {
 		ls.keys[k] = max(ls.keys[k], modRev)
 	}
 	l.mu.Unlock()
-	// A shared session lease is listed beside its record, so the node
-	// that ends the session deletes the key; a lease missing here left
-	// this node (taken over elsewhere) or ended: its record decides.
-	if l.sharedSession(id) {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			l.listSessionKey(id, room, key, modRev)
-		}()
-		return
-	}
-	if ls == nil {
+	// A shared session lease missing here left this node (taken over
+	// elsewhere) or ended: its record decides, and the session sweep
+	// deletes keys of ended ones (sessions.sweepOrphans).
+	if ls == nil && !l.sharedSession(id) {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
@@ -495,27 +485,14 @@ func (l *lessor) claim(n string) {
 func (l *lessor) sweepOrphans() {
 	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
 	defer cancel()
-	alive, ok := l.sweeper(ctx)
-	if !ok {
+	alive, _, err := l.nodes.Registered(ctx, l.nodeTimeout)
+	if err != nil {
 		return
 	}
 	l.sweep(ctx, "deleting the leased keys of nodes that are gone", func(lease string) bool {
 		o := owner(lease)
 		return o != "" && o != l.node && !slices.Contains(alive, o)
 	})
-}
-
-// sweeper reports whether this node runs the orphan sweeps, which scan
-// every room's keys: the alive node of the smallest name, so that a
-// cluster scans once per sweep rather than once per node (a node that
-// died unseen skips one; two that disagree both sweep, harmlessly). It
-// returns the alive nodes.
-func (l *lessor) sweeper(ctx context.Context) ([]string, bool) {
-	alive, _, err := l.nodes.Registered(ctx, l.nodeTimeout)
-	if err != nil || len(alive) == 0 || slices.Min(alive) != l.node {
-		return alive, false
-	}
-	return alive, true
 }
 
 // sweep deletes the leased keys whose stored lease name matches, each

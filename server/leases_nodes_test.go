@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,94 +254,6 @@ func TestSessionResumedOnAnotherNode(t *testing.T) {
 	}
 	if got := next(); !slices.Equal(got, []string{"put:marker"}) {
 		t.Fatalf("events %v, want only the marker: each key deleted once", got)
-	}
-}
-
-// scanCounter is a Redis store that counts its full scans of the rooms'
-// leased keys (Leased).
-type scanCounter struct {
-	*redisstore.Store
-	scans atomic.Int32
-}
-
-func (c *scanCounter) Leased(ctx context.Context, fn func(room string, kv store.KV) error) error {
-	c.scans.Add(1)
-	return c.Store.Leased(ctx, fn)
-}
-
-// TestSessionEndsWithoutScan: the keys of a shared session are listed
-// beside its record, so the node that ends it (here the other one)
-// deletes them without scanning every room's keys, as it did before.
-func TestSessionEndsWithoutScan(t *testing.T) {
-	t.Parallel() // waits on wall-clock time (grace)
-	rs := redistest.Start(t, redistest.Options{})
-	ctx, room := servertest.Context(t), "lobby"
-	const grace = 200 * time.Millisecond
-	var counters []*scanCounter
-	node := func(id string) *servertest.Node {
-		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "se"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := &scanCounter{Store: st}
-		counters = append(counters, c)
-		// Due sessions end every second; orphan sweeps every 25 s, after the test.
-		return servertest.Start(t, servertest.Options{Store: c, Server: server.Config{NodeID: id, NodeTimeout: 5 * time.Second, LeaseGrace: grace}})
-	}
-	a, b := node("a"), node("b")
-	_, next := watchKeys(t, dialCodec(t, b, "json"), room)
-	scans := func() (n int32) {
-		for _, c := range counters {
-			n += c.scans.Load()
-		}
-		return n
-	}
-	before := scans() // each node's start-up recovery scans once
-	ca := dialCodec(t, a, "json")
-	for _, k := range []string{"x", "y", "x"} {
-		if _, err := ca.Put(ctx, room, k, 1, client.WithLease("session")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ca.CloseNow()
-	var got []string
-	for len(got) < 5 {
-		got = append(got, next()...)
-	}
-	if want := []string{"put:x", "put:y", "put:x", "delete:x", "delete:y"}; !slices.Equal(got[:3], want[:3]) || !slices.Equal(sorted(got[3:]), want[3:]) {
-		t.Fatalf("events %v, want %v (the deletes in any order)", got, want)
-	}
-	if n := scans() - before; n != 0 {
-		t.Errorf("ending the session scanned the rooms %d times, want 0", n)
-	}
-}
-
-// TestOrphanSweepsOnOneNode: the orphan sweeps, which scan every room's
-// keys, run on one node of the cluster (the alive one of the smallest
-// name), not on each.
-func TestOrphanSweepsOnOneNode(t *testing.T) {
-	t.Parallel() // waits on wall-clock time (sweep periods)
-	rs := redistest.Start(t, redistest.Options{})
-	const timeout = 400 * time.Millisecond // a sweep every 25 ticks of 80 ms: 2 s
-	counters := map[string]*scanCounter{}
-	for _, id := range []string{"c", "a", "b"} {
-		st, err := redisstore.New(servertest.Context(t), redisstore.Config{URL: rs.URL(), Prefix: "os"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		counters[id] = &scanCounter{Store: st}
-		servertest.Start(t, servertest.Options{Store: counters[id], Server: server.Config{NodeID: id, NodeTimeout: timeout}})
-	}
-	start := map[string]int32{}
-	for id, c := range counters {
-		start[id] = c.scans.Load()
-	}
-	time.Sleep(5 * time.Second) // two sweep periods
-	for id, c := range counters {
-		n := c.scans.Load() - start[id]
-		if id == "a" && n == 0 || id != "a" && n != 0 {
-			t.Errorf("node %s scanned %d times in two sweep periods; want only node a to scan", id, n)
-		}
 	}
 }
 

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/statecast/statecast/store"
@@ -65,21 +64,6 @@ func (l *lessor) attachShared(id, room, key string, modRev uint64) {
 	switch {
 	case err != nil:
 		l.log.Warn("server: cannot list a key with its lease; the orphan sweep will end it with the lease", "lease", id, "room", room, "key", key, "err", err)
-	case !ok:
-		l.deleteKeys(map[roomKey]uint64{{room, key}: modRev})
-	}
-}
-
-// listSessionKey lists key with the record of session lease id, or
-// deletes it when the session ended since the write's check. A key it
-// could not list ends with the session by an orphan sweep.
-func (l *lessor) listSessionKey(id, room, key string, modRev uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ok, err := l.sessionList.ListSessionKey(ctx, strings.TrimPrefix(id, "session:"), store.LeaseKey{Room: room, Key: key, ModRev: modRev})
-	switch {
-	case err != nil:
-		l.log.Warn("server: cannot list a key with its session; the orphan sweep will end it with the session", "lease", id, "room", room, "key", key, "err", err)
 	case !ok:
 		l.deleteKeys(map[roomKey]uint64{{room, key}: modRev})
 	}
@@ -158,9 +142,6 @@ func (l *lessor) endLeases(next func(context.Context, int) (map[string][]store.L
 func (l *lessor) sweepUnlisted() {
 	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
 	defer cancel()
-	if _, ok := l.sweeper(ctx); !ok {
-		return
-	}
 	l.sweepEnded(ctx, "deleting keys of TTL leases that ended", l.sharedTTL, l.shared.LeaseIDs)
 }
 

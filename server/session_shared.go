@@ -47,7 +47,7 @@ const orphanEvery = 25
 // startShared turns the shared mode on and starts the sweeper.
 func (ss *sessions) startShared(st store.SharedSessions, node string, every time.Duration) {
 	ss.shared, ss.node, ss.every = st, node, every
-	ss.leases.sharedSessions, ss.leases.sessionList = true, st
+	ss.leases.sharedSessions = true
 	ss.leases.onClaim = func(n string) { ss.release([]string{n}) }
 	ss.wg.Add(1)
 	go ss.sweep()
@@ -180,10 +180,9 @@ func (ss *sessions) sweep() {
 }
 
 // endDue takes the sessions past their deadline out of the store and
-// deletes the keys listed with them. If this node dies before the keys
-// are deleted, or a key was never listed, the orphan sweep deletes it:
-// its record is gone.
+// deletes their keys (one scan of the leased keys for all of them).
 func (ss *sessions) endDue() {
+	ended := make(map[string]bool)
 	for {
 		ctx, cancel := ss.ctx()
 		recs, err := ss.shared.EndDueSessions(ctx, 1000)
@@ -192,21 +191,18 @@ func (ss *sessions) endDue() {
 			ss.log.Warn("server: cannot end the due sessions", "err", err)
 		}
 		for _, rec := range recs {
-			keys := make(map[roomKey]uint64, len(rec.Keys))
-			for _, k := range rec.Keys {
-				keys[roomKey{k.Room, k.Key}] = k.ModRev
-			}
-			ss.leases.deleteKeys(keys)
-			ctx, cancel := ss.ctx()
-			if err := ss.shared.ForgetSessionKeys(ctx, rec.ID); err != nil {
-				ss.log.Warn("server: cannot forget the key list of an ended session; it expires", "session", rec.ID, "err", err)
-			}
-			cancel()
+			ended[rec.Lease] = true
 		}
 		if len(recs) < 1000 {
-			return
+			break
 		}
 	}
+	if len(ended) == 0 {
+		return
+	}
+	// If this node dies before the keys are deleted, the orphan sweep of
+	// another deletes them: their record is gone.
+	ss.leases.sweep(ss.leases.ctx, "sessions ended after the grace; deleting their keys", func(lease string) bool { return ended[lease] })
 }
 
 // release starts the grace of the sessions attached to dead nodes.
@@ -246,9 +242,6 @@ func (ss *sessions) sweepOrphans() {
 	}
 	if len(dead) > 0 {
 		ss.release(dead)
-	}
-	if len(alive) == 0 || slices.Min(alive) != ss.node {
-		return // another node scans (lessor.sweeper)
 	}
 	// A record is written before its session can bind a key.
 	l.sweepEnded(ctx, "deleting the keys of sessions that ended", l.sharedSession, func(ctx context.Context) ([]string, error) {

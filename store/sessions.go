@@ -30,9 +30,7 @@ type Sessions interface {
 
 // SessionRecord is what a node needs to resume a session it did not open
 // (or opened in an earlier process). The keys bound to the session carry
-// its lease on themselves (KV.Lease); a SharedSessions store also lists
-// them beside the record (ListSessionKey), so that ending a session needs
-// no scan of the rooms.
+// its lease on themselves (KV.Lease), so the record does not list them.
 type SessionRecord struct {
 	ID      string `json:"id"`
 	Subject string `json:"subject"` // only this token subject may resume it
@@ -51,10 +49,6 @@ type SessionRecord struct {
 	Owner    string `json:"owner,omitempty"`
 	Gen      int64  `json:"gen,omitempty"`
 	Deadline int64  `json:"deadline,omitempty"`
-
-	// Keys, set by EndDueSessions only, are the keys listed under the
-	// session (ListSessionKey), each at the latest revision listed.
-	Keys []LeaseKey `json:"-"`
 }
 
 // SharedSessions is implemented by a store that several nodes share
@@ -80,18 +74,8 @@ type SharedSessions interface {
 	// of the dead nodes, and returns how many.
 	ReleaseSessions(ctx context.Context, dead []string, grace time.Duration) (int, error)
 	// EndDueSessions removes up to max records whose deadline has passed
-	// and returns them with their listed keys: of nodes racing, each
-	// record goes to one, which deletes the keys (each only if still the
-	// version listed) and then forgets the list (ForgetSessionKeys).
+	// and returns them: of nodes racing, each record goes to one.
 	EndDueSessions(ctx context.Context, max int) ([]SessionRecord, error)
-	// ListSessionKey lists k, written under session id's lease, beside
-	// the record; a key listed twice keeps its later revision. It is false
-	// when the record is gone (the session ended): the caller deletes the
-	// key, which must not outlive its session.
-	ListSessionKey(ctx context.Context, id string, k LeaseKey) (bool, error)
-	// ForgetSessionKeys drops the key list of an ended session once its
-	// keys are deleted. A list nobody forgets (its ender died) expires.
-	ForgetSessionKeys(ctx context.Context, id string) error
 }
 
 func encodeSession(rec SessionRecord) ([]byte, error) { return json.Marshal(rec) }
