@@ -151,7 +151,7 @@ func (l *lessor) sweepUnlisted() {
 // later read belongs to a lease that has ended.
 func (l *lessor) sweepEnded(ctx context.Context, what string, match func(string) bool, live func(context.Context) ([]string, error)) {
 	leased := make(map[string]map[roomKey]uint64)
-	if err := l.st.Leased(ctx, func(room string, kv store.KV) error {
+	err := l.st.Leased(ctx, func(room string, kv store.KV) error {
 		if match(kv.Lease) {
 			if leased[kv.Lease] == nil {
 				leased[kv.Lease] = make(map[roomKey]uint64)
@@ -159,11 +159,17 @@ func (l *lessor) sweepEnded(ctx context.Context, what string, match func(string)
 			leased[kv.Lease][roomKey{room, kv.Key}] = kv.ModRev
 		}
 		return nil
-	}); err != nil || len(leased) == 0 {
+	})
+	if err != nil {
+		l.log.Warn("server: cannot scan the leased keys; "+what+" waits for the next sweep", "err", err)
+		return
+	}
+	if len(leased) == 0 {
 		return
 	}
 	names, err := live(ctx)
 	if err != nil {
+		l.log.Warn("server: cannot list the live leases; "+what+" waits for the next sweep", "err", err)
 		return
 	}
 	for _, n := range names {
