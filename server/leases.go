@@ -45,8 +45,12 @@ type lessor struct {
 	onClaim func(n string)
 	// sharedSessions: session leases belong to the store's session
 	// records, not to a node (server/session.go): stored without a node,
-	// never ended here, skipped by recover, claims and fences.
+	// never ended here, skipped by recover, claims and fences. Their keys
+	// are listed beside the record in sessionList, each once per session
+	// held here (listed, under mu).
 	sharedSessions bool
+	sessionList    store.SharedSessions
+	listed         map[string]map[roomKey]bool
 	// shared keeps the TTL leases when the store several nodes share
 	// keeps them (leases_shared.go); nil: this node's memory does.
 	shared store.SharedLeases
@@ -269,6 +273,7 @@ func (l *lessor) grantID(ctx context.Context, id string, ttl time.Duration, owne
 // dropLocked forgets lease id (ls), giving its owner's count back.
 func (l *lessor) dropLocked(id string, ls *lease) {
 	delete(l.leases, id)
+	delete(l.listed, id)
 	if ls.ttl > 0 && !ls.adopted {
 		if l.owned[ls.owner]--; l.owned[ls.owner] <= 0 {
 			delete(l.owned, ls.owner)
@@ -344,9 +349,12 @@ func (l *lessor) attach(id, room, key string, modRev uint64) {
 	}
 	l.mu.Unlock()
 	// A shared session lease missing here left this node (taken over
-	// elsewhere) or ended: its record decides, and the session sweep
-	// deletes keys of ended ones (sessions.sweepOrphans).
-	if ls == nil && !l.sharedSession(id) {
+	// elsewhere) or ended: its record decides.
+	if l.sharedSession(id) {
+		l.listSessionKey(id, room, key, modRev, ls != nil)
+		return
+	}
+	if ls == nil {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()

@@ -47,7 +47,7 @@ const orphanEvery = 25
 // startShared turns the shared mode on and starts the sweeper.
 func (ss *sessions) startShared(st store.SharedSessions, node string, every time.Duration) {
 	ss.shared, ss.node, ss.every = st, node, every
-	ss.leases.sharedSessions = true
+	ss.leases.sharedSessions, ss.leases.sessionList = true, st
 	ss.leases.onClaim = func(n string) { ss.release([]string{n}) }
 	ss.wg.Add(1)
 	go ss.sweep()
@@ -87,7 +87,7 @@ func (ss *sessions) openShared(c *conn, id, resume, subject, secret string) (s *
 	ss.leases.grantSession(s.lease, subject)
 	ctx, cancel := ss.ctx()
 	defer cancel()
-	rec := store.SessionRecord{ID: s.id, Subject: subject, ResumeHash: hash[:], Lease: s.lease, Owner: ss.node}
+	rec := store.SessionRecord{ID: s.id, Subject: subject, ResumeHash: hash[:], Lease: s.lease, Owner: ss.node, Listed: true}
 	if err = ss.shared.SaveSession(ctx, rec); err != nil {
 		// Without a record the session cannot be resumed: the caller
 		// closes the connection (1011) instead of handing its secret out.
@@ -180,9 +180,13 @@ func (ss *sessions) sweep() {
 }
 
 // endDue takes the sessions past their deadline out of the store and
-// deletes their keys (one scan of the leased keys for all of them).
+// deletes their keys: those listed with them, or, for a session opened by
+// a node that did not list (an older build), those a scan of the rooms
+// finds under its lease (one scan for all of them). If this node dies
+// before the keys are deleted, the orphan sweep deletes them: their
+// record is gone.
 func (ss *sessions) endDue() {
-	ended := make(map[string]bool)
+	unlisted := make(map[string]bool)
 	for {
 		ctx, cancel := ss.ctx()
 		recs, err := ss.shared.EndDueSessions(ctx, 1000)
@@ -191,18 +195,50 @@ func (ss *sessions) endDue() {
 			ss.log.Warn("server: cannot end the due sessions", "err", err)
 		}
 		for _, rec := range recs {
-			ended[rec.Lease] = true
+			if rec.Listed {
+				ss.endListed(rec)
+			} else {
+				unlisted[rec.Lease] = true
+			}
 		}
 		if len(recs) < 1000 {
 			break
 		}
 	}
-	if len(ended) == 0 {
-		return
+	if len(unlisted) > 0 {
+		ss.leases.sweep(ss.leases.ctx, "sessions ended after the grace; deleting their keys", func(lease string) bool { return unlisted[lease] })
 	}
-	// If this node dies before the keys are deleted, the orphan sweep of
-	// another deletes them: their record is gone.
-	ss.leases.sweep(ss.leases.ctx, "sessions ended after the grace; deleting their keys", func(lease string) bool { return ended[lease] })
+}
+
+// endListed deletes the keys listed with an ended session that still
+// carry its lease, each only if still the version read, then forgets the
+// list. A key rewritten since under another lease (or none) stays.
+func (ss *sessions) endListed(rec store.SessionRecord) {
+	byRoom := make(map[string][]string)
+	for _, k := range rec.Keys {
+		byRoom[k.Room] = append(byRoom[k.Room], k.Key)
+	}
+	keys := make(map[roomKey]uint64)
+	for room, ks := range byRoom {
+		ctx, cancel := ss.ctx()
+		kvs, err := ss.shared.CurrentKeys(ctx, room, ks)
+		cancel()
+		if err != nil {
+			ss.log.Warn("server: cannot read the keys of an ended session; the orphan sweep will delete them", "session", rec.ID, "room", room, "err", err)
+			continue
+		}
+		for _, kv := range kvs {
+			if kv.Lease == rec.Lease {
+				keys[roomKey{room, kv.Key}] = kv.ModRev
+			}
+		}
+	}
+	ss.leases.deleteKeys(keys)
+	ctx, cancel := ss.ctx()
+	defer cancel()
+	if err := ss.shared.ForgetSessionKeys(ctx, rec.ID); err != nil {
+		ss.log.Warn("server: cannot forget the key list of an ended session; it expires", "session", rec.ID, "err", err)
+	}
 }
 
 // release starts the grace of the sessions attached to dead nodes.

@@ -3,10 +3,12 @@ package server_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/store"
@@ -99,5 +101,102 @@ func roomEmpty(ctx context.Context, n *servertest.Node, room string) func() bool
 	return func() bool {
 		l, err := n.HTTP.List(ctx, room, "")
 		return err == nil && len(l.Items) == 0
+	}
+}
+
+// scanCounter is a Redis store that counts its full scans of the rooms'
+// leased keys (Leased).
+type scanCounter struct {
+	*redisstore.Store
+	scans atomic.Int32
+}
+
+func (c *scanCounter) Leased(ctx context.Context, fn func(room string, kv store.KV) error) error {
+	c.scans.Add(1)
+	return c.Store.Leased(ctx, fn)
+}
+
+// TestSessionEndsWithoutScan: the keys of a shared session are listed
+// beside its record, so the node that ends it (here the other one)
+// deletes them without scanning every room's keys, as it did before.
+func TestSessionEndsWithoutScan(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (grace)
+	rs := redistest.Start(t, redistest.Options{})
+	ctx, room := servertest.Context(t), "lobby"
+	const grace = 200 * time.Millisecond
+	var counters []*scanCounter
+	node := func(id string) *servertest.Node {
+		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "se"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &scanCounter{Store: st}
+		counters = append(counters, c)
+		// Due sessions end every second; orphan sweeps every 25 s, after the test.
+		return servertest.Start(t, servertest.Options{Store: c, Server: server.Config{NodeID: id, NodeTimeout: 5 * time.Second, LeaseGrace: grace}})
+	}
+	a, b := node("a"), node("b")
+	_, next := watchKeys(t, dialCodec(t, b, "json"), room)
+	scans := func() (n int32) {
+		for _, c := range counters {
+			n += c.scans.Load()
+		}
+		return n
+	}
+	before := scans() // each node's start-up recovery scans once
+	ca := dialCodec(t, a, "json")
+	for _, k := range []string{"x", "y", "x"} {
+		if _, err := ca.Put(ctx, room, k, 1, client.WithLease("session")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ca.CloseNow()
+	var got []string
+	for len(got) < 5 {
+		got = append(got, next()...)
+	}
+	if want := []string{"put:x", "put:y", "put:x", "delete:x", "delete:y"}; !slices.Equal(got[:3], want[:3]) || !slices.Equal(sorted(got[3:]), want[3:]) {
+		t.Fatalf("events %v, want %v (the deletes in any order)", got, want)
+	}
+	if n := scans() - before; n != 0 {
+		t.Errorf("ending the session scanned the rooms %d times, want 0", n)
+	}
+}
+
+// listCounter is a Redis store that counts its session key listings.
+type listCounter struct {
+	*redisstore.Store
+	lists atomic.Int32
+}
+
+func (c *listCounter) ListSessionKey(ctx context.Context, id, room, key string) (bool, error) {
+	c.lists.Add(1)
+	return c.Store.ListSessionKey(ctx, id, room, key)
+}
+
+// TestSessionKeyListedOnce: a key a session writes again and again (a
+// cursor) is listed once by the node the session is on, not once a
+// write: presence traffic costs Redis no second call per write.
+func TestSessionKeyListedOnce(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	ctx, room := servertest.Context(t), "board"
+	st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "lo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &listCounter{Store: st}
+	e := servertest.Start(t, servertest.Options{Store: c, Server: server.Config{NodeID: "a"}})
+	cl := dialCodec(t, e, "json")
+	for i := range 50 {
+		for _, k := range []string{"cursor", "name"} {
+			if _, err := cl.Put(ctx, room, k, i, client.WithLease("session")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(t, 5*time.Second, "both keys listed", func() bool { return c.lists.Load() >= 2 })
+	time.Sleep(100 * time.Millisecond) // any late listing
+	if n := c.lists.Load(); n != 2 {
+		t.Errorf("100 writes of 2 keys under one session listed %d times, want 2", n)
 	}
 }

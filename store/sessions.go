@@ -30,7 +30,9 @@ type Sessions interface {
 
 // SessionRecord is what a node needs to resume a session it did not open
 // (or opened in an earlier process). The keys bound to the session carry
-// its lease on themselves (KV.Lease), so the record does not list them.
+// its lease on themselves (KV.Lease); a SharedSessions store also lists
+// them beside the record (ListSessionKey), so that ending a session needs
+// no scan of the rooms.
 type SessionRecord struct {
 	ID      string `json:"id"`
 	Subject string `json:"subject"` // only this token subject may resume it
@@ -49,6 +51,14 @@ type SessionRecord struct {
 	Owner    string `json:"owner,omitempty"`
 	Gen      int64  `json:"gen,omitempty"`
 	Deadline int64  `json:"deadline,omitempty"`
+	// Listed: the session was opened by a node that lists its keys
+	// (ListSessionKey); a record without it (an older node's) is ended by
+	// scanning the rooms for its lease.
+	Listed bool `json:"listed,omitempty"`
+
+	// Keys, set by EndDueSessions only, are the keys listed with the
+	// session (ModRev 0: a listed key may have been rewritten since).
+	Keys []LeaseKey `json:"-"`
 }
 
 // SharedSessions is implemented by a store that several nodes share
@@ -74,8 +84,20 @@ type SharedSessions interface {
 	// of the dead nodes, and returns how many.
 	ReleaseSessions(ctx context.Context, dead []string, grace time.Duration) (int, error)
 	// EndDueSessions removes up to max records whose deadline has passed
-	// and returns them: of nodes racing, each record goes to one.
+	// and returns them with their listed keys: of nodes racing, each
+	// record goes to one, which deletes the keys that still carry the
+	// session's lease (CurrentKeys) and then forgets the list.
 	EndDueSessions(ctx context.Context, max int) ([]SessionRecord, error)
+	// ListSessionKey lists key of room beside the record of session id.
+	// It is false when the record is gone (the session ended): the caller
+	// deletes the key, which must not outlive its session.
+	ListSessionKey(ctx context.Context, id, room, key string) (bool, error)
+	// ForgetSessionKeys drops the key list of an ended session once its
+	// keys are deleted. A list nobody forgets (its ender died) expires.
+	ForgetSessionKeys(ctx context.Context, id string) error
+	// CurrentKeys returns those of keys that exist in room, as they are
+	// now (with their lease and revision).
+	CurrentKeys(ctx context.Context, room string, keys []string) ([]KV, error)
 }
 
 func encodeSession(rec SessionRecord) ([]byte, error) { return json.Marshal(rec) }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,6 +19,7 @@ import (
 //	<prefix>:{sessions}:rec    HASH  id -> record (JSON, SessionRecord)
 //	<prefix>:{sessions}:due    ZSET  id -> deadline (detached sessions)
 //	<prefix>:{sessions}:owned  HASH  id -> owner node (attached sessions)
+//	<prefix>:{sessions}:k:<id> SET   room NUL key: the keys written under the session
 //
 // Room keys are <prefix>:{room}:meta|kv|log|ch: no suffix is shared, so a
 // room named "sessions" does not collide. Times are the Redis server's
@@ -83,7 +85,9 @@ for i = 1, #owned, 2 do
   end
 end
 return n`)
-	// endDue: KEYS rec, due, owned; ARGV max. Returns the records removed.
+	// endDue: KEYS rec, due, owned; ARGV max, key-list prefix, its TTL
+	// ms. Returns {record, listed keys, ...} of the records removed; each
+	// list expires unless its ender forgets it first.
 	endDueScript = redis.NewScript(sessionScriptHead + `
 local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 local out = {}
@@ -96,11 +100,23 @@ for _, id in ipairs(ids) do
       redis.call('HDEL', KEYS[1], id)
       redis.call('HDEL', KEYS[3], id)
       out[#out + 1] = v
+      out[#out + 1] = redis.call('SMEMBERS', ARGV[2] .. id)
+      redis.call('PEXPIRE', ARGV[2] .. id, ARGV[3])
     end
   end
 end
 return out`)
+	// listKey: KEYS rec; ARGV key-list prefix, id, room NUL key.
+	listSessionKeyScript = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return 0 end
+redis.call('SADD', ARGV[1] .. ARGV[2], ARGV[3])
+return 1`)
 )
+
+// endedListTTL bounds how long the key list of an ended session stays
+// when its ender dies before forgetting it (an orphan sweep deletes such
+// keys anyway).
+const endedListTTL = time.Hour
 
 // decodeSession reads a record as SaveSession and the scripts write it:
 // JSON, by SessionRecord's tags (the scripts read and change the fields
@@ -117,6 +133,9 @@ func (s *Store) sessionKeys() []string {
 	p := s.cfg.Prefix + ":{sessions}:"
 	return []string{p + "rec", p + "due", p + "owned"}
 }
+
+// sessionKeyList is the prefix of the sessions' key lists.
+func (s *Store) sessionKeyList() string { return s.cfg.Prefix + ":{sessions}:k:" }
 
 // SaveSession writes rec (a new session, or a single-node rewrite) with
 // its index entries.
@@ -173,6 +192,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 		p.HDel(ctx, k[0], id)
 		p.ZRem(ctx, k[1], id)
 		p.HDel(ctx, k[2], id)
+		p.Del(ctx, s.sessionKeyList()+id)
 		return nil
 	})
 	return err
@@ -274,17 +294,69 @@ func (s *Store) EndDueSessions(ctx context.Context, max int) ([]store.SessionRec
 		return nil, err
 	}
 	defer s.mu.RUnlock()
-	v, err := endDueScript.Run(ctx, s.wc, s.sessionKeys(), max).StringSlice()
+	v, err := endDueScript.Run(ctx, s.wc, s.sessionKeys(), max, s.sessionKeyList(), endedListTTL.Milliseconds()).Slice()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.SessionRecord, 0, len(v))
-	for _, enc := range v {
+	out := make([]store.SessionRecord, 0, len(v)/2)
+	for i := 0; i+1 < len(v); i += 2 {
+		enc, _ := v[i].(string)
 		rec, err := decodeSession(enc)
 		if err != nil {
 			return out, err
 		}
+		members, _ := v[i+1].([]any)
+		for _, m := range members {
+			f, _ := m.(string)
+			room, key, ok := strings.Cut(f, "\x00")
+			if !ok {
+				return out, fmt.Errorf("%w: session key list entry %q", store.ErrCorrupt, f)
+			}
+			rec.Keys = append(rec.Keys, store.LeaseKey{Room: room, Key: key})
+		}
 		out = append(out, rec)
+	}
+	return out, nil
+}
+
+func (s *Store) ListSessionKey(ctx context.Context, id, room, key string) (bool, error) {
+	if err := s.begin(); err != nil {
+		return false, err
+	}
+	defer s.mu.RUnlock()
+	n, err := listSessionKeyScript.Run(ctx, s.wc, s.sessionKeys()[:1], s.sessionKeyList(), id, room+"\x00"+key).Int()
+	return n == 1, err
+}
+
+func (s *Store) ForgetSessionKeys(ctx context.Context, id string) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	return s.wc.Del(ctx, s.sessionKeyList()+id).Err()
+}
+
+func (s *Store) CurrentKeys(ctx context.Context, room string, keys []string) ([]store.KV, error) {
+	if err := store.ValidRoom(room); err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	vals, err := s.rc.HMGet(ctx, s.keys(room).kv, keys...).Result()
+	if err != nil {
+		return nil, err
+	}
+	var out []store.KV
+	for i, v := range vals {
+		if rec, ok := v.(string); ok {
+			kv, err := decodeKV(keys[i], rec)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, kv)
+		}
 	}
 	return out, nil
 }

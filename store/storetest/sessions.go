@@ -179,8 +179,19 @@ func testSharedSessions(t *testing.T, s *suite) {
 	if _, _, ok := take("s_b", "alice", "h0", "h1", "n2"); ok {
 		t.Fatal("a session past its deadline taken")
 	}
+	// Keys listed with a session come back with it when it ends, each
+	// once; a missing session lists nothing.
+	for _, k := range [][2]string{{"r", "k"}, {"r", "k"}, {"r2", "j"}} {
+		if ok, err := ss.ListSessionKey(bg, "s_a", k[0], k[1]); !ok || err != nil {
+			t.Fatalf("ListSessionKey(s_a, %v): %v %v", k, ok, err)
+		}
+	}
+	if ok, err := ss.ListSessionKey(bg, "s_none", "r", "k"); ok || err != nil {
+		t.Fatalf("ListSessionKey of a missing session: %v %v, want false", ok, err)
+	}
 	// Many nodes end the due sessions at once: each once.
 	ended := make(chan string, 16)
+	var keysOfA []store.LeaseKey
 	for range 8 {
 		wg.Add(1)
 		go func() {
@@ -191,6 +202,11 @@ func testSharedSessions(t *testing.T, s *suite) {
 			}
 			for _, r := range recs {
 				ended <- r.ID + " " + r.Lease
+				if r.ID == "s_a" {
+					keysOfA = r.Keys // one goroutine gets it
+				} else if len(r.Keys) != 0 {
+					t.Errorf("session %s ended with keys %v, none listed", r.ID, r.Keys)
+				}
 			}
 		}()
 	}
@@ -202,6 +218,24 @@ func testSharedSessions(t *testing.T, s *suite) {
 	}
 	sort.Strings(got)
 	diff(t, "ended sessions", []string{"s_a session:s_a", "s_b session:s_b"}, got)
+	sort.Slice(keysOfA, func(i, j int) bool { return keysOfA[i].Room < keysOfA[j].Room })
+	diff(t, "keys listed with s_a", []store.LeaseKey{{Room: "r", Key: "k"}, {Room: "r2", Key: "j"}}, keysOfA)
+	if err := ss.ForgetSessionKeys(bg, "s_a"); err != nil {
+		t.Fatalf("ForgetSessionKeys: %v", err)
+	}
+	if ok, err := ss.ListSessionKey(bg, "s_a", "r", "late"); ok || err != nil {
+		t.Fatalf("ListSessionKey of an ended session: %v %v, want false (the caller deletes the key)", ok, err)
+	}
+	// CurrentKeys reads keys as they are, lease included; missing ones
+	// are left out.
+	st := ss.(store.Store)
+	if _, err := st.Apply(bg, "cur", store.Write{Ops: []store.Op{{Type: store.OpPut, Key: "a", Value: []byte("1"), Lease: "session:s_c"}, {Type: store.OpPut, Key: "b", Value: []byte("2")}}}); err != nil {
+		t.Fatal(err)
+	}
+	kvs, err := ss.CurrentKeys(bg, "cur", []string{"a", "missing", "b"})
+	if err != nil || len(kvs) != 2 || kvs[0].Key != "a" || kvs[0].Lease != "session:s_c" || kvs[0].ModRev != 1 || kvs[1].Key != "b" || kvs[1].Lease != "" {
+		t.Fatalf("CurrentKeys: %+v %v", kvs, err)
+	}
 	diff(t, "records left", []string{"s_c"}, func() (ids []string) {
 		l, _ := ss.ListSessions(bg)
 		for _, r := range l {
