@@ -47,10 +47,9 @@ type lessor struct {
 	// records, not to a node (server/session.go): stored without a node,
 	// never ended here, skipped by recover, claims and fences. Their keys
 	// are listed beside the record in sessionList, each once per session
-	// held here (listed, under mu).
+	// held here (lease.listed).
 	sharedSessions bool
 	sessionList    store.SharedSessions
-	listed         map[string]map[roomKey]bool
 	// shared keeps the TTL leases when the store several nodes share
 	// keeps them (leases_shared.go); nil: this node's memory does.
 	shared store.SharedLeases
@@ -73,6 +72,10 @@ type lease struct {
 	ttl      time.Duration // TTL leases: the keep-alive period
 	deadline time.Time     // zero while held by an attached session
 	keys     map[roomKey]uint64
+	// listed: a shared session's keys listed with its record from this
+	// node (listSessionKey); listFull: its list is full, none are.
+	listed   map[roomKey]bool
+	listFull bool
 	// owner is the subject that granted the lease: only it may keep the
 	// lease alive, revoke it or bind keys to it. A lease adopted by
 	// recover has no known owner (the store keeps none), so nobody may:
@@ -273,7 +276,6 @@ func (l *lessor) grantID(ctx context.Context, id string, ttl time.Duration, owne
 // dropLocked forgets lease id (ls), giving its owner's count back.
 func (l *lessor) dropLocked(id string, ls *lease) {
 	delete(l.leases, id)
-	delete(l.listed, id)
 	if ls.ttl > 0 && !ls.adopted {
 		if l.owned[ls.owner]--; l.owned[ls.owner] <= 0 {
 			delete(l.owned, ls.owner)
@@ -340,18 +342,27 @@ func (l *lessor) attach(id, room, key string, modRev uint64) {
 		l.attachShared(id, room, key, modRev)
 		return
 	}
+	k := roomKey{room, key}
 	l.mu.Lock()
 	ls := l.leases[id]
 	if ls != nil {
 		// Two writes of one key can attach out of order: keep the later.
-		k := roomKey{room, key}
 		ls.keys[k] = max(ls.keys[k], modRev)
 	}
+	// A shared session held here lists each key once; one missing here
+	// left this node (taken over elsewhere) or ended: its record decides.
+	list := l.sharedSession(id) && (ls == nil || !ls.listFull && !ls.listed[k])
+	if list && ls != nil {
+		if ls.listed == nil {
+			ls.listed = make(map[roomKey]bool)
+		}
+		ls.listed[k] = true
+	}
 	l.mu.Unlock()
-	// A shared session lease missing here left this node (taken over
-	// elsewhere) or ended: its record decides.
 	if l.sharedSession(id) {
-		l.listSessionKey(id, room, key, modRev, ls != nil)
+		if list {
+			l.listSessionKey(id, k, modRev, ls)
+		}
 		return
 	}
 	if ls == nil {

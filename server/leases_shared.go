@@ -70,41 +70,31 @@ func (l *lessor) attachShared(id, room, key string, modRev uint64) {
 	}
 }
 
-// listSessionKey lists key with the record of session lease id, off the
-// write's path, and deletes it when the session ended since the write's
-// check. A session held here lists each key once (held): writing it again
-// costs Redis nothing more. A key it could not list ends with the session
-// by an orphan sweep.
-func (l *lessor) listSessionKey(id, room, key string, modRev uint64, held bool) {
-	k := roomKey{room, key}
-	if held {
-		l.mu.Lock()
-		if l.listed[id][k] {
-			l.mu.Unlock()
-			return
-		}
-		if l.listed == nil {
-			l.listed = make(map[string]map[roomKey]bool)
-		}
-		if l.listed[id] == nil {
-			l.listed[id] = make(map[roomKey]bool)
-		}
-		l.listed[id][k] = true
-		l.mu.Unlock()
-	}
+// listSessionKey lists key k with the record of session lease id, off
+// the write's path, and deletes it when the session ended since the
+// write's check. ls is the lease when held here (attach marked k listed
+// in it, so writing k again costs Redis nothing more), else nil. A key it
+// could not list ends with the session by an orphan sweep.
+func (l *lessor) listSessionKey(id string, k roomKey, modRev uint64, ls *lease) {
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		ok, err := l.sessionList.ListSessionKey(ctx, strings.TrimPrefix(id, "session:"), room, key)
+		got, err := l.sessionList.ListSessionKey(ctx, strings.TrimPrefix(id, "session:"), k.room, k.key)
 		switch {
 		case err != nil:
+			if ls != nil {
+				l.mu.Lock()
+				delete(ls.listed, k) // the next write of it tries again
+				l.mu.Unlock()
+			}
+			l.log.Warn("server: cannot list a key with its session; the orphan sweep will end it with the session", "lease", id, "room", k.room, "key", k.key, "err", err)
+		case got == store.ListFull && ls != nil:
 			l.mu.Lock()
-			delete(l.listed[id], k) // the next write of it tries again
+			ls.listFull, ls.listed = true, nil // its end scans the rooms
 			l.mu.Unlock()
-			l.log.Warn("server: cannot list a key with its session; the orphan sweep will end it with the session", "lease", id, "room", room, "key", key, "err", err)
-		case !ok:
+		case got == store.NotListed:
 			l.deleteKeys(map[roomKey]uint64{k: modRev})
 		}
 	}()

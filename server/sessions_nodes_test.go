@@ -169,7 +169,7 @@ type listCounter struct {
 	lists atomic.Int32
 }
 
-func (c *listCounter) ListSessionKey(ctx context.Context, id, room, key string) (bool, error) {
+func (c *listCounter) ListSessionKey(ctx context.Context, id, room, key string) (store.Listing, error) {
 	c.lists.Add(1)
 	return c.Store.ListSessionKey(ctx, id, room, key)
 }

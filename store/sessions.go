@@ -89,9 +89,12 @@ type SharedSessions interface {
 	// session's lease (CurrentKeys) and then forgets the list.
 	EndDueSessions(ctx context.Context, max int) ([]SessionRecord, error)
 	// ListSessionKey lists key of room beside the record of session id.
-	// It is false when the record is gone (the session ended): the caller
-	// deletes the key, which must not outlive its session.
-	ListSessionKey(ctx context.Context, id, room, key string) (bool, error)
+	// NotListed: the record is gone (the session ended), and the caller
+	// deletes the key, which must not outlive its session. ListFull: the
+	// record does not say Listed (an older build's), or the session has
+	// listed as many keys as the store keeps (then its record no longer
+	// says so): it ends by a scan of the rooms.
+	ListSessionKey(ctx context.Context, id, room, key string) (Listing, error)
 	// ForgetSessionKeys drops the key list of an ended session once its
 	// keys are deleted. A list nobody forgets (its ender died) expires.
 	ForgetSessionKeys(ctx context.Context, id string) error
@@ -99,6 +102,15 @@ type SharedSessions interface {
 	// now (with their lease and revision).
 	CurrentKeys(ctx context.Context, room string, keys []string) ([]KV, error)
 }
+
+// Listing is what ListSessionKey did.
+type Listing int
+
+const (
+	NotListed Listing = iota // the session's record is gone
+	Listed                   // the key is listed with the session
+	ListFull                 // the session's list is full: it ends by a scan
+)
 
 func encodeSession(rec SessionRecord) ([]byte, error) { return json.Marshal(rec) }
 

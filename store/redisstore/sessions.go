@@ -106,17 +106,39 @@ for _, id in ipairs(ids) do
   end
 end
 return out`)
-	// listKey: KEYS rec; ARGV key-list prefix, id, room NUL key.
+	// listKey: KEYS rec; ARGV key-list prefix, id, room NUL key, max
+	// keys, TTL ms. 0: no record; 2: the record does not say listed (an
+	// older build's, or its list filled up: its end scans); 1: listed.
+	// Each listing renews the list's TTL, so a list no ender forgets (one
+	// of an older build) goes.
 	listSessionKeyScript = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return 0 end
-redis.call('SADD', ARGV[1] .. ARGV[2], ARGV[3])
+local v = redis.call('HGET', KEYS[1], ARGV[2])
+if not v then return 0 end
+local r = cjson.decode(v)
+if not r.listed then return 2 end
+local list = ARGV[1] .. ARGV[2]
+if redis.call('SISMEMBER', list, ARGV[3]) == 0 and redis.call('SCARD', list) >= tonumber(ARGV[4]) then
+  r.listed = nil
+  redis.call('HSET', KEYS[1], ARGV[2], cjson.encode(r))
+  redis.call('DEL', list)
+  return 2
+end
+redis.call('SADD', list, ARGV[3])
+redis.call('PEXPIRE', list, ARGV[5])
 return 1`)
 )
 
-// endedListTTL bounds how long the key list of an ended session stays
-// when its ender dies before forgetting it (an orphan sweep deletes such
-// keys anyway).
-const endedListTTL = time.Hour
+const (
+	// endedListTTL bounds how long the key list of an ended session stays
+	// when its ender dies before forgetting it (an orphan sweep deletes
+	// such keys anyway).
+	endedListTTL = time.Hour
+	// listTTL: a list not added to for this long goes, and its session
+	// with it, after its grace, leaves its keys to the orphan sweep.
+	listTTL = 24 * time.Hour
+	// maxListedKeys a session: past them it is ended by a scan.
+	maxListedKeys = 10_000
+)
 
 // decodeSession reads a record as SaveSession and the scripts write it:
 // JSON, by SessionRecord's tags (the scripts read and change the fields
@@ -319,13 +341,14 @@ func (s *Store) EndDueSessions(ctx context.Context, max int) ([]store.SessionRec
 	return out, nil
 }
 
-func (s *Store) ListSessionKey(ctx context.Context, id, room, key string) (bool, error) {
+func (s *Store) ListSessionKey(ctx context.Context, id, room, key string) (store.Listing, error) {
 	if err := s.begin(); err != nil {
-		return false, err
+		return store.NotListed, err
 	}
 	defer s.mu.RUnlock()
-	n, err := listSessionKeyScript.Run(ctx, s.wc, s.sessionKeys()[:1], s.sessionKeyList(), id, room+"\x00"+key).Int()
-	return n == 1, err
+	n, err := listSessionKeyScript.Run(ctx, s.wc, s.sessionKeys()[:1], s.sessionKeyList(), id, room+"\x00"+key,
+		maxListedKeys, listTTL.Milliseconds()).Int()
+	return store.Listing(n), err
 }
 
 func (s *Store) ForgetSessionKeys(ctx context.Context, id string) error {

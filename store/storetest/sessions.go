@@ -106,7 +106,7 @@ func testSharedSessions(t *testing.T, s *suite) {
 	}
 	save := func(id, owner string) {
 		t.Helper()
-		if err := ss.SaveSession(bg, store.SessionRecord{ID: id, Subject: "alice", ResumeHash: []byte("h0"), Lease: "session:" + id, Owner: owner}); err != nil {
+		if err := ss.SaveSession(bg, store.SessionRecord{ID: id, Subject: "alice", ResumeHash: []byte("h0"), Lease: "session:" + id, Owner: owner, Listed: true}); err != nil {
 			t.Fatalf("SaveSession: %v", err)
 		}
 	}
@@ -182,12 +182,12 @@ func testSharedSessions(t *testing.T, s *suite) {
 	// Keys listed with a session come back with it when it ends, each
 	// once; a missing session lists nothing.
 	for _, k := range [][2]string{{"r", "k"}, {"r", "k"}, {"r2", "j"}} {
-		if ok, err := ss.ListSessionKey(bg, "s_a", k[0], k[1]); !ok || err != nil {
-			t.Fatalf("ListSessionKey(s_a, %v): %v %v", k, ok, err)
+		if got, err := ss.ListSessionKey(bg, "s_a", k[0], k[1]); got != store.Listed || err != nil {
+			t.Fatalf("ListSessionKey(s_a, %v): %v %v", k, got, err)
 		}
 	}
-	if ok, err := ss.ListSessionKey(bg, "s_none", "r", "k"); ok || err != nil {
-		t.Fatalf("ListSessionKey of a missing session: %v %v, want false", ok, err)
+	if got, err := ss.ListSessionKey(bg, "s_none", "r", "k"); got != store.NotListed || err != nil {
+		t.Fatalf("ListSessionKey of a missing session: %v %v, want NotListed", got, err)
 	}
 	// Many nodes end the due sessions at once: each once.
 	ended := make(chan string, 16)
@@ -223,8 +223,8 @@ func testSharedSessions(t *testing.T, s *suite) {
 	if err := ss.ForgetSessionKeys(bg, "s_a"); err != nil {
 		t.Fatalf("ForgetSessionKeys: %v", err)
 	}
-	if ok, err := ss.ListSessionKey(bg, "s_a", "r", "late"); ok || err != nil {
-		t.Fatalf("ListSessionKey of an ended session: %v %v, want false (the caller deletes the key)", ok, err)
+	if got, err := ss.ListSessionKey(bg, "s_a", "r", "late"); got != store.NotListed || err != nil {
+		t.Fatalf("ListSessionKey of an ended session: %v %v, want NotListed (the caller deletes the key)", got, err)
 	}
 	// CurrentKeys reads keys as they are, lease included; missing ones
 	// are left out.
