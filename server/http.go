@@ -39,6 +39,9 @@ const (
 	// routes accept only those, so they can neither end nor keep alive a
 	// WebSocket session's lease, whose id derives from the session id.
 	ttlLeasePrefix = "ttl_"
+	// sessionLeasePrefix starts a session's lease id: the session id
+	// follows it.
+	sessionLeasePrefix = "session:"
 )
 
 // replyJSON answers 200 with v as compact JSON. Unlike c.JSON it does not

@@ -128,7 +128,7 @@ func newLessor(e *rooms.Engine, st store.Store, node string, nodeTimeout time.Du
 
 // stored is the name under which the store keeps local lease id.
 func (l *lessor) stored(id string) string {
-	if l.sharedSessions && strings.HasPrefix(id, "session:") || l.sharedTTL(id) {
+	if l.sharedSessions && strings.HasPrefix(id, sessionLeasePrefix) || l.sharedTTL(id) {
 		return id
 	}
 	return l.node + "/" + id
@@ -137,7 +137,7 @@ func (l *lessor) stored(id string) string {
 // sharedSession says whether a stored lease name is a session lease kept
 // by the store's session records (no node in it).
 func (l *lessor) sharedSession(stored string) bool {
-	return l.sharedSessions && strings.HasPrefix(stored, "session:") && !strings.Contains(stored, "/")
+	return l.sharedSessions && strings.HasPrefix(stored, sessionLeasePrefix) && !strings.Contains(stored, "/")
 }
 
 // sharedTTL says whether a stored lease name is a TTL lease kept by the
@@ -351,7 +351,8 @@ func (l *lessor) attach(id, room, key string, modRev uint64) {
 	}
 	// A shared session held here lists each key once; one missing here
 	// left this node (taken over elsewhere) or ended: its record decides.
-	list := l.sharedSession(id) && (ls == nil || !ls.listFull && !ls.listed[k])
+	shared := l.sharedSession(id)
+	list := shared && (ls == nil || !ls.listFull && !ls.listed[k])
 	if list && ls != nil {
 		if ls.listed == nil {
 			ls.listed = make(map[roomKey]bool)
@@ -359,10 +360,10 @@ func (l *lessor) attach(id, room, key string, modRev uint64) {
 		ls.listed[k] = true
 	}
 	l.mu.Unlock()
-	if l.sharedSession(id) {
-		if list {
-			l.listSessionKey(id, k, modRev, ls)
-		}
+	if list {
+		l.listSessionKey(id, k, modRev, ls)
+	}
+	if shared {
 		return
 	}
 	if ls == nil {

@@ -81,7 +81,7 @@ func (l *lessor) listSessionKey(id string, k roomKey, modRev uint64, ls *lease) 
 		defer l.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		got, err := l.sessionList.ListSessionKey(ctx, strings.TrimPrefix(id, "session:"), k.room, k.key)
+		got, err := l.sessionList.ListSessionKey(ctx, strings.TrimPrefix(id, sessionLeasePrefix), k.room, k.key)
 		switch {
 		case err != nil:
 			if ls != nil {

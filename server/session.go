@@ -123,7 +123,7 @@ func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, secre
 		resumed = true
 	} else {
 		s = &session{id: randomID("s_"), subject: subject, conn: c}
-		s.lease = "session:" + s.id
+		s.lease = sessionLeasePrefix + s.id
 		ss.m[s.id] = s
 		ss.leases.grantSession(s.lease, subject)
 	}

@@ -80,7 +80,7 @@ func (ss *sessions) openShared(c *conn, id, resume, subject, secret string) (s *
 		}
 	}
 	s = &session{id: randomID("s_"), subject: subject, conn: c, resume: hash}
-	s.lease = "session:" + s.id
+	s.lease = sessionLeasePrefix + s.id
 	ss.mu.Lock()
 	ss.m[s.id] = s
 	ss.mu.Unlock()
