@@ -2,7 +2,7 @@
 // their revisions and the clients with their watches, live.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openAs, screenshot, startServer } from './support.mjs';
+import { TIMEOUT, launch, openAs, screenshot, startServer } from './support.mjs';
 
 let srv, browser;
 
@@ -30,10 +30,17 @@ test('the inspector shows the rooms with their revision and the clients with the
       await doc.getByTestId('new-card').press('Enter');
     }
     await doc.getByTestId('card').nth(texts.length - 1).waitFor();
-    const rev = Number((await doc.getByTestId('rev').textContent()).replace('rev ', ''));
 
+    // The page may still write after its cards (its presence): wait until
+    // the inspector shows the revision the page holds, read together.
     const row = ins.page.locator('[data-testid=room][data-room="doc:tiny-notes"]');
-    await row.getByTestId('room-rev').filter({ hasText: new RegExp(`^${rev}$`) }).waitFor();
+    let rev = 0, shown = '';
+    for (const end = Date.now() + TIMEOUT; Date.now() < end; await doc.waitForTimeout(100)) {
+      rev = Number((await doc.getByTestId('rev').textContent()).replace('rev ', ''));
+      shown = await row.getByTestId('room-rev').textContent().catch(() => '');
+      if (rev >= texts.length && shown === String(rev)) break;
+    }
+    assert.equal(shown, String(rev), 'the inspector shows the revision the page holds');
     await row.getByText(`${rev - 9}..${rev}`).waitFor();
     await ins.page.locator('[data-testid=room][data-room="lobby:eu"]').waitFor();
     // Each page watches its data and presence/: two live watches per room, none behind.
