@@ -20,6 +20,7 @@ import (
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/auth"
+	"github.com/statecast/statecast/server/internal/wids"
 	"github.com/statecast/statecast/server/wire"
 )
 
@@ -100,7 +101,11 @@ type conn struct {
 	wctx    context.Context
 	wcancel context.CancelFunc
 
-	sess   *session
+	sess *session
+	// wscope: the scope of this connection's write ids (widScope), set
+	// with sess when it has a subject; events of its own subject's writes
+	// are sent with their ids.
+	wscope string
 	claims atomic.Pointer[auth.Claims]
 	addr   string // the peer's address, whose write limit an anonymous client takes
 	// hookHeader: the upgrade request's cookies, for the connect hook.
@@ -571,8 +576,11 @@ func (c *conn) sendReplies() error {
 
 func (c *conn) replyErr(id uint64, e *Error) {
 	m := &wire.Err{T: wire.TErr, ID: id, Code: e.Code, Message: e.Message, Key: e.Key, Line: e.Line, Column: e.Column}
-	if e.Code == wire.CodeConflict { // mod_rev 0 means "absent": say it
+	switch e.Code {
+	case wire.CodeConflict: // mod_rev 0 means "absent": say it
 		m.ModRev, m.Rev = &e.ModRev, &e.Rev
+	case wire.CodeWidReused: // the revision the id committed at
+		m.Rev = &e.Rev
 	}
 	c.reply(m)
 }
@@ -808,11 +816,17 @@ func (c *conn) appendMessage(frame []byte, s *sub, m rooms.Message) []byte {
 			t = wire.TCoalesced
 		}
 		slot := c.slot + boolSlot(s.prev)
-		if m.Rev != m.Change.Rev {
+		if own := c.ownWrite(m); own || m.Rev != m.Change.Rev {
+			// Events of this writer's own writes carry its write ids,
+			// which the shared encodings leave out (server/wids.go). And
 			// v2 writes mod_rev relative to the message's rev, which the
 			// cached list assumes is its Change's (the rooms always make
 			// them equal): never let a mismatch pass as wrong mod_revs.
-			list := c.codec.AppendEventList(nil, m.Rev, wireEvents(m.Change.Events, s.prev, m.Change.Filtered))
+			var wid func(string) string
+			if own {
+				wid = func(stored string) string { return wids.Own(stored, c.wscope) }
+			}
+			list := c.codec.AppendEventList(nil, m.Rev, wireEvents(m.Change.Events, s.prev, m.Change.Filtered, wid))
 			return c.codec.AppendEvents(frame, t, s.id, m.Rev, list)
 		}
 		list := m.Change.Encoded(slot, encoders[slot])
@@ -829,6 +843,24 @@ func (c *conn) appendMessage(frame []byte, s *sub, m rooms.Message) []byte {
 		c.s.log.Error("server: cannot encode a subscription message", "err", err)
 	}
 	return frame
+}
+
+// ownWrite reports whether m holds an event of a write this connection's
+// writer sent (its scope's id): the events of one revision share their id.
+func (c *conn) ownWrite(m rooms.Message) bool {
+	if c.wscope == "" {
+		return false
+	}
+	evs := m.Change.Events
+	if m.Kind == rooms.KindEvents && len(evs) > 1 {
+		evs = evs[:1]
+	}
+	for _, ev := range evs {
+		if ev.Wid != "" && wids.Own(ev.Wid, c.wscope) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // appendEnded tells the client the server ended subscription s.

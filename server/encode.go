@@ -21,7 +21,7 @@ var encoders = [rooms.MaxCodecs]func(*rooms.Change) []byte{
 
 func encoderOf(c wire.Codec, prev bool) func(*rooms.Change) []byte {
 	return func(ch *rooms.Change) []byte {
-		return c.AppendEventList(nil, ch.Rev, wireEvents(ch.Events, prev, ch.Filtered))
+		return c.AppendEventList(nil, ch.Rev, wireEvents(ch.Events, prev, ch.Filtered, nil))
 	}
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/rooms/filter"
@@ -37,6 +38,11 @@ func errorOf(err error, write bool) *Error {
 	var ce *store.ConflictError
 	if errors.As(err, &ce) {
 		return &Error{Code: wire.CodeConflict, Message: ce.Error(), Key: ce.Key, ModRev: ce.ModRev, Rev: ce.Rev}
+	}
+	var re *store.WidReusedError
+	if errors.As(err, &re) {
+		return &Error{Code: wire.CodeWidReused, Rev: re.Rev, Message: fmt.Sprintf(
+			"this write id already committed at revision %d with other conditions or operations; nothing was written (a resend must repeat the write exactly; a new write needs a new id)", re.Rev)}
 	}
 	if fe, ok := filter.AsError(err); ok {
 		return &Error{Code: wire.CodeInvalidFilter, Message: fe.Error(), Line: fe.Line, Column: fe.Column}

@@ -141,6 +141,10 @@ func (c *conn) connect(r *wire.Request) error {
 	}
 	c.mu.Lock()
 	c.sess = sess // even on err: the session detaches when this socket ends
+	// Anonymous clients are sent no ids (server/wids.go).
+	if claims.Subject != "" {
+		c.wscope = widScope(claims)
+	}
 	c.mu.Unlock()
 	if err != nil {
 		// A secret the store does not hold could not resume after a

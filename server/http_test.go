@@ -679,6 +679,59 @@ func TestHTTPLeaseLimit(t *testing.T) {
 	e.do(t, "POST", "/v1/leases", `{"ttl_ms":60000}`).wantErr(t, 413, "too_large")
 }
 
+// TestHTTPIdempotencyKeyBelongsToItsSubject: an Idempotency-Key is its
+// writer's own. Bob's write under the key Alice used applies (it used to
+// be answered as Alice's commit, dup, and never applied); a repeat of
+// one's own key with another body is 422 wid_reused and writes nothing.
+func TestHTTPIdempotencyKeyBelongsToItsSubject(t *testing.T) {
+	a, err := auth.New(auth.Config{HMACSecret: apiTestSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newAPIEnv(t, apiOpts{auth: a})
+	token := func(sub string) string {
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": sub, "exp": time.Now().Add(time.Hour).Unix(),
+			"statecast": map[string]any{"grants": []any{map[string]any{"room": "r", "access": "rw"}}}}).SignedString(apiTestSecret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "Bearer " + tok
+	}
+	alice, bob := token("alice"), token("bob")
+	type dupRev struct {
+		Rev uint64 `json:"rev"`
+		Dup bool   `json:"dup"`
+	}
+	var r dupRev
+	e.do(t, "PUT", "/v1/rooms/r/kv/alice%2Fx", `1`, "Authorization", alice, "Idempotency-Key", "same-id-1").want(t, 200, &r)
+	if r != (dupRev{Rev: 1}) {
+		t.Fatalf("alice's put: %+v, want applied at 1", r)
+	}
+	e.do(t, "PUT", "/v1/rooms/r/kv/bob%2Fx", `2`, "Authorization", bob, "Idempotency-Key", "same-id-1").want(t, 200, &r)
+	if r != (dupRev{Rev: 2}) {
+		t.Fatalf("bob's put under alice's key: %+v, want applied at 2", r)
+	}
+	e.do(t, "PUT", "/v1/rooms/r/kv/alice%2Fx", `1`, "Authorization", alice, "Idempotency-Key", "same-id-1").want(t, 200, &r)
+	if r != (dupRev{Rev: 1, Dup: true}) {
+		t.Errorf("alice's repeat: %+v, want dup at 1", r)
+	}
+	res := e.do(t, "PUT", "/v1/rooms/r/kv/alice%2Fx", `"other"`, "Authorization", alice, "Idempotency-Key", "same-id-1")
+	res.wantErr(t, 422, "wid_reused")
+	if !strings.Contains(string(res.body), `"rev":1`) {
+		t.Errorf("422 body %s, want the revision the key committed at", res.body)
+	}
+	var l struct {
+		Rev   uint64 `json:"rev"`
+		Items []struct {
+			Key string `json:"key"`
+		} `json:"items"`
+	}
+	e.do(t, "GET", "/v1/rooms/r/kv", "", "Authorization", alice).want(t, 200, &l)
+	if l.Rev != 2 || len(l.Items) != 2 || l.Items[0].Key != "alice/x" || l.Items[1].Key != "bob/x" {
+		t.Errorf("room %+v, want alice/x and bob/x at revision 2", l)
+	}
+}
+
 // TestHTTPIdempotencyKey: an HTTP write's Idempotency-Key is its wid: a
 // repeat answers 200 with the original revision and "dup":true and writes
 // nothing; with Idempotency-Since, an unknown key whose history is

@@ -61,6 +61,9 @@ func (s *Server) httpError(err error, c echo.Context) {
 		body["error"].(map[string]any)["mod_rev"] = e.ModRev
 		body["error"].(map[string]any)["rev"] = e.Rev
 	}
+	if e.Code == wire.CodeWidReused {
+		body["error"].(map[string]any)["rev"] = e.Rev
+	}
 	if c.Request().Method == http.MethodHead {
 		_ = c.NoContent(status)
 		return
@@ -88,6 +91,7 @@ var errorStatuses = []struct {
 	{wire.CodeNotFound, http.StatusNotFound},
 	{wire.CodeNotFound, http.StatusMethodNotAllowed},
 	{wire.CodeConflict, http.StatusPreconditionFailed},
+	{wire.CodeWidReused, http.StatusUnprocessableEntity},
 	{wire.CodeTooLarge, http.StatusRequestEntityTooLarge},
 	{wire.CodeRateLimited, http.StatusTooManyRequests},
 	{wire.CodeTooManySubs, http.StatusTooManyRequests},

@@ -14,7 +14,7 @@ func TestErrorStatusTable(t *testing.T) {
 		wire.CodeBadRequest: 400, wire.CodeInvalidRoom: 400, wire.CodeInvalidKey: 400, wire.CodeInvalidValue: 400,
 		wire.CodeUnauthorized: 401, wire.CodeForbidden: 403, wire.CodeNotFound: 404, wire.CodeConflict: 412,
 		wire.CodeTooLarge: 413, wire.CodeRateLimited: 429, wire.CodeInternal: 500, wire.CodeTooManySubs: 429, wire.CodeInvalidFilter: 400,
-		wire.CodeUnavailable: 503, wire.CodeOutcomeUnknown: 504,
+		wire.CodeUnavailable: 503, wire.CodeOutcomeUnknown: 504, wire.CodeWidReused: 422,
 	}
 	for code, want := range statuses {
 		if got := statusOf(&Error{Code: code}); got != want {

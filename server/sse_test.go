@@ -479,7 +479,7 @@ func TestSSEEncoding(t *testing.T) {
 		}
 	}
 	putJSON := `{"type":"put","key":"k","value":{"a":"<b>"},"create_rev":2,"mod_rev":9,"version":3,"lease":true}`
-	delJSON := `{"type":"delete","key":"d","mod_rev":9,"wid":"c1-9"}`
+	delJSON := `{"type":"delete","key":"d","mod_rev":9}` // an SSE stream is sent no write ids (server/wids.go)
 	want := "id: 7\nevent: reset\ndata: " + `{"epoch":"e1","rev":7,"reason":"slow","items":[{"key":"k","value":{"a":"<b>"},"create_rev":2,"mod_rev":9,"version":3,"lease":true}]}` + "\n\n" +
 		"id: 9\nevent: put\ndata: {\"rev\":9,\"events\":[" + putJSON + "]}\n\n" +
 		"id: 9\nevent: delete\ndata: {\"rev\":9,\"events\":[" + delJSON + "]}\n\n" +

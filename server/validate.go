@@ -7,6 +7,7 @@ import (
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/hooks"
+	"github.com/statecast/statecast/server/internal/wids"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 )
@@ -120,7 +121,11 @@ func hasCond(conds []store.Cond, key string) bool {
 // the store's answer when the id cannot be decided (outcome_unknown);
 // nil, nil when the id has not committed.
 func (s *Server) committedWid(ctx context.Context, room string, w store.Write, key string, modRev uint64) (*store.Result, error) {
-	probe := store.Write{Wid: w.Wid, Since: w.Since, Conds: []store.Cond{{Key: key, ModRev: modRev}}}
+	probe := store.Write{Wid: w.Wid, Since: w.Since, Fingerprint: w.Fingerprint, LegacyWid: w.LegacyWid,
+		Conds: []store.Cond{{Key: key, ModRev: modRev}}}
+	if w.Wid != "" && probe.Fingerprint == "" {
+		probe.Fingerprint = store.FingerprintOf(w) // the write's, not the probe's
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer cancel()
 	res, err := s.engine.Apply(ctx, room, probe)
@@ -142,7 +147,7 @@ func (s *Server) committedWid(ctx context.Context, room string, w store.Write, k
 // validateRequest is the hook's view of w: its ops as the client spelt
 // them ("session" for the writer's session lease).
 func validateRequest(room string, w store.Write, modRevs map[string]uint64, claims *auth.Claims, sess *session) *hooks.ValidateRequest {
-	req := &hooks.ValidateRequest{Subject: claims.Subject, Room: room, ModRevs: modRevs, Wid: w.Wid,
+	req := &hooks.ValidateRequest{Subject: claims.Subject, Room: room, ModRevs: modRevs, Wid: wids.Client(w.Wid),
 		Ops: make([]hooks.Op, len(w.Ops)), Conds: make([]hooks.Cond, len(w.Conds))}
 	if sess != nil {
 		req.Session = sess.id

@@ -45,6 +45,9 @@ func (s *Server) write(ctx context.Context, r *wire.Request, claims *auth.Claims
 	if err != nil {
 		return store.Result{}, err
 	}
+	if w, err = scopeWid(w, widScope(claims)); err != nil {
+		return store.Result{}, err
+	}
 	res, err := s.apply(ctx, r.Room, w, claims, sess)
 	if err != nil {
 		return res, errorOf(err, true)

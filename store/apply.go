@@ -2,6 +2,9 @@ package store
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 )
@@ -55,21 +58,74 @@ func plan(w Write, head uint64, get func(key string) (KV, bool, error)) ([]Event
 }
 
 // seenWid checks w's write id before w is planned, in the same atomic
-// step as its commit. committed looks the id up among the room's
-// remembered ids, which cover the revisions from oldest on. It returns the
-// revision the id committed at (dup), or ErrWidCompacted when the id is
-// unknown but the first attempt may have committed before oldest.
-func seenWid(w Write, oldest uint64, committed func(wid string) (uint64, bool, error)) (rev uint64, dup bool, err error) {
+// step as its commit. committed looks an id up among the room's
+// remembered ids, which cover the revisions from oldest on, and returns
+// the fingerprint remembered with it ("" for none). It returns the
+// revision the id committed at (dup); a *WidReusedError when it committed
+// with another fingerprint; ErrWidCompacted when the id is unknown but the
+// first attempt may have committed before oldest.
+func seenWid(w Write, oldest uint64, committed func(wid string) (rev uint64, fp string, ok bool, err error)) (rev uint64, dup bool, err error) {
 	if w.Wid == "" {
 		return 0, false, nil
 	}
-	if rev, dup, err = committed(w.Wid); dup || err != nil {
-		return rev, dup, err
+	rev, fp, dup, err := committed(w.Wid)
+	if err != nil {
+		return 0, false, err
+	}
+	if dup {
+		if fp != "" && fp != fingerprint(w) {
+			return rev, false, &WidReusedError{Rev: rev}
+		}
+		return rev, true, nil
+	}
+	if w.LegacyWid != "" {
+		if rev, _, dup, err = committed(w.LegacyWid); dup || err != nil {
+			return rev, dup, err
+		}
 	}
 	if w.Since != nil && *w.Since < oldest-1 { // oldest >= 1; since+1 may overflow
 		return 0, false, fmt.Errorf("%w (oldest retained revision %d, write first sent after %d)", ErrWidCompacted, oldest, *w.Since)
 	}
 	return 0, false, nil
+}
+
+// fingerprint is w's Fingerprint, or FingerprintOf(w) when it has none.
+func fingerprint(w Write) string {
+	if w.Fingerprint != "" {
+		return w.Fingerprint
+	}
+	return FingerprintOf(w)
+}
+
+// FingerprintOf identifies w's content for its write id: its conditions
+// and its operations (type, key, value), in order; not its leases, which
+// a retry on a new connection may name differently, nor its id or since.
+// 96 bits of SHA-256, in base64url (16 bytes).
+func FingerprintOf(w Write) string {
+	h := sha256.New()
+	var b []byte
+	str := func(s []byte) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	for _, c := range w.Conds {
+		b = append(b[:0], 'c')
+		str([]byte(c.Key))
+		b = binary.AppendUvarint(b, c.ModRev)
+		h.Write(b)
+	}
+	for _, op := range w.Ops {
+		b = append(b[:0], 'o', byte(op.Type))
+		str([]byte(op.Key))
+		h.Write(b)
+		if op.Type == OpPut {
+			b = binary.AppendUvarint(b[:0], uint64(len(op.Value)))
+			h.Write(b)
+			h.Write(op.Value)
+		}
+	}
+	var sum [sha256.Size]byte
+	return base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:12])
 }
 
 // NewEpoch returns a fresh random epoch id.

@@ -26,6 +26,8 @@ var (
 	// the history since its first attempt (Write.Since) is compacted, so
 	// whether that attempt committed cannot be told. Nothing was written.
 	ErrWidCompacted = errors.New("store: write id not found and the room's history since the write was first sent has been compacted; whether it committed is unknown")
+	// ErrWidReused matches any *WidReusedError.
+	ErrWidReused = errors.New("store: write id already used by a different write")
 	// ErrCompacted matches any *CompactedError.
 	ErrCompacted = errors.New("store: required revision has been compacted")
 	// ErrConflict matches any *ConflictError.
@@ -58,3 +60,16 @@ func (e *CompactedError) Error() string {
 }
 
 func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }
+
+// WidReusedError reports a write whose id (Write.Wid) already committed
+// with other content (Write.Fingerprint): a repeat must be the same write,
+// so nothing was written.
+type WidReusedError struct {
+	Rev uint64 // the revision the id committed at
+}
+
+func (e *WidReusedError) Error() string {
+	return fmt.Sprintf("store: write id already committed at revision %d with different conditions or operations", e.Rev)
+}
+
+func (e *WidReusedError) Is(target error) bool { return target == ErrWidReused }

@@ -116,6 +116,10 @@ const (
 //	rooms/<room>/log/<rev as 8-byte big endian> → batch record
 //	rooms/<room>/wids/<wid> → uvarint(rev): the write ids of the logged
 //	                          batches (created by the first write with one)
+//	rooms/<room>/widfps/<wid> → the fingerprint of the write (Write.Fingerprint);
+//	                          a bucket of its own, so an older binary, which
+//	                          decodes wids values strictly, reads this file as
+//	                          it wrote it (its ids have no fingerprint)
 var (
 	bucketMeta  = []byte("meta")
 	bucketRooms = []byte("rooms")
@@ -129,6 +133,7 @@ var (
 	bucketKV    = []byte("kv")
 	bucketLog   = []byte("log")
 	bucketWids  = []byte("wids")
+	bucketFps   = []byte("widfps")
 )
 
 // OpenFile opens (creating when missing) the database at cfg.Path and

@@ -251,8 +251,8 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 	}
 	// The ids of the logged batches oldest..head are in widb (this
 	// transaction's earlier writes included).
-	if rev, dup, err := seenWid(r.w, m.oldest, func(wid string) (uint64, bool, error) {
-		return storedWid(widb, wid)
+	if rev, dup, err := seenWid(r.w, m.oldest, func(wid string) (uint64, string, bool, error) {
+		return storedWid(rb, widb, wid)
 	}); dup || err != nil {
 		r.res, r.err = Result{Epoch: f.epoch, Rev: rev, Dup: dup}, err
 		return false, nil
@@ -339,7 +339,7 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 		if err := logb.Put(revKey(b.Rev), rec); err != nil {
 			return false, &fatalError{err}
 		}
-		if err := rememberWid(rb, &widb, r.w.Wid, b.Rev); err != nil {
+		if err := rememberWid(rb, &widb, r.w, b.Rev); err != nil {
 			return false, &fatalError{err}
 		}
 	}
@@ -348,9 +348,15 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 			return false, &fatalError{err}
 		}
 	}
+	fpb := rb.Bucket(bucketFps)
 	for _, wid := range forget {
 		if err := widb.Delete([]byte(wid)); err != nil {
 			return false, &fatalError{err}
+		}
+		if fpb != nil {
+			if err := fpb.Delete([]byte(wid)); err != nil {
+				return false, &fatalError{err}
+			}
 		}
 	}
 	if err := rb.Put(keyRoomMeta, encodeMeta(m)); err != nil {
@@ -366,20 +372,25 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 	return true, nil
 }
 
-// storedWid looks a write id up in a room's wids bucket (nil: none yet).
-func storedWid(widb *bolt.Bucket, wid string) (uint64, bool, error) {
+// storedWid looks a write id up in a room's wids bucket (nil: none yet),
+// with its fingerprint ("" when written by an older binary).
+func storedWid(rb, widb *bolt.Bucket, wid string) (uint64, string, bool, error) {
 	if widb == nil {
-		return 0, false, nil
+		return 0, "", false, nil
 	}
 	v := widb.Get([]byte(wid))
 	if v == nil {
-		return 0, false, nil
+		return 0, "", false, nil
 	}
 	rev, n := binary.Uvarint(v)
 	if n != len(v) {
-		return 0, false, fmt.Errorf("%w: write id %q has a bad revision", ErrCorrupt, wid)
+		return 0, "", false, fmt.Errorf("%w: write id %q has a bad revision", ErrCorrupt, wid)
 	}
-	return rev, true, nil
+	var fp string
+	if fpb := rb.Bucket(bucketFps); fpb != nil {
+		fp = string(fpb.Get([]byte(wid)))
+	}
+	return rev, fp, true, nil
 }
 
 // droppedWids reads the write ids of the logged revisions from..to, which
@@ -402,10 +413,10 @@ func droppedWids(widb, logb *bolt.Bucket, from, to uint64) ([]string, error) {
 	return out, nil
 }
 
-// rememberWid records that wid ("" for none) committed at rev, creating
-// the room's wids bucket on its first use.
-func rememberWid(rb *bolt.Bucket, widb **bolt.Bucket, wid string, rev uint64) error {
-	if wid == "" {
+// rememberWid records that w's id ("" for none) committed at rev, with
+// its fingerprint, creating the room's buckets on their first use.
+func rememberWid(rb *bolt.Bucket, widb **bolt.Bucket, w Write, rev uint64) error {
+	if w.Wid == "" {
 		return nil
 	}
 	if *widb == nil {
@@ -415,5 +426,12 @@ func rememberWid(rb *bolt.Bucket, widb **bolt.Bucket, wid string, rev uint64) er
 		}
 		*widb = b
 	}
-	return (*widb).Put([]byte(wid), binary.AppendUvarint(nil, rev))
+	if err := (*widb).Put([]byte(w.Wid), binary.AppendUvarint(nil, rev)); err != nil {
+		return err
+	}
+	fpb, err := rb.CreateBucketIfNotExists(bucketFps)
+	if err != nil {
+		return err
+	}
+	return fpb.Put([]byte(w.Wid), []byte(fingerprint(w)))
 }

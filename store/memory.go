@@ -51,9 +51,15 @@ type memRoom struct {
 	bytes     int64         // EventBytes of hist
 	total     *atomic.Int64 // the store's histBytes
 	followers map[*func(Batch)]struct{}
-	// wids maps the write ids of the retained batches to their revision;
-	// nil until a write carries one.
-	wids map[string]uint64
+	// wids maps the write ids of the retained batches to their revision
+	// and fingerprint; nil until a write carries one.
+	wids map[string]widRecord
+}
+
+// widRecord is what a room remembers of a write id.
+type widRecord struct {
+	rev uint64
+	fp  string
 }
 
 // NewMemory returns an empty Memory store with a fresh epoch.
@@ -111,9 +117,9 @@ func (m *Memory) Apply(ctx context.Context, room string, w Write) (Result, error
 func (m *Memory) apply(r *memRoom, room string, w Write) (Result, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if rev, dup, err := seenWid(w, r.oldestLocked(), func(wid string) (uint64, bool, error) {
-		rev, ok := r.wids[wid]
-		return rev, ok, nil
+	if rev, dup, err := seenWid(w, r.oldestLocked(), func(wid string) (uint64, string, bool, error) {
+		rec, ok := r.wids[wid]
+		return rec.rev, rec.fp, ok, nil
 	}); dup || err != nil {
 		return Result{Epoch: m.epoch, Rev: rev, Dup: dup}, err
 	}
@@ -142,9 +148,9 @@ func (m *Memory) apply(r *memRoom, room string, w Write) (Result, error) {
 	r.total.Add(n)
 	if w.Wid != "" {
 		if r.wids == nil {
-			r.wids = make(map[string]uint64)
+			r.wids = make(map[string]widRecord)
 		}
-		r.wids[w.Wid] = r.rev
+		r.wids[w.Wid] = widRecord{rev: r.rev, fp: fingerprint(w)}
 	}
 	r.trimLocked(m.cfg.Retention.For(room), b.Time)
 	for fn := range r.followers {

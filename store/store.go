@@ -112,15 +112,31 @@ type Cond struct {
 type Write struct {
 	Conds []Cond
 	Ops   []Op
-	// Wid, when set, is the client's id of this write (ValidWid), which
+	// Wid, when set, is the id of this write (ValidStoredWid), which
 	// makes it idempotent within the room: Apply checks it and commits in
 	// one atomic step, so a write whose Wid already committed in the room
 	// is not applied again and Apply returns that commit's revision with
 	// Dup set. The store remembers a room's wids for as long as it
 	// retains the revisions that carried them. Every event of the write
 	// carries it. A write that failed or changed nothing is not
-	// remembered: a repeat is evaluated again.
+	// remembered: a repeat is evaluated again. The server scopes a
+	// client's id to its writer (server/wids.go), so two writers' ids
+	// never meet here.
 	Wid string
+	// Fingerprint, with Wid, identifies the write's content (its
+	// conditions and operations: FingerprintOf) and is remembered with
+	// the id. A repeat of a committed id whose fingerprint differs is
+	// another write under a reused id: Apply fails with a
+	// *WidReusedError and writes nothing. Empty: the store computes it
+	// from w. An id remembered without one (written by an older build)
+	// matches any.
+	Fingerprint string
+	// LegacyWid, with Wid, is the id as a build before write ids were
+	// scoped stored it: found among the room's ids, it counts as this
+	// write's commit (Dup), so a write first sent to an older node and
+	// retried on this one during a rolling upgrade is not applied twice.
+	// It is looked up, never stored.
+	LegacyWid string
 	// Since, with Wid, is a revision of the room seen before the write was
 	// first sent: that attempt can only have committed after it. When the
 	// store does not know Wid and no longer retains the revision after

@@ -19,8 +19,11 @@ const (
 	defaultMaxValueBytes = 256 << 10
 	defaultMaxOps        = 256
 	maxRoomBytes         = 128
-	// MaxWidBytes bounds a write id (Write.Wid).
+	// MaxWidBytes bounds a client's write id (ValidWid).
 	MaxWidBytes = 64
+	// MaxStoredWidBytes bounds Write.Wid: a client's id with the scope
+	// the server puts before it, and Write.Fingerprint.
+	MaxStoredWidBytes = 128
 )
 
 // WithDefaults returns l with zero fields set to their defaults.
@@ -60,9 +63,15 @@ func ValidRoom(name string) error {
 // ValidWid reports whether wid is a valid write id: 1 to MaxWidBytes
 // bytes of printable ASCII without space (0x21-0x7e), so it is safe in a
 // header, a log line and every store's encoding.
-func ValidWid(wid string) error {
-	if wid == "" || len(wid) > MaxWidBytes {
-		return fmt.Errorf("%w: must be 1 to %d bytes, got %d", ErrInvalidWid, MaxWidBytes, len(wid))
+func ValidWid(wid string) error { return validWid(wid, MaxWidBytes) }
+
+// ValidStoredWid is ValidWid for Write.Wid, which may be longer: up to
+// MaxStoredWidBytes.
+func ValidStoredWid(wid string) error { return validWid(wid, MaxStoredWidBytes) }
+
+func validWid(wid string, max int) error {
+	if wid == "" || len(wid) > max {
+		return fmt.Errorf("%w: must be 1 to %d bytes, got %d", ErrInvalidWid, max, len(wid))
 	}
 	for i := 0; i < len(wid); i++ {
 		if c := wid[i]; c < 0x21 || c > 0x7e {
@@ -103,11 +112,21 @@ func (l Limits) Validate(room string, w Write) error {
 		return ErrEmptyWrite
 	}
 	if w.Wid != "" {
-		if err := ValidWid(w.Wid); err != nil {
+		if err := ValidStoredWid(w.Wid); err != nil {
 			return err
 		}
-	} else if w.Since != nil {
-		return fmt.Errorf("%w: since is given without a write id", ErrInvalidWid)
+		if w.Fingerprint != "" {
+			if err := ValidStoredWid(w.Fingerprint); err != nil {
+				return fmt.Errorf("fingerprint: %w", err)
+			}
+		}
+		if w.LegacyWid != "" {
+			if err := ValidWid(w.LegacyWid); err != nil {
+				return fmt.Errorf("legacy id: %w", err)
+			}
+		}
+	} else if w.Since != nil || w.Fingerprint != "" || w.LegacyWid != "" {
+		return fmt.Errorf("%w: since, fingerprint or legacy id given without a write id", ErrInvalidWid)
 	}
 	if n := len(w.Ops) + len(w.Conds); n > l.MaxOps {
 		return fmt.Errorf("%w: %d exceeds the limit of %d", ErrTooManyOps, n, l.MaxOps)

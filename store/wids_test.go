@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"reflect"
@@ -70,10 +71,16 @@ func TestFileWidsGoWithTheLog(t *testing.T) {
 	}
 	// Revision i+1 had id wi for even i; 9..11 are retained after this.
 	mustApply(t, f, "ids", Write{Ops: []Op{{Type: OpPut, Key: "k", Value: []byte("v")}}, Wid: "w10"})
-	var got []string
+	var got, fps []string
 	err := f.view(func(tx *bolt.Tx) error {
-		if roomBucket(tx, "plain").Bucket(bucketWids) != nil {
-			t.Error("a room never written with a wid has a wids bucket")
+		if roomBucket(tx, "plain").Bucket(bucketWids) != nil || roomBucket(tx, "plain").Bucket(bucketFps) != nil {
+			t.Error("a room never written with a wid has a wids or fingerprints bucket")
+		}
+		if err := roomBucket(tx, "ids").Bucket(bucketFps).ForEach(func(k, v []byte) error {
+			fps = append(fps, string(k))
+			return nil
+		}); err != nil {
+			return err
 		}
 		return roomBucket(tx, "ids").Bucket(bucketWids).ForEach(func(k, v []byte) error {
 			got = append(got, string(k))
@@ -83,7 +90,36 @@ func TestFileWidsGoWithTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"w10", "w8"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("wids remembered %v, want those of the retained revisions %v", got, want)
+	if want := []string{"w10", "w8"}; !reflect.DeepEqual(got, want) || !reflect.DeepEqual(fps, want) {
+		t.Errorf("wids remembered %v, fingerprints %v, want those of the retained revisions %v", got, fps, want)
+	}
+}
+
+// TestFileWidOfAnOlderBinary: an id an older binary remembered has no
+// fingerprint; a repeat of it is its commit whatever it carries, and the
+// file stays readable by that binary (the wids values keep their form).
+func TestFileWidOfAnOlderBinary(t *testing.T) {
+	dir := t.TempDir()
+	f := openFile(t, dir, FileConfig{})
+	first := mustApply(t, f, "r", Write{Ops: []Op{{Type: OpPut, Key: "k", Value: []byte("v")}}, Wid: "old"})
+	err := f.db.Update(func(tx *bolt.Tx) error { // as the older binary left it
+		return roomBucket(tx, "r").DeleteBucket(bucketFps)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := mustApply(t, f, "r", Write{Ops: []Op{{Type: OpPut, Key: "k", Value: []byte("other")}}, Wid: "old"})
+	if !res.Dup || res.Rev != first.Rev {
+		t.Errorf("repeat of an older binary's id: %+v, want dup at %d", res, first.Rev)
+	}
+	err = f.view(func(tx *bolt.Tx) error {
+		v := roomBucket(tx, "r").Bucket(bucketWids).Get([]byte("old"))
+		if rev, n := binary.Uvarint(v); n != len(v) || rev != first.Rev {
+			t.Errorf("wids value %x, want uvarint(%d) alone, as an older binary reads it", v, first.Rev)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -436,10 +436,13 @@ var Writes = class {
     done();
     this.flush();
   }
-  /** An event of the write `wid` was applied at `rev`: it committed, whether or not its reply comes. */
-  wid(wid, rev) {
+  /**
+   * Events of the write `wid`, on `keys` of `room`, were applied at `rev`: it committed, whether or not
+   * its reply comes. Only an event of this write can say so: same room, and keys it writes.
+   */
+  wid(wid, rev, room, keys) {
     const w = this.list.find((x) => x.msg.wid === wid);
-    if (w) this.ack(w, rev);
+    if (w && w.room === room && keys.every((k) => w.keys.includes(k))) this.ack(w, rev);
   }
   /** Rolls back `w` and the writes that were to apply on it, and rejects them. */
   fail(w, err) {
@@ -911,13 +914,18 @@ var Watch = class extends Emitter {
       if (ev.type === "delete" || ev.type === "leave") this.base.delete(ev.key);
       else this.base.set(ev.key, toEntry(ev));
       keys.push(ev.key);
-      if (ev.wid) wids.set(ev.wid, Math.max(wids.get(ev.wid) ?? 0, ev.mod_rev));
+      if (ev.wid) {
+        const w = wids.get(ev.wid) ?? { rev: 0, keys: [] };
+        w.rev = Math.max(w.rev, ev.mod_rev);
+        w.keys.push(ev.key);
+        wids.set(ev.wid, w);
+      }
     }
     this.r = m.rev;
     const changes = this.update(keys, m.rev, cause);
     if (this.replaying) this.replayed += changes.length;
     this.deliver(changes, m.rev, cause);
-    for (const [wid, rev] of wids) this.owner._wid(wid, rev);
+    for (const [wid, w] of wids) this.owner._wid(wid, w.rev, this.room, w.keys);
   }
   /** Shows `keys` as they are now (confirmed, or a pending write over it); returns the changes. */
   update(keys, rev, cause) {
@@ -1187,8 +1195,8 @@ var Client = class extends Emitter {
     return this.writes.overlay(room, key);
   }
   /** @internal See {@link WatchOwner}. */
-  _wid(wid, rev) {
-    this.writes.wid(wid, rev);
+  _wid(wid, rev, room, keys) {
+    this.writes.wid(wid, rev, room, keys);
   }
   /** @internal See {@link WatchOwner}. */
   _flush() {

@@ -254,8 +254,8 @@ export class Client extends Emitter<ClientEvents> {
   }
 
   /** @internal See {@link WatchOwner}. */
-  _wid(wid: string, rev: number): void {
-    this.writes.wid(wid, rev);
+  _wid(wid: string, rev: number, room: string, keys: string[]): void {
+    this.writes.wid(wid, rev, room, keys);
   }
 
   /** @internal See {@link WatchOwner}. */

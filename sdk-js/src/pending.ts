@@ -133,10 +133,13 @@ export class Writes {
     this.flush();
   }
 
-  /** An event of the write `wid` was applied at `rev`: it committed, whether or not its reply comes. */
-  wid(wid: string, rev: number): void {
+  /**
+   * Events of the write `wid`, on `keys` of `room`, were applied at `rev`: it committed, whether or not
+   * its reply comes. Only an event of this write can say so: same room, and keys it writes.
+   */
+  wid(wid: string, rev: number, room: string, keys: string[]): void {
     const w = this.list.find((x) => x.msg.wid === wid);
-    if (w) this.ack(w, rev);
+    if (w && w.room === room && keys.every((k) => w.keys.includes(k))) this.ack(w, rev);
   }
 
   /** Rolls back `w` and the writes that were to apply on it, and rejects them. */

@@ -108,8 +108,8 @@ export interface WatchOwner {
   _unwatch(w: Watch<any>): void;
   /** The pending write shown over the confirmed value of a key. */
   _overlay(room: string, key: string): Op | undefined;
-  /** An event of the write `wid` was applied at `rev`. */
-  _wid(wid: string, rev: number): void;
+  /** Events of the write `wid`, on `keys` of `room`, were applied at `rev`. */
+  _wid(wid: string, rev: number, room: string, keys: string[]): void;
   /** A watch caught up: writes held back for it may go. */
   _flush(): void;
 }
@@ -373,21 +373,27 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     const coalesced = m.t === 'coalesced';
     const cause: ChangeCause = coalesced ? 'coalesced' : this.replaying ? 'replay' : 'live';
     const keys: string[] = [];
-    // Each write of this client at the revision its own events carry: a coalesced message's rev covers more.
-    const wids = new Map<string, number>();
+    // Each write of this client at the revision its own events carry (a coalesced message's rev covers
+    // more), with the keys they changed: the server sends a wid only to its writer's own watches.
+    const wids = new Map<string, { rev: number; keys: string[] }>();
     for (const ev of m.events ?? []) {
       if (coalesced && ev.mod_rev <= this.r) continue;
       if (ev.type === 'delete' || ev.type === 'leave') this.base.delete(ev.key);
       else this.base.set(ev.key, toEntry<V>(ev as WireItem));
       keys.push(ev.key);
-      if (ev.wid) wids.set(ev.wid, Math.max(wids.get(ev.wid) ?? 0, ev.mod_rev));
+      if (ev.wid) {
+        const w = wids.get(ev.wid) ?? { rev: 0, keys: [] };
+        w.rev = Math.max(w.rev, ev.mod_rev);
+        w.keys.push(ev.key);
+        wids.set(ev.wid, w);
+      }
     }
     this.r = m.rev;
     const changes = this.update(keys, m.rev, cause);
     if (this.replaying) this.replayed += changes.length;
     this.deliver(changes, m.rev, cause);
     // After the changes: confirming a write of this client shows its keys anew.
-    for (const [wid, rev] of wids) this.owner._wid(wid, rev);
+    for (const [wid, w] of wids) this.owner._wid(wid, w.rev, this.room, w.keys);
   }
 
   /** Shows `keys` as they are now (confirmed, or a pending write over it); returns the changes. */

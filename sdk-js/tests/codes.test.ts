@@ -76,6 +76,7 @@ test('codes: every error code of PROTOCOL.md §4 is known, and a reply with it b
     invalid_filter: InvalidFilterError,
     too_large: TooLargeError,
     conflict: ConflictError,
+    wid_reused: StatecastError, // the SDK never reuses an id: a plain error, rolled back
     unauthorized: UnauthorizedError,
     forbidden: ForbiddenError,
     rate_limited: RateLimitedError,

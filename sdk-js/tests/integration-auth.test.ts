@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import WebSocket from 'ws';
 import { createClient, ForbiddenError, RateLimitedError, UnauthorizedError, type Client, type ClientOptions } from '../dist/index.js';
-import { startServer, type Server } from './support/server.js';
+import { replyLosingWebSocket, startServer, type Server } from './support/server.js';
 import { record, sleep, until } from './support/util.js';
 
 const SECRET = 'sdk-test-secret-0123456789abcdef0123456789';
@@ -128,4 +128,28 @@ test('auth: writes over the rate limit reject with RateLimitedError, the others 
   const ok = results.filter((r) => r.status === 'fulfilled').length;
   assert.equal(limited + ok, 30);
   assert.ok(limited >= 10 && ok >= 5, `ok ${ok}, rate limited ${limited}`);
+});
+
+test('auth (wids): a write whose reply was lost is confirmed by its event in the replay, never sent again; another subject is never sent its id', async () => {
+  const lossy = replyLosingWebSocket();
+  const a = client({ WebSocket: lossy.WebSocket, token: jwt('wid-ann', 600) });
+  const frames: string[] = [];
+  class Recording extends WebSocket {
+    constructor(url: string, protocols: string[]) {
+      super(url, protocols);
+      this.on('message', (d) => frames.push(String(d)));
+    }
+  }
+  const b = client({ WebSocket: Recording, token: jwt('wid-bob', 600) });
+  const room = 'auth:lost';
+  const [w, wb] = [a.room(room).watch(), b.room(room).watch()];
+  await Promise.all([w.ready(), wb.ready()]);
+  lossy.loseReplyTo('put');
+  const { rev } = await a.room(room).put('k', 1, { ifModRev: 0 });
+  assert.equal(lossy.sent.filter((m) => m.t === 'put').length, 1, 'not sent again');
+  assert.equal(lossy.sent.filter((m) => m.t === 'connect').length, 2, 'the reply was lost with the socket');
+  assert.deepEqual([w.get('k'), w.entry('k')!.modRev, w.entry('k')!.version, w.entry('k')!.pending], [1, rev, 1, undefined]);
+  await until(() => wb.rev === rev);
+  const wid = lossy.sent.find((m) => m.t === 'put')!.wid as string;
+  assert.ok(!frames.some((f) => f.includes(wid)), 'bob was sent ann\'s write id');
 });

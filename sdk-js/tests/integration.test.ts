@@ -423,7 +423,7 @@ test('integration: an offline write shows at once in its own client only, and is
   assert.deepEqual(wb.entries(), wa.entries());
 });
 
-test('integration (wids): a write whose reply was lost is confirmed by its event in the replay, never sent again', async () => {
+test('integration (wids): a write whose reply was lost, watched by its anonymous client, is sent again with its wid and applied once (anonymous clients are sent no ids: integration-auth has the confirmation by event)', async () => {
   const lossy = replyLosingWebSocket();
   const a = client({ WebSocket: lossy.WebSocket, url: srv.ws });
   const room = roomName('lost:');
@@ -431,7 +431,9 @@ test('integration (wids): a write whose reply was lost is confirmed by its event
   await w.ready();
   lossy.loseReplyTo('put');
   const { rev } = await a.room(room).put('k', 1, { ifModRev: 0 });
-  assert.equal(lossy.sent.filter((m) => m.t === 'put').length, 1, 'not sent again');
+  const puts = lossy.sent.filter((m) => m.t === 'put');
+  assert.equal(puts.length, 2, 'sent again');
+  assert.equal(puts[1]!.wid, puts[0]!.wid, 'with the same wid');
   assert.equal(lossy.sent.filter((m) => m.t === 'connect').length, 2, 'the reply was lost with the socket');
   assert.deepEqual([w.get('k'), w.entry('k')!.modRev, w.entry('k')!.version, w.entry('k')!.pending], [1, rev, 1, undefined]);
 });

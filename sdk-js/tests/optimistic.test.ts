@@ -210,6 +210,24 @@ test('optimistic: a write whose reply was lost is confirmed by its event in the 
   }
 });
 
+test('optimistic: an event carrying a pending wid on a key the write does not change does not confirm it', async () => {
+  const { conn, s, room, w, done } = await setup([item('k', 0, 5)]);
+  try {
+    let settled = false;
+    const p = room.put('k', 1).then((r) => ((settled = true), r));
+    const m = await conn.next('put');
+    conn.send({ t: 'events', s, rev: 6, events: [{ ...put('other', 'x', 6), wid: m.wid }] });
+    await until(() => w.rev === 6);
+    await sleep(20);
+    assert.equal(settled, false, 'another key under its wid is not its commit');
+    assert.equal(w.entry('k')!.pending, true);
+    conn.send({ t: 'events', s, rev: 7, events: [{ ...put('k', 1, 7, 5, 2), wid: m.wid }] }, { t: 'ok', id: m.id, rev: 7 });
+    assert.deepEqual(await p, { rev: 7 });
+  } finally {
+    await done();
+  }
+});
+
 test('optimistic: after a resync snapshot (no wids), a write whose reply was lost is sent again with the same wid and since; dup:true confirms it at its original revision', async () => {
   const { srv, conn, room, w, changes, done } = await setup([item('k', 0, 5), item('a', 'a', 3)]);
   try {

@@ -3,6 +3,7 @@ package hooks
 import (
 	"fmt"
 
+	"github.com/statecast/statecast/server/internal/wids"
 	"github.com/statecast/statecast/server/internal/wireconv"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
@@ -59,7 +60,7 @@ func revisionsDelivery(hook, room string, batches []store.Batch) *Delivery {
 	d := &Delivery{Hook: hook, Type: TypeRevisions, Room: room, Epoch: batches[0].Epoch,
 		FromRev: batches[0].Rev, ToRev: batches[len(batches)-1].Rev, Revisions: make([]Revision, len(batches))}
 	for i, b := range batches {
-		evs := wireconv.Events(b.Events, true, false)
+		evs := wireconv.Events(b.Events, true, false, wids.Client)
 		for j := range evs {
 			if evs[j].Prev != nil {
 				evs[j].Prev.Key = evs[j].Key // whole, rather than an empty key

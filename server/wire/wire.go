@@ -235,6 +235,7 @@ const (
 	CodeInvalidFilter  = "invalid_filter"
 	CodeTooLarge       = "too_large"
 	CodeConflict       = "conflict"
+	CodeWidReused      = "wid_reused"
 	CodeUnauthorized   = "unauthorized"
 	CodeForbidden      = "forbidden"
 	CodeRateLimited    = "rate_limited"

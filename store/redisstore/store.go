@@ -313,8 +313,15 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 	}
 	// The write's arguments of apply.lua (the room's are added by its
 	// committer, commit.go).
-	args := make([]any, 0, 6+2*len(w.Conds)+4*len(w.Ops))
-	args = append(args, strconv.FormatInt(now.UnixMilli(), 10), tag, w.Wid, since, len(w.Conds))
+	fp := ""
+	if w.Wid != "" {
+		fp = w.Fingerprint
+		if fp == "" {
+			fp = store.FingerprintOf(w)
+		}
+	}
+	args := make([]any, 0, 8+2*len(w.Conds)+4*len(w.Ops))
+	args = append(args, strconv.FormatInt(now.UnixMilli(), 10), tag, w.Wid, since, fp, w.LegacyWid, len(w.Conds))
 	for _, c := range w.Conds {
 		args = append(args, c.Key, strconv.FormatUint(c.ModRev, 10))
 	}
@@ -372,6 +379,9 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 	case "DUP":
 		at, _ := strconv.ParseUint(str(3), 10, 64)
 		return store.Result{Epoch: str(1), Rev: at, Dup: true}, nil
+	case "REUSED":
+		at, _ := strconv.ParseUint(str(3), 10, 64)
+		return store.Result{}, &store.WidReusedError{Rev: at}
 	case "UNKNOWN":
 		return store.Result{}, fmt.Errorf("%w (oldest retained revision %s, write first sent after %s)", store.ErrWidCompacted, str(3), since)
 	case "ERR": // its XADD failed: nothing of it was written

@@ -132,3 +132,41 @@ func TestReadTrimKeepsPreBytesHistory(t *testing.T) {
 		t.Errorf("after the read: log %v, want %v (head %d)", after, revs[1:], head)
 	}
 }
+
+// TestUpgradeWidsOfAnOlderBuild: during a rolling deploy an older node
+// stores a client's id as it came (unscoped, no fingerprint in its log
+// entry). A newer node finds it by the write's LegacyWid, so a retry is
+// its commit, not a second one; and the id found under its own name (an
+// entry without f) matches whatever content comes with it.
+func TestUpgradeWidsOfAnOlderBuild(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	raw := rawRedis(t, srv.Addr())
+	s := openStore(t, srv.URL(), nil)
+	const room = "mixed"
+	k := s.keys(room)
+	mustApply(t, s, room, store.Put("k", []byte("new build first")))
+	oldPut(t, raw, k, 100, "retried", "once", time.Now(), 1, "c.7")
+
+	retry := store.Put("retried", []byte("once"))
+	retry.Wid, retry.LegacyWid = "~scope~c.7", "c.7"
+	res := mustApply(t, s, room, retry)
+	if !res.Dup || res.Rev != 2 {
+		t.Errorf("retry of the older node's write: %+v, want dup at 2", res)
+	}
+	other := store.Put("retried", []byte("something else"))
+	other.Wid = "c.7"
+	if res := mustApply(t, s, room, other); !res.Dup || res.Rev != 2 {
+		t.Errorf("the older node's id with other content: %+v, want dup at 2 (its entry has no fingerprint)", res)
+	}
+	// The newer node's entry keeps every field the older one reads.
+	fresh := store.Put("k", []byte("v"))
+	fresh.Wid = "~scope~c.8"
+	at := mustApply(t, s, room, fresh)
+	e, err := raw.XRange(bg, k.log, fmt.Sprintf("%d-0", at.Rev), fmt.Sprintf("%d-0", at.Rev)).Result()
+	if err != nil || len(e) != 1 {
+		t.Fatalf("entry of revision %d: %v %v", at.Rev, e, err)
+	}
+	if e[0].Values["w"] != fresh.Wid || e[0].Values["f"] != store.FingerprintOf(fresh) {
+		t.Errorf("entry fields %v, want w %q and f its fingerprint", e[0].Values, fresh.Wid)
+	}
+}

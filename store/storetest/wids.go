@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -45,10 +46,10 @@ func testWids(t *testing.T, s *suite) {
 			wantWid(t, "Apply's events", []store.Batch{{Rev: first.Rev, Events: first.Events}}, "c1-7")
 			before := snapshot(t, st, room, "")
 			hist := history(t, st, room, before.Oldest, 0)
-			// The repeat differs (as a resend never would): nothing of it
-			// applies, its stale condition included.
-			w := withWid(txn(opPut("a", "changed")), "c1-7", revPtr(1))
-			w.Conds = []store.Cond{{Key: "a", ModRev: 0}}
+			// The resend: the same write, with a since and other leases
+			// (a retry on a new connection names its own).
+			w := withWid(txn(opPut("a", "1"), opPut("b", "2")), "c1-7", revPtr(1))
+			w.Ops[0].Lease = "another-connection"
 			for range 2 {
 				res, err := st.Apply(bg, room, w)
 				if err != nil {
@@ -69,8 +70,56 @@ func testWids(t *testing.T, s *suite) {
 			put(t, st, "r", "k", "v")
 			res := apply(t, st, "r", withWid(store.Delete("k"), "del-1", nil))
 			wantWid(t, "History of a delete", history(t, st, "r", res.Rev, 0), "del-1")
-			again := apply(t, st, "r", withWid(store.Put("k", []byte("back")), "del-1", nil))
+			again := apply(t, st, "r", withWid(store.Delete("k"), "del-1", nil))
 			diff(t, "repeated delete", store.Result{Epoch: res.Epoch, Rev: res.Rev, Dup: true}, again)
+		}},
+		namedTest{"ReusedWidIsRefused", func(t *testing.T) {
+			// A repeat of a committed id must be the same write: with
+			// other content it is another write under a reused id, refused
+			// whole (nothing of it applies, its stale condition included),
+			// never answered as the first one's commit.
+			st := s.open(t, Config{})
+			const room = "reused"
+			first := apply(t, st, room, withWid(txn(opPut("a", "1"), opPut("b", "2")), "id-1", nil))
+			before := snapshot(t, st, room, "")
+			hist := history(t, st, room, before.Oldest, 0)
+			cas := withWid(txn(opPut("a", "1"), opPut("b", "2")), "id-1", nil)
+			cas.Conds = []store.Cond{{Key: "a", ModRev: 0}}
+			for what, w := range map[string]store.Write{
+				"another value":      withWid(txn(opPut("a", "1"), opPut("b", "3")), "id-1", revPtr(0)),
+				"another key":        withWid(txn(opPut("a", "1"), opPut("c", "2")), "id-1", nil),
+				"ops in other order": withWid(txn(opPut("b", "2"), opPut("a", "1")), "id-1", nil),
+				"a delete":           withWid(txn(opPut("a", "1"), store.Op{Type: store.OpDelete, Key: "b"}), "id-1", nil),
+				"a condition more":   cas,
+			} {
+				_, err := st.Apply(bg, room, w)
+				var re *store.WidReusedError
+				if !errors.As(err, &re) || !errors.Is(err, store.ErrWidReused) || re.Rev != first.Rev {
+					t.Errorf("%s under a committed id: %v, want a *WidReusedError naming revision %d", what, err, first.Rev)
+				}
+			}
+			checkUnchanged(t, st, room, before, hist)
+			// The same content is still its repeat.
+			again := apply(t, st, room, withWid(txn(opPut("a", "1"), opPut("b", "2")), "id-1", nil))
+			diff(t, "the same write again", store.Result{Epoch: first.Epoch, Rev: first.Rev, Dup: true}, again)
+		}},
+		namedTest{"LegacyWidCountsAsCommitted", func(t *testing.T) {
+			// An id as an older build stored it (unscoped) is found
+			// through LegacyWid, whatever the content; never stored.
+			st := s.open(t, Config{})
+			const room = "legacy"
+			old := apply(t, st, room, withWid(store.Put("k", []byte("v")), "c.1", nil))
+			w := withWid(store.Put("k", []byte("v")), "~scope~c.1", nil)
+			w.LegacyWid = "c.1"
+			diff(t, "a retry of an older build's write", store.Result{Epoch: old.Epoch, Rev: old.Rev, Dup: true}, apply(t, st, room, w))
+			w.LegacyWid = "c.2"
+			if res := apply(t, st, room, w); res.Dup || res.Rev != 2 {
+				t.Errorf("unknown legacy id: %+v, want applied at 2", res)
+			}
+			w.LegacyWid = "c.9" // the scoped id is now known: it decides
+			if res := apply(t, st, room, w); !res.Dup || res.Rev != 2 {
+				t.Errorf("repeat of the scoped id: %+v, want dup at 2", res)
+			}
 		}},
 		namedTest{"RoomsAreIndependent", func(t *testing.T) {
 			st := s.open(t, Config{})
@@ -143,13 +192,17 @@ func testWids(t *testing.T, s *suite) {
 		}},
 		namedTest{"BadWid", func(t *testing.T) {
 			st := s.open(t, Config{})
-			for _, wid := range []string{strings.Repeat("w", 65), "with space", "tab\t", "del\x7f", "é", "nul\x00"} {
+			for _, wid := range []string{strings.Repeat("w", store.MaxStoredWidBytes+1), "with space", "tab\t", "del\x7f", "é", "nul\x00"} {
 				_, err := st.Apply(bg, "bad", withWid(store.Put("k", nil), wid, nil))
 				wantErrIs(t, fmt.Sprintf("wid %q", wid), err, store.ErrInvalidWid)
 			}
 			_, err := st.Apply(bg, "bad", withWid(store.Put("k", nil), "", revPtr(3)))
 			wantErrIs(t, "since without a wid", err, store.ErrInvalidWid)
-			ok := apply(t, st, "bad", withWid(store.Put("k", nil), strings.Repeat("~", 64), nil))
+			w := withWid(store.Put("k", nil), "id", nil)
+			w.LegacyWid = strings.Repeat("l", store.MaxWidBytes+1)
+			_, err = st.Apply(bg, "bad", w)
+			wantErrIs(t, "a legacy id too long for a client's", err, store.ErrInvalidWid)
+			ok := apply(t, st, "bad", withWid(store.Put("k", nil), strings.Repeat("~", store.MaxStoredWidBytes), nil))
 			if ok.Rev != 1 {
 				t.Errorf("the longest wid: %+v, want applied at 1", ok)
 			}
@@ -168,6 +221,8 @@ func testWids(t *testing.T, s *suite) {
 			st = s.openDir(t, dir, Config{})
 			res := apply(t, st, "r", withWid(store.Put("k", []byte("v")), "before-restart", revPtr(0)))
 			diff(t, "repeat after reopen", store.Result{Epoch: first.Epoch, Rev: first.Rev, Dup: true}, res)
+			_, err := st.Apply(bg, "r", withWid(store.Put("k", []byte("other")), "before-restart", nil))
+			wantErrIs(t, "other content under the id after reopen", err, store.ErrWidReused)
 			wantWid(t, "History after reopen", history(t, st, "r", 1, 0), "before-restart")
 		})
 	}

@@ -9,12 +9,17 @@ import (
 
 // Events converts store events to their wire form, with each event's
 // previous value when prev. With leaves (a filtered watcher's Change),
-// deletes are "leave" events: the key left the watcher's result.
-func Events(evs []store.Event, prev, leaves bool) []wire.Event {
+// deletes are "leave" events: the key left the watcher's result. wid maps
+// an event's stored write id to the one its reader may see ("" for
+// none); nil shows none.
+func Events(evs []store.Event, prev, leaves bool, wid func(stored string) string) []wire.Event {
 	out := make([]wire.Event, len(evs))
 	for i, ev := range evs {
 		e := &out[i]
-		e.Key, e.ModRev, e.Wid = ev.KV.Key, ev.KV.ModRev, ev.Wid
+		e.Key, e.ModRev = ev.KV.Key, ev.KV.ModRev
+		if wid != nil && ev.Wid != "" {
+			e.Wid = wid(ev.Wid)
+		}
 		if ev.Type == store.OpPut {
 			e.Type, e.Value = "put", wire.Value(ev.KV.Value)
 			e.CreateRev, e.Version, e.Lease = ev.KV.CreateRev, ev.KV.Version, ev.KV.Lease != ""

@@ -8,7 +8,8 @@
 -- KEYS[2] kv    HASH  key -> record "mod,create,version,<n>:lease<n>:value"
 -- KEYS[3] log   STREAM  ID "<rev>-0"; fields d (batch), n (events), t (unix ms),
 --                c (cum before the entry), w (the write id, only when the
---                write has one)
+--                write has one), f (its fingerprint, with w; none in an entry
+--                of an older build)
 -- KEYS[4] wids  ZSET    write id -> revision, for every entry of log that has one
 -- ARGV[1] epoch to create when meta is missing
 -- ARGV[2] events retained at most
@@ -19,7 +20,9 @@
 --   and entryBytes)
 -- ARGV[7] number of writes, then for each: its commit time (unix ms,
 --   decimal), its tag (unique per write), its id ('' = none), with an id a
---   revision seen before it was first sent ('' = none), the number of
+--   revision seen before it was first sent ('' = none), its fingerprint and
+--   the id as an older build stored it (looked up, never stored; '' = none),
+--   the number of
 --   conditions and that many (key, mod_rev), the number of ops and that
 --   many (type 'P'|'D', key, value, lease)
 --
@@ -30,6 +33,7 @@
 -- the last write. Returns one reply per write: {'OK', epoch, rev, batch}
 -- | {'NOOP', epoch, rev} | {'CONFLICT', epoch, rev, key, mod_rev}
 -- | {'DUP', epoch, rev, the id's revision}
+-- | {'REUSED', epoch, rev, the id's revision} (the id committed another write)
 -- | {'UNKNOWN', epoch, rev, oldest logged revision} | {'ERR', message}.
 local meta, kv, log, wids = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function fmt(n) return string.format('%d', n) end
@@ -57,14 +61,29 @@ end
 
 -- One write; a is the index of its first argument.
 local function one(a)
-  local now, tag, wid, since = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  a = a + 4
+  local now, tag, wid, since, fp, legacy = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+  a = a + 6
   -- A write id already in wids committed at that revision: nothing more
-  -- to do. An unknown one with since: its first attempt may have committed
-  -- at a revision trimmed from log (and from wids with it) after since.
+  -- to do, if its entry's fingerprint is this write's (an entry without
+  -- one is an older build's). An unknown one with since: its first
+  -- attempt may have committed at a revision trimmed from log (and from
+  -- wids with it) after since.
   if wid ~= '' and not fresh then
     local at = redis.call('ZSCORE', wids, wid)
-    if at then return {'DUP', epoch, fmt(rev), fmt(tonumber(at))} end
+    if at then
+      local id = fmt(tonumber(at)) .. '-0'
+      local e = redis.call('XRANGE', log, id, id)[1]
+      if e then
+        for j = 1, #e[2], 2 do
+          if e[2][j] == 'f' and e[2][j + 1] ~= fp then return {'REUSED', epoch, fmt(rev), fmt(tonumber(at))} end
+        end
+      end
+      return {'DUP', epoch, fmt(rev), fmt(tonumber(at))}
+    end
+    if legacy ~= '' then
+      at = redis.call('ZSCORE', wids, legacy)
+      if at then return {'DUP', epoch, fmt(rev), fmt(tonumber(at))} end
+    end
     if since ~= '' then
       local first = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
       local oldest = rev + 1
@@ -132,12 +151,12 @@ local function one(a)
   if fresh then redis.call('DEL', kv, log, wids) end
   local added
   if wid ~= '' then
-    added = redis.pcall('XADD', log, nr .. '-0', 'd', batch, 'n', fmt(n), 't', now, 'c', fmt(cum), 'w', wid)
+    added = redis.pcall('XADD', log, nr .. '-0', 'd', batch, 'n', fmt(n), 't', now, 'c', fmt(cum), 'w', wid, 'f', fp)
   else
     added = redis.pcall('XADD', log, nr .. '-0', 'd', batch, 'n', fmt(n), 't', now, 'c', fmt(cum))
   end
   if type(added) == 'table' and added.err then return {'ERR', added.err} end
-  cum = cum + #batch + #wid + entryBytes
+  cum = cum + #batch + #wid + entryBytes -- (a fingerprint is within entryBytes)
   if wid ~= '' then redis.call('ZADD', wids, newrev, wid) end
   if #puts > 0 then redis.call('HSET', kv, unpack(puts)) end
   if #dels > 0 then redis.call('HDEL', kv, unpack(dels)) end
@@ -150,9 +169,9 @@ local out, a = {}, 8
 for w = 1, tonumber(ARGV[7]) do
   out[w] = one(a)
   -- Past this write's arguments.
-  local ncond = tonumber(ARGV[a + 4])
-  local nops = tonumber(ARGV[a + 5 + 2 * ncond])
-  a = a + 6 + 2 * ncond + 4 * nops
+  local ncond = tonumber(ARGV[a + 6])
+  local nops = tonumber(ARGV[a + 7 + 2 * ncond])
+  a = a + 8 + 2 * ncond + 4 * nops
 end
 if wrote == 0 then return out end
 
