@@ -149,6 +149,9 @@ func TestFilterErrors(t *testing.T) {
 		{"value.mode == 'duel' &&\n  value.seats +", 2, 16, "Syntax error"},
 		{`value.players + 1`, 1, 1, "not a bool"},
 		{`1 == 1 &&` + strings.Repeat(" true &&", 200) + " true", 0, 0, "over the limit"},
+		// Compared whole, two values of --max-value bytes cost more than
+		// the budget: refused, with the estimate and the budget.
+		{`value == value`, 0, 0, "estimated to cost 288358, over the budget of 263144"},
 	} {
 		for range 3 { // more than the connection's prefix budget would allow if it leaked
 			_, err := c.Subscribe(ctx, "lobby", client.SubscribeOptions{Prefixes: []string{"games/"}, Filter: tc.filter})

@@ -68,8 +68,14 @@ var env = sync.OnceValues(func() (*cel.Env, error) {
 // not match), for the server's metrics.
 var Evals, EvalErrors atomic.Int64
 
-// Compile parses and checks src. Its error is an *Error.
-func Compile(src string) (*Filter, error) {
+// Compile is CompileBounded with DefaultBounds.
+func Compile(src string) (*Filter, error) { return CompileBounded(src, DefaultBounds) }
+
+// CompileBounded parses and checks src, and refuses it when its worst
+// case over a key and value within b could cost more than b.Budget().
+// Its error is an *Error.
+func CompileBounded(src string, b Bounds) (*Filter, error) {
+	b = b.withDefaults()
 	if len(src) > MaxLen {
 		return nil, &Error{Msg: fmt.Sprintf("the expression is %d bytes, over the limit of %d", len(src), MaxLen)}
 	}
@@ -91,6 +97,9 @@ func Compile(src string) (*Filter, error) {
 	}
 	if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
 		return nil, &Error{Line: 1, Column: 1, Msg: fmt.Sprintf("the expression yields %s, not a bool", t)}
+	}
+	if err := refuseCostly(ast, b); err != nil {
+		return nil, err
 	}
 	prg, err := e.Program(ast, cel.EvalOptions(cel.OptOptimize), cel.CostLimit(MaxEvalCost))
 	if err != nil {
@@ -121,6 +130,16 @@ func refuseUnbounded(ast *cel.Ast) error {
 	}))
 	if err != nil {
 		return err
+	}
+	return nil
+}
+
+// refuseCostly refuses an expression whose estimated worst case is over
+// b's budget.
+func refuseCostly(ast *cel.Ast, b Bounds) error {
+	if est := estimateCost(ast, b); est > b.Budget() {
+		return &Error{Msg: fmt.Sprintf("its worst case over a %d-byte value is estimated to cost %s, over the budget of %d "+
+			"(compare fields with literals, or convert both sides with string() or double(): comparing two lists or maps walks them whole)", b.MaxValueBytes, costString(est), b.Budget())}
 	}
 	return nil
 }
@@ -186,6 +205,8 @@ func (v *vars) Parent() interpreter.Activation { return nil }
 // It keeps up to 1024 expressions; past that it forgets one at random,
 // which costs a compile, never correctness.
 type Cache struct {
+	Bounds Bounds // the keys and values filters are estimated over; zero: DefaultBounds
+
 	mu sync.Mutex
 	m  map[string]*Filter
 }
@@ -198,7 +219,7 @@ func (c *Cache) Get(src string) (*Filter, error) {
 	if f != nil {
 		return f, nil
 	}
-	f, err := Compile(src)
+	f, err := CompileBounded(src, c.Bounds)
 	if err != nil {
 		return nil, err
 	}
