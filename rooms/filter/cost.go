@@ -2,6 +2,7 @@ package filter
 
 import (
 	"fmt"
+	"maps"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/ast"
@@ -54,14 +55,15 @@ func (b Bounds) Budget() uint64 {
 type estimate struct {
 	b      Bounds
 	types  map[int64]*types.Type
-	hidden uint64 // (b)
-	call   uint64 // (a)
+	vars   map[string]uint64 // the bytes of the macros' variables in scope
+	hidden uint64            // (b)
+	call   uint64            // (a)
 }
 
 // estimateCost returns the worst case of the checked expression over b.
 func estimateCost(checked *cel.Ast, b Bounds) uint64 {
 	native := checked.NativeRep()
-	e := &estimate{b: b, types: native.TypeMap()}
+	e := &estimate{b: b, types: native.TypeMap(), vars: map[string]uint64{}}
 	e.walk(native.Expr(), 1)
 	return addSat(e.hidden, e.call)
 }
@@ -85,9 +87,14 @@ func (e *estimate) walk(x ast.Expr, mult uint64) {
 		e.walk(c.IterRange(), mult)
 		e.walk(c.AccuInit(), mult)
 		loop := min(mulSat(mult, e.items(c.IterRange())), MaxEvalCost)
+		// An item is no bigger than what it ranges over holds; the
+		// accumulator of map() and filter() grows without a bound known.
+		item := e.itemOf(c.IterRange()).bytes
+		restore := e.scope(map[string]uint64{c.IterVar(): item, c.IterVar2(): item, c.AccuVar(): noBound})
 		e.walk(c.LoopCondition(), loop)
 		e.walk(c.LoopStep(), loop)
 		e.walk(c.Result(), mult)
+		restore()
 	case ast.CallKind:
 		c := x.AsCall()
 		if c.IsMemberFunction() {
@@ -97,6 +104,30 @@ func (e *estimate) walk(x ast.Expr, mult uint64) {
 			e.walk(a, mult)
 		}
 		e.addCall(c, mult)
+	}
+}
+
+// scope sets the variables vs ("" aside) until the returned func restores
+// what they shadowed.
+func (e *estimate) scope(vs map[string]uint64) func() {
+	old := map[string]uint64{}
+	var unset []string
+	for name, n := range vs {
+		if name == "" {
+			continue
+		}
+		if was, ok := e.vars[name]; ok {
+			old[name] = was
+		} else {
+			unset = append(unset, name)
+		}
+		e.vars[name] = n
+	}
+	return func() {
+		maps.Copy(e.vars, old)
+		for _, name := range unset {
+			delete(e.vars, name)
+		}
 	}
 }
 
@@ -204,15 +235,16 @@ func (e *estimate) bytes(x ast.Expr) uint64 {
 		}
 		return 1
 	case ast.IdentKind:
+		if n, ok := e.vars[x.AsIdent()]; ok { // a macro's variable
+			return n
+		}
 		switch x.AsIdent() {
 		case "key":
 			return uint64(e.b.MaxKeyBytes)
 		case "value":
 			return uint64(e.b.MaxValueBytes)
 		}
-		// A macro's variable: an item of what it ranges over (read from
-		// the value, or a literal of the expression), or its accumulator.
-		return uint64(max(e.b.MaxValueBytes, e.b.MaxKeyBytes, MaxLen))
+		return noBound
 	case ast.SelectKind:
 		if x.AsSelect().IsTestOnly() {
 			return 1

@@ -119,6 +119,7 @@ func TestWorstCaseRefused(t *testing.T) {
 		`value.tags.exists(t, t == value)`,
 		`value.tags.map(t, value) == value.tags.map(t, value)`,
 		`dyn(value) == dyn(value)`,
+		`[value.tags.map(t, value)].exists(l, l == [value])`,
 	} {
 		_, err := Compile(src)
 		fe, ok := AsError(err)
@@ -137,8 +138,14 @@ func TestWorstCaseFollowsBounds(t *testing.T) {
 	if _, err := CompileBounded(`value == value`, small); err != nil {
 		t.Fatalf("value == value over 1 KiB values: %v", err)
 	}
-	if _, err := CompileBounded(listOf("value", 80)+" == "+listOf("value", 80), small); err == nil {
-		t.Fatal("80 values compared over 1 KiB values: compiled")
+	for _, src := range []string{
+		listOf("value", 80) + " == " + listOf("value", 80),
+		// l holds a value per tag: it may be far larger than one value.
+		`[value.tags.map(t, value)].exists(l, l == [value, value])`,
+	} {
+		if _, err := CompileBounded(src, small); err == nil {
+			t.Fatalf("%.50s over 1 KiB values: compiled", src)
+		}
 	}
 	var c Cache
 	c.Bounds = small
