@@ -6,7 +6,9 @@
 //
 // An expression sees two variables: `key` (string) and `value` (the key's
 // JSON value: objects are maps, numbers doubles). It must yield a bool.
-// Evaluation is bounded by a cost limit; an evaluation that fails (a
+// An expression whose worst case over the store's largest key and value
+// could cost more than a budget is refused at compile time (cost.go);
+// evaluation is bounded by a cost limit; an evaluation that fails (a
 // missing field, a type mismatch, the limit) counts as no match, so a key
 // whose value lacks a field is simply not selected.
 package filter
