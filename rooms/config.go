@@ -49,6 +49,16 @@ type Config struct {
 	// Default 256.
 	MaxFilters int
 
+	// FilterTimeBudget is the most the evaluations of one filter may take
+	// for one change of a room, under its lock; a filter over it for
+	// FilterStrikes changes in a row ends its watchers there
+	// (ErrFilterTooSlow) and is refused in that room for FilterBanTime.
+	// rooms/filter refuses at compile time what could cost more than
+	// about one decode of the largest value; this is the backstop for what
+	// the estimate does not see (a slower machine, a Go Filter). Default
+	// 50ms; negative disables.
+	FilterTimeBudget time.Duration
+
 	// ProgressInterval is how often idle watchers get a progress mark
 	// carrying the head revision. Default 10s; negative disables.
 	ProgressInterval time.Duration
@@ -99,6 +109,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxFilters <= 0 {
 		c.MaxFilters = 256
+	}
+	if c.FilterTimeBudget == 0 {
+		c.FilterTimeBudget = 50 * time.Millisecond
 	}
 	if c.ProgressInterval == 0 {
 		c.ProgressInterval = 10 * time.Second

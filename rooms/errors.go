@@ -22,6 +22,10 @@ var (
 	// ErrTooManyFilters refuses a watch whose filter would be one more
 	// distinct filter than Config.MaxFilters in its room.
 	ErrTooManyFilters = errors.New("rooms: too many distinct filters watch this room")
+	// ErrFilterTooSlow ends the watchers of a filter whose evaluations of
+	// one change took longer than Config.FilterTimeBudget, and refuses
+	// watches with it in that room for FilterBanTime.
+	ErrFilterTooSlow = errors.New("rooms: the watch's filter took longer than its time budget to evaluate in this room")
 )
 
 // ErrFutureRevision fails a Compact to a revision past the room's head.

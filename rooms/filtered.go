@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/btree"
 
@@ -49,9 +50,10 @@ func matchesKV(f Filter, kv *store.KV) bool {
 // and evaluating each filter on each at most once, whichever watchers
 // (whole Change or part of a transaction) ask.
 type eventValues struct {
-	evs []store.Event
-	dec []decoded         // two per event: its value, then its previous value
-	res map[string][]int8 // per filter text, two per event: 1 passed, -1 not, 0 not yet asked
+	took time.Duration // in the filters' evaluations, decoding aside
+	evs  []store.Event
+	dec  []decoded         // two per event: its value, then its previous value
+	res  map[string][]int8 // per filter text, two per event: 1 passed, -1 not, 0 not yet asked
 }
 
 type decoded struct {
@@ -104,18 +106,23 @@ func (d *eventValues) eval(f Filter, i int, prev bool) bool {
 		}
 	}
 	vf, ok := f.(ValueFilter)
-	if !ok {
-		return f.Match(kv.Key, kv.Value)
+	var x *decoded
+	if ok {
+		x = &d.dec[slot]
+		if !x.done {
+			x.done = true
+			x.ok = json.Unmarshal(kv.Value, &x.v) == nil
+		}
 	}
-	x := &d.dec[slot]
-	if !x.done {
-		x.done = true
-		x.ok = json.Unmarshal(kv.Value, &x.v) == nil
+	start := time.Now()
+	var pass bool
+	if ok && x.ok {
+		pass = vf.MatchValue(kv.Key, x.v)
+	} else {
+		pass = f.Match(kv.Key, kv.Value) // not JSON: f says no (and counts it)
 	}
-	if !x.ok {
-		return f.Match(kv.Key, kv.Value) // not JSON: f says no (and counts it)
-	}
-	return vf.MatchValue(kv.Key, x.v)
+	d.took += time.Since(start)
+	return pass
 }
 
 // filterEvents returns d's events (only those in sel, when not nil: a
@@ -175,8 +182,15 @@ func (r *room) filteredLocked(ch *Change, f Filter) *Change {
 	if r.proj == nil {
 		r.proj = make(map[string]*Change)
 	}
-	c := filteredChange(ch, r.valuesLocked(ch), f, nil)
+	if r.bannedLocked(f.String()) {
+		r.proj[f.String()] = nil
+		return nil
+	}
+	d := r.valuesLocked(ch)
+	took := d.took
+	c := filteredChange(ch, d, f, nil)
 	r.proj[f.String()] = c
+	r.timedLocked(f, d.took-took)
 	return c
 }
 
@@ -184,7 +198,82 @@ func (r *room) filteredLocked(ch *Change, f Filter) *Change {
 // watcher's prefixes select (part of a transaction): its own Change, from
 // the evaluations shared with the other watchers of f.
 func (r *room) filteredPartLocked(ch *Change, evs []store.Event, f Filter) *Change {
-	return filteredChange(ch, r.valuesLocked(ch), f, evs)
+	if r.bannedLocked(f.String()) {
+		return nil
+	}
+	d := r.valuesLocked(ch)
+	took := d.took
+	c := filteredChange(ch, d, f, evs)
+	r.timedLocked(f, d.took-took)
+	return c
+}
+
+// FilterBanTime is how long a room refuses a filter that went over
+// Config.FilterTimeBudget.
+const FilterBanTime = 10 * time.Second
+
+// FilterStrikes is how many changes in a row a filter's evaluations must
+// take longer than Config.FilterTimeBudget to be banned: a wall clock
+// also counts the time the evaluating goroutine waited for a CPU, which
+// on a loaded machine may once take longer than any filter.
+const FilterStrikes = 3
+
+// timedLocked bans f from the room when its evaluations took longer than
+// the budget for FilterStrikes changes in a row.
+func (r *room) timedLocked(f Filter, took time.Duration) {
+	b := r.e.cfg.FilterTimeBudget
+	if b < 0 {
+		return
+	}
+	k := f.String()
+	if took <= b {
+		delete(r.strikes, k)
+		return
+	}
+	if r.strikes == nil {
+		r.strikes = make(map[string]int)
+	}
+	if r.strikes[k]++; r.strikes[k] < FilterStrikes {
+		return
+	}
+	delete(r.strikes, k)
+	if r.slow == nil {
+		r.slow = make(map[string]time.Time)
+	}
+	r.slow[k] = time.Now().Add(FilterBanTime)
+}
+
+// bannedLocked reports whether the room refuses the filter text.
+func (r *room) bannedLocked(text string) bool {
+	until, ok := r.slow[text]
+	if ok && time.Now().After(until) {
+		delete(r.slow, text)
+		return false
+	}
+	return ok
+}
+
+// slowLocked reports whether w's filter is banned, and then notes w to
+// be ended once the notify is done (it may not leave the index while the
+// notify walks it).
+func (r *room) slowLocked(w *Watcher) bool {
+	if _, ok := r.slow[w.filter.String()]; !ok {
+		return false
+	}
+	r.ended = append(r.ended, w)
+	return true
+}
+
+// endSlowLocked ends the watchers noted by slowLocked.
+func (r *room) endSlowLocked() {
+	for _, w := range r.ended {
+		if w.state != stClosed {
+			r.removeLocked(w)
+			w.end(ErrFilterTooSlow)
+		}
+	}
+	clear(r.ended)
+	r.ended = r.ended[:0]
 }
 
 // valuesLocked returns the current notify's eventValues, over ch.

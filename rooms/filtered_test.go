@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/statecast/statecast/rooms"
 	cel "github.com/statecast/statecast/rooms/filter"
@@ -254,5 +255,72 @@ func TestFilteredReplayInChunks(t *testing.T) {
 	}
 	if m := newClient().until(t, w, rooms.KindSynced); m.Rev != 100 {
 		t.Fatalf("synced at %d", m.Rev)
+	}
+}
+
+// slowFilter takes at least took per evaluation, as a costly expression
+// over a large value does, and counts its evaluations.
+type slowFilter struct {
+	took  time.Duration
+	calls atomic.Int64
+}
+
+func (f *slowFilter) Match(string, []byte) bool {
+	f.calls.Add(1)
+	for start := time.Now(); time.Since(start) < f.took; {
+	}
+	return true
+}
+
+func (f *slowFilter) String() string { return "slow" }
+
+// TestSlowFilterEnded: a filter whose evaluation of a change takes longer
+// than FilterTimeBudget is evaluated FilterStrikes times, however many
+// writes follow: its watcher ends with ErrFilterTooSlow, a new watch with it is refused in
+// that room, and a bystander's watcher in the room gets every write.
+// Before, every write paid the slow filter under the room's lock.
+func TestSlowFilterEnded(t *testing.T) {
+	ctx := context.Background()
+	e, _ := newEngine(t, store.RetentionPolicy{}, rooms.Config{FilterTimeBudget: time.Millisecond})
+	slow := &slowFilter{took: 2 * time.Millisecond}
+	hostile, err := e.Watch(ctx, "lobby", rooms.WatchOptions{Filter: slow, From: &rooms.Position{Rev: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostile.Close()
+	bystander, err := e.Watch(ctx, "lobby", rooms.WatchOptions{Filter: &countingFilter{want: "duel"}, From: &rooms.Position{Rev: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bystander.Close()
+	newClient().until(t, hostile, rooms.KindSynced)
+	newClient().until(t, bystander, rooms.KindSynced)
+	const writes = 10
+	for i := range writes {
+		put(t, e, "lobby", "games/1", fmt.Sprintf(`"duel %d"`, i))
+	}
+	if n := slow.calls.Load(); n != rooms.FilterStrikes {
+		t.Fatalf("the slow filter was evaluated %d times for %d writes, want %d", n, writes, rooms.FilterStrikes)
+	}
+	got := 0 // the changes before the last strike, then the end
+	for ; got <= writes; got++ {
+		if _, err = hostile.Next(ctx); err != nil {
+			break
+		}
+	}
+	if err != rooms.ErrFilterTooSlow || got != rooms.FilterStrikes-1 {
+		t.Fatalf("the slow filter's watcher: %d changes, then %v; want %d, then ErrFilterTooSlow", got, err, rooms.FilterStrikes-1)
+	}
+	c := newClient()
+	for i := range writes {
+		if m := c.until(t, bystander, rooms.KindEvents); !strings.Contains(string(m.Change.Events[0].KV.Value), fmt.Sprint(i)) {
+			t.Fatalf("the bystander's event %d: %s", i, m.Change.Events[0].KV.Value)
+		}
+	}
+	if _, err := e.Watch(ctx, "lobby", rooms.WatchOptions{Filter: slow}); err != rooms.ErrFilterTooSlow {
+		t.Fatalf("a new watch with the slow filter: %v, want ErrFilterTooSlow", err)
+	}
+	if _, err := e.Watch(ctx, "other", rooms.WatchOptions{Filter: &slowFilter{}}); err != nil {
+		t.Fatalf("the ban is per room: %v", err)
 	}
 }

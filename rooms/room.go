@@ -36,6 +36,9 @@ type room struct {
 	vals      eventValues          // the current notify's decoded values (filteredLocked)
 	memos     map[memoID]*snapMemo // filtered snapshots' memos (snapMemo)
 	filters   map[string]int       // the watchers' distinct filters, and how many hold each
+	slow      map[string]time.Time // filters over Config.FilterTimeBudget, refused until then
+	strikes   map[string]int       // changes in a row a filter took longer than the budget
+	ended     []*Watcher           // their watchers met during the current notify
 	idleSince time.Time            // when the last watcher left
 	progAt    time.Time            // last progress sweep
 	waiters   []*posWaiter         // reads and writes waiting for the view to reach a store position
@@ -149,7 +152,9 @@ func (r *room) notifyLocked(ch *Change) {
 		r.idx.match(ch.Events[0].KV.Key, func(w *Watcher) {
 			if w.filter == nil {
 				r.deliverLocked(w, ch)
-			} else if c := r.filteredLocked(ch, w.filter); c != nil {
+			} else if c := r.filteredLocked(ch, w.filter); r.slowLocked(w) {
+				return
+			} else if c != nil {
 				r.deliverLocked(w, c)
 			}
 		})
@@ -173,6 +178,9 @@ func (r *room) notifyLocked(ch *Change) {
 			case len(evs) != len(ch.Events):
 				c = &Change{Rev: ch.Rev, Time: ch.Time, Events: evs}
 			}
+			if w.filter != nil && r.slowLocked(w) {
+				continue
+			}
 			if c != nil {
 				r.deliverLocked(w, c)
 			}
@@ -182,6 +190,9 @@ func (r *room) notifyLocked(ch *Change) {
 	r.vals.reset(nil)
 	if len(r.victims) > 0 {
 		r.parkVictimsLocked()
+	}
+	if len(r.ended) > 0 {
+		r.endSlowLocked()
 	}
 }
 
@@ -220,6 +231,9 @@ func (r *room) removeLocked(w *Watcher) {
 func (r *room) startLocked(w *Watcher, opts WatchOptions) error {
 	if w.filter != nil && r.filters[w.filter.String()] == 0 && len(r.filters) >= r.e.cfg.MaxFilters {
 		return ErrTooManyFilters
+	}
+	if w.filter != nil && r.bannedLocked(w.filter.String()) {
+		return ErrFilterTooSlow
 	}
 	r.hist.expire(time.Now())
 	from := opts.From

@@ -872,11 +872,15 @@ func (c *conn) appendEnded(frame []byte, s *sub, err error) []byte {
 		c.s.metrics.subscriptions.Dec()
 	}
 	c.mu.Unlock()
-	msg := "room reset; subscribe again from your last revision"
-	if errors.Is(err, rooms.ErrClosed) {
+	code, msg := wire.CodeUnavailable, "room reset; subscribe again from your last revision"
+	switch {
+	case errors.Is(err, rooms.ErrClosed):
 		msg = "server is shutting down"
+	case errors.Is(err, rooms.ErrFilterTooSlow):
+		e := filterTooSlow()
+		code, msg = e.Code, e.Message
 	}
-	frame, _ = c.codec.Append(frame, &wire.Unsubscribed{T: wire.TUnsubscribed, S: s.id, Code: wire.CodeUnavailable, Message: msg})
+	frame, _ = c.codec.Append(frame, &wire.Unsubscribed{T: wire.TUnsubscribed, S: s.id, Code: code, Message: msg})
 	return frame
 }
 

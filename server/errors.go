@@ -62,6 +62,8 @@ func errorOf(err error, write bool) *Error {
 			"whether the write was applied before cannot be told; it was not applied now")
 	case errors.Is(err, store.ErrClosed), errors.Is(err, rooms.ErrClosed):
 		return newError(wire.CodeUnavailable, "server is shutting down")
+	case errors.Is(err, rooms.ErrFilterTooSlow):
+		return filterTooSlow()
 	case errors.Is(err, rooms.ErrTooManyFilters):
 		return newError(wire.CodeTooManySubs, "this room is watched with as many distinct filters as it serves (--max-room-filters); use a filter already in use, or none")
 	case errors.Is(err, rooms.ErrUnsynced):
@@ -74,4 +76,11 @@ func errorOf(err error, write bool) *Error {
 		return newError(wire.CodeOutcomeUnknown, "the store failed while writing; the write may or may not have been applied")
 	}
 	return newError(wire.CodeInternal, "internal error")
+}
+
+// filterTooSlow is what a watch learns when its filter took longer than
+// the room's time budget to evaluate (rooms.ErrFilterTooSlow).
+func filterTooSlow() *Error {
+	return newError(wire.CodeRateLimited, fmt.Sprintf("the filter took longer than its time budget to evaluate in this room; "+
+		"it is refused here for %s: simplify it", rooms.FilterBanTime))
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/rooms"
@@ -149,6 +150,9 @@ func TestFilterErrors(t *testing.T) {
 		{"value.mode == 'duel' &&\n  value.seats +", 2, 16, "Syntax error"},
 		{`value.players + 1`, 1, 1, "not a bool"},
 		{`1 == 1 &&` + strings.Repeat(" true &&", 200) + " true", 0, 0, "over the limit"},
+		// Compared whole, two values of --max-value bytes cost more than
+		// the budget: refused, with the estimate and the budget.
+		{`value == value`, 0, 0, "estimated to cost 288358, over the budget of 263144"},
 	} {
 		for range 3 { // more than the connection's prefix budget would allow if it leaked
 			_, err := c.Subscribe(ctx, "lobby", client.SubscribeOptions{Prefixes: []string{"games/"}, Filter: tc.filter})
@@ -289,5 +293,42 @@ func TestSSEFilteredWatch(t *testing.T) {
 	want := fmt.Sprintf(`leave {"rev":%d,"events":[{"type":"leave","key":"games/1","mod_rev":%d}]}`, rev, rev)
 	if got := next(); got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+// TestSlowFilterRateLimited: a filter over the room's time budget (here
+// 1 ns: every evaluation is over it) three changes in a row ends its
+// subscription with rate_limited, and a new one with it is refused
+// rate_limited in that room, on the WebSocket and SSE alike.
+func TestSlowFilterRateLimited(t *testing.T) {
+	t.Parallel()
+	e := servertest.Start(t, servertest.Options{Rooms: rooms.Config{FilterTimeBudget: time.Nanosecond}})
+	ctx := servertest.Context(t)
+	c := dialCodec(t, e, "json")
+	const filter = `value.mode == "duel"`
+	s, err := c.Subscribe(ctx, "lobby", client.SubscribeOptions{Filter: filter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rooms.FilterStrikes {
+		if _, err := c.Put(ctx, "lobby", fmt.Sprintf("games/%d", i), game{"duel", 1, 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ce *client.Error
+	for {
+		if _, err = s.Next(ctx); err != nil {
+			break
+		}
+	}
+	if !errors.As(err, &ce) || ce.Code != wire.CodeRateLimited {
+		t.Fatalf("the subscription ended with %v, want rate_limited", err)
+	}
+	if _, err := c.Subscribe(ctx, "lobby", client.SubscribeOptions{Filter: filter}); !errors.As(err, &ce) || ce.Code != wire.CodeRateLimited {
+		t.Fatalf("subscribing again: %v, want rate_limited", err)
+	}
+	err = e.HTTP.WatchWith(ctx, "lobby", client.WatchOptions{Filter: filter}, func(client.SSEEvent) error { return errors.New("an event") })
+	if !errors.As(err, &ce) || ce.Status != http.StatusTooManyRequests || ce.Code != wire.CodeRateLimited {
+		t.Fatalf("SSE watch with the filter: %#v, want 429 rate_limited", err)
 	}
 }

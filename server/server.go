@@ -238,6 +238,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	// A filter's worst case is estimated over the largest key and value
+	// the store takes (--max-value).
+	l := s.storeLimits()
+	s.filters.Bounds = filter.Bounds{MaxKeyBytes: l.MaxKeyBytes, MaxValueBytes: l.MaxValueBytes}
 	if err := registerHooks(cfg); err != nil {
 		return nil, err
 	}

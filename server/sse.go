@@ -279,6 +279,8 @@ func (st *sseStream) fail(err error) {
 	var e *Error
 	switch {
 	case errors.As(err, &e):
+	case errors.Is(err, rooms.ErrFilterTooSlow):
+		e = filterTooSlow()
 	case errors.Is(err, rooms.ErrRoomReset):
 		e = newError(wire.CodeUnavailable, "room reset; reconnect to resume")
 	case isUnavailable(err):

@@ -6,7 +6,9 @@
 //
 // An expression sees two variables: `key` (string) and `value` (the key's
 // JSON value: objects are maps, numbers doubles). It must yield a bool.
-// Evaluation is bounded by a cost limit; an evaluation that fails (a
+// An expression whose worst case over the store's largest key and value
+// could cost more than a budget is refused at compile time (cost.go);
+// evaluation is bounded by a cost limit; an evaluation that fails (a
 // missing field, a type mismatch, the limit) counts as no match, so a key
 // whose value lacks a field is simply not selected.
 package filter
@@ -68,8 +70,14 @@ var env = sync.OnceValues(func() (*cel.Env, error) {
 // not match), for the server's metrics.
 var Evals, EvalErrors atomic.Int64
 
-// Compile parses and checks src. Its error is an *Error.
-func Compile(src string) (*Filter, error) {
+// Compile is CompileBounded with DefaultBounds.
+func Compile(src string) (*Filter, error) { return CompileBounded(src, DefaultBounds) }
+
+// CompileBounded parses and checks src, and refuses it when its worst
+// case over a key and value within b could cost more than b.Budget().
+// Its error is an *Error.
+func CompileBounded(src string, b Bounds) (*Filter, error) {
+	b = b.withDefaults()
 	if len(src) > MaxLen {
 		return nil, &Error{Msg: fmt.Sprintf("the expression is %d bytes, over the limit of %d", len(src), MaxLen)}
 	}
@@ -91,6 +99,9 @@ func Compile(src string) (*Filter, error) {
 	}
 	if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
 		return nil, &Error{Line: 1, Column: 1, Msg: fmt.Sprintf("the expression yields %s, not a bool", t)}
+	}
+	if err := refuseCostly(ast, b); err != nil {
+		return nil, err
 	}
 	prg, err := e.Program(ast, cel.EvalOptions(cel.OptOptimize), cel.CostLimit(MaxEvalCost))
 	if err != nil {
@@ -121,6 +132,16 @@ func refuseUnbounded(ast *cel.Ast) error {
 	}))
 	if err != nil {
 		return err
+	}
+	return nil
+}
+
+// refuseCostly refuses an expression whose estimated worst case is over
+// b's budget.
+func refuseCostly(ast *cel.Ast, b Bounds) error {
+	if est := estimateCost(ast, b); est > b.Budget() {
+		return &Error{Msg: fmt.Sprintf("its worst case over a %d-byte value is estimated to cost %s, over the budget of %d "+
+			"(compare fields with literals, or convert both sides with string() or double(): comparing two lists or maps walks them whole)", b.MaxValueBytes, costString(est), b.Budget())}
 	}
 	return nil
 }
@@ -186,6 +207,8 @@ func (v *vars) Parent() interpreter.Activation { return nil }
 // It keeps up to 1024 expressions; past that it forgets one at random,
 // which costs a compile, never correctness.
 type Cache struct {
+	Bounds Bounds // the keys and values filters are estimated over; zero: DefaultBounds
+
 	mu sync.Mutex
 	m  map[string]*Filter
 }
@@ -198,7 +221,7 @@ func (c *Cache) Get(src string) (*Filter, error) {
 	if f != nil {
 		return f, nil
 	}
-	f, err := Compile(src)
+	f, err := CompileBounded(src, c.Bounds)
 	if err != nil {
 		return nil, err
 	}

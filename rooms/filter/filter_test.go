@@ -98,3 +98,78 @@ func TestCacheSharesFilters(t *testing.T) {
 		t.Fatalf("cache holds %d filters, bound %d", len(c.m), cacheEntries)
 	}
 }
+
+// listOf is a CEL list of n times x.
+func listOf(x string, n int) string {
+	return "[" + strings.TrimSuffix(strings.Repeat(x+",", n), ",") + "]"
+}
+
+// TestWorstCaseRefused: an expression whose worst case over a value of
+// the store's largest size is over the budget is refused at compile time,
+// with the estimate and the budget. CEL's runtime limit charges `==` on
+// lists and maps by their items, so these ran to the end: 80 whole values
+// compared per evaluation took 480 ms over an 80 KB value, under the
+// room's lock.
+func TestWorstCaseRefused(t *testing.T) {
+	for _, src := range []string{
+		listOf("value", 80) + " == " + listOf("value", 80),
+		`value == value`,
+		`value.a != value.b`,
+		`value in [value, value]`,
+		`value.tags.exists(t, t == value)`,
+		`value.tags.map(t, value) == value.tags.map(t, value)`,
+		`dyn(value) == dyn(value)`,
+		`[value.tags.map(t, value)].exists(l, l == [value])`,
+	} {
+		_, err := Compile(src)
+		fe, ok := AsError(err)
+		want := fmt.Sprintf("over the budget of %d", DefaultBounds.Budget())
+		if !ok || !strings.Contains(fe.Msg, "estimated to cost") || !strings.Contains(fe.Msg, want) {
+			t.Errorf("%.50s: %v, want refused with its estimate and %q", src, err, want)
+		}
+	}
+}
+
+// TestWorstCaseFollowsBounds: the estimate is over the store's largest
+// value: comparing two values whole fits the budget of a store of 1 KiB
+// values, and 80 of them do not.
+func TestWorstCaseFollowsBounds(t *testing.T) {
+	small := Bounds{MaxKeyBytes: 256, MaxValueBytes: 1 << 10}
+	if _, err := CompileBounded(`value == value`, small); err != nil {
+		t.Fatalf("value == value over 1 KiB values: %v", err)
+	}
+	for _, src := range []string{
+		listOf("value", 80) + " == " + listOf("value", 80),
+		// l holds a value per tag: it may be far larger than one value.
+		`[value.tags.map(t, value)].exists(l, l == [value, value])`,
+	} {
+		if _, err := CompileBounded(src, small); err == nil {
+			t.Fatalf("%.50s over 1 KiB values: compiled", src)
+		}
+	}
+	var c Cache
+	c.Bounds = small
+	if _, err := c.Get(`value == value`); err != nil {
+		t.Fatalf("the cache does not compile with its bounds: %v", err)
+	}
+}
+
+// TestLobbyFiltersFitTheBudget: what lobbies filter by compiles over the
+// default 256 KiB values, macros over the value included (the runtime
+// limit stops their loops, so they are not charged their range's size).
+func TestLobbyFiltersFitTheBudget(t *testing.T) {
+	for _, src := range []string{
+		`value.mode == "duel" && value.players < 4`,
+		`value.mode == "duel" && value.players < value.max`,
+		`value.max - value.players >= 2 && "eu" in value.tags`,
+		`value.tags.exists(t, t == "ranked") && value.tags.all(t, size(t) < 10)`,
+		`value.name.startsWith("Du") && key.startsWith("games/") && value.name.contains("un")`,
+		`has(value.owner) && value.owner == key`,
+		`value.region in ["eu", "us"] && value.tags == ["eu", "ranked"]`,
+		`string(value.a) == string(value.b)`,
+	} {
+		if _, err := Compile(src); err != nil {
+			t.Errorf("%s: %v", src, err)
+		}
+	}
+}

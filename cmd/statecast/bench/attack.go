@@ -41,12 +41,17 @@ type attackSpec struct {
 	run           func(e *env, ctx context.Context, rep *attackReport) error
 }
 
+// sameRoom are the attacks whose WebSocket bystander writes in the
+// attack's room (rep.room), not in a room of its own.
+var sameRoom = map[string]bool{"cel-equality": true}
+
 var attackSpecs = []attackSpec{
 	{"unsub-prefixes", false, (*env).attackUnsubPrefixes},
 	{"history-bytes", false, (*env).attackHistoryBytes},
 	{"slow-body", true, (*env).attackSlowBody},
 	{"sse-flood", true, (*env).attackSSEFlood},
 	{"http-write-rate", false, (*env).attackHTTPWriteRate},
+	{"cel-equality", false, (*env).attackCELEquality},
 }
 
 func attackNames() string {
@@ -88,7 +93,8 @@ type attackReport struct {
 
 	Bystander bystanderReport `json:"bystander"`
 
-	mu sync.Mutex // guards Counts: attacks count from many goroutines
+	mu   sync.Mutex // guards Counts: attacks count from many goroutines
+	room string     // the attack's room, when its bystander writes there
 }
 
 // bystanderReport is what the well-behaved client saw during the attack.
@@ -184,10 +190,13 @@ func (e *env) runAttack(ctx context.Context, r *result) error {
 		e.capConns(r)
 	}
 	rep := &attackReport{Attack: spec.name, FDLimit: procFDLimit(e.pid)}
+	if sameRoom[spec.name] {
+		rep.room = attackRoom(spec.name)
+	}
 	r.Attack = rep
 	rss0, fds0 := e.serverRSS(), procFDs(e.pid)
 	smp := startSampler(e.pid)
-	by := e.startBystander(ctx, spec.httpBystander)
+	by := e.startBystander(ctx, spec.httpBystander, rep.room)
 	select { // its first operation is not part of the attack
 	case <-by.ready:
 	case <-time.After(bystanderTimeout):
@@ -362,7 +371,7 @@ func (b *bystander) fail(err error) {
 // new connection every 50 ms and a WebSocket opened (upgrade, connect,
 // connected) every tenth tick; otherwise a WebSocket client in a room of
 // its own writing a key every 50 ms and waiting for its event.
-func (e *env) startBystander(ctx context.Context, overHTTP bool) *bystander {
+func (e *env) startBystander(ctx context.Context, overHTTP bool, room string) *bystander {
 	ctx, cancel := context.WithCancel(ctx)
 	b := &bystander{cancel: cancel, done: make(chan struct{}), ready: make(chan struct{})}
 	go func() {
@@ -370,9 +379,12 @@ func (e *env) startBystander(ctx context.Context, overHTTP bool) *bystander {
 		if overHTTP {
 			b.rep.Kind = "GET /healthz on a new connection every 50 ms, a WebSocket opened every 500 ms"
 			e.bystandHTTP(ctx, b)
+		} else if room != "" {
+			b.rep.Kind = "WebSocket write, then its event, every 50 ms in the attack's room"
+			e.bystandWS(ctx, b, room)
 		} else {
 			b.rep.Kind = "WebSocket write, then its event, every 50 ms in another room"
-			e.bystandWS(ctx, b)
+			e.bystandWS(ctx, b, attackRoom("bystander"))
 		}
 	}()
 	return b
@@ -430,8 +442,7 @@ func (e *env) openWS(ctx context.Context) error {
 	return err
 }
 
-func (e *env) bystandWS(ctx context.Context, b *bystander) {
-	room := attackRoom("bystander")
+func (e *env) bystandWS(ctx context.Context, b *bystander, room string) {
 	var c *websocket.Conn
 	defer func() {
 		if c != nil {
@@ -755,6 +766,88 @@ func (e *env) attackHistoryBytes(ctx context.Context, rep *attackReport) error {
 		rep.outcome("watcher %d: %s", i+1, drainState(w))
 	}
 	return nil
+}
+
+// attackCELEquality: a client with read access watches the room with
+// two filters that compare whole values (80 values a side, and value ==
+// value), while another writes celWrites values of celValueBytes there
+// one after the other. CEL charges == on lists and maps by their items,
+// not by what comparing them walks, so each write was evaluated for
+// hundreds of milliseconds under the room's lock, where the bystander's
+// writes wait.
+func (e *env) attackCELEquality(ctx context.Context, rep *attackReport) error {
+	const celWrites, celValueBytes = 20, 80 << 10
+	room := rep.room
+	list := "[" + strings.TrimSuffix(strings.Repeat("value,", 80), ",") + "]"
+	filters := []string{list + " == " + list, "value == value"}
+	rep.Params = fmt.Sprintf("watches with the filters %q (%d bytes) and %q; %d writes of %d-byte values", clip([]byte(filters[0])), len(filters[0]), filters[1], celWrites, celValueBytes)
+	rctx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
+	defer cancel()
+	w, err := e.wsSession(rctx)
+	if err != nil {
+		return err
+	}
+	defer w.CloseNow()
+	for i, f := range filters {
+		q := strconv.Quote(f) // ASCII without escapes: also JSON
+		if err := w.Write(rctx, websocket.MessageText, []byte(`{"t":"sub","id":`+strconv.Itoa(i+1)+`,"room":"`+room+`","filter":`+q+`}`)); err != nil {
+			return err
+		}
+		m, err := subReply(rctx, w, uint64(i+1))
+		if err != nil {
+			return fmt.Errorf("filter %d: %w", i+1, err)
+		}
+		rep.count("sub "+m, 1)
+		rep.outcome("filter %d: %s", i+1, m)
+	}
+	go func() { // the watcher reads what it is sent, as a client does
+		for rctx.Err() == nil {
+			if _, _, err := w.Read(rctx); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := e.wsSession(rctx)
+	if err != nil {
+		return err
+	}
+	defer c.CloseNow()
+	item := `{"a":[1,2,3]}`
+	value := `{"l":[` + strings.TrimSuffix(strings.Repeat(item+",", (celValueBytes-8)/(len(item)+1)), ",") + `]}`
+	t0 := time.Now()
+	for i := range celWrites {
+		id := uint64(i + 1)
+		put := `{"t":"put","id":` + strconv.FormatUint(id, 10) + `,"room":"` + room + `","key":"v` + strconv.Itoa(i%2) + `","value":` + value + `}`
+		if err := c.Write(rctx, websocket.MessageText, []byte(put)); err != nil {
+			return fmt.Errorf("write %d: %w", i, err)
+		}
+		m, err := replyTo(rctx, c, id)
+		if err != nil {
+			return fmt.Errorf("write %d: %w", i, err)
+		}
+		rep.count("put "+replyCode(m), 1)
+	}
+	rep.outcome("%d writes answered in %.2f s", celWrites, time.Since(t0).Seconds())
+	return nil
+}
+
+// subReply reads until the reply to subscription id: "snapshot" when it
+// started, else its error code.
+func subReply(ctx context.Context, c *websocket.Conn, id uint64) (string, error) {
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			return "", err
+		}
+		for _, m := range bytes.Split(data, []byte{'\n'}) {
+			switch {
+			case bytes.Contains(m, []byte(`"t":"snapshot"`)) && fieldEq(m, `"s":`, id):
+				return "snapshot", nil
+			case bytes.HasPrefix(m, []byte(`{"t":"err"`)) && fieldEq(m, `"id":`, id):
+				return replyCode(m), nil
+			}
+		}
+	}
 }
 
 // drainState reads what the server sent a watcher that never read, for

@@ -71,6 +71,11 @@ func TestAttacks(t *testing.T) {
 				t.Errorf("counts %v: want 50 PUTs answered 200 or 429", a.Counts)
 			}
 		}},
+		{"cel-equality", nil, nil, func(t *testing.T, a *attackReport) {
+			if a.Counts["sub invalid_filter"] != 2 || a.Counts["put ok"] != 20 {
+				t.Errorf("counts %v: want both filters refused invalid_filter, 20 puts ok", a.Counts)
+			}
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.attack, func(t *testing.T) {
