@@ -209,7 +209,7 @@ func (t *txn) run(s *Server, snap store.Snapshot) (*txnRun, error) {
 			if prev, ok := state[op.put.Key]; ok {
 				res.prev = []store.KV{prev}
 			}
-			state[op.put.Key] = store.KV{Key: op.put.Key} // filled in from the commit's event
+			state[op.put.Key] = store.KV{Key: op.put.Key, Value: op.put.Value} // filled in from the commit's event
 		default:
 			for _, kv := range in(op.sp) {
 				if err := write(store.Op{Type: store.OpDelete, Key: kv.Key}); err != nil {
@@ -228,6 +228,29 @@ func (t *txn) run(s *Server, snap store.Snapshot) (*txnRun, error) {
 		slices.SortFunc(run.write.Conds, func(a, b store.Cond) int { return strings.Compare(a.Key, b.Key) })
 	}
 	return run, nil
+}
+
+// replyBytes is the most run's response can take (replies.go): each
+// range's keys (its limit's largest ones), the previous keys asked for.
+func (run *txnRun) replyBytes() int64 {
+	var n int64
+	for _, res := range run.results {
+		switch {
+		case res.req.GetRequestRange() != nil:
+			rr := res.req.GetRequestRange()
+			if rr.CountOnly {
+				continue
+			}
+			sizes := make([]int64, len(res.items))
+			for i, kv := range res.items {
+				sizes[i] = kvBytes(run.room, kv, rr.KeysOnly)
+			}
+			n += largest(sizes, rr.Limit)
+		case res.req.GetRequestPut().GetPrevKv(), res.req.GetRequestDeleteRange().GetPrevKv():
+			n += kvsBytes(run.room, res.prev, false)
+		}
+	}
+	return n
 }
 
 // holds evaluates one compare on one key.
@@ -273,7 +296,8 @@ func (run *txnRun) response(s *Server, rev uint64, evs []store.Event) *pb.TxnRes
 					res.items[i] = committed[kv.Key]
 				}
 			}
-			rr := s.rangeResponse(run.room, res.items, rev, res.req.GetRequestRange())
+			kvs, count, more := rangeKVs(res.items, res.req.GetRequestRange())
+			rr := s.rangeResponse(run.room, kvs, count, more, rev, res.req.GetRequestRange())
 			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}
 		case res.req.GetRequestPut() != nil:
 			pr := &pb.PutResponse{Header: s.header(rev)}
