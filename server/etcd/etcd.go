@@ -91,6 +91,7 @@ type Server struct {
 	// being built and sent, released once each is sent (rpcTagger).
 	maxReply  int64
 	replies   *semaphore.Weighted
+	replyWait time.Duration
 	maxWatchQ int64
 	grpc      *grpc.Server
 	quit      chan struct{} // closed by Stop: watch and keep-alive streams end
@@ -114,7 +115,7 @@ func New(cfg Config) *Server {
 	if s.maxWatchQ <= 0 {
 		s.maxWatchQ = 4 << 20
 	}
-	s.replies = semaphore.NewWeighted(16 * s.maxReply)
+	s.replies, s.replyWait = semaphore.NewWeighted(16*s.maxReply), replyWait
 	idle := cfg.IdleTimeout
 	if idle <= 0 {
 		idle = 2 * time.Minute

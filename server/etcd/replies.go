@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -80,6 +81,11 @@ func largest(sizes []int64, n int64) int64 {
 	return sum
 }
 
+// replyWait is how long a reply waits for the server's reply budget:
+// replies to clients that do not read them hold it until their
+// connections end, and the others are then refused, not kept waiting.
+const replyWait = 10 * time.Second
+
 // holdReply takes n bytes of the server's reply budget for ctx's RPC
 // until its reply is sent, waiting while other replies hold it.
 func (s *Server) holdReply(ctx context.Context, n int64) error {
@@ -87,8 +93,13 @@ func (s *Server) holdReply(ctx context.Context, n int64) error {
 	if !ok || n <= 0 {
 		return nil
 	}
-	if err := s.replies.Acquire(ctx, n); err != nil {
-		return status.FromContextError(err).Err()
+	wait, cancel := context.WithTimeout(ctx, s.replyWait)
+	defer cancel()
+	if err := s.replies.Acquire(wait, n); err != nil {
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		return status.Errorf(codes.ResourceExhausted, "statecast: the server is sending %d bytes of replies already; retry later", 16*s.maxReply)
 	}
 	h.n += n
 	return nil

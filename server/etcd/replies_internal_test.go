@@ -9,6 +9,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/store"
@@ -67,4 +69,41 @@ func TestReplyBudgetReleased(t *testing.T) {
 	if !s.replies.TryAcquire(16 * s.maxReply) {
 		t.Fatal("bytes of the reply budget are still held after every reply was sent")
 	}
+}
+
+// TestReplyBudgetWait: while other replies hold the server's budget (their
+// clients do not read them), a reply waits replyWait, then is refused.
+func TestReplyBudgetWait(t *testing.T) {
+	n := servertest.Start(t, servertest.Options{})
+	if _, err := n.Engine.Apply(context.Background(), "r", store.Put("a", []byte(`"v"`))); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Node: n.Server, MaxReplyBytes: 1 << 10})
+	s.replyWait = 100 * time.Millisecond
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ln.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if !s.replies.TryAcquire(16 << 10) { // as 16 replies not read
+		t.Fatal("the budget is held before any reply")
+	}
+	_, err = cli.Get(ctx, "/r/a")
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "retry later") {
+		t.Fatalf("a reply with the budget held: %v, want ResourceExhausted", err)
+	}
+	s.replies.Release(16 << 10)
+	if get, err := cli.Get(ctx, "/r/a"); err != nil || len(get.Kvs) != 1 {
+		t.Fatalf("with the budget free: %v, %v", get, err)
+	}
+	_ = cli.Close()
+	s.Stop(ctx)
+	<-served
 }
