@@ -16,6 +16,30 @@ import (
 	"github.com/statecast/statecast/store"
 )
 
+// serve serves cfg on loopback and returns the server and a client of
+// it; stop closes both.
+func serve(t *testing.T, cfg Config) (*Server, *clientv3.Client, func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(cfg)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ln.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, cli, func() {
+		_ = cli.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Stop(ctx)
+		<-served
+	}
+}
+
 // TestFromValueShares: a value is the store's own bytes, not a copy per
 // watch and range that reads it.
 func TestFromValueShares(t *testing.T) {
@@ -39,17 +63,7 @@ func TestReplyBudgetReleased(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(Config{Node: n.Server, MaxReplyBytes: 80 << 10})
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ln.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cli, stop := serve(t, Config{Node: n.Server, MaxReplyBytes: 80 << 10})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i := range 40 { // 40 × 64 KiB: more than the budget of 16 × 80 KiB, were it kept
@@ -63,9 +77,7 @@ func TestReplyBudgetReleased(t *testing.T) {
 			t.Fatalf("txn %d: %v", i, err)
 		}
 	}
-	_ = cli.Close()
-	s.Stop(ctx) // the RPCs have ended: their End released what they held
-	<-served
+	stop() // the RPCs have ended: their End released what they held
 	if !s.replies.TryAcquire(16 * s.maxReply) {
 		t.Fatal("bytes of the reply budget are still held after every reply was sent")
 	}
@@ -78,24 +90,15 @@ func TestReplyBudgetWait(t *testing.T) {
 	if _, err := n.Engine.Apply(context.Background(), "r", store.Put("a", []byte(`"v"`))); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(Config{Node: n.Server, MaxReplyBytes: 1 << 10})
+	s, cli, stop := serve(t, Config{Node: n.Server, MaxReplyBytes: 1 << 10})
+	defer stop()
 	s.replyWait = 100 * time.Millisecond
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ln.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if !s.replies.TryAcquire(16 << 10) { // as 16 replies not read
 		t.Fatal("the budget is held before any reply")
 	}
-	_, err = cli.Get(ctx, "/r/a")
+	_, err := cli.Get(ctx, "/r/a")
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "retry later") {
 		t.Fatalf("a reply with the budget held: %v, want ResourceExhausted", err)
 	}
@@ -103,7 +106,4 @@ func TestReplyBudgetWait(t *testing.T) {
 	if get, err := cli.Get(ctx, "/r/a"); err != nil || len(get.Kvs) != 1 {
 		t.Fatalf("with the budget free: %v, %v", get, err)
 	}
-	_ = cli.Close()
-	s.Stop(ctx)
-	<-served
 }
