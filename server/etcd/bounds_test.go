@@ -117,26 +117,45 @@ func heapDuring(d time.Duration) uint64 {
 	return peak
 }
 
-// TestTxnRangesAllocation: a txn of 128 ranges of a 1 MiB room, each the
-// whole room, is refused from the keys' sizes: the server does not build
-// the 128 MiB it would have replied first.
+// TestTxnRangesAllocation: a txn of 128 ranges of a room, each the whole
+// room, is refused from the keys' sizes: the server does not gather the
+// 128 copies of the room's keys it would reply, nor build the reply.
 func TestTxnRangesAllocation(t *testing.T) {
-	n, _, cli := start(t, servertest.Options{})
-	ctx := ctxOf(t)
-	fillRoom(t, n, "big", 16, 64<<10)
-	var ops []clientv3.Op
-	for range 128 {
-		ops = append(ops, clientv3.OpGet("/big/", clientv3.WithPrefix()))
-	}
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	_, err := cli.Txn(ctx).Then(ops...).Commit()
-	runtime.ReadMemStats(&after)
-	if codeOf(err) != codes.ResourceExhausted {
-		t.Fatalf("a txn replying 128 MiB: %v, want ResourceExhausted", err)
-	}
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16<<20 {
-		t.Fatalf("the refused txn allocated %d MiB", alloc>>20)
+	for _, c := range []struct {
+		name       string
+		keys, size int
+	}{
+		{"1 MiB of values", 16, 64 << 10},
+		{"20,000 small keys", 20_000, 8},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n, _, cli := start(t, servertest.Options{})
+			ctx := ctxOf(t)
+			value := []byte(`"` + strings.Repeat("v", c.size-2) + `"`)
+			for i := 0; i < c.keys; i += 200 {
+				var w store.Write
+				for k := i; k < min(i+200, c.keys); k++ {
+					w.Ops = append(w.Ops, store.Op{Type: store.OpPut, Key: fmt.Sprintf("k%05d", k), Value: value})
+				}
+				if _, err := n.Engine.Apply(ctx, "big", w); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var ops []clientv3.Op
+			for range 128 {
+				ops = append(ops, clientv3.OpGet("/big/", clientv3.WithPrefix()))
+			}
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := cli.Txn(ctx).Then(ops...).Commit()
+			runtime.ReadMemStats(&after)
+			if codeOf(err) != codes.ResourceExhausted {
+				t.Fatalf("a txn replying 128 times the room: %v, want ResourceExhausted", err)
+			}
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 48<<20 {
+				t.Fatalf("the refused txn allocated %d MiB", alloc>>20)
+			}
+		})
 	}
 }
 
@@ -260,5 +279,47 @@ func TestCompactRate(t *testing.T) {
 	}
 	if limited < 14 {
 		t.Fatalf("%d of 20 compactions rate-limited at 1/s with a burst of 5", limited)
+	}
+}
+
+// TestTxnRangesShareTheRead: a txn's ranges read the keys in place; one
+// that sorts or filters them does not reorder them for the next, and
+// the txn's own writes show in the ranges after them.
+func TestTxnRangesShareTheRead(t *testing.T) {
+	_, _, cli := start(t, servertest.Options{})
+	ctx := ctxOf(t)
+	for _, kv := range [][2]string{{"a", "3"}, {"b", "1"}, {"c", "2"}} {
+		if _, err := cli.Put(ctx, "/sh/"+kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := func(r *pb.RangeResponse) string {
+		var b strings.Builder
+		for _, kv := range r.Kvs {
+			b.WriteString(strings.TrimPrefix(string(kv.Key), "/sh/") + "=" + string(kv.Value) + " ")
+		}
+		return b.String()
+	}
+	resp, err := cli.Txn(ctx).Then(
+		clientv3.OpGet("/sh/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByValue, clientv3.SortDescend)),
+		clientv3.OpGet("/sh/", clientv3.WithPrefix(), clientv3.WithMinModRev(2)),
+		clientv3.OpGet("/sh/", clientv3.WithPrefix()),
+		clientv3.OpPut("/sh/b", "9"),
+		clientv3.OpDelete("/sh/c"),
+		clientv3.OpPut("/sh/d", "4"),
+		clientv3.OpGet("/sh/", clientv3.WithPrefix()),
+		clientv3.OpGet("/sh/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := resp.Responses
+	for i, want := range map[int]string{0: "a=3 c=2 b=1 ", 1: "b=1 c=2 ", 2: "a=3 b=1 c=2 ", 6: "a=3 b=9 d=4 "} {
+		if got := keys(r[i].GetResponseRange()); got != want {
+			t.Errorf("range %d: %q, want %q", i, got, want)
+		}
+	}
+	if n := r[7].GetResponseRange().Count; n != 3 {
+		t.Errorf("count after the txn's writes: %d", n)
 	}
 }

@@ -123,7 +123,7 @@ func (s kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	if err != nil {
 		return nil, err
 	}
-	kvs, count, more := rangeKVs(snap.Items, r)
+	kvs, count, more := rangeKVs(snap.Items, false, r)
 	kvs, paged, size, err := s.pageBytes(sp.room, kvs, r.KeysOnly, r.Limit > 0)
 	if err != nil {
 		return nil, err
@@ -136,11 +136,19 @@ func (s kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 
 // rangeKVs selects what r returns of items (sorted by key): its filters,
 // order and limit applied; count is etcd's, more says the limit left
-// keys out.
-func rangeKVs(items []store.KV, r *pb.RangeRequest) (kvs []store.KV, count int64, more bool) {
+// keys out. Items that are shared are copied before they are filtered or
+// sorted.
+func rangeKVs(items []store.KV, shared bool, r *pb.RangeRequest) (kvs []store.KV, count int64, more bool) {
 	count = int64(len(items)) // etcd counts before the revision filters
 	if r.CountOnly {
 		return nil, count, false
+	}
+	order := r.SortOrder
+	if order == pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY {
+		order = pb.RangeRequest_ASCEND // as etcd does
+	}
+	if shared && (order != pb.RangeRequest_NONE || r.MinModRevision > 0 || r.MaxModRevision > 0 || r.MinCreateRevision > 0 || r.MaxCreateRevision > 0) {
+		items = slices.Clone(items)
 	}
 	items = slices.DeleteFunc(items, func(kv store.KV) bool {
 		return r.MinModRevision > 0 && int64(kv.ModRev) < r.MinModRevision ||
@@ -148,10 +156,6 @@ func rangeKVs(items []store.KV, r *pb.RangeRequest) (kvs []store.KV, count int64
 			r.MinCreateRevision > 0 && int64(kv.CreateRev) < r.MinCreateRevision ||
 			r.MaxCreateRevision > 0 && int64(kv.CreateRev) > r.MaxCreateRevision
 	})
-	order := r.SortOrder
-	if order == pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY {
-		order = pb.RangeRequest_ASCEND // as etcd does
-	}
 	if order != pb.RangeRequest_NONE {
 		slices.SortStableFunc(items, func(a, b store.KV) int {
 			n := compareBy(r.SortTarget, a, b)
@@ -373,10 +377,9 @@ func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 		if err != nil {
 			return nil, err
 		}
-		// Its reply is bounded before anything is built or written.
-		if n := run.replyBytes(); n > s.maxReply {
-			return nil, s.tooLarge("this txn", n, "read fewer keys per txn (a Range with a limit pages)")
-		} else if err := s.holdReply(ctx, n); err != nil {
+		// Its reply was bounded before anything was gathered (run); it
+		// is held before anything is written.
+		if err := s.holdReply(ctx, run.bytes); err != nil {
 			return nil, err
 		}
 		if len(run.write.Ops) == 0 { // nothing to write: answered at the read's revision
