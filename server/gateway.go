@@ -68,6 +68,16 @@ func (s *Server) Write(ctx context.Context, room string, w store.Write, claims *
 	return res, nil
 }
 
+// Compact drops room's history below rev on this node (rooms.Engine.Compact)
+// for claims' writer at addr; it counts as a write, so a client compacts
+// no faster than it writes. It returns the room's head.
+func (s *Server) Compact(ctx context.Context, room string, rev uint64, claims *auth.Claims, addr string) (uint64, error) {
+	if _, err := s.admitWrite(claims, addr); err != nil {
+		return 0, err
+	}
+	return s.engine.Compact(ctx, room, rev)
+}
+
 // GrantLease grants TTL lease id (chosen by the caller: unguessable, and
 // starting with "ttl_") to claims' subject; it counts as a write.
 func (s *Server) GrantLease(ctx context.Context, id string, ttl time.Duration, claims *auth.Claims, addr string) error {

@@ -106,6 +106,8 @@ func (w *webhookFlag) Set(v string) error {
 type serveFlags struct {
 	addr, data, storeURL, logLevel      string
 	etcdAddr                            string
+	etcdReplyBytes, etcdWatchBytes      bytesFlag
+	etcdIdle                            time.Duration
 	redisPrefix, nodeID                 string
 	redisCluster                        bool
 	hmacSecret, hmacSecretFile, pubKey  string
@@ -146,6 +148,10 @@ func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT")
 	fs.StringVar(&f.etcdAddr, "etcd-addr", "", "also serve etcd's v3 gRPC API on HOST:PORT (e.g. 127.0.0.1:2379): etcdctl and etcd clients read, write, lease and watch rooms as keys /<room>/<key> (README, The etcd API); off by default")
+	f.etcdReplyBytes, f.etcdWatchBytes = 16<<20, 4<<20
+	fs.Var(&f.etcdReplyBytes, "etcd-max-reply-bytes", "keys and values of one etcd reply (a Range, a Txn's ranges): past it a Range with a limit pages, anything else is ResourceExhausted; 16 replies this size are built and sent at once at most")
+	fs.Var(&f.etcdWatchBytes, "etcd-max-watch-bytes", "events the etcd watches of one connection may hold unsent; past it they wait, then catch up from the room's history")
+	fs.DurationVar(&f.etcdIdle, "etcd-idle-timeout", 2*time.Minute, "an etcd connection with no request in flight this long (a watch is one) is sent GOAWAY")
 	fs.StringVar(&f.data, "data", "./data", "directory of the embedded file store")
 	fs.StringVar(&f.storeURL, "store", "file", "store: file, memory (ephemeral), or a redis:// URL (several nodes share it)")
 	fs.BoolVar(&f.redisCluster, "redis-cluster", false, "the --store URL lists Redis Cluster seed nodes, comma-separated")
@@ -300,7 +306,8 @@ func run(f serveFlags) error {
 		if err != nil {
 			return err
 		}
-		es := etcd.New(etcd.Config{Node: srv, Name: f.nodeID + "@" + eln.Addr().String(), MaxWatches: f.maxSubs, Logger: log})
+		es := etcd.New(etcd.Config{Node: srv, Name: f.nodeID + "@" + eln.Addr().String(), MaxWatches: f.maxSubs,
+			MaxReplyBytes: int(f.etcdReplyBytes), MaxWatchBytes: int(f.etcdWatchBytes), IdleTimeout: f.etcdIdle, Logger: log})
 		fmt.Printf("statecast: etcd v3 API on %s\n", eln.Addr())
 		go func() { errc <- es.Serve(eln) }()
 		var once sync.Once

@@ -35,6 +35,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -60,21 +61,42 @@ type Config struct {
 	// of one connection; default 256 (the node's subscriptions per
 	// WebSocket).
 	MaxWatches int
-	Logger     *slog.Logger
+	// MaxReplyBytes bounds the keys and values of one reply (a Range, a
+	// Txn's ranges and previous values together, a DeleteRange's previous
+	// values); default 16 MiB. The replies being built and sent at once
+	// hold at most 16 times it over the whole server.
+	MaxReplyBytes int
+	// MaxWatchBytes bounds the events a connection's watches have taken
+	// from their rooms and not yet sent, over all its streams; default
+	// 4 MiB. A watch waits for room as etcd's unsynced watchers do, and
+	// then catches up from the room's history.
+	MaxWatchBytes int
+	// IdleTimeout closes a connection that has had no request in flight
+	// for that long (an open watch stream is one); default 2 minutes. A
+	// connection that has not sent gRPC's preface after 10 s (or
+	// IdleTimeout if shorter) is closed.
+	IdleTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // Server serves the etcd v3 API of one node.
 type Server struct {
-	node    *server.Server
-	engine  *rooms.Engine
-	limits  store.Limits
-	log     *slog.Logger
-	member  uint64
-	maxW    int
-	grpc    *grpc.Server
-	quit    chan struct{} // closed by Stop: watch and keep-alive streams end
-	stopped sync.Once
-	streams sync.WaitGroup
+	node   *server.Server
+	engine *rooms.Engine
+	limits store.Limits
+	log    *slog.Logger
+	member uint64
+	maxW   int
+	// maxReply bounds one reply; replies holds the bytes of the replies
+	// being built and sent, released once each is sent (rpcTagger).
+	maxReply  int64
+	replies   *semaphore.Weighted
+	replyWait time.Duration
+	maxWatchQ int64
+	grpc      *grpc.Server
+	quit      chan struct{} // closed by Stop: watch and keep-alive streams end
+	stopped   sync.Once
+	streams   sync.WaitGroup
 }
 
 // New returns a Server; Serve starts it.
@@ -86,16 +108,34 @@ func New(cfg Config) *Server {
 	if s.maxW <= 0 {
 		s.maxW = 256
 	}
+	s.maxReply, s.maxWatchQ = int64(cfg.MaxReplyBytes), int64(cfg.MaxWatchBytes)
+	if s.maxReply <= 0 {
+		s.maxReply = 16 << 20
+	}
+	if s.maxWatchQ <= 0 {
+		s.maxWatchQ = 4 << 20
+	}
+	s.replies, s.replyWait = semaphore.NewWeighted(16*s.maxReply), replyWait
+	idle := cfg.IdleTimeout
+	if idle <= 0 {
+		idle = 2 * time.Minute
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	// etcd's clients ping idle connections; a server that refused their
-	// pings would close them (too_many_pings).
+	// pings would close them (too_many_pings). A connection with no RPC
+	// for idle is sent GOAWAY (clients reconnect when they next need it),
+	// one that does not answer the server's pings is closed, and one that
+	// never speaks gRPC is closed at ConnectionTimeout: otherwise each
+	// holds a connection slot and its buffers for good.
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(2<<20),
 		grpc.MaxConcurrentStreams(uint32(s.maxW)),
-		grpc.StatsHandler(connTagger{}),
+		grpc.StatsHandler(rpcTagger{s}),
+		grpc.ConnectionTimeout(min(10*time.Second, idle)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: idle, Timeout: 20 * time.Second}),
 	)
 	pb.RegisterKVServer(s.grpc, kvServer{Server: s})
 	pb.RegisterWatchServer(s.grpc, watchServer{Server: s})
@@ -301,8 +341,13 @@ func toValue(b []byte) ([]byte, error) {
 	return v, nil
 }
 
-// fromValue turns a room's value into etcd bytes.
+// fromValue turns a room's value into etcd bytes. A string with no
+// escapes is its own text: the store's slice is shared, not copied (a
+// value goes to every watch and every range that reads it).
 func fromValue(v []byte) []byte {
+	if len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
+		return v[1 : len(v)-1 : len(v)-1]
+	}
 	if len(v) > 0 && v[0] == '"' {
 		var s string
 		if json.Unmarshal(v, &s) == nil {
@@ -405,27 +450,54 @@ func (a authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest)
 	return &pb.AuthenticateResponse{Header: a.header(0), Token: r.Password}, nil
 }
 
-// connTagger gives each connection a count of its watches, over all its
+// rpcTagger gives each connection a count of its watches, over all its
 // Watch streams (a stream's context carries its connection's values), so
 // a connection holds MaxWatches watches, as a WebSocket holds
-// --max-subscriptions, however many streams it opens.
-type connTagger struct{}
+// --max-subscriptions, however many streams it opens; and the budget of
+// the events its watches hold unsent (MaxWatchBytes). Each RPC gets a
+// replyHold, released when the RPC has sent its reply.
+type rpcTagger struct{ s *Server }
 
-type connWatchesKey struct{}
+type connKey struct{}
 
-func (connTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connWatchesKey{}, new(atomic.Int64))
+type rpcKey struct{}
+
+// connState is what the watches of one connection share.
+type connState struct {
+	watches atomic.Int64
+	queued  *semaphore.Weighted // bytes of events taken and not yet sent
 }
-func (connTagger) HandleConn(context.Context, stats.ConnStats) {}
-func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
-	return ctx
-}
-func (connTagger) HandleRPC(context.Context, stats.RPCStats) {}
 
-// connWatches is the watch count of ctx's connection.
-func connWatches(ctx context.Context) *atomic.Int64 {
-	if n, ok := ctx.Value(connWatchesKey{}).(*atomic.Int64); ok {
-		return n
+// replyHold is the bytes of the server's reply budget an RPC holds.
+type replyHold struct{ n int64 }
+
+func (t rpcTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, connKey{}, t.s.newConnState())
+}
+func (rpcTagger) HandleConn(context.Context, stats.ConnStats) {}
+func (rpcTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return context.WithValue(ctx, rpcKey{}, new(replyHold))
+}
+
+// HandleRPC releases the reply's bytes once it is sent (End comes after).
+func (t rpcTagger) HandleRPC(ctx context.Context, st stats.RPCStats) {
+	if _, ok := st.(*stats.End); !ok {
+		return
 	}
-	return new(atomic.Int64) // not served by this server's grpc: its own count
+	if h, ok := ctx.Value(rpcKey{}).(*replyHold); ok && h.n > 0 {
+		t.s.replies.Release(h.n)
+		h.n = 0
+	}
+}
+
+func (s *Server) newConnState() *connState {
+	return &connState{queued: semaphore.NewWeighted(s.maxWatchQ)}
+}
+
+// connOf is the state of ctx's connection.
+func (s *Server) connOf(ctx context.Context) *connState {
+	if c, ok := ctx.Value(connKey{}).(*connState); ok {
+		return c
+	}
+	return s.newConnState() // not served by this server's grpc: its own
 }

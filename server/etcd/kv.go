@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -122,22 +123,39 @@ func (s kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	if err != nil {
 		return nil, err
 	}
-	return s.rangeResponse(sp.room, snap.Items, snap.Rev, r), nil
+	kvs, count, more := rangeKVs(snap.Items, false, r)
+	kvs, paged, size, err := s.pageBytes(sp.room, kvs, r.KeysOnly, r.Limit > 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.holdReply(ctx, size); err != nil {
+		return nil, err
+	}
+	return s.rangeResponse(sp.room, kvs, count, more || paged, snap.Rev, r), nil
 }
 
-// rangeResponse answers r from the keys it selects (sorted by key).
-func (s *Server) rangeResponse(room string, items []store.KV, rev uint64, r *pb.RangeRequest) *pb.RangeResponse {
-	resp := &pb.RangeResponse{Header: s.header(rev), Count: int64(len(items))} // etcd counts before the revision filters
+// rangeKVs selects what r returns of items (sorted by key): its filters,
+// order and limit applied; count is etcd's, more says the limit left
+// keys out. Items that are shared are copied before they are filtered or
+// sorted.
+func rangeKVs(items []store.KV, shared bool, r *pb.RangeRequest) (kvs []store.KV, count int64, more bool) {
+	count = int64(len(items)) // etcd counts before the revision filters
+	if r.CountOnly {
+		return nil, count, false
+	}
+	order := r.SortOrder
+	if order == pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY {
+		order = pb.RangeRequest_ASCEND // as etcd does
+	}
+	if shared && (order != pb.RangeRequest_NONE || r.MinModRevision > 0 || r.MaxModRevision > 0 || r.MinCreateRevision > 0 || r.MaxCreateRevision > 0) {
+		items = slices.Clone(items)
+	}
 	items = slices.DeleteFunc(items, func(kv store.KV) bool {
 		return r.MinModRevision > 0 && int64(kv.ModRev) < r.MinModRevision ||
 			r.MaxModRevision > 0 && int64(kv.ModRev) > r.MaxModRevision ||
 			r.MinCreateRevision > 0 && int64(kv.CreateRev) < r.MinCreateRevision ||
 			r.MaxCreateRevision > 0 && int64(kv.CreateRev) > r.MaxCreateRevision
 	})
-	order := r.SortOrder
-	if order == pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY {
-		order = pb.RangeRequest_ASCEND // as etcd does
-	}
 	if order != pb.RangeRequest_NONE {
 		slices.SortStableFunc(items, func(a, b store.KV) int {
 			n := compareBy(r.SortTarget, a, b)
@@ -147,14 +165,20 @@ func (s *Server) rangeResponse(room string, items []store.KV, rev uint64, r *pb.
 			return n
 		})
 	}
-	if r.CountOnly {
-		return resp
-	}
 	if r.Limit > 0 && int64(len(items)) > r.Limit {
-		items, resp.More = items[:r.Limit], true
+		items, more = items[:r.Limit], true
 	}
-	for _, kv := range items {
-		resp.Kvs = append(resp.Kvs, toKV(room, kv, r.KeysOnly))
+	return items, count, more
+}
+
+// rangeResponse answers r with kvs (from rangeKVs).
+func (s *Server) rangeResponse(room string, kvs []store.KV, count int64, more bool, rev uint64, r *pb.RangeRequest) *pb.RangeResponse {
+	resp := &pb.RangeResponse{Header: s.header(rev), Count: count, More: more}
+	if len(kvs) > 0 {
+		resp.Kvs = make([]*mvccpb.KeyValue, len(kvs))
+	}
+	for i, kv := range kvs {
+		resp.Kvs[i] = toKV(room, kv, r.KeysOnly)
 	}
 	return resp
 }
@@ -249,6 +273,15 @@ func (s kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*p
 		if len(snap.Items) == 0 {
 			return &pb.DeleteRangeResponse{Header: s.header(snap.Rev)}, nil
 		}
+		if r.PrevKv { // refused before anything is deleted
+			n := kvsBytes(sp.room, snap.Items, false)
+			if n > s.maxReply {
+				return nil, s.tooLarge("this delete's prev_kv", n, "delete without prev_kv, or in smaller ranges")
+			}
+			if err := s.holdReply(ctx, n); err != nil {
+				return nil, err
+			}
+		}
 		w.Ops = w.Ops[:0]
 		for _, kv := range snap.Items {
 			w.Ops = append(w.Ops, store.Op{Type: store.OpDelete, Key: kv.Key})
@@ -299,7 +332,7 @@ func (s kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Com
 	if r.Revision <= 0 {
 		return nil, status.Error(codes.InvalidArgument, "statecast: compact to a revision of at least 1")
 	}
-	head, err := s.engine.Compact(ctx, room[0], uint64(r.Revision))
+	head, err := s.node.Compact(ctx, room[0], uint64(r.Revision), c.claims, c.addr)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -344,6 +377,11 @@ func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 		if err != nil {
 			return nil, err
 		}
+		// Its reply was bounded before anything was gathered (run); it
+		// is held before anything is written.
+		if err := s.holdReply(ctx, run.bytes); err != nil {
+			return nil, err
+		}
 		if len(run.write.Ops) == 0 { // nothing to write: answered at the read's revision
 			return run.response(s.Server, snap.Rev, nil), nil
 		}
@@ -351,6 +389,7 @@ func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 		var pe *server.Error
 		switch {
 		case errors.As(err, &pe) && pe.Code == wire.CodeConflict:
+			s.dropReply(ctx)
 			continue
 		case err != nil:
 			return nil, grpcError(err)

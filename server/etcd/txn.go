@@ -133,6 +133,7 @@ type txnRun struct {
 	succeeded bool
 	write     store.Write
 	results   []opResult
+	bytes     int64 // the most its response can take (replies.go)
 }
 
 // opResult is an op's answer before the commit: a range's keys (those
@@ -144,29 +145,88 @@ type opResult struct {
 	prev  []store.KV
 }
 
-// run evaluates t on snap.
+// run evaluates t on snap, whose items are sorted by key. A range reads
+// them in place (a part of snap.Items, shared) unless the txn wrote in
+// it before: only then are its keys gathered.
 func (t *txn) run(s *Server, snap store.Snapshot) (*txnRun, error) {
-	state := make(map[string]store.KV, len(snap.Items))
-	for _, kv := range snap.Items {
-		state[kv.Key] = kv
-	}
-	guards := make(map[string]uint64) // key → mod_rev read (0: absent)
-	guard := func(k string) {
-		if _, ok := guards[k]; !ok {
-			guards[k] = state[k].ModRev
+	base := snap.Items
+	written := make(map[string]*store.KV) // by the txn so far; nil: deleted
+	get := func(k string) (store.KV, bool) {
+		if kv, ok := written[k]; ok {
+			if kv == nil {
+				return store.KV{}, false
+			}
+			return *kv, true
 		}
+		i, ok := slices.BinarySearchFunc(base, k, func(kv store.KV, k string) int { return strings.Compare(kv.Key, k) })
+		if !ok {
+			return store.KV{}, false
+		}
+		return base[i], true
 	}
 	in := func(sp span) []store.KV {
-		var kvs []store.KV
-		for k, kv := range state {
+		if sp.single {
+			if kv, ok := get(sp.lo); ok {
+				return []store.KV{kv}
+			}
+			return nil
+		}
+		lo, _ := slices.BinarySearchFunc(base, sp.lo, func(kv store.KV, k string) int { return strings.Compare(kv.Key, k) })
+		hi := len(base)
+		if !sp.open {
+			hi, _ = slices.BinarySearchFunc(base, sp.hi, func(kv store.KV, k string) int { return strings.Compare(kv.Key, k) })
+			hi = max(hi, lo)
+		}
+		mine := 0
+		for k := range written {
 			if sp.has(k) {
+				mine++
+			}
+		}
+		if mine == 0 {
+			return base[lo:hi:hi]
+		}
+		kvs := make([]store.KV, 0, hi-lo+mine)
+		for _, kv := range base[lo:hi] {
+			if _, ok := written[kv.Key]; !ok {
 				kvs = append(kvs, kv)
+			}
+		}
+		for k, kv := range written {
+			if kv != nil && sp.has(k) {
+				kvs = append(kvs, *kv)
 			}
 		}
 		slices.SortFunc(kvs, func(a, b store.KV) int { return strings.Compare(a.Key, b.Key) })
 		return kvs
 	}
 	run := &txnRun{room: t.room, succeeded: true}
+	guards := make(map[string]uint64) // key → mod_rev read (0: absent)
+	guard := func(k string) {
+		if _, ok := guards[k]; !ok {
+			kv, _ := get(k)
+			guards[k] = kv.ModRev
+		}
+	}
+	// bound is the most range rr of sp can reply (its limit's largest
+	// keys), from the keys' sizes: counted before any is gathered.
+	bound := func(sp span, rr *pb.RangeRequest) int64 {
+		if rr.CountOnly {
+			return 0
+		}
+		kvs := in(sp)
+		if rr.Limit <= 0 || int64(len(kvs)) <= rr.Limit {
+			return kvsBytes(t.room, kvs, rr.KeysOnly)
+		}
+		sizes := make([]int64, len(kvs))
+		for i, kv := range kvs {
+			sizes[i] = kvBytes(t.room, kv, rr.KeysOnly)
+		}
+		return largest(sizes, rr.Limit)
+	}
+	tooLarge := func() error {
+		return s.tooLarge("this txn", run.bytes, "read fewer keys per txn (a Range with a limit pages)")
+	}
 	for i, c := range t.req.Compare {
 		sp := t.compares[i]
 		if sp.single {
@@ -187,13 +247,12 @@ func (t *txn) run(s *Server, snap store.Snapshot) (*txnRun, error) {
 	if !run.succeeded {
 		ops = t.failure
 	}
-	written := make(map[string]bool)
 	write := func(op store.Op) error {
-		if written[op.Key] {
+		if _, ok := written[op.Key]; ok {
 			return rpctypes.ErrGRPCDuplicateKey
 		}
-		written[op.Key] = true
 		guard(op.Key)
+		written[op.Key] = nil // deleted, or put just below
 		run.write.Ops = append(run.write.Ops, op)
 		return nil
 	}
@@ -201,23 +260,35 @@ func (t *txn) run(s *Server, snap store.Snapshot) (*txnRun, error) {
 		res := opResult{req: op.req}
 		switch {
 		case op.req.GetRequestRange() != nil:
+			if run.bytes += bound(op.sp, op.req.GetRequestRange()); run.bytes > s.maxReply {
+				return nil, tooLarge()
+			}
 			res.items = in(op.sp)
 		case op.req.GetRequestPut() != nil:
+			prev, ok := get(op.put.Key)
 			if err := write(op.put); err != nil {
 				return nil, err
 			}
-			if prev, ok := state[op.put.Key]; ok {
+			if ok {
 				res.prev = []store.KV{prev}
+				if op.req.GetRequestPut().PrevKv {
+					run.bytes += kvBytes(t.room, prev, false)
+				}
 			}
-			state[op.put.Key] = store.KV{Key: op.put.Key} // filled in from the commit's event
+			written[op.put.Key] = &store.KV{Key: op.put.Key, Value: op.put.Value} // filled in from the commit's event
 		default:
 			for _, kv := range in(op.sp) {
 				if err := write(store.Op{Type: store.OpDelete, Key: kv.Key}); err != nil {
 					return nil, err
 				}
 				res.prev = append(res.prev, kv)
-				delete(state, kv.Key)
 			}
+			if op.req.GetRequestDeleteRange().PrevKv {
+				run.bytes += kvsBytes(t.room, res.prev, false)
+			}
+		}
+		if run.bytes > s.maxReply {
+			return nil, tooLarge()
 		}
 		run.results = append(run.results, res)
 	}
@@ -273,7 +344,8 @@ func (run *txnRun) response(s *Server, rev uint64, evs []store.Event) *pb.TxnRes
 					res.items[i] = committed[kv.Key]
 				}
 			}
-			rr := s.rangeResponse(run.room, res.items, rev, res.req.GetRequestRange())
+			kvs, count, more := rangeKVs(res.items, true, res.req.GetRequestRange())
+			rr := s.rangeResponse(run.room, kvs, count, more, rev, res.req.GetRequestRange())
 			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}
 		case res.req.GetRequestPut() != nil:
 			pr := &pb.PutResponse{Header: s.header(rev)}

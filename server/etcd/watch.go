@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -31,7 +30,7 @@ type watchStream struct {
 	stream  pb.Watch_WatchServer
 	sendMu  sync.Mutex
 	watches map[int64]*watch // owned by the RPC's goroutine
-	conn    *atomic.Int64    // the watches of all the streams of its connection
+	conn    *connState       // what all the streams of its connection share
 	next    int64            // the next automatic watch id (etcd's start at 0)
 	wg      sync.WaitGroup
 }
@@ -67,8 +66,8 @@ func (s watchServer) Watch(stream pb.Watch_WatchServer) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
-	ws := &watchStream{s: s.Server, c: c, ctx: ctx, stream: stream, watches: make(map[int64]*watch), conn: connWatches(ctx)}
-	defer func() { cancel(); ws.wg.Wait(); ws.conn.Add(-int64(len(ws.watches))) }()
+	ws := &watchStream{s: s.Server, c: c, ctx: ctx, stream: stream, watches: make(map[int64]*watch), conn: s.connOf(ctx)}
+	defer func() { cancel(); ws.wg.Wait(); ws.conn.watches.Add(-int64(len(ws.watches))) }()
 	return serveStream(s.Server, ctx, c, stream.Recv, func(r *pb.WatchRequest) error {
 		switch {
 		case r.GetCreateRequest() != nil:
@@ -104,11 +103,11 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) {
 		select {
 		case <-w.done:
 			delete(ws.watches, id)
-			ws.conn.Add(-1)
+			ws.conn.watches.Add(-1)
 		default:
 		}
 	}
-	if len(ws.watches) >= s.maxW || ws.conn.Load() >= int64(s.maxW) {
+	if len(ws.watches) >= s.maxW || ws.conn.watches.Load() >= int64(s.maxW) {
 		refuse(status.Errorf(codes.ResourceExhausted, "statecast: at most %d watches per connection", s.maxW))
 		return
 	}
@@ -154,7 +153,7 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) {
 		return
 	}
 	ws.watches[id] = w
-	ws.conn.Add(1)
+	ws.conn.watches.Add(1)
 	ws.wg.Add(1)
 	go func() {
 		defer ws.wg.Done()
@@ -243,8 +242,17 @@ const maxBatchBytes = 64 << 10
 
 // deliver sends msgs; ok is false when the watch ended, restarted when a
 // catch-up made it start a new room watcher (the rest of msgs is dropped).
+//
+// The events a batch holds count in the connection's MaxWatchBytes from
+// before they are converted until they are sent. A watch that finds no
+// room waits, reading nothing from its room watcher, as etcd moves a
+// watcher its client does not keep up with to unsynced: the room's
+// queue of it fills, and it catches up from the history when there is
+// room again (see watch). A client that never reads holds that budget,
+// not a batch per watch.
 func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bool) {
 	var batch []*mvccpb.Event
+	var held int64 // of the connection's budget, by batch
 	size := 0
 	flush := func() bool {
 		if len(batch) == 0 {
@@ -252,10 +260,23 @@ func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bo
 		}
 		resp := &pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id, Events: batch}
 		batch, size = nil, 0
-		return ws.send(resp)
+		sent := ws.send(resp)
+		ws.conn.queued.Release(held)
+		held = 0
+		return sent
 	}
+	defer func() { ws.conn.queued.Release(held) }()
 	for _, m := range msgs {
 		if m.Kind == rooms.KindEvents {
+			n := min(w.eventBytes(m.Change), ws.s.maxWatchQ)
+			if !ws.conn.queued.TryAcquire(n) {
+				// Send what this watch holds before waiting: the others
+				// may be waiting for it.
+				if !flush() || ws.conn.queued.Acquire(w.ctx, n) != nil {
+					return false, false
+				}
+			}
+			held += n
 			for _, ev := range w.events(m.Change) {
 				batch = append(batch, ev)
 				size += len(ev.Kv.Key) + len(ev.Kv.Value) + len(ev.PrevKv.GetValue())
@@ -287,6 +308,22 @@ func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bo
 		}
 	}
 	return flush(), false
+}
+
+// eventBytes is what the events of ch that w selects take in a response,
+// counted before they are converted.
+func (w *watch) eventBytes(ch *rooms.Change) int64 {
+	var n int64
+	for _, ev := range ch.Events {
+		if !w.sp.has(ev.KV.Key) {
+			continue
+		}
+		n += kvBytes(w.sp.room, ev.KV, false)
+		if w.prevKV && ev.Prev != nil {
+			n += kvBytes(w.sp.room, *ev.Prev, false)
+		}
+	}
+	return n
 }
 
 // progressNow answers a progress request: every event up to the head
@@ -348,7 +385,7 @@ func (ws *watchStream) cancel(id int64) {
 		return
 	}
 	delete(ws.watches, id)
-	ws.conn.Add(-1)
+	ws.conn.watches.Add(-1)
 	w.cancel()
 	<-w.done
 	ws.send(&pb.WatchResponse{Header: ws.s.header(w.last), WatchId: id, Canceled: true})

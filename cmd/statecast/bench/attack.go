@@ -52,6 +52,9 @@ var attackSpecs = []attackSpec{
 	{"sse-flood", true, (*env).attackSSEFlood},
 	{"http-write-rate", false, (*env).attackHTTPWriteRate},
 	{"cel-equality", false, (*env).attackCELEquality},
+	{"etcd-txn-ranges", false, (*env).attackEtcdTxnRanges},
+	{"etcd-watch-noread", false, (*env).attackEtcdWatchNoRead},
+	{"etcd-idle", true, (*env).attackEtcdIdle},
 }
 
 func attackNames() string {
@@ -140,12 +143,15 @@ func prepareAttack(c *config) error {
 		return errors.New("bench attack: counts must be at least 1 (--watchers at least 0)")
 	case c.valueBytes < 1 || c.valueBytes > 16<<20:
 		return errors.New("bench attack: --value-bytes must be 1…16777216")
+	case strings.HasPrefix(c.attack, "etcd-") && c.etcdAddr == "":
+		return errors.New("bench attack: the etcd attacks need --etcd-addr, the server's etcd API (statecast serve --etcd-addr)")
 	}
 	if c.attackConns == 0 {
-		c.attackConns = map[string]int{"slow-body": 20200, "sse-flood": 3000}[c.attack]
+		c.attackConns = map[string]int{"slow-body": 20200, "sse-flood": 3000,
+			"etcd-txn-ranges": 2, "etcd-watch-noread": 10, "etcd-idle": 50}[c.attack]
 	}
 	if c.attackHold == 0 {
-		c.attackHold = map[string]time.Duration{"slow-body": 30 * time.Second, "sse-flood": 3 * time.Second}[c.attack]
+		c.attackHold = map[string]time.Duration{"slow-body": 30 * time.Second, "sse-flood": 3 * time.Second, "etcd-idle": 25 * time.Second}[c.attack]
 	}
 	return nil
 }

@@ -28,6 +28,12 @@ func spawnFlags(t *testing.T, extra ...string) []string {
 // without failing (at these sizes nothing should hurt it), but for the
 // WebSockets a full node refuses (4004) by design.
 func TestAttacks(t *testing.T) {
+	etcdPort, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdAddr := "127.0.0.1:" + strconv.Itoa(etcdPort) // each spawned server in turn
+	etcdServe := []string{"--etcd-addr", etcdAddr}
 	cases := []struct {
 		attack string
 		flags  []string
@@ -74,6 +80,21 @@ func TestAttacks(t *testing.T) {
 		{"cel-equality", nil, nil, func(t *testing.T, a *attackReport) {
 			if a.Counts["sub invalid_filter"] != 2 || a.Counts["put ok"] != 20 {
 				t.Errorf("counts %v: want both filters refused invalid_filter, 20 puts ok", a.Counts)
+			}
+		}},
+		{"etcd-txn-ranges", []string{"--attack-conns", "1", "--etcd-addr", etcdAddr}, etcdServe, func(t *testing.T, a *attackReport) {
+			if a.Counts["txn ResourceExhausted"] != 1 {
+				t.Errorf("counts %v: want the txn refused", a.Counts)
+			}
+		}},
+		{"etcd-watch-noread", []string{"--attack-conns", "1", "--etcd-addr", etcdAddr}, etcdServe, func(t *testing.T, a *attackReport) {
+			if a.Counts["stream still sending"] != 1 {
+				t.Errorf("counts %v: want the stream sending when read", a.Counts)
+			}
+		}},
+		{"etcd-idle", []string{"--attack-conns", "5", "--attack-hold", "300ms", "--etcd-addr", etcdAddr}, etcdServe, func(t *testing.T, a *attackReport) {
+			if a.Counts["connection opened"] != 5 || a.Counts["closed by the server"]+a.Counts["still open at the end"] != 5 {
+				t.Errorf("counts %v: want 5 opened, each closed or still open", a.Counts)
 			}
 		}},
 	}

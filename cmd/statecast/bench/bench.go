@@ -80,6 +80,12 @@ meanwhile (latency p50/p99 and failures):
                    (bystander: /healthz and WebSocket opens on new connections)
   sse-flood        --attack-conns SSE watch streams (try a server with --max-connections 100)
   http-write-rate  --http-writes PUTs on one keep-alive connection: HTTP 200 vs 429
+  etcd-txn-ranges  --attack-conns (2) etcd Txns at once, each 128 ranges of a 2 MiB room
+  etcd-watch-noread --attack-conns (10) etcd connections × 256 watches with prev_kv that
+                   never read, while 300 puts of 200 KiB go by
+  etcd-idle        --attack-conns (50) connections to the etcd API that send nothing,
+                   held up to --attack-hold (25s)
+                   (the etcd attacks need --etcd-addr, the server's statecast serve --etcd-addr)
 A spawned server keeps this machine's file limit (the load tool raises only its own);
 set the server's with --spawn "sh -c 'ulimit -n N && exec statecast serve …'".
 `
@@ -114,6 +120,7 @@ type config struct {
 	attackWrites, valueBytes, watchers int
 	attackConns, httpWrites            int
 	attackHold                         time.Duration
+	etcdAddr                           string
 
 	// compare
 	ceilingBin, statecastBin   string
@@ -185,6 +192,7 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 	fs.IntVar(&c.attackConns, "attack-conns", 0, "attack slow-body, sse-flood: connections (default 20200 and 3000; capped by RLIMIT_NOFILE and local ports)")
 	fs.DurationVar(&c.attackHold, "attack-hold", 0, "attack slow-body: longest wait for the server to cut a stalled connection (default 30s); sse-flood: how long streams are held (default 3s)")
 	fs.IntVar(&c.httpWrites, "http-writes", 1000, "attack http-write-rate: PUTs")
+	fs.StringVar(&c.etcdAddr, "etcd-addr", "", "attack etcd-*: the server's etcd API, HOST:PORT (its statecast serve --etcd-addr)")
 	fs.DurationVar(&c.waitIdle, "wait-idle", 0, "before each run, wait up to this long for the other processes of the machine to use under 10% of a CPU (a shared machine)")
 
 	var pos []string

@@ -1,0 +1,325 @@
+package etcd_test
+
+// What one client may make the etcd API hold: the bytes of a reply, of
+// the events its watches have not sent, its idle connections, its
+// compactions.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/statecast/statecast/server/etcd"
+	"github.com/statecast/statecast/server/servertest"
+	"github.com/statecast/statecast/store"
+)
+
+// fillRoom writes n keys /room/k000… of size-byte values through the
+// engine (no write rate) and returns the values' total.
+func fillRoom(t *testing.T, n *servertest.Node, room string, keys, size int) int {
+	t.Helper()
+	value := []byte(`"` + strings.Repeat("v", size-2) + `"`)
+	for i := range keys {
+		if _, err := n.Engine.Apply(context.Background(), room, store.Put(fmt.Sprintf("k%03d", i), value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys * size
+}
+
+// TestReplyBytes: a reply past MaxReplyBytes is refused with
+// ResourceExhausted, before anything is written; a Range with a limit
+// pages by bytes instead, with more.
+func TestReplyBytes(t *testing.T) {
+	n, _, cli := startWith(t, servertest.Options{}, etcd.Config{MaxReplyBytes: 256 << 10})
+	ctx := ctxOf(t)
+	fillRoom(t, n, "big", 16, 32<<10) // 512 KiB
+
+	_, err := cli.Get(ctx, "/big/", clientv3.WithPrefix())
+	if codeOf(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "more than the 262144 a reply may hold") {
+		t.Fatalf("a range of 512 KiB past a 256 KiB bound: %v, want ResourceExhausted saying so", err)
+	}
+	if get, err := cli.Get(ctx, "/big/", clientv3.WithPrefix(), clientv3.WithKeysOnly()); err != nil || len(get.Kvs) != 16 {
+		t.Fatalf("its keys only: %v, %v", get, err)
+	}
+
+	// Paging with a limit of 100: each page is what fits, more until the
+	// last; every key once, in order.
+	var keys []string
+	from := "/big/"
+	for page := 0; ; page++ {
+		get, err := cli.Get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd("/big/")), clientv3.WithLimit(100))
+		if err != nil || page > 16 {
+			t.Fatalf("page %d: %v (%d pages)", page, err, page)
+		}
+		if get.Count != int64(16-len(keys)) || len(get.Kvs) > 7 {
+			t.Fatalf("page %d: count %d, %d keys: want the keys left counted, at most 7 of 32 KiB in 256 KiB", page, get.Count, len(get.Kvs))
+		}
+		for _, kv := range get.Kvs {
+			keys = append(keys, string(kv.Key))
+		}
+		if !get.More {
+			break
+		}
+		from = string(get.Kvs[len(get.Kvs)-1].Key) + "\x00"
+	}
+	if len(keys) != 16 || keys[0] != "/big/k000" || keys[15] != "/big/k015" {
+		t.Fatalf("paged keys %v", keys)
+	}
+
+	// A txn: its ranges count together, and a refused one writes nothing.
+	var ops []clientv3.Op
+	for range 8 {
+		ops = append(ops, clientv3.OpGet("/big/k00", clientv3.WithPrefix())) // 10 × 32 KiB each
+	}
+	_, err = cli.Txn(ctx).Then(append(ops, clientv3.OpPut("/big/written", "x"))...).Commit()
+	if codeOf(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "this txn would reply") {
+		t.Fatalf("a txn of 8 ranges of 320 KiB: %v, want ResourceExhausted", err)
+	}
+	if get, err := cli.Get(ctx, "/big/written"); err != nil || len(get.Kvs) != 0 {
+		t.Fatalf("the refused txn's put: %v, %v; want nothing written", get, err)
+	}
+	if resp, err := cli.Txn(ctx).Then(clientv3.OpGet("/big/k00", clientv3.WithPrefix(), clientv3.WithLimit(4))).Commit(); err != nil || len(resp.Responses[0].GetResponseRange().Kvs) != 4 {
+		t.Fatalf("a txn range with a limit that fits: %v, %v", resp, err)
+	}
+
+	// A delete whose prev_kv would not fit deletes nothing.
+	if _, err := cli.Delete(ctx, "/big/", clientv3.WithPrefix(), clientv3.WithPrevKV()); codeOf(err) != codes.ResourceExhausted {
+		t.Fatalf("delete with prev_kv of 512 KiB: %v", err)
+	}
+	if get, err := cli.Get(ctx, "/big/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || get.Count != 16 {
+		t.Fatalf("after the refused delete: %v, %v; want the 16 keys", get, err)
+	}
+}
+
+// heapDuring returns the most heap in use sampled over d while the
+// caller's load runs: the server, its clients and the test share it.
+func heapDuring(d time.Duration) uint64 {
+	var peak uint64
+	var ms runtime.MemStats
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		peak = max(peak, ms.HeapAlloc)
+	}
+	return peak
+}
+
+// TestTxnRangesAllocation: a txn of 128 ranges of a room, each the whole
+// room, is refused from the keys' sizes: the server does not gather the
+// 128 copies of the room's keys it would reply, nor build the reply.
+func TestTxnRangesAllocation(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		keys, size int
+	}{
+		{"1 MiB of values", 16, 64 << 10},
+		{"20,000 small keys", 20_000, 8},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n, _, cli := start(t, servertest.Options{})
+			ctx := ctxOf(t)
+			value := []byte(`"` + strings.Repeat("v", c.size-2) + `"`)
+			for i := 0; i < c.keys; i += 200 {
+				var w store.Write
+				for k := i; k < min(i+200, c.keys); k++ {
+					w.Ops = append(w.Ops, store.Op{Type: store.OpPut, Key: fmt.Sprintf("k%05d", k), Value: value})
+				}
+				if _, err := n.Engine.Apply(ctx, "big", w); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var ops []clientv3.Op
+			for range 128 {
+				ops = append(ops, clientv3.OpGet("/big/", clientv3.WithPrefix()))
+			}
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := cli.Txn(ctx).Then(ops...).Commit()
+			runtime.ReadMemStats(&after)
+			if codeOf(err) != codes.ResourceExhausted {
+				t.Fatalf("a txn replying 128 times the room: %v, want ResourceExhausted", err)
+			}
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 48<<20 {
+				t.Fatalf("the refused txn allocated %d MiB", alloc>>20)
+			}
+		})
+	}
+}
+
+// TestWatchBytesPerConnection: 128 watches with prev_kv on one stream
+// whose client reads nothing, while 6 writes of 32 KiB values go by
+// (values with escapes, so each watch's events are its own bytes): the
+// events the watches took and have not sent stay within the
+// connection's MaxWatchBytes, not a batch per watch. When the client
+// reads again, each watch gets every revision in order, caught up from
+// the history.
+func TestWatchBytesPerConnection(t *testing.T) {
+	o := servertest.Options{}
+	o.Rooms.QueueLimit = 4
+	n, addr, _ := startWith(t, o, etcd.Config{MaxWatchBytes: 256 << 10})
+	ctx := ctxOf(t)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ws, err := pb.NewWatchClient(conn).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const watches, writes = 128, 6
+	for range watches {
+		create := &pb.WatchCreateRequest{Key: []byte("/s/"), RangeEnd: []byte("/s0"), PrevKv: true}
+		if err := ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: create}}); err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := ws.Recv(); err != nil || !resp.Created {
+			t.Fatalf("create: %v, %v", resp, err)
+		}
+	}
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	value := []byte(`"` + strings.Repeat(`\n`, 16<<10) + `"`) // 32 KiB of JSON, 16 KiB of etcd bytes
+	for range writes {
+		if _, err := n.Engine.Apply(ctx, "s", store.Put("k", value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The history holds the values (192 KiB); each watch held a batch
+	// of at least 64 KiB before the bound: the heap grew 21 MiB then,
+	// 2.6 MiB with it.
+	if grown := int64(heapDuring(time.Second)) - int64(base.HeapAlloc); grown > 8<<20 {
+		t.Fatalf("the heap grew %d KiB with a client reading nothing; want the history and 256 KiB of events", grown>>10)
+	}
+	got := make(map[int64]int64) // watch → last revision received
+	for done := 0; done < watches; {
+		resp, err := ws.Recv()
+		if err != nil {
+			hist := map[int64]int{}
+			for _, r := range got {
+				hist[r]++
+			}
+			t.Fatal(err, done, hist, len(got))
+		}
+		if resp.Canceled {
+			t.Fatalf("watch %d canceled: %+v", resp.WatchId, resp)
+		}
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision != got[resp.WatchId]+1 || ev.PrevKv == nil && ev.Kv.ModRevision > 1 {
+				t.Fatalf("watch %d: revision %d after %d", resp.WatchId, ev.Kv.ModRevision, got[resp.WatchId])
+			}
+			got[resp.WatchId] = ev.Kv.ModRevision
+			if ev.Kv.ModRevision == writes {
+				done++
+			}
+		}
+	}
+}
+
+// TestIdleConnections: a connection that sends nothing is closed; a
+// watch held open with nothing to say is not idle.
+func TestIdleConnections(t *testing.T) {
+	_, addr, cli := startWith(t, servertest.Options{}, etcd.Config{IdleTimeout: 300 * time.Millisecond})
+	ctx := ctxOf(t)
+	wch := cli.Watch(ctx, "/idle/k", clientv3.WithCreatedNotify())
+	if resp := next(t, wch); !resp.Created {
+		t.Fatalf("watch: %+v", resp)
+	}
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	_ = silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	if _, err := io.Copy(io.Discard, silent); err != nil {
+		t.Fatalf("a connection that sent nothing was still open after %v: %v", time.Since(start), err)
+	}
+	// The silent one was closed after 300 ms; the watch's connection has
+	// been open as long, with no request but the watch.
+	if _, err := cli.Put(ctx, "/idle/k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if resp := next(t, wch); len(resp.Events) != 1 || string(resp.Events[0].Kv.Value) != "v" {
+		t.Fatalf("the idle watch: %+v", resp)
+	}
+}
+
+// TestCompactRate: compactions count as writes of their subject.
+func TestCompactRate(t *testing.T) {
+	o := servertest.Options{}
+	o.Server.WriteRate, o.Server.WriteBurst = 1, 5
+	n, _, cli := start(t, o)
+	fillRoom(t, n, "c", 1, 8)
+	room := metadata.AppendToOutgoingContext(ctxOf(t), "statecast-room", "c")
+	var limited int
+	for i := range 20 {
+		_, err := cli.Compact(room, 1)
+		switch {
+		case codeOf(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "writes per second"):
+			limited++
+		case err != nil:
+			t.Fatalf("compact %d: %v", i, err)
+		}
+	}
+	if limited < 14 {
+		t.Fatalf("%d of 20 compactions rate-limited at 1/s with a burst of 5", limited)
+	}
+}
+
+// TestTxnRangesShareTheRead: a txn's ranges read the keys in place; one
+// that sorts or filters them does not reorder them for the next, and
+// the txn's own writes show in the ranges after them.
+func TestTxnRangesShareTheRead(t *testing.T) {
+	_, _, cli := start(t, servertest.Options{})
+	ctx := ctxOf(t)
+	for _, kv := range [][2]string{{"a", "3"}, {"b", "1"}, {"c", "2"}} {
+		if _, err := cli.Put(ctx, "/sh/"+kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := func(r *pb.RangeResponse) string {
+		var b strings.Builder
+		for _, kv := range r.Kvs {
+			b.WriteString(strings.TrimPrefix(string(kv.Key), "/sh/") + "=" + string(kv.Value) + " ")
+		}
+		return b.String()
+	}
+	resp, err := cli.Txn(ctx).Then(
+		clientv3.OpGet("/sh/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByValue, clientv3.SortDescend)),
+		clientv3.OpGet("/sh/", clientv3.WithPrefix(), clientv3.WithMinModRev(2)),
+		clientv3.OpGet("/sh/", clientv3.WithPrefix()),
+		clientv3.OpPut("/sh/b", "9"),
+		clientv3.OpDelete("/sh/c"),
+		clientv3.OpPut("/sh/d", "4"),
+		clientv3.OpGet("/sh/", clientv3.WithPrefix()),
+		clientv3.OpGet("/sh/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := resp.Responses
+	for i, want := range map[int]string{0: "a=3 c=2 b=1 ", 1: "b=1 c=2 ", 2: "a=3 b=1 c=2 ", 6: "a=3 b=9 d=4 "} {
+		if got := keys(r[i].GetResponseRange()); got != want {
+			t.Errorf("range %d: %q, want %q", i, got, want)
+		}
+	}
+	if n := r[7].GetResponseRange().Count; n != 3 {
+		t.Errorf("count after the txn's writes: %d", n)
+	}
+}
