@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/google/btree"
 	"github.com/statecast/statecast/store"
@@ -31,14 +32,15 @@ type room struct {
 	hist      *history
 	idx       *index
 	watchers  map[*Watcher]struct{}
-	victims   []*Watcher           // overflowed during the current notify
-	proj      map[string]*Change   // the current notify's Change per filter text (filteredLocked)
-	vals      eventValues          // the current notify's decoded values (filteredLocked)
-	memos     map[memoID]*snapMemo // filtered snapshots' memos (snapMemo)
-	filters   map[string]int       // the watchers' distinct filters, and how many hold each
-	idleSince time.Time            // when the last watcher left
-	progAt    time.Time            // last progress sweep
-	waiters   []*posWaiter         // reads and writes waiting for the view to reach a store position
+	victims   []*Watcher                         // overflowed during the current notify
+	proj      map[string]*Change                 // the current notify's Change per filter text (filteredLocked)
+	vals      eventValues                        // the current notify's decoded values (filteredLocked)
+	memos     map[memoID]*snapMemo               // filtered snapshots' memos (snapMemo)
+	snaps     map[snapKey]weak.Pointer[Snapshot] // snapshots being sent (sharedSnapLocked)
+	filters   map[string]int                     // the watchers' distinct filters, and how many hold each
+	idleSince time.Time                          // when the last watcher left
+	progAt    time.Time                          // last progress sweep
+	waiters   []*posWaiter                       // reads and writes waiting for the view to reach a store position
 }
 
 // posWaiter is a read or an acknowledged write waiting for the view to
