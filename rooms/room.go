@@ -302,6 +302,9 @@ func (r *room) takeStopLocked() func() {
 // collect returns the items of view under any of prefixes, sorted by key.
 func collect(view *btree.BTreeG[store.KV], prefixes []string) []store.KV {
 	var items []store.KV
+	if len(prefixes) == 1 && prefixes[0] == "" {
+		items = make([]store.KV, 0, view.Len()) // the whole room: no copies while it grows
+	}
 	for _, p := range prefixes { // sorted, disjoint: items come out sorted
 		view.AscendGreaterOrEqual(store.KV{Key: p}, func(kv store.KV) bool {
 			if !strings.HasPrefix(kv.Key, p) {

@@ -52,18 +52,23 @@ func appendDenseSnapshot(buf []byte, t string, s uint64, epoch string, rev uint6
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		it := &items[i]
-		buf = append(buf, '[')
-		buf = appendJSONString(buf, it.Key)
-		buf = append(buf, ',')
-		buf = appendValueOrNull(buf, it.Value)
-		buf = appendUints(buf, it.CreateRev, it.ModRev, it.Version)
-		if it.Lease {
-			buf = append(buf, `,{"l":1}`...)
-		}
-		buf = append(buf, ']')
+		buf = appendDenseItem(buf, &items[i])
 	}
 	return append(buf, "]}"...)
+}
+
+// appendDenseItem writes an item as [key, value, create_rev, mod_rev,
+// version] and the extras object when it is leased.
+func appendDenseItem(buf []byte, it *Item) []byte {
+	buf = append(buf, '[')
+	buf = appendJSONString(buf, it.Key)
+	buf = append(buf, ',')
+	buf = appendValueOrNull(buf, it.Value)
+	buf = appendUints(buf, it.CreateRev, it.ModRev, it.Version)
+	if it.Lease {
+		buf = append(buf, `,{"l":1}`...)
+	}
+	return append(buf, ']')
 }
 
 // AppendEventList writes each event as [key, value, create_rev, version]
