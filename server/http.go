@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -242,11 +243,36 @@ func (s *Server) handleList(c echo.Context) error {
 	case p.More && !paged:
 		return newError(wire.CodeTooLarge, fmt.Sprintf("the list exceeds %d bytes: page it with ?limit=N, then after=<next>&rev=<rev> of each reply (PROTOCOL.md §9)", maxListBytes))
 	}
-	reply := listReply{Epoch: p.Epoch, Rev: p.Rev, Items: wireItems(p.Items), More: p.More}
+	reply := listReply{Epoch: p.Epoch, Rev: p.Rev, More: p.More}
 	if p.More {
 		reply.Next = p.Items[len(p.Items)-1].Key
 	}
-	return replyJSON(c, reply)
+	return replyList(c, reply, p.Items)
+}
+
+// replyList writes reply with items, encoded by hand into one buffer of
+// about their size: a page may be megabytes, and encoding/json would
+// grow its buffer by doubling and copy each value once more.
+func replyList(c echo.Context, reply listReply, items []store.KV) error {
+	reply.Items = []wire.Item{}
+	shell, err := compactJSON(reply)
+	if err != nil {
+		return err
+	}
+	at := bytes.Index(shell, []byte(`"items":[]`)) + len(`"items":[`) // no string holds an unescaped quote
+	n := len(shell) + 32*len(items)
+	for _, kv := range items {
+		n += rooms.ItemBytes(kv)
+	}
+	b := append(make([]byte, 0, n), shell[:at]...)
+	for i, kv := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		it := wireItem(kv)
+		b = wire.AppendItemJSON(b, &it)
+	}
+	return c.JSONBlob(http.StatusOK, append(b, shell[at:]...))
 }
 
 // pageOptions reads a list's paging (PROTOCOL.md §9): limit, after and

@@ -47,6 +47,7 @@ var attackSpecs = []attackSpec{
 	{"slow-body", true, (*env).attackSlowBody},
 	{"sse-flood", true, (*env).attackSSEFlood},
 	{"http-write-rate", false, (*env).attackHTTPWriteRate},
+	{"snapshot-amplify", false, (*env).attackSnapshotAmplify},
 }
 
 func attackNames() string {

@@ -80,6 +80,9 @@ meanwhile (latency p50/p99 and failures):
                    (bystander: /healthz and WebSocket opens on new connections)
   sse-flood        --attack-conns SSE watch streams (try a server with --max-connections 100)
   http-write-rate  --http-writes PUTs on one keep-alive connection: HTTP 200 vs 429
+  snapshot-amplify a 100 MB room of --value-bytes values, 20 WebSockets subscribing to
+                   it at once, then 10 HTTP clients listing it at once (paged, as the
+                   Go client does): peak RSS of each phase
 A spawned server keeps this machine's file limit (the load tool raises only its own);
 set the server's with --spawn "sh -c 'ulimit -n N && exec statecast serve …'".
 `
