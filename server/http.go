@@ -241,7 +241,7 @@ func (s *Server) handleList(c echo.Context) error {
 	case err != nil:
 		return readError(err)
 	case p.More && !paged:
-		return newError(wire.CodeTooLarge, fmt.Sprintf("the list exceeds %d bytes: page it with ?limit=N, then after=<next>&rev=<rev> of each reply (PROTOCOL.md §9)", maxListBytes))
+		return newError(wire.CodeTooLarge, fmt.Sprintf("the list exceeds %d bytes: page it with ?limit=N, then after=<next>&rev=<rev> of each reply (PROTOCOL.md, HTTP list pages)", maxListBytes))
 	}
 	reply := listReply{Epoch: p.Epoch, Rev: p.Rev, More: p.More}
 	if p.More {
@@ -275,7 +275,7 @@ func replyList(c echo.Context, reply listReply, items []store.KV) error {
 	return c.JSONBlob(http.StatusOK, append(b, shell[at:]...))
 }
 
-// pageOptions reads a list's paging (PROTOCOL.md §9): limit, after and
+// pageOptions reads a list's paging (PROTOCOL.md, HTTP list pages): limit, after and
 // rev; paged reports whether any was given. An unpaged list is read whole
 // up to maxListBytes.
 func pageOptions(c echo.Context) (o rooms.PageOptions, paged bool, err error) {
