@@ -105,8 +105,9 @@ func (s *subscriber) snapshot(ctx context.Context) (wire.Message, error) {
 // far larger than a frame, so streamed from the shared pieces), and
 // their codec's encoding is made once for all of them.
 func TestSnapshotStreamedAndShared(t *testing.T) {
-	debug.SetGCPercent(-1) // the shared snapshot lives while held: keep it for the count
-	defer debug.SetGCPercent(100)
+	// The shared snapshot lives while a sender holds it, and until the
+	// next collection: none may come between subscribers for the count.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	e := newAPIEnv(t, apiOpts{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -40,14 +40,7 @@ func (c denseCodec) Append(buf []byte, msg any) ([]byte, error) {
 }
 
 func appendDenseSnapshot(buf []byte, t string, s uint64, epoch string, rev uint64, reason string, items []Item) []byte {
-	buf = appendHeadJSON(buf, t, s)
-	buf = append(buf, `,"epoch":`...)
-	buf = appendJSONString(buf, epoch)
-	buf = append(buf, `,"rev":`...)
-	buf = strconv.AppendUint(buf, rev, 10)
-	buf = append(buf, `,"reason":`...)
-	buf = appendJSONString(buf, reason)
-	buf = append(buf, `,"items":[`...)
+	buf = appendSnapshotHeadJSON(buf, t, s, epoch, rev, reason)
 	for i := range items {
 		if i > 0 {
 			buf = append(buf, ',')

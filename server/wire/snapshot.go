@@ -31,7 +31,13 @@ func AppendSnapshotHead(c Codec, buf []byte, s uint64, epoch string, rev uint64,
 		buf = appendMsgpackStr(buf, "items")
 		return appendMsgpackLen(buf, msgpcode.FixedArrayLow, msgpcode.Array16, n)
 	}
-	buf = appendHeadJSON(buf, TSnapshot, s)
+	return appendSnapshotHeadJSON(buf, TSnapshot, s, epoch, rev, reason)
+}
+
+// appendSnapshotHeadJSON appends a JSON snapshot message (of both
+// versions) up to its first item.
+func appendSnapshotHeadJSON(buf []byte, t string, s uint64, epoch string, rev uint64, reason string) []byte {
+	buf = appendHeadJSON(buf, t, s)
 	buf = append(buf, `,"epoch":`...)
 	buf = appendJSONString(buf, epoch)
 	buf = append(buf, `,"rev":`...)
