@@ -185,21 +185,48 @@ func (h *HTTP) List(ctx context.Context, room, prefix string) (*List, error) {
 	return h.ListWith(ctx, room, prefix, ReadOptions{})
 }
 
-// ListWith is List with a consistency.
+// ListWith is List with a consistency. It reads the list in pages
+// (ListPageKeys keys each), every page at the first page's revision, so
+// the list is the room at one revision however large it is.
 func (h *HTTP) ListWith(ctx context.Context, room, prefix string, o ReadOptions) (*List, error) {
-	var q url.Values
+	q := url.Values{"limit": {strconv.Itoa(ListPageKeys)}}
 	if prefix != "" {
-		q = url.Values{"prefix": {prefix}}
+		q.Set("prefix", prefix)
 	}
-	req, err := h.request(ctx, http.MethodGet, roomPath(room, "kv"), o.query(q), nil)
-	if err != nil {
-		return nil, err
+	var l *List
+	for {
+		req, err := h.request(ctx, http.MethodGet, roomPath(room, "kv"), o.query(q), nil)
+		if err != nil {
+			return nil, err
+		}
+		var p listPage
+		if _, err := h.do(req, &p); err != nil {
+			return nil, err
+		}
+		if l == nil {
+			l = &p.List
+		} else if p.Epoch != l.Epoch || p.Rev != l.Rev {
+			return nil, fmt.Errorf("client: a page of the list of %q is at %s/%d, not the first page's %s/%d", room, p.Epoch, p.Rev, l.Epoch, l.Rev)
+		} else {
+			l.Items = append(l.Items, p.Items...)
+		}
+		if !p.More {
+			return l, nil
+		}
+		q.Set("after", p.Next)
+		q.Set("rev", strconv.FormatUint(l.Rev, 10))
+		o.MinRev = 0 // the first page was as fresh as asked
 	}
-	var l List
-	if _, err := h.do(req, &l); err != nil {
-		return nil, err
-	}
-	return &l, nil
+}
+
+// ListPageKeys is how many keys each page of a List asks for.
+const ListPageKeys = 1000
+
+// listPage is one page of a paged list.
+type listPage struct {
+	List
+	More bool   `json:"more"`
+	Next string `json:"next"`
 }
 
 // Get returns one key and the room's revision it was read at; a missing

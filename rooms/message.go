@@ -83,8 +83,9 @@ type Message struct {
 	Rev    uint64
 	Change *Change    // KindEvents and KindCoalesced
 	Epoch  string     // KindSnapshot
-	Items  []store.KV // KindSnapshot, sorted by key
+	Items  []store.KV // KindSnapshot, sorted by key: Snap's, read-only
 	Reason Reason     // KindSnapshot
+	Snap   *Snapshot  // KindSnapshot: the items, shared, with their encodings
 }
 
 // Change is the events of one revision as one watcher receives them. A

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/google/btree"
 	"github.com/statecast/statecast/store"
@@ -31,17 +32,18 @@ type room struct {
 	hist      *history
 	idx       *index
 	watchers  map[*Watcher]struct{}
-	victims   []*Watcher           // overflowed during the current notify
-	proj      map[string]*Change   // the current notify's Change per filter text (filteredLocked)
-	vals      eventValues          // the current notify's decoded values (filteredLocked)
-	memos     map[memoID]*snapMemo // filtered snapshots' memos (snapMemo)
-	filters   map[string]int       // the watchers' distinct filters, and how many hold each
-	slow      map[string]time.Time // filters over Config.FilterTimeBudget, refused until then
-	strikes   map[string]int       // changes in a row a filter took longer than the budget
-	ended     []*Watcher           // their watchers met during the current notify
-	idleSince time.Time            // when the last watcher left
-	progAt    time.Time            // last progress sweep
-	waiters   []*posWaiter         // reads and writes waiting for the view to reach a store position
+	victims   []*Watcher                         // overflowed during the current notify
+	proj      map[string]*Change                 // the current notify's Change per filter text (filteredLocked)
+	vals      eventValues                        // the current notify's decoded values (filteredLocked)
+	memos     map[memoID]*snapMemo               // filtered snapshots' memos (snapMemo)
+	snaps     map[snapKey]weak.Pointer[Snapshot] // snapshots being sent (sharedSnapLocked)
+	filters   map[string]int                     // the watchers' distinct filters, and how many hold each
+	slow      map[string]time.Time               // filters over Config.FilterTimeBudget, refused until then
+	strikes   map[string]int                     // changes in a row a filter took longer than the budget
+	ended     []*Watcher                         // their watchers met during the current notify
+	idleSince time.Time                          // when the last watcher left
+	progAt    time.Time                          // last progress sweep
+	waiters   []*posWaiter                       // reads and writes waiting for the view to reach a store position
 }
 
 // posWaiter is a read or an acknowledged write waiting for the view to
@@ -314,6 +316,9 @@ func (r *room) takeStopLocked() func() {
 // collect returns the items of view under any of prefixes, sorted by key.
 func collect(view *btree.BTreeG[store.KV], prefixes []string) []store.KV {
 	var items []store.KV
+	if len(prefixes) == 1 && prefixes[0] == "" {
+		items = make([]store.KV, 0, view.Len()) // the whole room: no copies while it grows
+	}
 	for _, p := range prefixes { // sorted, disjoint: items come out sorted
 		view.AscendGreaterOrEqual(store.KV{Key: p}, func(kv store.KV) bool {
 			if !strings.HasPrefix(kv.Key, p) {

@@ -136,15 +136,11 @@ func (w *Watcher) Drain(dst []Message) ([]Message, error) {
 	if w.filter != nil {
 		memo = r.memoLocked(w)
 	}
+	snap := r.sharedSnapLocked(w, epoch, rev)
 	r.goLiveLocked(w)
 	r.mu.Unlock()
-	var items []store.KV
-	if memo != nil {
-		items = memo.snapshot(view, w.prefixes, w.filter, epoch, rev)
-	} else {
-		items = collect(view, w.prefixes)
-	}
-	return append(dst, Message{Kind: KindSnapshot, Rev: rev, Epoch: epoch, Reason: reason, Items: items}), nil
+	snapshotOf(snap, view, w, memo, epoch, rev)
+	return append(dst, Message{Kind: KindSnapshot, Rev: rev, Epoch: epoch, Reason: reason, Items: snap.Items(), Snap: snap}), nil
 }
 
 // Next returns the next message, waiting for one until ctx is done. It

@@ -690,19 +690,51 @@ func (c *conn) sendQueued(frame []byte) ([]byte, bool, error) {
 // watchdog timer per connection, kept while it sends: a context with a
 // deadline would cost a timer allocation per frame. Called with sendMu
 // held.
-func (c *conn) send(frame []byte) error {
+func (c *conn) send(frame []byte, more ...[]byte) error {
 	if c.watchdog == nil {
 		c.watchdog = time.AfterFunc(c.s.cfg.WriteTimeout, c.writeTimedOut)
 	} else {
 		c.watchdog.Reset(c.s.cfg.WriteTimeout)
 	}
-	err := c.ws.Write(context.Background(), c.codec.MessageType(), frame)
+	var err error
+	n := len(frame)
+	if len(more) == 0 {
+		err = c.ws.Write(context.Background(), c.codec.MessageType(), frame)
+	} else {
+		n, err = c.sendPieces(frame, more)
+	}
 	c.watchdog.Stop()
 	if err == nil {
-		c.s.metrics.bytesOut.Add(float64(len(frame)))
+		c.s.metrics.bytesOut.Add(float64(n))
 		c.s.metrics.framesOut.Inc()
 	}
 	return err
+}
+
+// sendPieces writes frame and then more as one WebSocket message, each
+// piece a WebSocket frame taken within the write timeout. It returns the
+// bytes written. Called with sendMu held and the watchdog armed.
+func (c *conn) sendPieces(frame []byte, more [][]byte) (int, error) {
+	w, err := c.ws.Writer(context.Background(), c.codec.MessageType())
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := -1; i < len(more) && err == nil; i++ {
+		p := frame
+		if i >= 0 {
+			p = more[i]
+			c.watchdog.Reset(c.s.cfg.WriteTimeout)
+		}
+		if len(p) > 0 {
+			_, err = w.Write(p)
+			n += len(p)
+		}
+	}
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	return n, err
 }
 
 // writeTimedOut runs when a frame was not taken within the write timeout:
@@ -722,7 +754,7 @@ func (c *conn) writeTimedOut() {
 // It returns the last, partial frame. closing reports that the connection
 // is ending and nothing more will be queued. Called with sendMu held (or
 // alone, in benchmarks).
-func (c *conn) collect(frame []byte, write func([]byte) error) ([]byte, bool, error) {
+func (c *conn) collect(frame []byte, write func(frame []byte, more ...[]byte) error) ([]byte, bool, error) {
 	c.mu.Lock()
 	frame = append(frame, c.pending...)
 	c.pending = c.pending[:0]
@@ -771,6 +803,10 @@ func (c *conn) collect(frame []byte, write func([]byte) error) ([]byte, bool, er
 			}
 		}
 		for _, m := range msgs {
+			if m.Kind == rooms.KindSnapshot && m.Snap != nil {
+				frame, err = c.appendSnapshot(frame, s, m, write, err)
+				continue
+			}
 			frame = c.appendMessage(frame, s, m)
 			if len(frame) >= maxFrame && err == nil {
 				err = write(frame)
@@ -861,6 +897,41 @@ func (c *conn) ownWrite(m rooms.Message) bool {
 		}
 	}
 	return false
+}
+
+// appendSnapshot writes snapshot m of s from its shared encoding. A small
+// one joins the frame; a larger one goes out as one WebSocket message of
+// the frame so far and then the shared pieces, written to the socket as
+// they are: a subscriber's snapshot costs it a frame, not a copy of the
+// room. err is the frame's write error so far: after one, nothing is
+// written.
+func (c *conn) appendSnapshot(frame []byte, s *sub, m rooms.Message, write func([]byte, ...[]byte) error, err error) ([]byte, error) {
+	pieces := m.Snap.Encoded(c.slot, snapshotEncoders[c.slot])
+	if pieces == nil {
+		return frame, err // logged by the encoder; sent nothing, as before
+	}
+	size := 0
+	for _, p := range pieces {
+		size += len(p)
+	}
+	frame = wire.AppendSnapshotHead(c.codec, frame, s.id, m.Epoch, m.Rev, m.Reason.String(), len(m.Items))
+	if len(frame)+size < maxFrame {
+		for _, p := range pieces {
+			frame = append(frame, p...)
+		}
+		frame = wire.AppendSnapshotTail(c.codec, frame)
+		if len(frame) >= maxFrame && err == nil {
+			err = write(frame)
+			frame = frame[:0]
+		}
+		return frame, err
+	}
+	if err == nil {
+		more := make([][]byte, 0, len(pieces)+1)
+		more = append(more, pieces...)
+		err = write(frame, append(more, wire.AppendSnapshotTail(c.codec, nil))...)
+	}
+	return frame[:0], err
 }
 
 // appendEnded tells the client the server ended subscription s.

@@ -2,12 +2,15 @@ package server
 
 import (
 	"errors"
+	"log/slog"
+	"sync/atomic"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/internal/wireconv"
 	"github.com/statecast/statecast/server/wire"
+	"github.com/statecast/statecast/store"
 )
 
 // A Change caches one encoding of its events per slot: codec × with or
@@ -22,6 +25,54 @@ var encoders = [rooms.MaxCodecs]func(*rooms.Change) []byte{
 func encoderOf(c wire.Codec, prev bool) func(*rooms.Change) []byte {
 	return func(ch *rooms.Change) []byte {
 		return c.AppendEventList(nil, ch.Rev, wireEvents(ch.Events, prev, ch.Filtered, nil))
+	}
+}
+
+// snapPiece is about how many bytes of a snapshot's items each piece of
+// its shared encoding holds: a frame's worth, so a large snapshot goes to
+// the socket in frames written from the shared pieces, never copied into
+// a subscriber's own buffer.
+const snapPiece = maxFrame
+
+// snapSlack is the room a piece leaves for the item that crosses
+// snapPiece; a larger item grows it.
+const snapSlack = 4 << 10
+
+// snapshotEncoders encode a snapshot's items once per codec, shared by
+// every subscription that gets that snapshot (rooms.Snapshot.Encoded),
+// indexed by the codec's first slot.
+var snapshotEncoders = [rooms.MaxCodecs]func([]store.KV) [][]byte{
+	0: snapshotEncoderOf(wire.JSON), 2: snapshotEncoderOf(wire.Msgpack), denseSlot: snapshotEncoderOf(wire.JSON2),
+}
+
+// snapshotEncodings counts the snapshot encodings made, for tests.
+var snapshotEncodings atomic.Int64
+
+// snapshotEncoderOf returns the items' encoding in c's form, in pieces of
+// about snapPiece bytes cut at item boundaries; nil when an item cannot
+// be encoded (never for a Value this package made).
+func snapshotEncoderOf(c wire.Codec) func([]store.KV) [][]byte {
+	return func(kvs []store.KV) [][]byte {
+		snapshotEncodings.Add(1)
+		pieces := [][]byte{}
+		piece := make([]byte, 0, snapPiece+snapSlack)
+		one := make([]wire.Item, 1)
+		for i, kv := range kvs {
+			one[0] = wireItem(kv)
+			var err error
+			if piece, err = wire.AppendSnapshotItems(c, piece, one, i == 0); err != nil {
+				slog.Error("server: cannot encode a snapshot", "key", kv.Key, "err", err)
+				return nil
+			}
+			if len(piece) >= snapPiece {
+				pieces = append(pieces, piece)
+				piece = make([]byte, 0, snapPiece+snapSlack)
+			}
+		}
+		if len(piece) > 0 {
+			pieces = append(pieces, piece)
+		}
+		return pieces
 	}
 }
 

@@ -79,7 +79,7 @@ func benchCollect(b *testing.B, codec wire.Codec, nsubs, batch int) {
 	b.ReportMetric(float64(bytes)/float64(msgs), "B/msg")
 }
 
-func discard([]byte) error { return nil }
+func discard([]byte, ...[]byte) error { return nil }
 
 // nopRegisterer accepts every collector and keeps none.
 type nopRegisterer struct{}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,7 +71,21 @@ type listReply struct {
 	Epoch string      `json:"epoch"`
 	Rev   uint64      `json:"rev"`
 	Items []wire.Item `json:"items"`
+	// More: keys follow; Next is the after of the next page (its rev is
+	// Rev), for a paged list.
+	More bool   `json:"more,omitempty"`
+	Next string `json:"next,omitempty"`
 }
+
+// A list reply holds at most maxListBytes of keys and values (counted as
+// rooms.ItemBytes): a longer unpaged list is refused with too_large, a
+// page ends there. A page holds at most maxListLimit keys, and
+// defaultListLimit when a paged list names no limit.
+const (
+	maxListBytes     = 4 << 20
+	maxListLimit     = 10000
+	defaultListLimit = 1000
+)
 
 type leaseReply struct {
 	ID    string `json:"id"`
@@ -210,14 +224,79 @@ func (s *Server) handleList(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	snap, err := s.engine.List(c.Request().Context(), room, prefix, ro)
+	o, paged, err := pageOptions(c)
 	if err != nil {
-		return readError(err)
+		return err
 	}
 	if f != nil {
-		snap.Items = slices.DeleteFunc(snap.Items, func(kv store.KV) bool { return !f.Match(kv.Key, kv.Value) })
+		o.Keep = func(kv store.KV) bool { return f.Match(kv.Key, kv.Value) }
 	}
-	return replyJSON(c, listReply{Epoch: snap.Epoch, Rev: snap.Rev, Items: wireItems(snap.Items)})
+	p, err := s.engine.ListPage(c.Request().Context(), room, prefix, o, ro)
+	var ce *store.CompactedError
+	switch {
+	case errors.As(err, &ce):
+		return newError(wire.CodeNotFound, fmt.Sprintf("revision %d of room %q is no longer retained (the oldest is %d): list again from the first page", o.Rev, room, ce.Oldest))
+	case errors.Is(err, rooms.ErrFutureRevision):
+		return newError(wire.CodeBadRequest, fmt.Sprintf("rev %d is past the room's head", o.Rev))
+	case err != nil:
+		return readError(err)
+	case p.More && !paged:
+		return newError(wire.CodeTooLarge, fmt.Sprintf("the list exceeds %d bytes: page it with ?limit=N, then after=<next>&rev=<rev> of each reply (PROTOCOL.md, HTTP list pages)", maxListBytes))
+	}
+	reply := listReply{Epoch: p.Epoch, Rev: p.Rev, More: p.More}
+	if p.More {
+		reply.Next = p.Items[len(p.Items)-1].Key
+	}
+	return replyList(c, reply, p.Items)
+}
+
+// replyList writes reply with items, encoded by hand into one buffer of
+// about their size: a page may be megabytes, and encoding/json would
+// grow its buffer by doubling and copy each value once more.
+func replyList(c echo.Context, reply listReply, items []store.KV) error {
+	reply.Items = []wire.Item{}
+	shell, err := compactJSON(reply)
+	if err != nil {
+		return err
+	}
+	at := bytes.Index(shell, []byte(`"items":[]`)) + len(`"items":[`) // no string holds an unescaped quote
+	n := len(shell) + 32*len(items)
+	for _, kv := range items {
+		n += rooms.ItemBytes(kv)
+	}
+	b := append(make([]byte, 0, n), shell[:at]...)
+	for i, kv := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		it := wireItem(kv)
+		b = wire.AppendItemJSON(b, &it)
+	}
+	return c.JSONBlob(http.StatusOK, append(b, shell[at:]...))
+}
+
+// pageOptions reads a list's paging (PROTOCOL.md, HTTP list pages): limit, after and
+// rev; paged reports whether any was given. An unpaged list is read whole
+// up to maxListBytes.
+func pageOptions(c echo.Context) (o rooms.PageOptions, paged bool, err error) {
+	o.MaxBytes = maxListBytes
+	o.After = c.QueryParam("after")
+	if v := c.QueryParam("rev"); v != "" {
+		if o.Rev, err = strconv.ParseUint(v, 10, 64); err != nil || o.Rev == 0 {
+			return o, true, newError(wire.CodeBadRequest, "rev must be a revision (a positive integer), the rev of the list's first page")
+		}
+	}
+	paged = o.After != "" || o.Rev != 0
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			return o, true, newError(wire.CodeBadRequest, fmt.Sprintf("limit must be from 1 to %d keys", maxListLimit))
+		}
+		o.Limit, paged = n, true
+	} else if paged {
+		o.Limit = defaultListLimit
+	}
+	return o, paged, nil
 }
 
 // readOptions reads a GET's consistency (PROTOCOL.md §9): linearizable by

@@ -45,7 +45,7 @@ func BenchmarkReplayCollect(b *testing.B) {
 		s.w = w
 		c.subs[1] = s
 		bytes := 0
-		count := func(f []byte) error { bytes += len(f); return nil }
+		count := func(f []byte, _ ...[]byte) error { bytes += len(f); return nil }
 		for bytes < 10_000*150 {
 			var f []byte
 			f, _, _ = c.collect(nil, count)

@@ -227,6 +227,9 @@ func (st *sseStream) appendMessage(m *rooms.Message) error {
 		st.buf = append(st.buf, list...)
 		st.buf = append(st.buf, "}\n\n"...)
 	case rooms.KindSnapshot:
+		if m.Snap != nil {
+			return st.appendReset(m)
+		}
 		data, err := compactJSON(sseReset{Epoch: m.Epoch, Rev: m.Rev, Reason: m.Reason.String(), Items: wireItems(m.Items)})
 		if err != nil {
 			return err
@@ -241,6 +244,48 @@ func (st *sseStream) appendMessage(m *rooms.Message) error {
 		st.buf = append(st.buf, "}\n\n"...)
 	}
 	return nil
+}
+
+// appendReset appends a reset event from the snapshot's shared encoding
+// (v1's JSON items, which a reset carries): pieces that do not fit the
+// buffer are written to the client as they are, so a stream's reset
+// costs it its buffer, not a copy of the room.
+func (st *sseStream) appendReset(m *rooms.Message) error {
+	pieces := m.Snap.Encoded(codecSlot(wire.JSON), snapshotEncoders[codecSlot(wire.JSON)])
+	if pieces == nil {
+		return errors.New("server: cannot encode a snapshot")
+	}
+	head, err := compactJSON(sseReset{Epoch: m.Epoch, Rev: m.Rev, Reason: m.Reason.String(), Items: []wire.Item{}})
+	if err != nil {
+		return err
+	}
+	st.head(m.Rev, "reset")
+	st.buf = append(st.buf, head[:len(head)-2]...) // up to the items' "["
+	for _, p := range pieces {
+		if len(st.buf)+len(p) <= sseFlushBytes {
+			st.buf = append(st.buf, p...)
+			continue
+		}
+		if err := st.write(st.buf); err != nil {
+			return err
+		}
+		st.buf = st.buf[:0]
+		if err := st.write(p); err != nil {
+			return err
+		}
+	}
+	st.buf = append(st.buf, "]}\n\n"...)
+	return nil
+}
+
+// write writes p to the client within the write timeout.
+func (st *sseStream) write(p []byte) error {
+	// Recorders and some wrappers cannot set deadlines; they do not block.
+	if err := st.rc.SetWriteDeadline(time.Now().Add(st.s.cfg.WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	_, err := st.c.Response().Write(p)
+	return err
 }
 
 func wireEventType(ev store.Event, filtered bool) string {
@@ -301,14 +346,8 @@ func (st *sseStream) fail(err error) {
 // not take it within the write timeout is dropped; it resumes with
 // Last-Event-ID on its next connection.
 func (st *sseStream) flush() error {
-	// Recorders and some wrappers cannot set deadlines; they do not block.
-	if err := st.rc.SetWriteDeadline(time.Now().Add(st.s.cfg.WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+	if err := st.write(st.buf); err != nil {
 		return err
-	}
-	if len(st.buf) > 0 {
-		if _, err := st.c.Response().Write(st.buf); err != nil {
-			return err
-		}
 	}
 	st.last = time.Now()
 	if cap(st.buf) > sseFlushBytes {

@@ -40,30 +40,28 @@ func (c denseCodec) Append(buf []byte, msg any) ([]byte, error) {
 }
 
 func appendDenseSnapshot(buf []byte, t string, s uint64, epoch string, rev uint64, reason string, items []Item) []byte {
-	buf = appendHeadJSON(buf, t, s)
-	buf = append(buf, `,"epoch":`...)
-	buf = appendJSONString(buf, epoch)
-	buf = append(buf, `,"rev":`...)
-	buf = strconv.AppendUint(buf, rev, 10)
-	buf = append(buf, `,"reason":`...)
-	buf = appendJSONString(buf, reason)
-	buf = append(buf, `,"items":[`...)
+	buf = appendSnapshotHeadJSON(buf, t, s, epoch, rev, reason)
 	for i := range items {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		it := &items[i]
-		buf = append(buf, '[')
-		buf = appendJSONString(buf, it.Key)
-		buf = append(buf, ',')
-		buf = appendValueOrNull(buf, it.Value)
-		buf = appendUints(buf, it.CreateRev, it.ModRev, it.Version)
-		if it.Lease {
-			buf = append(buf, `,{"l":1}`...)
-		}
-		buf = append(buf, ']')
+		buf = appendDenseItem(buf, &items[i])
 	}
 	return append(buf, "]}"...)
+}
+
+// appendDenseItem writes an item as [key, value, create_rev, mod_rev,
+// version] and the extras object when it is leased.
+func appendDenseItem(buf []byte, it *Item) []byte {
+	buf = append(buf, '[')
+	buf = appendJSONString(buf, it.Key)
+	buf = append(buf, ',')
+	buf = appendValueOrNull(buf, it.Value)
+	buf = appendUints(buf, it.CreateRev, it.ModRev, it.Version)
+	if it.Lease {
+		buf = append(buf, `,{"l":1}`...)
+	}
+	return append(buf, ']')
 }
 
 // AppendEventList writes each event as [key, value, create_rev, version]

@@ -55,6 +55,7 @@ var attackSpecs = []attackSpec{
 	{"etcd-txn-ranges", false, (*env).attackEtcdTxnRanges},
 	{"etcd-watch-noread", false, (*env).attackEtcdWatchNoRead},
 	{"etcd-idle", true, (*env).attackEtcdIdle},
+	{"snapshot-amplify", false, (*env).attackSnapshotAmplify},
 }
 
 func attackNames() string {

@@ -86,6 +86,9 @@ meanwhile (latency p50/p99 and failures):
   etcd-idle        --attack-conns (50) connections to the etcd API that send nothing,
                    held up to --attack-hold (25s)
                    (the etcd attacks need --etcd-addr, the server's statecast serve --etcd-addr)
+  snapshot-amplify a 100 MB room of --value-bytes values, 20 WebSockets subscribing to
+                   it at once, then 10 HTTP clients listing it at once (paged, as the
+                   Go client does): peak RSS of each phase
 A spawned server keeps this machine's file limit (the load tool raises only its own);
 set the server's with --spawn "sh -c 'ulimit -n N && exec statecast serve …'".
 `

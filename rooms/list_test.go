@@ -1,0 +1,83 @@
+package rooms_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/store"
+)
+
+// TestListPagesAtOneRevision: the pages of a list, read one after the
+// other while writers put, delete and create keys across the whole
+// range, are together exactly the room at the first page's revision.
+func TestListPagesAtOneRevision(t *testing.T) {
+	ctx := context.Background()
+	e, _ := newEngine(t, store.RetentionPolicy{}, rooms.Config{})
+	const room = "pages"
+	for i := range 300 {
+		put(t, e, room, fmt.Sprintf("k/%03d", i), fmt.Sprint(i))
+	}
+	put(t, e, room, "other", "1")
+	want, err := e.List(ctx, room, "k/", rooms.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	var got []store.KV
+	o := rooms.PageOptions{Limit: 17, MaxBytes: 17 * 80}
+	for pages := 0; ; pages++ {
+		p, err := e.ListPage(ctx, room, "k/", o, rooms.ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Rev != want.Rev || len(p.Items) > o.Limit || pages > 300 {
+			t.Fatalf("page %d at rev %d with %d items, want rev %d and at most %d", pages, p.Rev, len(p.Items), want.Rev, o.Limit)
+		}
+		got = append(got, p.Items...)
+		if !p.More {
+			break
+		}
+		o.After, o.Rev = p.Items[len(p.Items)-1].Key, p.Rev
+		for range 5 { // writes before, inside and after the pages read so far
+			k := fmt.Sprintf("k/%03d", rnd.IntN(320))
+			if rnd.IntN(3) == 0 {
+				del(t, e, room, k)
+			} else {
+				put(t, e, room, k, "2")
+			}
+		}
+	}
+	if diff := cmp.Diff(want.Items, got); diff != "" {
+		t.Fatalf("pages differ from the room at rev %d (-want +got):\n%s", want.Rev, diff)
+	}
+}
+
+// TestListPageBounds: a page stops at its byte bound (with at least one
+// key), a revision past the head or older than the history is refused.
+func TestListPageBounds(t *testing.T) {
+	ctx := context.Background()
+	e, _ := newEngine(t, store.RetentionPolicy{Default: store.Retention{MaxEvents: 5}}, rooms.Config{Retention: store.RetentionPolicy{Default: store.Retention{MaxEvents: 5}}})
+	for i := range 10 {
+		put(t, e, "b", fmt.Sprintf("k%d", i), `"`+fmt.Sprint(i)+`"`)
+	}
+	p, err := e.ListPage(ctx, "b", "", rooms.PageOptions{MaxBytes: 1}, rooms.ReadOptions{})
+	if err != nil || len(p.Items) != 1 || !p.More {
+		t.Fatalf("page of 1 byte: %d items, more %v, %v; want 1 item and more", len(p.Items), p.More, err)
+	}
+	if _, err := e.ListPage(ctx, "b", "", rooms.PageOptions{Rev: 11}, rooms.ReadOptions{}); !errors.Is(err, rooms.ErrFutureRevision) {
+		t.Fatalf("rev past the head: %v", err)
+	}
+	var ce *store.CompactedError
+	if _, err := e.ListPage(ctx, "b", "", rooms.PageOptions{Rev: 2}, rooms.ReadOptions{}); !errors.As(err, &ce) {
+		t.Fatalf("rev older than the history: %v", err)
+	}
+	p, err = e.ListPage(ctx, "b", "", rooms.PageOptions{Rev: 6}, rooms.ReadOptions{})
+	if err != nil || len(p.Items) != 6 || p.Rev != 6 {
+		t.Fatalf("rev 6: %d items at %d, %v; want the 6 keys then", len(p.Items), p.Rev, err)
+	}
+}
