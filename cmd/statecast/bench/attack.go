@@ -46,6 +46,7 @@ type attackSpec struct {
 var sameRoom = map[string]bool{"cel-equality": true}
 
 var attackSpecs = []attackSpec{
+	{"none", false, (*env).attackNone},
 	{"unsub-prefixes", false, (*env).attackUnsubPrefixes},
 	{"history-bytes", false, (*env).attackHistoryBytes},
 	{"slow-body", true, (*env).attackSlowBody},
@@ -1149,4 +1150,16 @@ func printLeftTable(out io.Writer, rows [][]string) {
 			fmt.Fprintln(out, strings.Repeat("-", w+3+len([]rune(r[1]))))
 		}
 	}
+}
+
+// attackNone attacks nothing for 3 s: what the bystander sees on a quiet
+// server, the baseline of the other attacks' figures.
+func (e *env) attackNone(ctx context.Context, rep *attackReport) error {
+	rep.Params = "no attack, 3 s"
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(3 * time.Second):
+	}
+	return nil
 }

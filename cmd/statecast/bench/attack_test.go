@@ -72,6 +72,11 @@ func TestAttacks(t *testing.T) {
 				t.Errorf("counts %v: want 20 streams answered", a.Counts)
 			}
 		}},
+		{"none", nil, nil, func(t *testing.T, a *attackReport) {
+			if a.Bystander.Ops == 0 || a.Bystander.Failures != 0 {
+				t.Errorf("bystander %+v: want operations and no failure on a quiet server", a.Bystander)
+			}
+		}},
 		{"http-write-rate", []string{"--http-writes", "50"}, nil, func(t *testing.T, a *attackReport) {
 			if a.Counts["HTTP 200"]+a.Counts["HTTP 429"] != 50 {
 				t.Errorf("counts %v: want 50 PUTs answered 200 or 429", a.Counts)

@@ -79,6 +79,7 @@ meanwhile (latency p50/p99 and failures):
                    and 1 body byte, then stalling, held up to --attack-hold
                    (bystander: /healthz and WebSocket opens on new connections)
   sse-flood        --attack-conns SSE watch streams (try a server with --max-connections 100)
+  none             no attack for 3 s: the bystander's figures on a quiet server
   http-write-rate  --http-writes PUTs on one keep-alive connection: HTTP 200 vs 429
   etcd-txn-ranges  --attack-conns (2) etcd Txns at once, each 128 ranges of a 2 MiB room
   etcd-watch-noread --attack-conns (10) etcd connections × 256 watches with prev_kv that
