@@ -26,6 +26,8 @@ var (
 	// the history since its first attempt (Write.Since) is compacted, so
 	// whether that attempt committed cannot be told. Nothing was written.
 	ErrWidCompacted = errors.New("store: write id not found and the room's history since the write was first sent has been compacted; whether it committed is unknown")
+	// ErrQuotaExceeded matches any *QuotaError.
+	ErrQuotaExceeded = errors.New("store: room quota exceeded")
 	// ErrCompacted matches any *CompactedError.
 	ErrCompacted = errors.New("store: required revision has been compacted")
 	// ErrConflict matches any *ConflictError.
@@ -58,3 +60,17 @@ func (e *CompactedError) Error() string {
 }
 
 func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }
+
+// QuotaError reports a write refused because it would take its room past
+// its quota (Limits.MaxRoomKeys, Limits.MaxRoomBytes). Nothing was written.
+type QuotaError struct {
+	Keys, Bytes       int64 // the room's size had the write committed
+	MaxKeys, MaxBytes int64
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("store: room quota exceeded: the write would make the room %d keys and %d bytes of keys and values (limits %d keys, %d bytes); delete keys first",
+		e.Keys, e.Bytes, e.MaxKeys, e.MaxBytes)
+}
+
+func (e *QuotaError) Is(target error) bool { return target == ErrQuotaExceeded }
