@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/rooms/filter"
@@ -33,6 +34,11 @@ func errorOf(err error, write bool) *Error {
 	var pe *Error
 	if errors.As(err, &pe) {
 		return pe
+	}
+	var qe *store.QuotaError
+	if errors.As(err, &qe) {
+		return newError(wire.CodeQuotaExceeded, fmt.Sprintf("the room is full: the write would make it %d keys and %d bytes of keys and values, over its quota of %d keys and %d bytes; nothing was written (delete keys first)",
+			qe.Keys, qe.Bytes, qe.MaxKeys, qe.MaxBytes))
 	}
 	var ce *store.ConflictError
 	if errors.As(err, &ce) {

@@ -61,10 +61,12 @@ func (s *Server) Write(ctx context.Context, room string, w store.Write, claims *
 	if _, err := s.admitWrite(claims, addr); err != nil {
 		return store.Result{}, err
 	}
-	res, err := s.apply(ctx, room, w, claims, nil)
+	writer := writerKey(claims, addr)
+	res, err := s.apply(ctx, room, w, claims, writer, nil)
 	if err != nil {
 		return res, errorOf(err, true)
 	}
+	s.writeLimits.charge(writer, writeCost(w)-1) // committed; admitWrite took one
 	return res, nil
 }
 

@@ -61,6 +61,11 @@ func (s *Server) httpError(err error, c echo.Context) {
 		body["error"].(map[string]any)["mod_rev"] = e.ModRev
 		body["error"].(map[string]any)["rev"] = e.Rev
 	}
+	// Every 429 says when to retry; one not from the write rate (the
+	// validation hook's bound) after a second.
+	if status == http.StatusTooManyRequests && c.Response().Header().Get("Retry-After") == "" {
+		c.Response().Header().Set("Retry-After", "1")
+	}
 	if c.Request().Method == http.MethodHead {
 		_ = c.NoContent(status)
 		return
@@ -89,6 +94,7 @@ var errorStatuses = []struct {
 	{wire.CodeNotFound, http.StatusMethodNotAllowed},
 	{wire.CodeConflict, http.StatusPreconditionFailed},
 	{wire.CodeTooLarge, http.StatusRequestEntityTooLarge},
+	{wire.CodeQuotaExceeded, http.StatusInsufficientStorage},
 	{wire.CodeRateLimited, http.StatusTooManyRequests},
 	{wire.CodeTooManySubs, http.StatusTooManyRequests},
 	{wire.CodeInternal, http.StatusInternalServerError},

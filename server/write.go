@@ -34,9 +34,9 @@ func (s *Server) admitWrite(claims *auth.Claims, addr string) (time.Duration, er
 }
 
 // write translates r and applies it: the path every put, del and txn
-// takes. sess is the WebSocket session that sent r, nil over HTTP. Its
-// error is an *Error.
-func (s *Server) write(ctx context.Context, r *wire.Request, claims *auth.Claims, sess *session) (store.Result, error) {
+// takes. addr is the client's address, sess the WebSocket session that
+// sent r, nil over HTTP. Its error is an *Error.
+func (s *Server) write(ctx context.Context, r *wire.Request, claims *auth.Claims, addr string, sess *session) (store.Result, error) {
 	lease := ""
 	if sess != nil {
 		lease = sess.lease
@@ -45,10 +45,12 @@ func (s *Server) write(ctx context.Context, r *wire.Request, claims *auth.Claims
 	if err != nil {
 		return store.Result{}, err
 	}
-	res, err := s.apply(ctx, r.Room, w, claims, sess)
+	writer := writerKey(claims, addr)
+	res, err := s.apply(ctx, r.Room, w, claims, writer, sess)
 	if err != nil {
 		return res, errorOf(err, true)
 	}
+	s.writeLimits.charge(writer, writeCost(w)-1) // committed; admitWrite took one
 	return res, nil
 }
 
@@ -144,8 +146,8 @@ func leaseOf(l, session string) (string, error) {
 // apply checks permissions and leases, asks the validation hook when one
 // covers room (validate.go), then commits w to room; a key
 // bound to the writer's session sess (nil over HTTP) commits after the
-// session's record (sessions.keep).
-func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *auth.Claims, sess *session) (store.Result, error) {
+// session's record (sessions.keep). writer names the client (writerKey).
+func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *auth.Claims, writer string, sess *session) (store.Result, error) {
 	if err := store.ValidClientRoom(room); err != nil {
 		return store.Result{}, err
 	}
@@ -166,7 +168,7 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 		}
 	}
 	if s.cfg.Validate.Matches(room) {
-		checked, dup, err := s.validated(ctx, room, w, claims, sess)
+		checked, dup, err := s.validated(ctx, room, w, claims, writer, sess)
 		switch {
 		case err != nil:
 			return store.Result{}, err
