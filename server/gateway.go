@@ -63,10 +63,10 @@ func (s *Server) Write(ctx context.Context, room string, w store.Write, claims *
 	}
 	writer := writerKey(claims, addr)
 	res, err := s.apply(ctx, room, w, claims, writer, nil)
+	s.chargeWrite(writer, w, err)
 	if err != nil {
 		return res, errorOf(err, true)
 	}
-	s.writeLimits.charge(writer, writeCost(w)-1) // committed; admitWrite took one
 	return res, nil
 }
 

@@ -58,7 +58,8 @@ func TestRoomQuotaOnEverySurface(t *testing.T) {
 // TestWriteRateChargesOps: a write costs the write rate one unit per op,
 // or per 64 KiB of keys and values when that is more: a transaction of a
 // burst's worth of puts, or a value of that many 64 KiB, is let in on a
-// full bucket, and the writer's next write (over any surface) waits.
+// full bucket, and the writer's next write (over any surface) waits. A
+// write the store refused for the quota costs as much (it was planned).
 func TestWriteRateChargesOps(t *testing.T) {
 	start := func(t *testing.T, burst int) *servertest.Node {
 		return servertest.Start(t, servertest.Options{Server: server.Config{WriteRate: 0.1, WriteBurst: burst}})
@@ -80,6 +81,19 @@ func TestWriteRateChargesOps(t *testing.T) {
 		}
 		if _, err := dial(t, n, nil).Txn(servertest.Context(t), "r", nil, ops); err != nil {
 			t.Fatalf("a txn of %d puts on a full bucket: %v", burst, err)
+		}
+		wantLimited(t, n)
+	})
+	t.Run("refused for the quota", func(t *testing.T) {
+		const burst = 10
+		n := servertest.Start(t, servertest.Options{Server: server.Config{WriteRate: 0.1, WriteBurst: burst},
+			Memory: store.MemoryConfig{Limits: store.Limits{MaxRoomKeys: 1}}})
+		ops := make([]wire.TxnOp, burst)
+		for i := range ops {
+			ops[i] = wire.TxnOp{Type: "put", Key: string(rune('a' + i)), Value: wire.Value(`1`)}
+		}
+		if _, err := dial(t, n, nil).Txn(servertest.Context(t), "r", nil, ops); codeOf(err) != wire.CodeQuotaExceeded {
+			t.Fatalf("a txn of %d puts in a room of 1 key: %v, want quota_exceeded", burst, err)
 		}
 		wantLimited(t, n)
 	})

@@ -23,11 +23,12 @@ const maxWriteLimiters = 1 << 17
 // writes, HTTP key writes and transactions): a token bucket per writer
 // (its token's subject, or its address when anonymous), so a client gets
 // no more by opening more sockets or switching to HTTP. A write is let in
-// while its writer's bucket holds a unit (allow); once committed it is
-// charged the rest of its cost (charge, writeCost): a large write may
+// while its writer's bucket holds a unit (allow); once the store planned
+// it (committed, or refused for a condition or the quota) it is charged
+// the rest of its cost (Server.chargeWrite, writeCost): a large write may
 // leave the bucket in debt, which the writer's next writes wait out, so
 // any valid write gets in and a writer's units per second stay bounded by
-// the rate. A write refused (invalid, conflict, quota) costs its one unit. Buckets live in
+// the rate. An invalid write costs its one unit. Buckets live in
 // an LRU list; ones idle long enough to have refilled are dropped, since
 // a fresh bucket is the same.
 type writeLimits struct {

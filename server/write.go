@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,6 +34,16 @@ func (s *Server) admitWrite(claims *auth.Claims, addr string) (time.Duration, er
 	return 0, nil
 }
 
+// chargeWrite charges writer the rest of w's cost (admitWrite took one
+// unit) once the store has planned it: committed, or refused for a
+// condition or the room's quota. An invalid or unauthorized write, which
+// the store did no work for, costs only its unit.
+func (s *Server) chargeWrite(writer string, w store.Write, err error) {
+	if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrQuotaExceeded) {
+		s.writeLimits.charge(writer, writeCost(w)-1)
+	}
+}
+
 // write translates r and applies it: the path every put, del and txn
 // takes. addr is the client's address, sess the WebSocket session that
 // sent r, nil over HTTP. Its error is an *Error.
@@ -47,10 +58,10 @@ func (s *Server) write(ctx context.Context, r *wire.Request, claims *auth.Claims
 	}
 	writer := writerKey(claims, addr)
 	res, err := s.apply(ctx, r.Room, w, claims, writer, sess)
+	s.chargeWrite(writer, w, err)
 	if err != nil {
 		return res, errorOf(err, true)
 	}
-	s.writeLimits.charge(writer, writeCost(w)-1) // committed; admitWrite took one
 	return res, nil
 }
 

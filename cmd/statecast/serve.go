@@ -188,7 +188,7 @@ func serve(args []string) error {
 	fs.DurationVar(&f.readTimeout, "http-read-timeout", 60*time.Second, "a whole HTTP request, body included, must arrive within this")
 	fs.DurationVar(&f.httpWriteTimeout, "http-write-timeout", 60*time.Second, "an HTTP response (not an SSE stream) must be taken by the client within this")
 	fs.DurationVar(&f.idleTimeout, "http-idle-timeout", 120*time.Second, "an idle keep-alive HTTP connection is closed after this")
-	fs.Float64Var(&f.writeRate, "write-rate", 200, "writes per second per token subject (without auth: per client address), over WebSockets and HTTP together; burst twice that. A committed write counts one per op, or per 64 KiB of keys and values when that is more")
+	fs.Float64Var(&f.writeRate, "write-rate", 200, "writes per second per token subject (without auth: per client address), over WebSockets and HTTP together; burst twice that. A write the store takes (committed, conflict, quota) counts one per op, or per 64 KiB of keys and values when that is more")
 	fs.DurationVar(&f.writeTimeout, "write-timeout", 10*time.Second, "a socket that does not take a frame within this is closed (4000)")
 	fs.DurationVar(&f.syncTimeout, "sync-timeout", 5*time.Second, "longest wait of a linearizable read, or of a write's reply, for this node's view to reach the store's revision (a read past it: 503 unavailable)")
 	fs.DurationVar(&f.leaseGrace, "lease-grace", 5*time.Second, "how long a session's leases outlive its socket")

@@ -80,6 +80,8 @@ meanwhile (latency p50/p99 and failures):
                    (bystander: /healthz and WebSocket opens on new connections)
   sse-flood        --attack-conns SSE watch streams (try a server with --max-connections 100)
   http-write-rate  --http-writes PUTs on one keep-alive connection: HTTP 200 vs 429
+  room-growth      transactions of 256 puts of new keys (values up to --value-bytes, at most
+                   4000) from 127.0.0.2 for --attack-hold (default 10s): room bytes/s
 A spawned server keeps this machine's file limit (the load tool raises only its own);
 set the server's with --spawn "sh -c 'ulimit -n N && exec statecast serve …'".
 `
