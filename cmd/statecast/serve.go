@@ -246,8 +246,8 @@ func run(f serveFlags) error {
 		}
 	}
 	retention := store.RetentionPolicy{Default: store.Retention{MaxEvents: f.history, MaxAge: f.historyAge, MaxBytes: int64(f.historyBytes)}, Classes: f.classes}
-	if f.roomMaxKeys <= 0 || f.roomMaxBytes <= 0 {
-		return fmt.Errorf("--room-max-keys and --room-max-bytes must be positive, got %d and %d", f.roomMaxKeys, f.roomMaxBytes)
+	if f.roomMaxKeys < 0 || f.roomMaxBytes < 0 {
+		return fmt.Errorf("--room-max-keys and --room-max-bytes must not be negative (0: the default), got %d and %d", f.roomMaxKeys, f.roomMaxBytes)
 	}
 	limits := store.Limits{MaxValueBytes: f.maxValue, MaxRoomKeys: f.roomMaxKeys, MaxRoomBytes: int64(f.roomMaxBytes)}
 	st, where, err := openStore(f, retention, limits, log)
