@@ -20,7 +20,6 @@ require (
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.1
 	golang.org/x/sync v0.25.0
-	golang.org/x/time v0.16.0
 	google.golang.org/grpc v1.85.0
 	pgregory.net/rapid v1.3.0
 )

@@ -35,6 +35,11 @@ func errorOf(err error, write bool) *Error {
 	if errors.As(err, &pe) {
 		return pe
 	}
+	var qe *store.QuotaError
+	if errors.As(err, &qe) {
+		return newError(wire.CodeQuotaExceeded, fmt.Sprintf("the room is full: the write would make it %d keys and %d bytes of keys and values, over its quota of %d keys and %d bytes; nothing was written (delete keys first)",
+			qe.Keys, qe.Bytes, qe.MaxKeys, qe.MaxBytes))
+	}
 	var ce *store.ConflictError
 	if errors.As(err, &ce) {
 		return &Error{Code: wire.CodeConflict, Message: ce.Error(), Key: ce.Key, ModRev: ce.ModRev, Rev: ce.Rev}

@@ -61,7 +61,9 @@ func (s *Server) Write(ctx context.Context, room string, w store.Write, claims *
 	if _, err := s.admitWrite(claims, addr); err != nil {
 		return store.Result{}, err
 	}
-	res, err := s.apply(ctx, room, w, claims, nil)
+	writer := writerKey(claims, addr)
+	res, err := s.apply(ctx, room, w, claims, writer, nil)
+	s.chargeWrite(writer, w, err)
 	if err != nil {
 		return res, errorOf(err, true)
 	}

@@ -369,7 +369,7 @@ func (c *conn) write(r *wire.Request) {
 		c.replyErr(r.ID, errorOf(err, false))
 		return
 	}
-	res, err := c.s.write(c.ctx, r, claims, c.sess)
+	res, err := c.s.write(c.ctx, r, claims, c.addr, c.sess)
 	if err != nil {
 		c.replyErr(r.ID, errorOf(err, true))
 		return

@@ -434,7 +434,7 @@ func (s *Server) httpWrite(c echo.Context, claims *auth.Claims, r *wire.Request)
 	if r.Wid, r.Since, err = idempotency(c.Request().Header); err != nil {
 		return err
 	}
-	res, err := s.write(c.Request().Context(), r, claims, nil)
+	res, err := s.write(c.Request().Context(), r, claims, c.Request().RemoteAddr, nil)
 	if err != nil {
 		return err
 	}

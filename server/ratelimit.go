@@ -8,10 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/wire"
+	"github.com/statecast/statecast/store"
 )
 
 // maxWriteLimiters bounds how many writers' buckets are kept: past it the
@@ -23,14 +22,19 @@ const maxWriteLimiters = 1 << 17
 // writeLimits is the one write rate limit of every surface (WebSocket
 // writes, HTTP key writes and transactions): a token bucket per writer
 // (its token's subject, or its address when anonymous), so a client gets
-// no more by opening more sockets or switching to HTTP. Buckets live in
+// no more by opening more sockets or switching to HTTP. A write is let in
+// while its writer's bucket holds a unit (allow); once the store planned
+// it (committed, or refused for a condition or the quota) it is charged
+// the rest of its cost (Server.chargeWrite, writeCost): a large write may
+// leave the bucket in debt, which the writer's next writes wait out, so
+// any valid write gets in and a writer's units per second stay bounded by
+// the rate. An invalid write costs its one unit. Buckets live in
 // an LRU list; ones idle long enough to have refilled are dropped, since
 // a fresh bucket is the same.
 type writeLimits struct {
-	limit  rate.Limit
-	burst  int
-	refill time.Duration    // an idle bucket is full again after this
-	now    func() time.Time // time.Now; tests fix it
+	rate  float64 // units per second
+	burst float64
+	now   func() time.Time // time.Now; tests fix it
 
 	mu  sync.Mutex
 	lru *list.List // of *writeBucket, most recently used first
@@ -38,21 +42,25 @@ type writeLimits struct {
 }
 
 type writeBucket struct {
-	key  string
-	lim  *rate.Limiter
-	used time.Time
+	key    string
+	tokens float64   // at time at; negative: in debt
+	at     time.Time // when tokens was last brought up to date
 }
 
 func newWriteLimits(perSecond float64, burst int) *writeLimits {
 	return &writeLimits{
-		limit: rate.Limit(perSecond), burst: burst,
-		refill: time.Duration(float64(burst) / perSecond * float64(time.Second)),
-		lru:    list.New(), m: make(map[string]*list.Element), now: time.Now,
+		rate: perSecond, burst: float64(burst),
+		lru: list.New(), m: make(map[string]*list.Element), now: time.Now,
 	}
 }
 
-// allow takes one write from key's bucket; when it is empty, retry says
-// when the next write would be allowed.
+// tokensAt is what b holds at now.
+func (l *writeLimits) tokensAt(b *writeBucket, now time.Time) float64 {
+	return min(l.burst, b.tokens+now.Sub(b.at).Seconds()*l.rate)
+}
+
+// allow takes one unit from key's bucket; when it holds less, retry says
+// when it will hold one.
 func (l *writeLimits) allow(key string) (ok bool, retry time.Duration) {
 	now := l.now()
 	l.mu.Lock()
@@ -67,15 +75,46 @@ func (l *writeLimits) allow(key string) (ok bool, retry time.Duration) {
 			old := l.lru.Remove(l.lru.Back()).(*writeBucket)
 			delete(l.m, old.key)
 		}
-		b = &writeBucket{key: key, lim: rate.NewLimiter(l.limit, l.burst)}
+		b = &writeBucket{key: key, tokens: l.burst, at: now}
 		l.m[key] = l.lru.PushFront(b)
 	}
-	b.used = now
-	if b.lim.AllowN(now, 1) {
+	b.tokens, b.at = l.tokensAt(b, now), now
+	if b.tokens >= 1 {
+		b.tokens--
 		return true, 0
 	}
-	missing := 1 - b.lim.TokensAt(now)
-	return false, time.Duration(missing / float64(l.limit) * float64(time.Second))
+	return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
+}
+
+// charge takes n more units from key's bucket (one allow let in), into
+// debt when it holds fewer. A bucket dropped meanwhile is not charged.
+func (l *writeLimits) charge(key string, n int) {
+	if n <= 0 {
+		return
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if el := l.m[key]; el != nil {
+		b := el.Value.(*writeBucket)
+		b.tokens, b.at = l.tokensAt(b, now)-float64(n), now
+	}
+}
+
+// writeUnitBytes is the bytes of keys and values one unit of the write
+// rate pays for: at the default 200 units a second, 12.5 MiB/s per writer.
+const writeUnitBytes = 64 << 10
+
+// writeCost is what w costs in units of the write rate: one per op, or
+// one per writeUnitBytes of its keys and values when that is more; at
+// least 1. A 256-put transaction costs 256, a 256 KiB value 4, 256 puts
+// of 256 KiB 1,024.
+func writeCost(w store.Write) int {
+	n := 0
+	for _, op := range w.Ops {
+		n += len(op.Key) + len(op.Value)
+	}
+	return max(1, len(w.Ops), (n+writeUnitBytes-1)/writeUnitBytes)
 }
 
 // dropIdle removes a few of the least recently used buckets that have
@@ -84,7 +123,7 @@ func (l *writeLimits) allow(key string) (ok bool, retry time.Duration) {
 func (l *writeLimits) dropIdle(now time.Time) {
 	for range 2 {
 		el := l.lru.Back()
-		if el == nil || now.Sub(el.Value.(*writeBucket).used) < l.refill {
+		if el == nil || l.tokensAt(el.Value.(*writeBucket), now) < l.burst {
 			return
 		}
 		delete(l.m, l.lru.Remove(el).(*writeBucket).key)
@@ -123,5 +162,5 @@ func writerKey(claims *auth.Claims, remoteAddr string) string {
 // rateLimited is the error of a refused write.
 func (s *Server) rateLimited() *Error {
 	s.metrics.rateLimited.Inc()
-	return newError(wire.CodeRateLimited, fmt.Sprintf("more than %g writes per second by this client (its token's subject, or its address when anonymous); retry later", s.cfg.WriteRate))
+	return newError(wire.CodeRateLimited, fmt.Sprintf("more than %g writes per second by this client (its token's subject, or its address when anonymous; a write counts one per op or per 64 KiB of keys and values); retry later", s.cfg.WriteRate))
 }

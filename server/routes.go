@@ -64,6 +64,11 @@ func (s *Server) httpError(err error, c echo.Context) {
 	if e.Code == wire.CodeWidReused {
 		body["error"].(map[string]any)["rev"] = e.Rev
 	}
+	// Every 429 says when to retry; one not from the write rate (the
+	// validation hook's bound) after a second.
+	if status == http.StatusTooManyRequests && c.Response().Header().Get("Retry-After") == "" {
+		c.Response().Header().Set("Retry-After", "1")
+	}
 	if c.Request().Method == http.MethodHead {
 		_ = c.NoContent(status)
 		return
@@ -93,6 +98,7 @@ var errorStatuses = []struct {
 	{wire.CodeConflict, http.StatusPreconditionFailed},
 	{wire.CodeWidReused, http.StatusUnprocessableEntity},
 	{wire.CodeTooLarge, http.StatusRequestEntityTooLarge},
+	{wire.CodeQuotaExceeded, http.StatusInsufficientStorage},
 	{wire.CodeRateLimited, http.StatusTooManyRequests},
 	{wire.CodeTooManySubs, http.StatusTooManyRequests},
 	{wire.CodeInternal, http.StatusInternalServerError},

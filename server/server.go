@@ -210,6 +210,8 @@ type Server struct {
 	filters filter.Cache
 	// writeLimits is the write rate limit shared by every surface.
 	writeLimits *writeLimits
+	// hookWaits bounds each writer's writes waiting on the validation hook.
+	hookWaits hookWaits
 	// storeDeadline bounds the store call of every write.
 	storeDeadline sharedDeadline
 

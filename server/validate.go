@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/auth"
@@ -20,8 +22,14 @@ import (
 // conflict like any failed condition). A write id that already committed
 // answers its original outcome (dup) without asking the backend again.
 // A refusal is forbidden with the backend's message; a backend that does
-// not answer is unavailable. Nothing is written on any error.
-func (s *Server) validated(ctx context.Context, room string, w store.Write, claims *auth.Claims, sess *session) (store.Write, *store.Result, error) {
+// not answer is unavailable. A writer (writerKey) with maxHookWaits writes
+// waiting on the hook already is rate_limited. Nothing is written on any
+// error.
+func (s *Server) validated(ctx context.Context, room string, w store.Write, claims *auth.Claims, writer string, sess *session) (store.Write, *store.Result, error) {
+	if !s.hookWaits.enter(writer) {
+		return w, nil, newError(wire.CodeRateLimited, fmt.Sprintf("%d writes of this client (its token's subject, or its address when anonymous) are waiting on the application's validation hook already; retry once one is answered", maxHookWaits))
+	}
+	defer s.hookWaits.leave(writer)
 	keys := touched(w)
 	snap, err := s.engine.GetKeys(ctx, room, keys, rooms.ReadOptions{})
 	if err != nil {
@@ -166,4 +174,38 @@ func validateRequest(room string, w store.Write, modRevs map[string]uint64, clai
 		req.Conds[i] = hooks.Cond{Key: c.Key, ModRev: c.ModRev}
 	}
 	return req
+}
+
+// maxHookWaits bounds the writes of one writer waiting on the validation
+// hook at once: without it, a writer's burst (400 by default) could all
+// wait there together, each holding a goroutine and a request to the
+// application.
+const maxHookWaits = 16
+
+// hookWaits counts each writer's writes waiting on the validation hook.
+type hookWaits struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// enter counts a write of writer in, unless maxHookWaits are in already.
+func (h *hookWaits) enter(writer string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n[writer] >= maxHookWaits {
+		return false
+	}
+	if h.n == nil {
+		h.n = make(map[string]int)
+	}
+	h.n[writer]++
+	return true
+}
+
+func (h *hookWaits) leave(writer string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n[writer]--; h.n[writer] <= 0 {
+		delete(h.n, writer)
+	}
 }

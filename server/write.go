@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,10 +34,20 @@ func (s *Server) admitWrite(claims *auth.Claims, addr string) (time.Duration, er
 	return 0, nil
 }
 
+// chargeWrite charges writer the rest of w's cost (admitWrite took one
+// unit) once the store has planned it: committed, or refused for a
+// condition or the room's quota. An invalid or unauthorized write, which
+// the store did no work for, costs only its unit.
+func (s *Server) chargeWrite(writer string, w store.Write, err error) {
+	if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrQuotaExceeded) {
+		s.writeLimits.charge(writer, writeCost(w)-1)
+	}
+}
+
 // write translates r and applies it: the path every put, del and txn
-// takes. sess is the WebSocket session that sent r, nil over HTTP. Its
-// error is an *Error.
-func (s *Server) write(ctx context.Context, r *wire.Request, claims *auth.Claims, sess *session) (store.Result, error) {
+// takes. addr is the client's address, sess the WebSocket session that
+// sent r, nil over HTTP. Its error is an *Error.
+func (s *Server) write(ctx context.Context, r *wire.Request, claims *auth.Claims, addr string, sess *session) (store.Result, error) {
 	lease := ""
 	if sess != nil {
 		lease = sess.lease
@@ -48,7 +59,9 @@ func (s *Server) write(ctx context.Context, r *wire.Request, claims *auth.Claims
 	if w, err = scopeWid(w, widScope(claims)); err != nil {
 		return store.Result{}, err
 	}
-	res, err := s.apply(ctx, r.Room, w, claims, sess)
+	writer := writerKey(claims, addr)
+	res, err := s.apply(ctx, r.Room, w, claims, writer, sess)
+	s.chargeWrite(writer, w, err)
 	if err != nil {
 		return res, errorOf(err, true)
 	}
@@ -147,8 +160,8 @@ func leaseOf(l, session string) (string, error) {
 // apply checks permissions and leases, asks the validation hook when one
 // covers room (validate.go), then commits w to room; a key
 // bound to the writer's session sess (nil over HTTP) commits after the
-// session's record (sessions.keep).
-func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *auth.Claims, sess *session) (store.Result, error) {
+// session's record (sessions.keep). writer names the client (writerKey).
+func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *auth.Claims, writer string, sess *session) (store.Result, error) {
 	if err := store.ValidClientRoom(room); err != nil {
 		return store.Result{}, err
 	}
@@ -169,7 +182,7 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 		}
 	}
 	if s.cfg.Validate.Matches(room) {
-		checked, dup, err := s.validated(ctx, room, w, claims, sess)
+		checked, dup, err := s.validated(ctx, room, w, claims, writer, sess)
 		switch {
 		case err != nil:
 			return store.Result{}, err

@@ -28,6 +28,8 @@ var (
 	ErrWidCompacted = errors.New("store: write id not found and the room's history since the write was first sent has been compacted; whether it committed is unknown")
 	// ErrWidReused matches any *WidReusedError.
 	ErrWidReused = errors.New("store: write id already used by a different write")
+	// ErrQuotaExceeded matches any *QuotaError.
+	ErrQuotaExceeded = errors.New("store: room quota exceeded")
 	// ErrCompacted matches any *CompactedError.
 	ErrCompacted = errors.New("store: required revision has been compacted")
 	// ErrConflict matches any *ConflictError.
@@ -73,3 +75,17 @@ func (e *WidReusedError) Error() string {
 }
 
 func (e *WidReusedError) Is(target error) bool { return target == ErrWidReused }
+
+// QuotaError reports a write refused because it would take its room past
+// its quota (Limits.MaxRoomKeys, Limits.MaxRoomBytes). Nothing was written.
+type QuotaError struct {
+	Keys, Bytes       int64 // the room's size had the write committed
+	MaxKeys, MaxBytes int64
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("store: room quota exceeded: the write would make the room %d keys and %d bytes of keys and values (limits %d keys, %d bytes); delete keys first",
+		e.Keys, e.Bytes, e.MaxKeys, e.MaxBytes)
+}
+
+func (e *QuotaError) Is(target error) bool { return target == ErrQuotaExceeded }

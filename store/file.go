@@ -112,6 +112,7 @@ const (
 //	meta/epoch            → epoch id
 //	rooms/<room>/meta     → roomMeta record
 //	rooms/<room>/logbytes → logBytes record: the size of the retained log
+//	rooms/<room>/usage    → usage record: the room's keys and bytes (its quota)
 //	rooms/<room>/kv/<key> → kv record
 //	rooms/<room>/log/<rev as 8-byte big endian> → batch record
 //	rooms/<room>/wids/<wid> → uvarint(rev): the write ids of the logged
@@ -130,10 +131,12 @@ var (
 	// older binary decodes the meta record strictly and never lists a room
 	// bucket's keys, so it reads a newer file as if the key were absent.
 	keyLogBytes = []byte("logbytes")
-	bucketKV    = []byte("kv")
-	bucketLog   = []byte("log")
-	bucketWids  = []byte("wids")
-	bucketFps   = []byte("widfps")
+	// keyUsage, beside meta for the same reason as keyLogBytes.
+	keyUsage   = []byte("usage")
+	bucketKV   = []byte("kv")
+	bucketLog  = []byte("log")
+	bucketWids = []byte("wids")
+	bucketFps  = []byte("widfps")
 )
 
 // OpenFile opens (creating when missing) the database at cfg.Path and
@@ -329,6 +332,36 @@ func logBytes(rb *bolt.Bucket, m roomMeta) (uint64, error) {
 		n += uint64(len(v))
 	}
 	return n, nil
+}
+
+// roomUsage returns the keys and bytes of a room at head: the stored
+// count when it was written at head, else counted from kvb. A room last
+// written by a version that kept no count (or by one after a downgrade)
+// pays that scan once, on its next write, which stores the count.
+func roomUsage(rb, kvb *bolt.Bucket, head uint64) (Usage, error) {
+	if rb == nil || kvb == nil {
+		return Usage{}, nil
+	}
+	if v := rb.Get(keyUsage); v != nil {
+		at, u, err := decodeUsage(v)
+		if err != nil {
+			return Usage{}, err
+		}
+		if at == head {
+			return u, nil
+		}
+	}
+	var u Usage
+	err := kvb.ForEach(func(k, v []byte) error {
+		kv, err := decodeKV(string(k), v)
+		if err != nil {
+			return fmt.Errorf("key %q: %w", k, err)
+		}
+		u.Keys++
+		u.Bytes += int64(len(k) + len(kv.Value))
+		return nil
+	})
+	return u, err
 }
 
 // retained returns m with its history window narrowed to what ret keeps

@@ -23,6 +23,7 @@ import (
 //	event:        type uvarint(len(key)) key kvBody hasPrev(0|1) [kvBody of Prev]
 //	meta record:  tagMeta  uvarint(head) uvarint(oldest) uvarint(retained events)
 //	logBytes:     tagLogBytes uvarint(head) uvarint(oldest) uvarint(bytes of log records oldest..head)
+//	usage:        tagUsage uvarint(head) uvarint(keys) uvarint(bytes of keys and values), counted at head
 //	kvBody:       uvarint(create_rev) uvarint(mod_rev) uvarint(version) value lease
 //	lease:        encoded as a value; nil when the key has no lease
 //	value:        uvarint(0) for nil, else uvarint(len+1) bytes
@@ -40,6 +41,9 @@ const (
 	// tagLogBytes: the record is new in this format, beside (not in) the
 	// meta record, whose strict decoding older binaries still apply.
 	tagLogBytes byte = 0xD1
+	// tagUsage: new in this format too, a key of its own for the same
+	// reason.
+	tagUsage byte = 0xE1
 )
 
 // ErrCorrupt reports a stored record that cannot be decoded.
@@ -141,6 +145,29 @@ func decodeLogBytes(data []byte) (roomMeta, error) {
 	d.tag(tagLogBytes, "log bytes")
 	m := roomMeta{head: d.uvarint("head"), oldest: d.uvarint("oldest"), bytes: d.uvarint("bytes")}
 	return m, d.end("log bytes")
+}
+
+// encodeUsage encodes a room's usage with the revision it was counted at,
+// so a count left behind by a write that did not update it (an older
+// binary's) is recognized as stale rather than trusted.
+func encodeUsage(head uint64, u Usage) []byte {
+	dst := append(make([]byte, 0, 1+3*binary.MaxVarintLen64), tagUsage)
+	dst = appendUvarint(dst, head)
+	dst = appendUvarint(dst, uint64(u.Keys))
+	return appendUvarint(dst, uint64(u.Bytes))
+}
+
+func decodeUsage(data []byte) (head uint64, u Usage, err error) {
+	d := decoder{b: data}
+	d.tag(tagUsage, "usage")
+	head, keys, n := d.uvarint("head"), d.uvarint("keys"), d.uvarint("bytes")
+	if err := d.end("usage"); err != nil {
+		return 0, Usage{}, err
+	}
+	if keys > 1<<62 || n > 1<<62 {
+		return 0, Usage{}, fmt.Errorf("%w: usage of %d keys, %d bytes", ErrCorrupt, keys, n)
+	}
+	return head, Usage{Keys: int64(keys), Bytes: int64(n)}, nil
 }
 
 func encodeMeta(m roomMeta) []byte {

@@ -283,6 +283,16 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 		r.res = Result{Epoch: f.epoch, Rev: m.head}
 		return false, nil
 	}
+	usage, err := roomUsage(rb, kvb, m.head)
+	if err != nil {
+		r.err = fmt.Errorf("room %q: %w", r.room, err)
+		return false, nil
+	}
+	after := usage.after(events)
+	if err := f.cfg.Limits.checkQuota(usage, after); err != nil {
+		r.err = err
+		return false, nil
+	}
 
 	// Decide everything that can fail on bad data before the first write.
 	now := f.cfg.Clock()
@@ -360,6 +370,9 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 		}
 	}
 	if err := rb.Put(keyRoomMeta, encodeMeta(m)); err != nil {
+		return false, &fatalError{err}
+	}
+	if err := rb.Put(keyUsage, encodeUsage(b.Rev, after)); err != nil {
 		return false, &fatalError{err}
 	}
 	// In the same transaction as the log it measures, so a crash never

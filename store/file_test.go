@@ -805,3 +805,89 @@ func TestFileSessionsGroupCommit(t *testing.T) {
 		t.Fatalf("ListSessions: %d records, %v; want %d", len(recs), err, n)
 	}
 }
+
+// storedUsage returns a room's usage record: the revision it was counted
+// at and the count (ok false when the room has none).
+func storedUsage(t *testing.T, f *File, room string) (head uint64, u Usage, ok bool) {
+	t.Helper()
+	err := f.db.View(func(tx *bolt.Tx) error {
+		v := roomBucket(tx, room).Get(keyUsage)
+		if v == nil {
+			return nil
+		}
+		var err error
+		head, u, err = decodeUsage(v)
+		ok = true
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return head, u, ok
+}
+
+// TestFileUsageMissingOrStale: a room written by a version that kept no
+// usage record (or whose last write was made by one, in a rolling
+// upgrade or after a downgrade) has its keys and bytes counted on its
+// next write, which is held to the quota and stores the count.
+func TestFileUsageMissingOrStale(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		plant func(rb *bolt.Bucket) error
+	}{
+		{"missing", func(rb *bolt.Bucket) error { return rb.Delete(keyUsage) }},
+		// The count an older binary left behind when it wrote revision 5.
+		{"stale", func(rb *bolt.Bucket) error { return rb.Put(keyUsage, encodeUsage(4, Usage{Keys: 1, Bytes: 1})) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			f := openFile(t, dir, FileConfig{})
+			for i := range 5 {
+				mustApply(t, f, "r", Put(fmt.Sprintf("k%d", i), []byte("12345678"))) // 10 bytes each
+			}
+			if err := f.db.Update(func(tx *bolt.Tx) error { return tc.plant(roomBucket(tx, "r")) }); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			f = openFile(t, dir, FileConfig{Limits: Limits{MaxRoomKeys: 5}})
+			var qe *QuotaError
+			if _, err := f.Apply(bg, "r", Put("k5", nil)); !errors.As(err, &qe) || qe.Keys != 6 || qe.Bytes != 52 {
+				t.Fatalf("a sixth key: %v, want a quota error counting 6 keys and 52 bytes", err)
+			}
+			mustApply(t, f, "r", Delete("k0"))
+			if head, u, ok := storedUsage(t, f, "r"); !ok || head != 6 || u != (Usage{Keys: 4, Bytes: 40}) {
+				t.Errorf("stored usage %+v at %d (present %v), want 4 keys, 40 bytes at 6", u, head, ok)
+			}
+			mustApply(t, f, "r", Put("k5", nil))
+		})
+	}
+}
+
+// TestFileUsageInAGroup: a write refused over the quota in a
+// group leaves the count as it was, and the group's other writes count.
+func TestFileUsageInAGroup(t *testing.T) {
+	f := openFile(t, t.TempDir(), FileConfig{Limits: Limits{MaxRoomKeys: 3}})
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = f.Apply(bg, "r", Put(fmt.Sprintf("k%d", i), []byte("v")))
+		}()
+	}
+	wg.Wait()
+	over := 0
+	for _, err := range errs {
+		if errors.Is(err, ErrQuotaExceeded) {
+			over++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, u, _ := storedUsage(t, f, "r"); over != 3 || u != (Usage{Keys: 3, Bytes: 9}) {
+		t.Errorf("%d refused, stored usage %+v; want 3 and 3 keys of 9 bytes", over, u)
+	}
+}

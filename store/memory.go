@@ -46,6 +46,7 @@ type memRoom struct {
 	mu        sync.Mutex
 	rev       uint64
 	kv        map[string]KV
+	usage     Usage         // of kv, for the quota
 	hist      []Batch       // retained history, oldest first
 	events    int           // events in hist
 	bytes     int64         // EventBytes of hist
@@ -130,6 +131,11 @@ func (m *Memory) apply(r *memRoom, room string, w Write) (Result, error) {
 	if err != nil || len(events) == 0 {
 		return Result{Epoch: m.epoch, Rev: r.rev}, err
 	}
+	usage := r.usage.after(events)
+	if err := m.cfg.Limits.checkQuota(r.usage, usage); err != nil {
+		return Result{}, err
+	}
+	r.usage = usage
 	r.rev++
 	for i := range events {
 		ev := &events[i]

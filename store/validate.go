@@ -12,12 +12,20 @@ type Limits struct {
 	MaxKeyBytes   int // default 1024
 	MaxValueBytes int // default 256 KiB
 	MaxOps        int // ops plus conditions per write, default 256
+	// MaxRoomKeys and MaxRoomBytes are a room's quota: its keys, and
+	// the sum of its keys' and values' lengths. A write that would take
+	// the room past either is refused with a *QuotaError; one that does
+	// not grow what is over (a delete, a smaller value) always commits.
+	MaxRoomKeys  int   // default 100,000
+	MaxRoomBytes int64 // default 64 MiB
 }
 
 const (
 	defaultMaxKeyBytes   = 1024
 	defaultMaxValueBytes = 256 << 10
 	defaultMaxOps        = 256
+	defaultMaxRoomKeys   = 100_000
+	defaultMaxRoomBytes  = 64 << 20
 	maxRoomBytes         = 128
 	// MaxWidBytes bounds a client's write id (ValidWid).
 	MaxWidBytes = 64
@@ -36,6 +44,12 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxOps <= 0 {
 		l.MaxOps = defaultMaxOps
+	}
+	if l.MaxRoomKeys <= 0 {
+		l.MaxRoomKeys = defaultMaxRoomKeys
+	}
+	if l.MaxRoomBytes <= 0 {
+		l.MaxRoomBytes = defaultMaxRoomBytes
 	}
 	return l
 }

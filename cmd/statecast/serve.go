@@ -121,6 +121,8 @@ type serveFlags struct {
 	queueBytes                          bytesFlag
 	classes                             classFlag
 	maxFrame, maxValue                  int
+	roomMaxKeys                         int
+	roomMaxBytes                        bytesFlag
 	maxSubs, maxConns, maxConnsPerIP    int
 	maxPrefixes, maxConnPrefixes        int
 	maxConnFilters, maxRoomFilters      int
@@ -177,6 +179,9 @@ func serve(args []string) error {
 	fs.Var(&f.queueBytes, "watch-queue-bytes", "bytes of events a subscription may have waiting before it is parked as slow and later caught up by one coalesced message")
 	fs.IntVar(&f.maxFrame, "max-frame", 1<<20, "largest WebSocket frame read, in bytes")
 	fs.IntVar(&f.maxValue, "max-value", 256<<10, "largest value, in bytes")
+	fs.IntVar(&f.roomMaxKeys, "room-max-keys", 100_000, "keys one room may hold: a write past it is refused (quota_exceeded, HTTP 507; etcd: database space exceeded); deletes always commit")
+	f.roomMaxBytes = 64 << 20
+	fs.Var(&f.roomMaxBytes, "room-max-bytes", "bytes of keys and values one room may hold, as --room-max-keys (KiB, MiB, GiB suffixes)")
 	fs.IntVar(&f.maxSubs, "max-subscriptions", 256, "subscriptions per connection")
 	fs.IntVar(&f.maxPrefixes, "max-prefixes", 64, "key prefixes per watch (WebSocket sub or SSE)")
 	fs.IntVar(&f.maxConnPrefixes, "max-conn-prefixes", 1024, "key prefixes over all the subscriptions of one WebSocket")
@@ -189,7 +194,7 @@ func serve(args []string) error {
 	fs.DurationVar(&f.readTimeout, "http-read-timeout", 60*time.Second, "a whole HTTP request, body included, must arrive within this")
 	fs.DurationVar(&f.httpWriteTimeout, "http-write-timeout", 60*time.Second, "an HTTP response (not an SSE stream) must be taken by the client within this")
 	fs.DurationVar(&f.idleTimeout, "http-idle-timeout", 120*time.Second, "an idle keep-alive HTTP connection is closed after this")
-	fs.Float64Var(&f.writeRate, "write-rate", 200, "writes per second per token subject (without auth: per client address), over WebSockets and HTTP together; burst twice that")
+	fs.Float64Var(&f.writeRate, "write-rate", 200, "writes per second per token subject (without auth: per client address), over WebSockets and HTTP together; burst twice that. A write the store takes (committed, conflict, quota) counts one per op, or per 64 KiB of keys and values when that is more")
 	fs.DurationVar(&f.writeTimeout, "write-timeout", 10*time.Second, "a socket that does not take a frame within this is closed (4000)")
 	fs.DurationVar(&f.syncTimeout, "sync-timeout", 5*time.Second, "longest wait of a linearizable read, or of a write's reply, for this node's view to reach the store's revision (a read past it: 503 unavailable)")
 	fs.DurationVar(&f.leaseGrace, "lease-grace", 5*time.Second, "how long a session's leases outlive its socket")
@@ -247,7 +252,10 @@ func run(f serveFlags) error {
 		}
 	}
 	retention := store.RetentionPolicy{Default: store.Retention{MaxEvents: f.history, MaxAge: f.historyAge, MaxBytes: int64(f.historyBytes)}, Classes: f.classes}
-	limits := store.Limits{MaxValueBytes: f.maxValue}
+	if f.roomMaxKeys < 0 || f.roomMaxBytes < 0 {
+		return fmt.Errorf("--room-max-keys and --room-max-bytes must not be negative (0: the default), got %d and %d", f.roomMaxKeys, f.roomMaxBytes)
+	}
+	limits := store.Limits{MaxValueBytes: f.maxValue, MaxRoomKeys: f.roomMaxKeys, MaxRoomBytes: int64(f.roomMaxBytes)}
 	st, where, err := openStore(f, retention, limits, log)
 	if err != nil {
 		return err

@@ -77,6 +77,7 @@ test('codes: every error code of PROTOCOL.md §4 is known, and a reply with it b
     too_large: TooLargeError,
     conflict: ConflictError,
     wid_reused: StatecastError, // the SDK never reuses an id: a plain error, rolled back
+    quota_exceeded: StatecastError,
     unauthorized: UnauthorizedError,
     forbidden: ForbiddenError,
     rate_limited: RateLimitedError,

@@ -403,8 +403,11 @@ func grpcError(err error) error {
 	}
 	var pe *server.Error
 	if errors.As(err, &pe) {
-		if pe.Code == wire.CodeNotFound {
+		switch pe.Code {
+		case wire.CodeNotFound:
 			return rpctypes.ErrGRPCLeaseNotFound // the only thing these requests do not find
+		case wire.CodeQuotaExceeded:
+			return rpctypes.ErrGRPCNoSpace // a room over its quota, as etcd over its own
 		}
 		code, ok := grpcCodes[pe.Code]
 		if !ok {

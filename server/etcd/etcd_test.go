@@ -934,3 +934,29 @@ func TestEtcdDetails(t *testing.T) {
 		t.Fatalf("an empty txn: %+v, %v; want it to succeed", tr, err)
 	}
 }
+
+// TestRoomQuotaIsNoSpace: a put past its room's quota fails as etcd's
+// does past its database quota (ErrGRPCNoSpace), and nothing is written;
+// a delete still works.
+func TestRoomQuotaIsNoSpace(t *testing.T) {
+	_, _, cli := start(t, servertest.Options{Memory: store.MemoryConfig{Limits: store.Limits{MaxRoomKeys: 2}}})
+	ctx := ctxOf(t)
+	for _, k := range []string{"/r/a", "/r/b"} {
+		if _, err := cli.Put(ctx, k, "1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := cli.Put(ctx, "/r/c", "1")
+	if !errors.Is(err, rpctypes.ErrNoSpace) {
+		t.Fatalf("a third key: %v, want %v", err, rpctypes.ErrGRPCNoSpace)
+	}
+	if r, err := cli.Get(ctx, "/r/c"); err != nil || len(r.Kvs) != 0 {
+		t.Fatalf("Get /r/c: %v, %v; want nothing written", r, err)
+	}
+	if _, err := cli.Delete(ctx, "/r/a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "/r/c", "1"); err != nil {
+		t.Fatal(err)
+	}
+}

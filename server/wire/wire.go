@@ -234,6 +234,7 @@ const (
 	CodeInvalidValue   = "invalid_value"
 	CodeInvalidFilter  = "invalid_filter"
 	CodeTooLarge       = "too_large"
+	CodeQuotaExceeded  = "quota_exceeded"
 	CodeConflict       = "conflict"
 	CodeWidReused      = "wid_reused"
 	CodeUnauthorized   = "unauthorized"

@@ -219,14 +219,16 @@ func (c *committer) send(ctx context.Context, writes []*req) {
 		}
 		cl.rs = append(cl.rs, r)
 	}
+	quota := c.s.cfg.Limits.WithDefaults()
 	for _, cl := range calls {
 		last := cl.rs[len(cl.rs)-1] // the newest age cutoff
-		n := 7
+		n := 9
 		for _, r := range cl.rs {
 			n += len(r.args)
 		}
 		cl.args = make([]any, 0, n)
-		cl.args = append(cl.args, store.NewEpoch(), last.maxEvents, last.cut, last.ch, metaTTL.Milliseconds(), last.maxBytes, len(cl.rs))
+		cl.args = append(cl.args, store.NewEpoch(), last.maxEvents, last.cut, last.ch, metaTTL.Milliseconds(), last.maxBytes, len(cl.rs),
+			quota.MaxRoomKeys, quota.MaxRoomBytes)
 		for _, r := range cl.rs {
 			cl.args = append(cl.args, r.args...)
 		}

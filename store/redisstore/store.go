@@ -384,6 +384,11 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 		return store.Result{}, &store.WidReusedError{Rev: at}
 	case "UNKNOWN":
 		return store.Result{}, fmt.Errorf("%w (oldest retained revision %s, write first sent after %s)", store.ErrWidCompacted, str(3), since)
+	case "QUOTA":
+		keys, _ := strconv.ParseInt(str(3), 10, 64)
+		n, _ := strconv.ParseInt(str(4), 10, 64)
+		q := s.cfg.Limits.WithDefaults()
+		return store.Result{}, &store.QuotaError{Keys: keys, Bytes: n, MaxKeys: int64(q.MaxRoomKeys), MaxBytes: q.MaxRoomBytes}
 	case "ERR": // its XADD failed: nothing of it was written
 		return store.Result{}, fmt.Errorf("store: redis write to room %q (outcome unknown): %s", room, str(1))
 	}

@@ -81,6 +81,7 @@ func Run(t *testing.T, f Factory) {
 		{"Sessions", testSessions},
 		{"SharedLeases", testSharedLeases},
 		{"Wids", testWids},
+		{"Quota", testQuota},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

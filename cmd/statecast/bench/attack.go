@@ -57,6 +57,7 @@ var attackSpecs = []attackSpec{
 	{"etcd-watch-noread", false, (*env).attackEtcdWatchNoRead},
 	{"etcd-idle", true, (*env).attackEtcdIdle},
 	{"snapshot-amplify", false, (*env).attackSnapshotAmplify},
+	{"room-growth", false, (*env).attackRoomGrowth},
 }
 
 func attackNames() string {
@@ -153,7 +154,7 @@ func prepareAttack(c *config) error {
 			"etcd-txn-ranges": 2, "etcd-watch-noread": 10, "etcd-idle": 50}[c.attack]
 	}
 	if c.attackHold == 0 {
-		c.attackHold = map[string]time.Duration{"slow-body": 30 * time.Second, "sse-flood": 3 * time.Second, "etcd-idle": 25 * time.Second}[c.attack]
+		c.attackHold = map[string]time.Duration{"slow-body": 30 * time.Second, "sse-flood": 3 * time.Second, "etcd-idle": 25 * time.Second, "room-growth": 10 * time.Second}[c.attack]
 	}
 	return nil
 }
@@ -1077,6 +1078,121 @@ func (e *env) attackHTTPWriteRate(ctx context.Context, rep *attackReport) error 
 	el := time.Since(t).Seconds()
 	rep.outcome("%d PUTs in %.2f s (%.0f/s) over %d connection(s): %d HTTP 200, %d HTTP 429 (%d with Retry-After)",
 		n, el, float64(n)/el, conns.Load(), rep.Counts["HTTP 200"], rep.Counts["HTTP 429"], retryAfter)
+	return nil
+}
+
+// roomGrowthOps is the puts of each room-growth transaction: the most a
+// write may carry.
+const roomGrowthOps = 256
+
+// attackRoomGrowth: one client, from an address of its own (127.0.0.2,
+// so the bystander's write budget is not its), sends transactions of 256
+// puts of new keys, values as large as one 1 MiB frame allows (at most
+// --value-bytes), 4 in flight, for --attack-hold; a rate_limited one is
+// sent again after 20 ms. It reports the bytes of keys and values the room
+// took per second and the writes refused for the room's quota.
+func (e *env) attackRoomGrowth(ctx context.Context, rep *attackReport) error {
+	size := min(e.cfg.valueBytes, 4000) // 256 puts in one 1 MiB frame
+	room := attackRoom("growth")
+	rep.Params = fmt.Sprintf("txns of %d puts of new keys, %d-byte values, 4 in flight, for %v, from 127.0.0.2", roomGrowthOps, size, e.cfg.attackHold)
+	hc := &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{
+		Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
+	c, _, err := websocket.Dial(ctx, e.ws, &websocket.DialOptions{HTTPClient: hc, Subprotocols: e.subprotocols(),
+		CompressionMode: websocket.CompressionDisabled})
+	if err != nil {
+		return fmt.Errorf("attacker from 127.0.0.2: %w", err)
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(64 << 20)
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"t":"connect"}`)); err != nil {
+		return err
+	}
+	value := `"` + strings.Repeat("x", size-2) + `"`
+	txn := func(i int) []byte {
+		var b strings.Builder
+		b.WriteString(`{"t":"txn","id":` + strconv.Itoa(i+1) + `,"room":"` + room + `","ops":[`)
+		for j := range roomGrowthOps {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"type":"put","key":"k` + strconv.Itoa(i) + `.` + strconv.Itoa(j) + `","value":` + value + `}`)
+		}
+		b.WriteString(`]}`)
+		return []byte(b.String())
+	}
+	keyBytes := func(i int) int64 { // of txn i's keys, values as stored
+		n := int64(0)
+		for j := range roomGrowthOps {
+			n += int64(len("k"+strconv.Itoa(i)+"."+strconv.Itoa(j)) + len(value))
+		}
+		return n
+	}
+	hold, cancel := context.WithTimeout(ctx, e.cfg.attackHold)
+	defer cancel()
+	rctx, rcancel := context.WithTimeout(ctx, e.cfg.attackHold+e.cfg.timeout)
+	defer rcancel()
+	const window = 4
+	slots := make(chan struct{}, window)
+	retry := make(chan int, window)
+	var grown atomic.Int64
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			_, data, err := c.Read(rctx)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			for _, m := range bytes.Split(data, []byte{'\n'}) {
+				id, ok := fieldUint(m, []byte(`"id":`))
+				if !ok {
+					continue
+				}
+				code := replyCode(m)
+				rep.count("txn "+code, 1)
+				switch code {
+				case "ok":
+					grown.Add(keyBytes(int(id) - 1))
+				case "rate_limited":
+					retry <- int(id) - 1
+					continue // its slot goes with it
+				}
+				<-slots
+			}
+		}
+	}()
+	t0 := time.Now()
+	next := 0
+	for hold.Err() == nil || len(slots) > 0 {
+		var free chan struct{}
+		if hold.Err() == nil {
+			free = slots
+		}
+		select {
+		case i := <-retry:
+			if hold.Err() != nil {
+				<-slots
+				continue
+			}
+			_ = sleepCtx(hold, 20*time.Millisecond)
+			if err := c.Write(rctx, websocket.MessageText, txn(i)); err != nil {
+				return fmt.Errorf("txn %d: %w", i, err)
+			}
+		case free <- struct{}{}:
+			if err := c.Write(rctx, websocket.MessageText, txn(next)); err != nil {
+				return fmt.Errorf("txn %d: %w", next, err)
+			}
+			next++
+		case <-hold.Done():
+		case err := <-readErr:
+			return fmt.Errorf("attacker's reads: %w", err)
+		case <-rctx.Done():
+			return fmt.Errorf("replies: %w", rctx.Err())
+		}
+	}
+	el := time.Since(t0).Seconds()
+	rep.outcome("the room took %.1f MiB of keys and values in %.1f s: %.2f MiB/s (%d txns committed, %d rate_limited, %d quota_exceeded)",
+		float64(grown.Load())/(1<<20), el, float64(grown.Load())/(1<<20)/el, rep.Counts["txn ok"], rep.Counts["txn rate_limited"], rep.Counts["txn quota_exceeded"])
 	return nil
 }
 

@@ -102,6 +102,11 @@ func TestAttacks(t *testing.T) {
 				t.Errorf("counts %v: want 5 opened, each closed or still open", a.Counts)
 			}
 		}},
+		{"room-growth", []string{"--value-bytes", "100", "--attack-hold", "1s"}, []string{"--room-max-keys", "600"}, func(t *testing.T, a *attackReport) {
+			if a.Counts["txn ok"] != 2 || a.Counts["txn quota_exceeded"] == 0 {
+				t.Errorf("counts %v: want 2 txns of 256 puts committed, then quota_exceeded", a.Counts)
+			}
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.attack, func(t *testing.T) {

@@ -90,6 +90,8 @@ meanwhile (latency p50/p99 and failures):
   snapshot-amplify a 100 MB room of --value-bytes values, 20 WebSockets subscribing to
                    it at once, then 10 HTTP clients listing it at once (paged, as the
                    Go client does): peak RSS of each phase
+  room-growth      transactions of 256 puts of new keys (values up to --value-bytes, at most
+                   4000) from 127.0.0.2 for --attack-hold (default 10s): room bytes/s
 A spawned server keeps this machine's file limit (the load tool raises only its own);
 set the server's with --spawn "sh -c 'ulimit -n N && exec statecast serve …'".
 `

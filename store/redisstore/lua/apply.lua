@@ -4,7 +4,8 @@
 --
 -- KEYS[1] meta  HASH  rev, epoch, events (retained), floor, tag, cum (the
 --                bytes log ever took in this epoch), base (cum before its oldest
---                entry: it retains cum - base)
+--                entry: it retains cum - base), ukeys and ubytes (the room's keys
+--                and bytes of keys and values, for its quota) counted at revision urev
 -- KEYS[2] kv    HASH  key -> record "mod,create,version,<n>:lease<n>:value"
 -- KEYS[3] log   STREAM  ID "<rev>-0"; fields d (batch), n (events), t (unix ms),
 --                c (cum before the entry), w (the write id, only when the
@@ -25,6 +26,8 @@
 --   the number of
 --   conditions and that many (key, mod_rev), the number of ops and that
 --   many (type 'P'|'D', key, value, lease)
+-- ARGV[8], ARGV[9] the room's quota: keys, bytes of keys and values; a
+--   write that grows either past it is refused
 --
 -- A write's reads and checks run before its first write; its first write
 -- is DEL (only for a room whose meta is missing) or XADD, the one that can
@@ -34,11 +37,12 @@
 -- | {'NOOP', epoch, rev} | {'CONFLICT', epoch, rev, key, mod_rev}
 -- | {'DUP', epoch, rev, the id's revision}
 -- | {'REUSED', epoch, rev, the id's revision} (the id committed another write)
--- | {'UNKNOWN', epoch, rev, oldest logged revision} | {'ERR', message}.
+-- | {'UNKNOWN', epoch, rev, oldest logged revision} | {'ERR', message}
+-- | {'QUOTA', epoch, rev, keys, bytes the write would have made}.
 local meta, kv, log, wids = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function fmt(n) return string.format('%d', n) end
 
-local m = redis.call('HMGET', meta, 'rev', 'epoch', 'events', 'floor', 'tag', 'cum', 'base')
+local m = redis.call('HMGET', meta, 'rev', 'epoch', 'events', 'floor', 'tag', 'cum', 'base', 'ukeys', 'ubytes', 'urev')
 local epoch = m[2]
 local fresh = not epoch
 local rev, total, floor, prevtag, cum, base = 0, 0, 1, '', 0, 0
@@ -53,6 +57,33 @@ else
   base = tonumber(m[7]) or 0
 end
 local rev0, floor0, wrote, ch = rev, floor, 0, ARGV[4]
+local quotakeys, quotabytes = tonumber(ARGV[8]), tonumber(ARGV[9])
+
+-- The length of the value of a kv record.
+local function vlen(rec)
+  local ll, p = string.match(rec, '^%d+,%d+,%d+,(%d+):()')
+  return tonumber(string.match(rec, '^(%d+):', p + tonumber(ll)))
+end
+
+-- The room's usage, trusted when counted at its revision; else (a room
+-- written by an older build, which keeps no count, or none since) counted
+-- here once, keys by HLEN and bytes in HSCAN pages; the call stores it.
+local ukeys, ubytes
+if fresh then
+  ukeys, ubytes = 0, 0
+elseif m[10] == m[1] and m[8] and m[9] then
+  ukeys, ubytes = tonumber(m[8]), tonumber(m[9])
+end
+local function usage()
+  if ukeys then return end
+  ukeys, ubytes = redis.call('HLEN', kv), 0
+  local c = '0'
+  repeat
+    local r = redis.call('HSCAN', kv, c, 'COUNT', 1000)
+    c = r[1]
+    for i = 1, #r[2], 2 do ubytes = ubytes + #r[2][i] + vlen(r[2][i + 1]) end
+  until c == '0'
+end
 
 local function cur(key)
   if fresh then return nil end
@@ -107,6 +138,7 @@ local function one(a)
   local nr = fmt(newrev)
   local nops = tonumber(ARGV[a]); a = a + 1
   local body, puts, dels, n = {}, {}, {}, 0
+  local dk, db = 0, 0 -- what the write adds to the room's usage
   for _ = 1, nops do
     local op, key, val, lease = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]; a = a + 4
     local prev = cur(key)
@@ -120,9 +152,11 @@ local function one(a)
         fmt(#lease) .. ':' .. lease .. fmt(#val) .. ':' .. val
       puts[#puts + 1] = key
       puts[#puts + 1] = rec
+      if prev then db = db + #val - vlen(prev) else dk, db = dk + 1, db + #key + #val end
       body[#body + 1] = 'P' .. fmt(#key) .. ':' .. key .. rec
     elseif prev then
       dels[#dels + 1] = key
+      dk, db = dk - 1, db - #key - vlen(prev)
       body[#body + 1] = 'D' .. fmt(#key) .. ':' .. key .. nr .. ';'
     end
     if op == 'P' or prev then
@@ -139,6 +173,13 @@ local function one(a)
       fresh = false
     end
     return {'NOOP', epoch, fmt(rev)}
+  end
+
+  -- The quota: a write that grows what would be over it is refused.
+  usage()
+  local nk, nb = ukeys + dk, ubytes + db
+  if (dk > 0 and nk > quotakeys) or (db > 0 and nb > quotabytes) then
+    return {'QUOTA', epoch, fmt(rev), fmt(nk), fmt(nb)}
   end
 
   local head = 'B1' .. fmt(#epoch) .. ':' .. epoch .. nr .. ';' .. now .. ';' ..
@@ -161,11 +202,12 @@ local function one(a)
   if #puts > 0 then redis.call('HSET', kv, unpack(puts)) end
   if #dels > 0 then redis.call('HDEL', kv, unpack(dels)) end
   rev, prevtag, total, fresh, wrote = newrev, tag, total + n, false, wrote + 1
+  ukeys, ubytes = nk, nb
   if ch ~= '' then redis.call('SPUBLISH', ch, batch) end
   return {'OK', epoch, nr, batch}
 end
 
-local out, a = {}, 8
+local out, a = {}, 10
 for w = 1, tonumber(ARGV[7]) do
   out[w] = one(a)
   -- Past this write's arguments.
@@ -205,6 +247,6 @@ if read then
 end
 
 redis.call('HSET', meta, 'rev', fmt(rev), 'epoch', epoch, 'events', fmt(total), 'floor', fmt(floor), 'tag', prevtag,
-  'cum', fmt(cum), 'base', fmt(base))
+  'cum', fmt(cum), 'base', fmt(base), 'ukeys', fmt(ukeys), 'ubytes', fmt(ubytes), 'urev', fmt(rev))
 if rev0 == 0 then redis.call('PERSIST', meta) end
 return out
