@@ -29,7 +29,10 @@ import (
 var abuseFor = flag.Duration("abuse", 1500*time.Millisecond, "TestAbuse: how long each surface is attacked (and measured without attack)")
 
 // TestAbuse drives random bad input at a running server through one
-// surface at a time (WebSocket JSON, WebSocket msgpack, HTTP, SSE) while a
+// surface at a time (WebSocket JSON, WebSocket msgpack, HTTP, SSE), and
+// two attacks found from outside (filters whose evaluation walks big
+// values in the good client's room; a room grown by 256-put transactions)
+// while a
 // well-behaved client of another subject writes and watches its room,
 // which the attacker may read but not write.
 // The good client must see every write of its own succeed and end with a
@@ -39,7 +42,7 @@ var abuseFor = flag.Duration("abuse", 1500*time.Millisecond, "TestAbuse: how lon
 // with grants, so its input reaches past the token check.
 func TestAbuse(t *testing.T) {
 	t.Parallel() // runs for a fixed time per surface
-	for _, surface := range []string{"ws-json", "ws-msgpack", "http", "sse"} {
+	for _, surface := range []string{"ws-json", "ws-msgpack", "http", "sse", "filters", "growth"} {
 		t.Run(surface, func(t *testing.T) {
 			seed := uint64(time.Now().UnixNano())
 			t.Logf("seed %d", seed)
@@ -50,7 +53,8 @@ func TestAbuse(t *testing.T) {
 			e := servertest.Start(t, servertest.Options{Server: server.Config{Auth: authn, MaxFrameBytes: 256 << 10}})
 			good := tokenFor(t, "good", time.Now().Add(time.Hour), allRooms)
 			bad := tokenFor(t, "mallory", time.Now().Add(time.Hour), map[string]any{"grants": []any{
-				map[string]any{"room": "r*", "access": "rw"}, map[string]any{"room": "good", "access": "r"}}})
+				map[string]any{"room": "r*", "access": "rw"}, map[string]any{"room": "good", "access": "r"},
+				map[string]any{"room": "good", "prefix": "m/", "access": "rw"}}})
 
 			g := newGoodClient(t, e, good)
 			base := g.run(t, *abuseFor)
@@ -172,6 +176,10 @@ func (a *attacker) run(ctx context.Context, surface string) {
 			a.request(ctx)
 		case "sse":
 			a.watch(ctx)
+		case "filters":
+			a.filters(ctx)
+		case "growth":
+			a.grow(ctx)
 		}
 	}
 }
@@ -428,4 +436,80 @@ func (a *attacker) watch(ctx context.Context) {
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 		return
 	}
+}
+
+// costlyFilters are filters whose evaluation walks a value whole, many
+// times: 480 ms over an 80 KB value, under the room's lock, before their
+// worst case was estimated at compile time.
+var costlyFilters = []string{
+	"[" + strings.Repeat("value,", 79) + "value] == [" + strings.Repeat("value,", 79) + "value]",
+	"value == value",
+	"value in [value, value, value, value]",
+	"has(value.x) && value.x.exists(a, value.x.exists(b, a == b))",
+}
+
+// filters watches the good client's room with two costly filters and
+// puts 80 KB values under the prefix it may write there, every 50 ms until
+// ctx ends, so that each of the room's filters walks them.
+func (a *attacker) filters(ctx context.Context) {
+	ws, _, err := websocket.Dial(ctx, a.e.WS, &websocket.DialOptions{Subprotocols: []string{wire.JSON.Subprotocol()}})
+	if err != nil {
+		return
+	}
+	defer ws.CloseNow()
+	go func() { // read, and drop, whatever comes
+		for {
+			if _, _, err := ws.Read(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	items := make([]any, 800)
+	for i := range items {
+		items[i] = map[string]any{"n": i, "s": strings.Repeat("v", 80)}
+	}
+	send := func(m map[string]any) bool {
+		b, _ := wire.JSON.Append(nil, m)
+		return ws.Write(ctx, websocket.MessageText, b) == nil
+	}
+	i := a.rng.IntN(len(costlyFilters))
+	if !send(map[string]any{"t": "connect", "token": a.token}) ||
+		!send(map[string]any{"t": "sub", "id": 1, "room": "good", "filter": costlyFilters[i]}) ||
+		!send(map[string]any{"t": "sub", "id": 2, "room": "good", "filter": costlyFilters[(i+1)%len(costlyFilters)]}) {
+		return
+	}
+	for n := 3; ctx.Err() == nil; n++ {
+		if !send(map[string]any{"t": "put", "id": n, "room": "good", "key": fmt.Sprint("m/", n%4), "value": map[string]any{"x": items}}) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// grow sends transactions of 256 puts of new keys of 1 KB to one of its
+// rooms over HTTP, as fast as it is let.
+func (a *attacker) grow(ctx context.Context) {
+	ops := make([]map[string]any, 256)
+	base := a.rng.Uint64()
+	for i := range ops {
+		ops[i] = map[string]any{"type": "put", "key": fmt.Sprint(base, "/", i), "value": strings.Repeat("g", 1000)}
+	}
+	body, _ := wire.JSON.Append(nil, map[string]any{"ops": ops})
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, "POST", a.e.TS.URL+"/v1/rooms/r-grow/txn", bytes.NewReader(body))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
 }
