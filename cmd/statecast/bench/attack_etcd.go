@@ -14,6 +14,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
@@ -35,11 +36,19 @@ func (e *env) etcdConn(smallWindows bool) (*grpc.ClientConn, error) {
 }
 
 // etcdFill puts keys values of size bytes under /room/ through the etcd
-// API; etcd bytes, stored as a JSON string each.
+// API; etcd bytes, stored as a JSON string each. A put over the write rate
+// (which charges a large value by its bytes) waits and goes again.
 func (e *env) etcdFill(ctx context.Context, kv pb.KVClient, room string, keys, size int) error {
 	value := []byte(strings.Repeat("x", size))
-	for i := range keys {
-		if _, err := kv.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "/%s/k%04d", room, i), Value: value}); err != nil {
+	for i := 0; i < keys; i++ {
+		_, err := kv.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "/%s/k%04d", room, i), Value: value})
+		switch {
+		case status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "writes per second"):
+			i--
+			if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+				return err
+			}
+		case err != nil:
 			return fmt.Errorf("put %d: %w", i, err)
 		}
 	}

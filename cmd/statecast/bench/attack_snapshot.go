@@ -43,6 +43,8 @@ func (e *env) attackSnapshotAmplify(ctx context.Context, rep *attackReport) erro
 		case status == http.StatusTooManyRequests:
 			i--
 			_ = sleepCtx(ctx, 20*time.Millisecond)
+		case status == http.StatusInsufficientStorage:
+			return fmt.Errorf("filling the room: PUT %d: HTTP 507: the room's quota is below this attack's %d MB room: serve with --room-max-bytes 128MiB", i, snapRoomMB)
 		case status != http.StatusOK:
 			return fmt.Errorf("filling the room: PUT %d: HTTP %d", i, status)
 		}
