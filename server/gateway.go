@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"time"
@@ -58,7 +59,7 @@ func (s *Server) ValidUntil(claims *auth.Claims) time.Time {
 // room through the one write path: permissions, leases (TTL lease ids),
 // the validation hook, metrics.
 func (s *Server) Write(ctx context.Context, room string, w store.Write, claims *auth.Claims, addr string) (store.Result, error) {
-	if _, err := s.admitWrite(claims, addr); err != nil {
+	if err := s.admitWait(ctx, claims, addr); err != nil {
 		return store.Result{}, err
 	}
 	writer := writerKey(claims, addr)
@@ -74,7 +75,7 @@ func (s *Server) Write(ctx context.Context, room string, w store.Write, claims *
 // for claims' writer at addr; it counts as a write, so a client compacts
 // no faster than it writes. It returns the room's head.
 func (s *Server) Compact(ctx context.Context, room string, rev uint64, claims *auth.Claims, addr string) (uint64, error) {
-	if _, err := s.admitWrite(claims, addr); err != nil {
+	if err := s.admitWait(ctx, claims, addr); err != nil {
 		return 0, err
 	}
 	return s.engine.Compact(ctx, room, rev)
@@ -89,7 +90,7 @@ func (s *Server) GrantLease(ctx context.Context, id string, ttl time.Duration, c
 	if ttl < minLeaseTTL || ttl > maxLeaseTTL {
 		return newError(wire.CodeBadRequest, "a lease's TTL must be between "+minLeaseTTL.String()+" and "+maxLeaseTTL.String())
 	}
-	if _, err := s.admitWrite(claims, addr); err != nil {
+	if err := s.admitWait(ctx, claims, addr); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
@@ -121,7 +122,7 @@ func (s *Server) KeepAliveLease(ctx context.Context, id string, claims *auth.Cla
 // RevokeLease ends TTL lease id of claims' subject and deletes its keys
 // before it returns; it counts as a write.
 func (s *Server) RevokeLease(ctx context.Context, id string, claims *auth.Claims, addr string) error {
-	if _, err := s.admitWrite(claims, addr); err != nil {
+	if err := s.admitWait(ctx, claims, addr); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
@@ -214,4 +215,36 @@ func LocalLease(stored string) string {
 		return stored[i+1:]
 	}
 	return stored
+}
+
+// maxRateWait bounds how long admitWait holds a write over its writer's
+// rate.
+const maxRateWait = 2 * time.Second
+
+// admitWait is admitWrite for the etcd API. Its clients do not retry
+// ResourceExhausted (client/v3 retries no write, and its recipes fail on
+// it), so a write over its writer's rate waits its turn, up to maxRateWait
+// or the request's deadline, as etcd's own backpressure slows a client
+// down rather than failing it: the rate is kept, by the writer's pace.
+// One that would wait longer is refused as before. A waiting write holds
+// one of its connection's bounded concurrent streams.
+func (s *Server) admitWait(ctx context.Context, claims *auth.Claims, addr string) error {
+	deadline := time.Now().Add(maxRateWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	for {
+		retry, err := s.admitWrite(claims, addr)
+		var pe *Error
+		if err == nil || !errors.As(err, &pe) || pe.Code != wire.CodeRateLimited || time.Now().Add(retry).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(retry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }

@@ -269,7 +269,11 @@ func TestCompactRate(t *testing.T) {
 	room := metadata.AppendToOutgoingContext(ctxOf(t), "statecast-room", "c")
 	var limited int
 	for i := range 20 {
-		_, err := cli.Compact(room, 1)
+		// A compaction over the rate waits its turn up to the request's
+		// deadline (TestWritesWaitTheirTurn): this client gives it none.
+		ctx, cancel := context.WithTimeout(room, 200*time.Millisecond)
+		_, err := cli.Compact(ctx, 1)
+		cancel()
 		switch {
 		case codeOf(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "writes per second"):
 			limited++
