@@ -46,7 +46,6 @@ type attackSpec struct {
 var sameRoom = map[string]bool{"cel-equality": true}
 
 var attackSpecs = []attackSpec{
-	{"none", false, (*env).attackNone},
 	{"unsub-prefixes", false, (*env).attackUnsubPrefixes},
 	{"history-bytes", false, (*env).attackHistoryBytes},
 	{"slow-body", true, (*env).attackSlowBody},
@@ -58,6 +57,7 @@ var attackSpecs = []attackSpec{
 	{"etcd-idle", true, (*env).attackEtcdIdle},
 	{"snapshot-amplify", false, (*env).attackSnapshotAmplify},
 	{"room-growth", false, (*env).attackRoomGrowth},
+	{"none", false, (*env).attackNone},
 }
 
 func attackNames() string {
@@ -1277,5 +1277,6 @@ func (e *env) attackNone(ctx context.Context, rep *attackReport) error {
 		return ctx.Err()
 	case <-time.After(3 * time.Second):
 	}
+	rep.outcome("nothing sent for 3 s")
 	return nil
 }
