@@ -124,6 +124,7 @@ type serveFlags struct {
 	roomMaxKeys                         int
 	roomMaxBytes                        bytesFlag
 	maxSubs, maxConns, maxConnsPerIP    int
+	maxConnsSet                         bool // --max-connections given (or its variable): not a default to size
 	maxPrefixes, maxConnPrefixes        int
 	maxConnFilters, maxRoomFilters      int
 	maxLeases                           int
@@ -216,6 +217,7 @@ func serve(args []string) error {
 	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
 	}
+	fs.Visit(func(fl *flag.Flag) { f.maxConnsSet = f.maxConnsSet || fl.Name == "max-connections" })
 	return run(f)
 }
 
@@ -284,7 +286,7 @@ func run(f serveFlags) error {
 	srv, err := server.New(ctx, server.Config{
 		Store: st, Engine: engine, Auth: authn, AllowOrigins: f.origins, AllowHosts: f.hosts,
 		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxPrefixes: f.maxPrefixes, MaxConnPrefixes: f.maxConnPrefixes, MaxConnFilters: f.maxConnFilters,
-		MaxConnections: fitConnections(f.maxConns, log), MaxConnectionsPerIP: perIP, MaxLeases: f.maxLeases,
+		MaxConnections: fitConnections(f.maxConns, f.maxConnsSet, log), MaxConnectionsPerIP: perIP, MaxLeases: f.maxLeases,
 		HTTPHeaderTimeout: f.headerTimeout, HTTPReadTimeout: f.readTimeout,
 		HTTPWriteTimeout: f.httpWriteTimeout, HTTPIdleTimeout: f.idleTimeout,
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
@@ -381,9 +383,11 @@ func webhooks(f serveFlags, st store.Store, log *slog.Logger) (*hooks.Webhooks, 
 const fdHeadroom = 256
 
 // fitConnections returns the connection limit to use: want, or less when
-// the file limit cannot hold that many connections and their reserve.
-// Past it accept fails for everyone (EMFILE), health checks included.
-func fitConnections(want int, log *slog.Logger) int {
+// the file limit (raised to its hard limit first) cannot hold that many
+// connections and their reserve. Past it accept fails for everyone
+// (EMFILE), health checks included. A default want is sized to the limit
+// quietly; only a configured one that cannot be met is warned about.
+func fitConnections(want int, configured bool, log *slog.Logger) int {
 	limit, err := proc.RaiseNofile() // Go raised it at start already, on Linux
 	if err != nil || limit > math.MaxInt32 {
 		return want
@@ -396,8 +400,12 @@ func fitConnections(want int, log *slog.Logger) int {
 	for n > 1 && server.FDsNeeded(n) > avail {
 		n--
 	}
-	log.Warn("the file limit is too low for --max-connections: lowering it; raise RLIMIT_NOFILE (ulimit -n, LimitNOFILE=) for more",
-		"max_connections", want, "nofile", limit, "using", n)
+	if configured {
+		log.Warn("the file limit is too low for --max-connections: lowering it; raise RLIMIT_NOFILE (ulimit -n, LimitNOFILE=) for more",
+			"max_connections", want, "nofile", limit, "using", n)
+	} else {
+		log.Info("connections limited by the file limit", "max_connections", n, "nofile", limit)
+	}
 	return n
 }
 

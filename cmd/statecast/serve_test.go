@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"log/slog"
 	"math"
 	"net/http"
@@ -96,7 +97,7 @@ func TestRedactURL(t *testing.T) {
 // it accept fails for every client, health checks included.
 func TestFitConnections(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	if got := fitConnections(100, log); got != 100 {
+	if got := fitConnections(100, true, log); got != 100 {
 		t.Errorf("fitConnections(100) = %d", got)
 	}
 	nofile, err := proc.RaiseNofile()
@@ -104,9 +105,17 @@ func TestFitConnections(t *testing.T) {
 		t.Skip(err)
 	}
 	want := int(min(nofile, math.MaxInt32/2)) * 2
-	got := fitConnections(want, log)
-	if got >= want || server.FDsNeeded(got)+fdHeadroom > int(nofile) || got < int(nofile)/2 {
-		t.Errorf("fitConnections(%d) with RLIMIT_NOFILE %d = %d", want, nofile, got)
+	for _, configured := range []bool{true, false} {
+		var logged bytes.Buffer
+		got := fitConnections(want, configured, slog.New(slog.NewTextHandler(&logged, nil)))
+		if got >= want || server.FDsNeeded(got)+fdHeadroom > int(nofile) || got < int(nofile)/2 {
+			t.Errorf("fitConnections(%d) with RLIMIT_NOFILE %d = %d", want, nofile, got)
+		}
+		// Only a value the operator set is worth a warning; the default is
+		// sized to the machine quietly.
+		if warned := strings.Contains(logged.String(), "level=WARN"); warned != configured {
+			t.Errorf("configured %v: warned %v: %s", configured, warned, logged.String())
+		}
 	}
 }
 
