@@ -4,7 +4,7 @@
 // `# fail N`; non-zero exit on any failure). Without Chromium the tests are
 // skipped, except with CI=true, where that is a failure.
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -20,6 +20,7 @@ if (!existsSync(CHROMIUM)) {
     process.exit(1);
   }
   console.log(`# demo e2e skipped: ${msg}`);
+  if (process.env.STATECAST_SKIPPED) appendFileSync(process.env.STATECAST_SKIPPED, `demo browser tests (${msg})\n`);
   process.exit(0);
 }
 
