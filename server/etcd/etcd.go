@@ -3,7 +3,8 @@
 // watch rooms with no statecast SDK (statecast serve --etcd-addr).
 //
 // An etcd key is /<room>/<key>: one request stays in one room, whose
-// revision is the header's. Everything goes through the node
+// revision is the header's (plus one: etcd's revision 1 is the empty
+// store). Everything goes through the node
 // (*server.Server) as the WebSocket and HTTP surfaces do: the same token
 // rules, the one write path, the same TTL leases. The protobuf types are
 // etcd's own (go.etcd.io/etcd/api/v3). What still differs from etcd is in
