@@ -38,18 +38,18 @@ func etcdctlBin(t *testing.T) string {
 // stdin; run runs it and fails the test unless it succeeds.
 func etcdctlOn(t *testing.T, extra ...string) (command func(stdin string, args ...string) *exec.Cmd, run func(stdin string, args ...string) string) {
 	t.Helper()
+	return etcdctlWith(t, &mnNode{name: "etcd", redisURL: "memory", extra: extra})
+}
+
+// etcdctlWith is etcdctlOn with the node to start.
+func etcdctlWith(t *testing.T, n *mnNode) (command func(stdin string, args ...string) *exec.Cmd, run func(stdin string, args ...string) string) {
+	t.Helper()
 	ctl := etcdctlBin(t)
-	n := &mnNode{name: "etcd", redisURL: "memory", extra: append([]string{"--etcd-addr", "127.0.0.1:0"}, extra...)}
-	n.start(t)
-	t.Cleanup(n.stop)
-	m := regexp.MustCompile(`statecast: etcd v3 API on (\S+)`).FindStringSubmatch(n.output())
-	if m == nil {
-		t.Fatalf("no etcd address in the output:\n%s", n.output())
-	}
+	addr := serveEtcd(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	command = func(stdin string, args ...string) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, ctl, append([]string{"--endpoints", m[1], "--dial-timeout", "5s", "--command-timeout", "10s"}, args...)...)
+		cmd := exec.CommandContext(ctx, ctl, append([]string{"--endpoints", addr, "--dial-timeout", "5s", "--command-timeout", "10s"}, args...)...)
 		cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
 		cmd.Stdin = strings.NewReader(stdin)
 		return cmd
@@ -63,6 +63,19 @@ func etcdctlOn(t *testing.T, extra ...string) (command func(stdin string, args .
 		return string(out)
 	}
 	return command, run
+}
+
+// serveEtcd starts n with --etcd-addr and returns the etcd API's address.
+func serveEtcd(t *testing.T, n *mnNode) string {
+	t.Helper()
+	n.extra = append([]string{"--etcd-addr", "127.0.0.1:0"}, n.extra...)
+	n.start(t)
+	t.Cleanup(n.stop)
+	m := regexp.MustCompile(`statecast: etcd v3 API on (\S+)`).FindStringSubmatch(n.output())
+	if m == nil {
+		t.Fatalf("no etcd address in the output:\n%s", n.output())
+	}
+	return m[1]
 }
 
 // TestEtcdctl: the real etcdctl against the real binary's --etcd-addr:
@@ -83,7 +96,7 @@ func TestEtcdctl(t *testing.T) {
 		t.Fatal(err)
 	}
 	b64 := func(s string) string { b, _ := base64.StdEncoding.DecodeString(s); return string(b) }
-	if got.Header.Revision != 2 || got.Count != 2 || b64(got.Kvs[0].Key) != "/room/a" || b64(got.Kvs[0].Value) != "hello" || b64(got.Kvs[1].Value) != `{"n":1}` {
+	if got.Header.Revision != 3 || got.Count != 2 || b64(got.Kvs[0].Key) != "/room/a" || b64(got.Kvs[0].Value) != "hello" || b64(got.Kvs[1].Value) != `{"n":1}` {
 		t.Fatalf("get --prefix -w json: %+v", got)
 	}
 	if out := run("", "del", "/room/a"); out != "1\n" {

@@ -83,7 +83,8 @@ type mnNode struct {
 	name     string
 	redisURL string
 	extra    []string
-	port     int // kept across restarts
+	port     int  // kept across restarts
+	rated    bool // at the default --write-rate, not the tests' 100000
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -119,7 +120,10 @@ func (n *mnNode) restart() error {
 
 func (n *mnNode) tryStart(bin string) error {
 	args := []string{"serve", "--addr", "127.0.0.1:" + strconv.Itoa(n.port), "--store", n.redisURL,
-		"--node-id", n.name, "--write-rate", "100000", "--log-level", "warn"}
+		"--node-id", n.name, "--log-level", "warn"}
+	if !n.rated {
+		args = append(args, "--write-rate", "100000")
+	}
 	args = append(args, n.extra...)
 	cmd := exec.Command(bin, args...)
 	out := proc.NewTail(64 << 10)

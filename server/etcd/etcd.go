@@ -3,7 +3,8 @@
 // watch rooms with no statecast SDK (statecast serve --etcd-addr).
 //
 // An etcd key is /<room>/<key>: one request stays in one room, whose
-// revision is the header's. Everything goes through the node
+// revision is the header's (plus one: etcd's revision 1 is the empty
+// store). Everything goes through the node
 // (*server.Server) as the WebSocket and HTTP surfaces do: the same token
 // rules, the one write path, the same TTL leases. The protobuf types are
 // etcd's own (go.etcd.io/etcd/api/v3). What still differs from etcd is in
@@ -226,9 +227,34 @@ func authError(err error) error {
 	return status.Error(codes.Unauthenticated, "statecast: invalid token: "+err.Error())
 }
 
+// header answers at room revision rev (0 for a request that reads no
+// room: the empty room's).
 func (s *Server) header(rev uint64) *pb.ResponseHeader {
-	return &pb.ResponseHeader{ClusterId: s.member, MemberId: s.member, Revision: int64(rev), RaftTerm: 1}
+	return &pb.ResponseHeader{ClusterId: s.member, MemberId: s.member, Revision: etcdRev(rev), RaftTerm: 1}
 }
+
+// Revisions. A room's first write is its revision 1; etcd's first write
+// is revision 2, revision 1 being the empty store, and its clients count
+// on it (an election's waitDeletes reads "created before my key" as
+// max_create_revision = my revision - 1, where 0 means no bound). So the
+// etcd view of a room is one revision ahead of the room's own: the etcd
+// revision of room revision r is r+1, everywhere a revision goes in or
+// out of this API. WebSocket and HTTP clients see the room's own.
+
+// etcdRev is the etcd revision of room revision r (0: the empty room, 1).
+func etcdRev(r uint64) int64 { return int64(r) + 1 }
+
+// keyRev is the etcd revision of a key's create or mod revision r; 0 (no
+// such key) stays 0, as etcd shows a missing key.
+func keyRev(r uint64) int64 {
+	if r == 0 {
+		return 0
+	}
+	return int64(r) + 1
+}
+
+// roomRev is the room revision of etcd revision r ≥ 1.
+func roomRev(r int64) uint64 { return uint64(r - 1) }
 
 // span is what a request's key and range_end select inside one room: its
 // keys from lo, up to hi (excluded) unless open, or exactly lo when single.
@@ -376,8 +402,8 @@ func leaseNum(name string) int64 {
 }
 
 func toKV(room string, kv store.KV, keysOnly bool) *mvccpb.KeyValue {
-	out := &mvccpb.KeyValue{Key: []byte("/" + room + "/" + kv.Key), CreateRevision: int64(kv.CreateRev),
-		ModRevision: int64(kv.ModRev), Version: int64(kv.Version), Lease: leaseNum(kv.Lease)}
+	out := &mvccpb.KeyValue{Key: []byte("/" + room + "/" + kv.Key), CreateRevision: keyRev(kv.CreateRev),
+		ModRevision: keyRev(kv.ModRev), Version: int64(kv.Version), Lease: leaseNum(kv.Lease)}
 	if !keysOnly {
 		out.Value = fromValue(kv.Value)
 	}

@@ -93,11 +93,11 @@ func TestPutGetDelete(t *testing.T) {
 	_, _, cli := start(t, servertest.Options{})
 	ctx := ctxOf(t)
 	put, err := cli.Put(ctx, "/r/a", "hello")
-	if err != nil || put.Header.Revision != 1 {
+	if err != nil || put.Header.Revision != 2 {
 		t.Fatalf("put: %v, %v", put, err)
 	}
 	put, err = cli.Put(ctx, "/r/a", "world", clientv3.WithPrevKV())
-	if err != nil || put.PrevKv == nil || string(put.PrevKv.Value) != "hello" || put.PrevKv.ModRevision != 1 {
+	if err != nil || put.PrevKv == nil || string(put.PrevKv.Value) != "hello" || put.PrevKv.ModRevision != 2 {
 		t.Fatalf("put with prev_kv: %+v, %v", put, err)
 	}
 	for i, v := range []string{`{"n":1}`, `"quoted"`, ``, `{ "spaced": 1 }`, `42`} {
@@ -109,7 +109,7 @@ func TestPutGetDelete(t *testing.T) {
 	if err != nil || len(get.Kvs) != 1 {
 		t.Fatalf("get: %v, %v", get, err)
 	}
-	if kv := get.Kvs[0]; string(kv.Key) != "/r/a" || string(kv.Value) != "world" || kv.Version != 2 || kv.CreateRevision != 1 || kv.ModRevision != 2 || get.Header.Revision != 7 {
+	if kv := get.Kvs[0]; string(kv.Key) != "/r/a" || string(kv.Value) != "world" || kv.Version != 2 || kv.CreateRevision != 2 || kv.ModRevision != 3 || get.Header.Revision != 8 {
 		t.Fatalf("get /r/a: %+v at %d", kv, get.Header.Revision)
 	}
 	// Every value reads back as the bytes written.
@@ -135,24 +135,29 @@ func TestPutGetDelete(t *testing.T) {
 	if err != nil || len(get.Kvs) != 6 || string(get.Kvs[0].Key) != "/r/v4" || get.Kvs[0].Value != nil {
 		t.Fatalf("keys only, newest first: %v, %v", get, err)
 	}
-	// A past revision: the room's state then.
+	// A past revision: the room's state then; etcd's revision 1 is the
+	// empty room, its first write revision 2.
+	get, err = cli.Get(ctx, "/r/", clientv3.WithPrefix(), clientv3.WithRev(2))
+	if err != nil || len(get.Kvs) != 1 || string(get.Kvs[0].Value) != "hello" || get.Header.Revision != 8 {
+		t.Fatalf("at revision 2: %v, %v", get, err)
+	}
 	get, err = cli.Get(ctx, "/r/", clientv3.WithPrefix(), clientv3.WithRev(1))
-	if err != nil || len(get.Kvs) != 1 || string(get.Kvs[0].Value) != "hello" || get.Header.Revision != 7 {
+	if err != nil || len(get.Kvs) != 0 || get.Header.Revision != 8 {
 		t.Fatalf("at revision 1: %v, %v", get, err)
 	}
 	if _, err := cli.Get(ctx, "/r/a", clientv3.WithRev(99)); !errors.Is(err, rpctypes.ErrFutureRev) {
 		t.Fatalf("future revision: %v", err)
 	}
 	del, err := cli.Delete(ctx, "/r/v", clientv3.WithPrefix(), clientv3.WithPrevKV())
-	if err != nil || del.Deleted != 5 || len(del.PrevKvs) != 5 || del.Header.Revision != 8 {
+	if err != nil || del.Deleted != 5 || len(del.PrevKvs) != 5 || del.Header.Revision != 9 {
 		t.Fatalf("delete prefix: %v, %v", del, err)
 	}
 	del, err = cli.Delete(ctx, "/r/missing")
-	if err != nil || del.Deleted != 0 || del.Header.Revision != 8 {
+	if err != nil || del.Deleted != 0 || del.Header.Revision != 9 {
 		t.Fatalf("delete of a missing key: %v, %v", del, err)
 	}
 	// Rooms are apart: another room has its own revisions.
-	if put, err := cli.Put(ctx, "/other/a", "x"); err != nil || put.Header.Revision != 1 {
+	if put, err := cli.Put(ctx, "/other/a", "x"); err != nil || put.Header.Revision != 2 {
 		t.Fatalf("put in another room: %v, %v", put, err)
 	}
 	// A key that names no room is in none (etcdctl endpoint health reads one).
@@ -182,15 +187,15 @@ func TestTxn(t *testing.T) {
 	resp, err := cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.Value("/t/k"), "=", "v1"),
 		clientv3.Compare(clientv3.Version("/t/k"), "=", 1),
-		clientv3.Compare(clientv3.CreateRevision("/t/k"), "=", 1),
-		clientv3.Compare(clientv3.ModRevision("/t/k"), "<", 2),
+		clientv3.Compare(clientv3.CreateRevision("/t/k"), "=", 2),
+		clientv3.Compare(clientv3.ModRevision("/t/k"), "<", 3),
 		clientv3.Compare(clientv3.CreateRevision("/t/new"), "=", 0),
 	).Then(
 		clientv3.OpPut("/t/k", "v2", clientv3.WithPrevKV()),
 		clientv3.OpPut("/t/new", "n"),
 		clientv3.OpGet("/t/", clientv3.WithPrefix()),
 	).Else(clientv3.OpPut("/t/else", "x")).Commit()
-	if err != nil || !resp.Succeeded || resp.Header.Revision != 2 {
+	if err != nil || !resp.Succeeded || resp.Header.Revision != 3 {
 		t.Fatalf("txn: %+v, %v", resp, err)
 	}
 	if prev := resp.Responses[0].GetResponsePut().PrevKv; prev == nil || string(prev.Value) != "v1" {
@@ -198,14 +203,14 @@ func TestTxn(t *testing.T) {
 	}
 	// The txn's own range sees its writes, at the commit's revision.
 	kvs := resp.Responses[2].GetResponseRange().Kvs
-	if len(kvs) != 2 || string(kvs[0].Value) != "v2" || kvs[0].ModRevision != 2 || kvs[0].Version != 2 || string(kvs[1].Key) != "/t/new" || kvs[1].CreateRevision != 2 {
+	if len(kvs) != 2 || string(kvs[0].Value) != "v2" || kvs[0].ModRevision != 3 || kvs[0].Version != 2 || string(kvs[1].Key) != "/t/new" || kvs[1].CreateRevision != 3 {
 		t.Errorf("range in the txn: %v", kvs)
 	}
 	// A failing compare runs the else branch.
 	resp, err = cli.Txn(ctx).If(clientv3.Compare(clientv3.Value("/t/k"), "=", "v1")).
 		Then(clientv3.OpPut("/t/then", "x")).
 		Else(clientv3.OpDelete("/t/new", clientv3.WithPrevKV()), clientv3.OpGet("/t/k")).Commit()
-	if err != nil || resp.Succeeded || resp.Header.Revision != 3 {
+	if err != nil || resp.Succeeded || resp.Header.Revision != 4 {
 		t.Fatalf("else: %+v, %v", resp, err)
 	}
 	if d := resp.Responses[0].GetResponseDeleteRange(); d.Deleted != 1 || string(d.PrevKvs[0].Value) != "n" {
@@ -303,10 +308,10 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	// From a past revision: the replay includes that revision.
-	wch := cli.Watch(ctx, "/w/k", clientv3.WithRev(2), clientv3.WithPrevKV())
+	wch := cli.Watch(ctx, "/w/k", clientv3.WithRev(3), clientv3.WithPrevKV())
 	evs := events(t, wch, 2)
-	if evs[0].Kv.ModRevision != 2 || string(evs[0].Kv.Value) != "2" || string(evs[0].PrevKv.Value) != "1" || evs[1].Kv.ModRevision != 3 {
-		t.Fatalf("replay from 2: %v", evs)
+	if evs[0].Kv.ModRevision != 3 || string(evs[0].Kv.Value) != "2" || string(evs[0].PrevKv.Value) != "1" || evs[1].Kv.ModRevision != 4 {
+		t.Fatalf("replay from 3: %v", evs)
 	}
 	// Several watches on one stream: a prefix, one without puts, one
 	// without deletes.
@@ -320,13 +325,13 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs = events(t, all, 2)
-	if !evs[0].IsCreate() || string(evs[0].Kv.Key) != "/w/p" || evs[1].Type != mvccpb.DELETE || evs[1].Kv.ModRevision != 6 || string(evs[1].PrevKv.Value) != "3" {
+	if !evs[0].IsCreate() || string(evs[0].Kv.Key) != "/w/p" || evs[1].Type != mvccpb.DELETE || evs[1].Kv.ModRevision != 7 || string(evs[1].PrevKv.Value) != "3" {
 		t.Fatalf("prefix watch: %v", evs)
 	}
 	if evs := events(t, noPut, 1); evs[0].Type != mvccpb.DELETE {
 		t.Fatalf("NOPUT watch got %v", evs)
 	}
-	if evs := events(t, noDel, 1); evs[0].Type != mvccpb.PUT || evs[0].Kv.ModRevision != 5 {
+	if evs := events(t, noDel, 1); evs[0].Type != mvccpb.PUT || evs[0].Kv.ModRevision != 6 {
 		t.Fatalf("NODELETE watch got %v", evs)
 	}
 	// The watch on /w/k alone still runs and saw only its key.
@@ -347,23 +352,23 @@ func TestWatchCompacted(t *testing.T) {
 		t.Fatalf("compact without a room: %v", err)
 	}
 	room := metadata.AppendToOutgoingContext(ctx, "statecast-room", "c")
-	if resp, err := cli.Compact(room, 3); err != nil || resp.Header.Revision != 5 {
+	if resp, err := cli.Compact(room, 4); err != nil || resp.Header.Revision != 6 {
 		t.Fatalf("compact: %v, %v", resp, err)
 	}
-	resp := next(t, cli.Watch(ctx, "/c/k", clientv3.WithRev(2)))
-	if !resp.Canceled || resp.CompactRevision != 3 || !errors.Is(resp.Err(), rpctypes.ErrCompacted) {
+	resp := next(t, cli.Watch(ctx, "/c/k", clientv3.WithRev(3)))
+	if !resp.Canceled || resp.CompactRevision != 4 || !errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 		t.Fatalf("watch from a compacted revision: %+v", resp)
 	}
 	// From the compact revision itself, as etcd's clients retry.
-	if evs := events(t, cli.Watch(ctx, "/c/k", clientv3.WithRev(resp.CompactRevision)), 3); evs[0].Kv.ModRevision != 3 {
+	if evs := events(t, cli.Watch(ctx, "/c/k", clientv3.WithRev(resp.CompactRevision)), 3); evs[0].Kv.ModRevision != 4 {
 		t.Fatalf("watch from the compact revision: %v", evs)
 	}
-	for _, rev := range []int64{1, 2} { // 2: its state could be rebuilt from 3's previous values, but etcd refuses
+	for _, rev := range []int64{2, 3} { // 3: its state could be rebuilt from 4's previous values, but etcd refuses
 		if _, err := cli.Get(ctx, "/c/k", clientv3.WithRev(rev)); !errors.Is(err, rpctypes.ErrCompacted) {
 			t.Fatalf("get at compacted revision %d: %v", rev, err)
 		}
 	}
-	if get, err := cli.Get(ctx, "/c/k", clientv3.WithRev(3)); err != nil || string(get.Kvs[0].Value) != "3" {
+	if get, err := cli.Get(ctx, "/c/k", clientv3.WithRev(4)); err != nil || string(get.Kvs[0].Value) != "3" {
 		t.Fatalf("get at the compact revision: %v, %v", get, err)
 	}
 }
@@ -456,7 +461,7 @@ func TestProgress(t *testing.T) {
 	if err := cli.RequestProgress(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if resp := next(t, wch); !resp.IsProgressNotify() || resp.Header.Revision != 1 {
+	if resp := next(t, wch); !resp.IsProgressNotify() || resp.Header.Revision != 2 {
 		t.Fatalf("requested progress: %+v", resp)
 	}
 }
@@ -475,7 +480,7 @@ func TestProgressNotify(t *testing.T) {
 		if !resp.IsProgressNotify() {
 			t.Fatalf("got %+v, want progress notifications only", resp)
 		}
-		if resp.Header.Revision == 1 {
+		if resp.Header.Revision == 2 {
 			return
 		}
 	}
@@ -568,7 +573,7 @@ func TestWebSocketAndEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := events(t, wch, 2)
-	if string(evs[0].Kv.Value) != "hello" || string(evs[1].Kv.Value) != `{"a":1}` || string(evs[1].PrevKv.Value) != "hello" || evs[1].Kv.ModRevision != 2 {
+	if string(evs[0].Kv.Value) != "hello" || string(evs[1].Kv.Value) != `{"a":1}` || string(evs[1].PrevKv.Value) != "hello" || evs[1].Kv.ModRevision != 3 {
 		t.Fatalf("WebSocket writes seen by an etcd watch: %v", evs)
 	}
 	sub, err := conn.Subscribe(ctx, "x", statecast.SubscribeOptions{From: &wire.Position{Rev: 3}})
@@ -658,7 +663,7 @@ func TestSlowWatch(t *testing.T) {
 	t.Run("replayed", func(t *testing.T) {
 		revs, _ := slowWatch(t, servertest.Options{}, 200)
 		for i, rev := range revs {
-			if rev != int64(i+1) {
+			if rev != int64(i+2) {
 				t.Fatalf("event %d is revision %d: every revision once, in order, expected", i, rev)
 			}
 		}
@@ -667,11 +672,11 @@ func TestSlowWatch(t *testing.T) {
 		o := servertest.Options{}
 		o.Rooms.Retention = store.RetentionPolicy{Default: store.Retention{MaxEvents: 20, MaxBytes: 64 << 20}}
 		revs, last := slowWatch(t, o, 200)
-		if !last.Canceled || last.CompactRevision != 181 {
-			t.Fatalf("last response %+v, want canceled with compact_revision 181", last)
+		if !last.Canceled || last.CompactRevision != 182 {
+			t.Fatalf("last response %+v, want canceled with compact_revision 182", last)
 		}
 		for i, rev := range revs {
-			if rev != int64(i+1) {
+			if rev != int64(i+2) {
 				t.Fatalf("event %d is revision %d before the cancel", i, rev)
 			}
 		}
@@ -859,13 +864,13 @@ func TestWatchCancel(t *testing.T) {
 	if resp, err := ws.Recv(); err != nil || resp.WatchId != 1 || len(resp.Events) != 1 {
 		t.Fatalf("after the cancel: %v, %v (only watch 1 was left)", resp, err)
 	}
-	// Revision 2 only watch 0 would see; then revision 3 for watch 1.
+	// Revision 3 only watch 0 would see; then revision 4 for watch 1.
 	for _, key := range []string{"/s/other", "/s/k"} {
 		if _, err := cli.Put(ctx, key, "v"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if resp, err := ws.Recv(); err != nil || resp.WatchId != 1 || resp.Events[0].Kv.ModRevision != 3 {
+	if resp, err := ws.Recv(); err != nil || resp.WatchId != 1 || resp.Events[0].Kv.ModRevision != 4 {
 		t.Fatalf("after the cancel: %v, %v (only watch 1 was left)", resp, err)
 	}
 }
@@ -926,9 +931,9 @@ func TestEtcdDetails(t *testing.T) {
 	if resp, err := cli.Get(ctx, "/d/", clientv3.WithPrefix(), clientv3.WithRev(-1)); err != nil || len(resp.Kvs) != 2 {
 		t.Fatalf("a negative revision: %+v, %v; want the head's 2 keys", resp, err)
 	}
-	resp, err := cli.Get(ctx, "/d/", clientv3.WithPrefix(), clientv3.WithMinModRev(2))
+	resp, err := cli.Get(ctx, "/d/", clientv3.WithPrefix(), clientv3.WithMinModRev(3))
 	if err != nil || resp.Count != 2 || len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != "/d/b" {
-		t.Fatalf("min mod revision 2: %+v, %v; want count 2 and /d/b", resp, err)
+		t.Fatalf("min mod revision 3: %+v, %v; want count 2 and /d/b", resp, err)
 	}
 	if tr, err := cli.Txn(ctx).Commit(); err != nil || !tr.Succeeded {
 		t.Fatalf("an empty txn: %+v, %v; want it to succeed", tr, err)

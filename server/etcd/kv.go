@@ -27,24 +27,27 @@ type kvServer struct {
 	*Server
 }
 
-// read returns the keys of sp at rev (0: the head), read as ro says; the
-// snapshot's Rev is the room's head, as etcd's header revision is.
+// read returns the keys of sp at etcd revision rev (≤ 0: the head), read
+// as ro says; the snapshot's Rev is the room's head, as etcd's header
+// revision is.
 func (s *Server) read(ctx context.Context, sp span, rev int64, ro rooms.ReadOptions) (store.Snapshot, error) {
-	rev = max(rev, 0) // etcd: a revision ≤ 0 is the head
 	list := s.engine.List
-	if sp.single && rev == 0 {
+	if sp.single && rev <= 0 {
 		list = s.engine.Get // not every key the key is a prefix of
 	}
 	snap, err := list(ctx, sp.room, sp.prefix(), ro)
 	if err != nil {
 		return snap, grpcError(err)
 	}
-	if rev > 0 && uint64(rev) < snap.Rev {
-		if snap.Items, err = s.undo(ctx, sp, snap, uint64(rev)); err != nil {
-			return snap, err
+	if rev > 0 { // etcd: a revision ≤ 0 is the head
+		switch at := roomRev(rev); {
+		case at > snap.Rev:
+			return snap, rpctypes.ErrGRPCFutureRev
+		case at < snap.Rev:
+			if snap.Items, err = s.undo(ctx, sp, snap, at); err != nil {
+				return snap, err
+			}
 		}
-	} else if uint64(rev) > snap.Rev {
-		return snap, rpctypes.ErrGRPCFutureRev
 	}
 	snap.Items = slices.DeleteFunc(snap.Items, func(kv store.KV) bool { return !sp.has(kv.Key) })
 	return snap, nil
@@ -58,7 +61,7 @@ func (s *Server) read(ctx context.Context, sp span, rev int64, ro rooms.ReadOpti
 // rebuild it): the replay starts at rev itself.
 func (s *Server) undo(ctx context.Context, sp span, snap store.Snapshot, rev uint64) ([]store.KV, error) {
 	w, err := s.engine.Watch(ctx, sp.room, rooms.WatchOptions{Prefixes: []string{sp.prefix()},
-		From: &rooms.Position{Epoch: snap.Epoch, Rev: rev}, FailIfCompacted: true})
+		From: &rooms.Position{Epoch: snap.Epoch, Rev: max(rev, 1)}, FailIfCompacted: true}) // rev 0: the empty room
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -151,10 +154,10 @@ func rangeKVs(items []store.KV, shared bool, r *pb.RangeRequest) (kvs []store.KV
 		items = slices.Clone(items)
 	}
 	items = slices.DeleteFunc(items, func(kv store.KV) bool {
-		return r.MinModRevision > 0 && int64(kv.ModRev) < r.MinModRevision ||
-			r.MaxModRevision > 0 && int64(kv.ModRev) > r.MaxModRevision ||
-			r.MinCreateRevision > 0 && int64(kv.CreateRev) < r.MinCreateRevision ||
-			r.MaxCreateRevision > 0 && int64(kv.CreateRev) > r.MaxCreateRevision
+		return r.MinModRevision > 0 && keyRev(kv.ModRev) < r.MinModRevision ||
+			r.MaxModRevision > 0 && keyRev(kv.ModRev) > r.MaxModRevision ||
+			r.MinCreateRevision > 0 && keyRev(kv.CreateRev) < r.MinCreateRevision ||
+			r.MaxCreateRevision > 0 && keyRev(kv.CreateRev) > r.MaxCreateRevision
 	})
 	if order != pb.RangeRequest_NONE {
 		slices.SortStableFunc(items, func(a, b store.KV) int {
@@ -329,10 +332,10 @@ func (s kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Com
 	if !c.claims.CanWrite(room[0], "") {
 		return nil, status.Error(codes.PermissionDenied, "statecast: compacting a room takes a token that may write all of it")
 	}
-	if r.Revision <= 0 {
-		return nil, status.Error(codes.InvalidArgument, "statecast: compact to a revision of at least 1")
+	if r.Revision <= 1 { // etcd's revision 1 is the empty room: nothing before it
+		return nil, status.Error(codes.InvalidArgument, "statecast: compact to a revision of at least 2")
 	}
-	head, err := s.node.Compact(ctx, room[0], uint64(r.Revision), c.claims, c.addr)
+	head, err := s.node.Compact(ctx, room[0], roomRev(r.Revision), c.claims, c.addr)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -350,7 +353,11 @@ const txnAttempts = 20
 // the commit, on every store). A key changed meanwhile fails the
 // condition and the Txn is evaluated again on the new state: the outcome
 // is the one the compares give at the commit's revision, as in etcd.
-// Keys that a range in the branch would newly find are not guarded.
+// A range in the branch reads the state the txn committed on: when other
+// writes came between the read and the commit, the branch is evaluated
+// again on the state just before the commit (the compares and writes
+// were guarded; only what the ranges find may differ), so that a key
+// created in a range meanwhile is seen, as etcd's lock recipe needs.
 func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	c, err := s.caller(ctx)
 	if err != nil {
@@ -368,12 +375,16 @@ func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 			return nil, err
 		}
 	}
+	past := func(sp span, rev int64) ([]store.KV, error) {
+		snap, err := s.read(ctx, sp, rev, rooms.ReadOptions{})
+		return snap.Items, err
+	}
 	for attempt := 0; attempt < txnAttempts; attempt++ {
 		snap, err := s.read(ctx, t.cover(), 0, rooms.ReadOptions{})
 		if err != nil {
 			return nil, err
 		}
-		run, err := t.run(s.Server, snap)
+		run, err := t.run(s.Server, snap, past)
 		if err != nil {
 			return nil, err
 		}
@@ -394,7 +405,36 @@ func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 		case err != nil:
 			return nil, grpcError(err)
 		}
+		if res.Rev > snap.Rev+1 && run.ranges() {
+			if err := s.rangeBeforeCommit(ctx, t, run, res.Rev, past); err != nil {
+				return nil, err
+			}
+		}
 		return run.response(s.Server, res.Rev, res.Events), nil
 	}
 	return nil, status.Error(codes.Unavailable, "statecast: the keys of this txn kept changing before it could commit; retry")
+}
+
+// rangeBeforeCommit answers run's ranges from the state just before its
+// commit at rev, the writes of others that came after run's read
+// included.
+func (s kvServer) rangeBeforeCommit(ctx context.Context, t *txn, run *txnRun, rev uint64, past pastRead) error {
+	snap, err := s.read(ctx, t.cover(), etcdRev(rev-1), rooms.ReadOptions{})
+	if err != nil {
+		return err
+	}
+	again, err := t.run(s.Server, snap, past)
+	if err != nil {
+		return err
+	}
+	if again.succeeded != run.succeeded || len(again.results) != len(run.results) {
+		// The commit's conditions held the compares' keys: it cannot be.
+		return status.Error(codes.Internal, "statecast: a txn's compares changed under its commit")
+	}
+	for i, res := range again.results {
+		if res.req.GetRequestRange() != nil {
+			run.results[i].items = res.items
+		}
+	}
+	return nil
 }

@@ -72,9 +72,6 @@ func parseTxn(r *pb.TxnRequest) (*txn, error) {
 			switch {
 			case req.GetRequestRange() != nil:
 				rr := req.GetRequestRange()
-				if rr.Revision != 0 {
-					return nil, status.Error(codes.InvalidArgument, "statecast: a range inside a txn reads at the txn's revision")
-				}
 				op.sp, err = parseSpan(rr.Key, rr.RangeEnd)
 			case req.GetRequestPut() != nil:
 				op.sp, op.put, err = putOp(req.GetRequestPut())
@@ -145,10 +142,14 @@ type opResult struct {
 	prev  []store.KV
 }
 
+// pastRead reads a span at an etcd revision before the txn's (a range
+// naming one: concurrency.STM reads every key at its first read's).
+type pastRead func(sp span, rev int64) ([]store.KV, error)
+
 // run evaluates t on snap, whose items are sorted by key. A range reads
 // them in place (a part of snap.Items, shared) unless the txn wrote in
 // it before: only then are its keys gathered.
-func (t *txn) run(s *Server, snap store.Snapshot) (*txnRun, error) {
+func (t *txn) run(s *Server, snap store.Snapshot, past pastRead) (*txnRun, error) {
 	base := snap.Items
 	written := make(map[string]*store.KV) // by the txn so far; nil: deleted
 	get := func(k string) (store.KV, bool) {
@@ -164,6 +165,22 @@ func (t *txn) run(s *Server, snap store.Snapshot) (*txnRun, error) {
 		}
 		return base[i], true
 	}
+	// inBase is sp's keys in snap, without the txn's writes.
+	inBase := func(sp span) []store.KV {
+		lo, _ := slices.BinarySearchFunc(base, sp.lo, func(kv store.KV, k string) int { return strings.Compare(kv.Key, k) })
+		hi := len(base)
+		switch {
+		case sp.single:
+			hi = lo
+			if lo < len(base) && base[lo].Key == sp.lo {
+				hi = lo + 1
+			}
+		case !sp.open:
+			hi, _ = slices.BinarySearchFunc(base, sp.hi, func(kv store.KV, k string) int { return strings.Compare(kv.Key, k) })
+			hi = max(hi, lo)
+		}
+		return base[lo:hi:hi]
+	}
 	in := func(sp span) []store.KV {
 		if sp.single {
 			if kv, ok := get(sp.lo); ok {
@@ -171,12 +188,7 @@ func (t *txn) run(s *Server, snap store.Snapshot) (*txnRun, error) {
 			}
 			return nil
 		}
-		lo, _ := slices.BinarySearchFunc(base, sp.lo, func(kv store.KV, k string) int { return strings.Compare(kv.Key, k) })
-		hi := len(base)
-		if !sp.open {
-			hi, _ = slices.BinarySearchFunc(base, sp.hi, func(kv store.KV, k string) int { return strings.Compare(kv.Key, k) })
-			hi = max(hi, lo)
-		}
+		kvs := inBase(sp)
 		mine := 0
 		for k := range written {
 			if sp.has(k) {
@@ -184,21 +196,35 @@ func (t *txn) run(s *Server, snap store.Snapshot) (*txnRun, error) {
 			}
 		}
 		if mine == 0 {
-			return base[lo:hi:hi]
+			return kvs
 		}
-		kvs := make([]store.KV, 0, hi-lo+mine)
-		for _, kv := range base[lo:hi] {
+		out := make([]store.KV, 0, len(kvs)+mine)
+		for _, kv := range kvs {
 			if _, ok := written[kv.Key]; !ok {
-				kvs = append(kvs, kv)
+				out = append(out, kv)
 			}
 		}
 		for k, kv := range written {
 			if kv != nil && sp.has(k) {
-				kvs = append(kvs, *kv)
+				out = append(out, *kv)
 			}
 		}
-		slices.SortFunc(kvs, func(a, b store.KV) int { return strings.Compare(a.Key, b.Key) })
-		return kvs
+		slices.SortFunc(out, func(a, b store.KV) int { return strings.Compare(a.Key, b.Key) })
+		return out
+	}
+	// ranged is what range op reads: the txn's state so far, or the keys
+	// at the revision it names (before the txn's writes, as in etcd).
+	ranged := func(op txnOp) ([]store.KV, error) {
+		rev := op.req.GetRequestRange().Revision
+		switch {
+		case rev <= 0:
+			return in(op.sp), nil
+		case roomRev(rev) == snap.Rev:
+			return inBase(op.sp), nil
+		case roomRev(rev) > snap.Rev:
+			return nil, rpctypes.ErrGRPCFutureRev
+		}
+		return past(op.sp, rev)
 	}
 	run := &txnRun{room: t.room, succeeded: true}
 	guards := make(map[string]uint64) // key → mod_rev read (0: absent)
@@ -208,13 +234,12 @@ func (t *txn) run(s *Server, snap store.Snapshot) (*txnRun, error) {
 			guards[k] = kv.ModRev
 		}
 	}
-	// bound is the most range rr of sp can reply (its limit's largest
+	// bound is the most range rr of kvs can reply (its limit's largest
 	// keys), from the keys' sizes: counted before any is gathered.
-	bound := func(sp span, rr *pb.RangeRequest) int64 {
+	bound := func(kvs []store.KV, rr *pb.RangeRequest) int64 {
 		if rr.CountOnly {
 			return 0
 		}
-		kvs := in(sp)
 		if rr.Limit <= 0 || int64(len(kvs)) <= rr.Limit {
 			return kvsBytes(t.room, kvs, rr.KeysOnly)
 		}
@@ -260,10 +285,14 @@ func (t *txn) run(s *Server, snap store.Snapshot) (*txnRun, error) {
 		res := opResult{req: op.req}
 		switch {
 		case op.req.GetRequestRange() != nil:
-			if run.bytes += bound(op.sp, op.req.GetRequestRange()); run.bytes > s.maxReply {
+			items, err := ranged(op)
+			if err != nil {
+				return nil, err
+			}
+			if run.bytes += bound(items, op.req.GetRequestRange()); run.bytes > s.maxReply {
 				return nil, tooLarge()
 			}
-			res.items = in(op.sp)
+			res.items = items
 		case op.req.GetRequestPut() != nil:
 			prev, ok := get(op.put.Key)
 			if err := write(op.put); err != nil {
@@ -301,6 +330,16 @@ func (t *txn) run(s *Server, snap store.Snapshot) (*txnRun, error) {
 	return run, nil
 }
 
+// ranges says whether the branch run took has a range.
+func (run *txnRun) ranges() bool {
+	for _, res := range run.results {
+		if res.req.GetRequestRange() != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // holds evaluates one compare on one key.
 func holds(c *pb.Compare, kv store.KV) bool {
 	var n int
@@ -308,9 +347,9 @@ func holds(c *pb.Compare, kv store.KV) bool {
 	case pb.Compare_VERSION:
 		n = cmp.Compare(kv.Version, uint64(c.GetVersion()))
 	case pb.Compare_CREATE:
-		n = cmp.Compare(kv.CreateRev, uint64(c.GetCreateRevision()))
+		n = cmp.Compare(keyRev(kv.CreateRev), c.GetCreateRevision())
 	case pb.Compare_MOD:
-		n = cmp.Compare(kv.ModRev, uint64(c.GetModRevision()))
+		n = cmp.Compare(keyRev(kv.ModRev), c.GetModRevision())
 	case pb.Compare_VALUE:
 		n = bytes.Compare(fromValue(kv.Value), c.GetValue())
 	case pb.Compare_LEASE:

@@ -139,7 +139,7 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) {
 	}
 	from := head.Rev + 1
 	if cr.StartRevision > 0 {
-		from = uint64(cr.StartRevision)
+		from = max(roomRev(cr.StartRevision), 1) // etcd's revision 1 is the empty room: no events
 	}
 	w := &watch{id: id, sp: sp, epoch: head.Epoch, prevKV: cr.PrevKv, notify: cr.ProgressNotify,
 		last: from - 1, progress: make(chan struct{}, 1), done: make(chan struct{})}
@@ -176,7 +176,7 @@ func (ws *watchStream) start(w *watch) bool {
 	var ce *store.CompactedError
 	switch {
 	case errors.As(err, &ce):
-		ws.send(&pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id, Canceled: true, CompactRevision: int64(ce.Oldest)})
+		ws.send(&pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id, Canceled: true, CompactRevision: etcdRev(ce.Oldest)})
 		return false
 	case errors.Is(err, rooms.ErrEpochMismatch):
 		ws.end(w, "statecast: the room's history was lost and started again (a new epoch): list the keys again")
@@ -367,7 +367,7 @@ func (w *watch) events(ch *rooms.Change) []*mvccpb.Event {
 				continue
 			}
 			// etcd's tombstone: the key and the delete's revision.
-			e = &mvccpb.Event{Type: mvccpb.Event_DELETE, Kv: &mvccpb.KeyValue{Key: []byte("/" + w.sp.room + "/" + ev.KV.Key), ModRevision: int64(ev.KV.ModRev)}}
+			e = &mvccpb.Event{Type: mvccpb.Event_DELETE, Kv: &mvccpb.KeyValue{Key: []byte("/" + w.sp.room + "/" + ev.KV.Key), ModRevision: keyRev(ev.KV.ModRev)}}
 		}
 		if w.prevKV && ev.Prev != nil {
 			e.PrevKv = toKV(w.sp.room, *ev.Prev, false)
