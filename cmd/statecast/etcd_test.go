@@ -35,15 +35,23 @@ func etcdctlBin(t *testing.T) string {
 // stdin; run runs it and fails the test unless it succeeds.
 func etcdctlOn(t *testing.T, extra ...string) (command func(stdin string, args ...string) *exec.Cmd, run func(stdin string, args ...string) string) {
 	t.Helper()
+	_, _, command, run = etcdctlNode(t, 60*time.Second, extra...)
+	return command, run
+}
+
+// etcdctlNode is etcdctlOn that also returns the node and its etcd
+// address; etcdctl runs for at most timeout over the test.
+func etcdctlNode(t *testing.T, timeout time.Duration, extra ...string) (n *mnNode, addr string, command func(stdin string, args ...string) *exec.Cmd, run func(stdin string, args ...string) string) {
+	t.Helper()
 	ctl := etcdctlBin(t)
-	n := &mnNode{name: "etcd", redisURL: "memory", extra: append([]string{"--etcd-addr", "127.0.0.1:0"}, extra...)}
+	n = &mnNode{name: "etcd", redisURL: "memory", extra: append([]string{"--etcd-addr", "127.0.0.1:0"}, extra...)}
 	n.start(t)
 	t.Cleanup(n.stop)
 	m := regexp.MustCompile(`statecast: etcd v3 API on (\S+)`).FindStringSubmatch(n.output())
 	if m == nil {
 		t.Fatalf("no etcd address in the output:\n%s", n.output())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
 	command = func(stdin string, args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, ctl, append([]string{"--endpoints", m[1], "--dial-timeout", "5s", "--command-timeout", "10s"}, args...)...)
@@ -59,7 +67,7 @@ func etcdctlOn(t *testing.T, extra ...string) (command func(stdin string, args .
 		}
 		return string(out)
 	}
-	return command, run
+	return n, m[1], command, run
 }
 
 // TestEtcdctl: the real etcdctl against the real binary's --etcd-addr:

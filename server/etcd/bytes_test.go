@@ -155,6 +155,16 @@ func TestDefaultRoom(t *testing.T) {
 	if get, err := cli.Get(ctx, "/lobby/k"); err != nil || string(get.Kvs[0].Value) != "in a room" || get.Header.Revision != 1 {
 		t.Fatalf("get /lobby/k: %v, %v", get, err)
 	}
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "leased\x00", "v", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := cli.TimeToLive(ctx, lease.ID, clientv3.WithAttachedKeys()); err != nil || len(ttl.Keys) != 1 || string(ttl.Keys[0]) != "leased\x00" {
+		t.Fatalf("a lease's keys in the default room: %v, %v", ttl, err)
+	}
 	if _, err := cli.Compact(ctx, 4); err != nil {
 		t.Fatalf("a compaction that names no room: %v", err)
 	}

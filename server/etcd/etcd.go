@@ -281,10 +281,7 @@ func (s *Server) parseSpan(key, end []byte) (span, error) {
 		}
 		room, rest = s.defaultRoom, k
 	}
-	sp := span{room: room, pre: "/" + room + "/", lo: storeKey(rest)}
-	if !named {
-		sp.pre = ""
-	}
+	sp := span{room: room, pre: s.prefixOf(room), lo: storeKey(rest)}
 	switch e := string(end); {
 	case e == "":
 		sp.single = true
@@ -302,6 +299,15 @@ func (s *Server) parseSpan(key, end []byte) (span, error) {
 		sp.lo = "" // etcd's first key (clientv3's from-key and prefix of "")
 	}
 	return sp, nil
+}
+
+// prefixOf is what names room before its keys in etcd's keyspace
+// (span.pre).
+func (s *Server) prefixOf(room string) string {
+	if room == s.defaultRoom {
+		return ""
+	}
+	return "/" + room + "/"
 }
 
 // Keys. A store key is UTF-8 text with no NUL; etcd's are bytes. A key
