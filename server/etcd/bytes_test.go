@@ -14,6 +14,7 @@ import (
 	statecast "github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server/etcd"
 	"github.com/statecast/statecast/server/servertest"
+	"github.com/statecast/statecast/store"
 )
 
 // TestBinaryValues: bytes that are not UTF-8 go through the etcd API
@@ -209,7 +210,28 @@ func TestSmallRefusals(t *testing.T) {
 	if _, err := cli.Delete(ctx, "/r/", clientv3.WithPrefix()); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "256") || !strings.Contains(err.Error(), "--max-ops") {
 		t.Fatalf("a delete of 300 keys: %v, want InvalidArgument naming the limit and --max-ops", err)
 	}
+	if _, err := cli.Txn(ctx).Then(clientv3.OpDelete("/r/", clientv3.WithPrefix())).Commit(); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--max-ops") {
+		t.Fatalf("a txn deleting 300 keys: %v, want InvalidArgument naming --max-ops", err)
+	}
 	if get, err := cli.Get(ctx, "/r/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || get.Count != 301 {
-		t.Fatalf("after the refused delete: %v, %v; want all 301 keys", get, err)
+		t.Fatalf("after the refused deletes: %v, %v; want all 301 keys", get, err)
+	}
+	// The flags raise both.
+	o := servertest.Options{}
+	o.Memory.Limits = store.Limits{MaxValueBytes: 1 << 20, MaxOps: 1000}
+	_, _, raised := start(t, o)
+	if _, err := raised.Put(ctx, "/r/big", strings.Repeat("x", 300_000)); err != nil {
+		t.Fatalf("a 300 KB value with a limit of 1 MiB: %v", err)
+	}
+	for i := 0; i < 3; i++ {
+		for j := range ops {
+			ops[j] = clientv3.OpPut("/r/k"+strconv.Itoa(i*100+j), "v")
+		}
+		if _, err := raised.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if del, err := raised.Delete(ctx, "/r/", clientv3.WithPrefix()); err != nil || del.Deleted != 301 {
+		t.Fatalf("a delete of 301 keys with a limit of 1000 ops: %v, %v", del, err)
 	}
 }

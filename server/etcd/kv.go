@@ -406,6 +406,11 @@ func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 		if len(run.write.Ops) == 0 { // nothing to write: answered at the read's revision
 			return run.response(s.Server, snap.Rev, nil), nil
 		}
+		if limit := s.limits.WithDefaults().MaxOps; len(run.write.Ops)+len(run.write.Conds) > limit {
+			return nil, status.Errorf(codes.InvalidArgument,
+				"statecast: this txn would write %d keys on %d conditions in one write, more than the %d ops and conditions a write may hold: serve with a larger --max-ops",
+				len(run.write.Ops), len(run.write.Conds), limit)
+		}
 		res, err := s.node.Write(ctx, t.room, run.write, c.claims, c.addr)
 		var pe *server.Error
 		switch {
