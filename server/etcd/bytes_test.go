@@ -74,6 +74,7 @@ func TestBinaryKeys(t *testing.T) {
 	n, _, cli := start(t, servertest.Options{})
 	ctx := ctxOf(t)
 	keys := []string{"/bk/a\x00\x00", "/bk/a\xff\x01", "/bk/\x80", "/bk/plain", "/bk/x\U0010FFFFy"}
+	wch := cli.Watch(ctx, "/bk/a\x00", clientv3.WithPrefix())
 	for i, k := range keys {
 		if _, err := cli.Put(ctx, k, strconv.Itoa(i)); err != nil {
 			t.Fatalf("put %q: %v", k, err)
@@ -111,6 +112,9 @@ func TestBinaryKeys(t *testing.T) {
 	if err != nil || del.Deleted != int64(len(keys)) {
 		t.Fatalf("delete --prefix /bk/: %v, %v", del, err)
 	}
+	if evs := events(t, wch, 2); string(evs[0].Kv.Key) != keys[0] || evs[0].Type != clientv3.EventTypePut || string(evs[1].Kv.Key) != keys[0] || evs[1].Type != clientv3.EventTypeDelete {
+		t.Fatalf("a watch of a binary prefix: %v", evs)
+	}
 }
 
 // TestDefaultRoom: with a default room, a key that names no room is a key
@@ -120,6 +124,7 @@ func TestBinaryKeys(t *testing.T) {
 func TestDefaultRoom(t *testing.T) {
 	n, _, cli := startWith(t, servertest.Options{}, etcd.Config{DefaultRoom: "etcd"})
 	ctx := ctxOf(t)
+	wch := cli.Watch(ctx, "", clientv3.WithPrefix())
 	for _, kv := range [][2]string{{"foo", "bar"}, {"zoo", "1"}, {"/a", "2"}, {"/etcd/x", "3"}} {
 		if _, err := cli.Put(ctx, kv[0], kv[1]); err != nil {
 			t.Fatalf("put %s: %v", kv[0], err)
@@ -127,6 +132,9 @@ func TestDefaultRoom(t *testing.T) {
 	}
 	if _, err := cli.Put(ctx, "/lobby/k", "in a room"); err != nil {
 		t.Fatal(err)
+	}
+	if evs := events(t, wch, 4); string(evs[0].Kv.Key) != "foo" || string(evs[3].Kv.Key) != "/etcd/x" || evs[3].Kv.ModRevision != 4 {
+		t.Fatalf("a watch of every key of the default room: %v", evs)
 	}
 	get, err := cli.Get(ctx, "foo")
 	if err != nil || len(get.Kvs) != 1 || string(get.Kvs[0].Key) != "foo" || string(get.Kvs[0].Value) != "bar" || get.Header.Revision != 4 {

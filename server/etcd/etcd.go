@@ -250,10 +250,13 @@ type span struct {
 }
 
 // spanErr says how keys name rooms.
-func spanErr(format string, args ...any) error {
+func (s *Server) spanErr(format string, args ...any) error {
+	hint := "; serve with --etcd-default-room for etcd's own keyspace"
+	if s.defaultRoom != "" {
+		hint = "; the keys that name no room are room " + s.defaultRoom + "'s"
+	}
 	return status.Error(codes.InvalidArgument, "statecast: "+fmt.Sprintf(format, args...)+
-		": an etcd key is /<room>/<key> and a request stays in one room (a prefix: /<room>/ or /<room>/<key prefix>);"+
-		" serve with --etcd-default-room for etcd's own keyspace")
+		": an etcd key is /<room>/<key> and a request stays in one room (a prefix: /<room>/ or /<room>/<key prefix>)"+hint)
 }
 
 // parseSpan reads an etcd key and range_end: in the room the key names
@@ -275,9 +278,9 @@ func (s *Server) parseSpan(key, end []byte) (span, error) {
 	if !named {
 		if s.defaultRoom == "" {
 			if len(end) > 0 {
-				return span{}, spanErr("the range [%q, %q) spans rooms", key, end)
+				return span{}, s.spanErr("the range [%q, %q) spans rooms", key, end)
 			}
-			return span{}, spanErr("key %q names no room", key)
+			return span{}, s.spanErr("key %q names no room", key)
 		}
 		room, rest = s.defaultRoom, k
 	}
@@ -293,7 +296,7 @@ func (s *Server) parseSpan(key, end []byte) (span, error) {
 	case !named:
 		sp.hi = storeBound(rest, e)
 	default:
-		return span{}, spanErr("the range [%q, %q) spans rooms", key, end)
+		return span{}, s.spanErr("the range [%q, %q) spans rooms", key, end)
 	}
 	if rest == "\x00" {
 		sp.lo = "" // etcd's first key (clientv3's from-key and prefix of "")

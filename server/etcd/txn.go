@@ -43,7 +43,7 @@ func (s *Server) parseTxn(r *pb.TxnRequest) (*txn, error) {
 		if t.room == "" {
 			t.room, t.pre = sp.room, sp.pre
 		} else if sp.room != t.room {
-			return spanErr("a txn spans rooms %q and %q", t.room, sp.room)
+			return s.spanErr("a txn spans rooms %q and %q", t.room, sp.room)
 		}
 		t.spans = append(t.spans, sp)
 		return nil
