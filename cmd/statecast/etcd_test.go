@@ -38,15 +38,33 @@ func etcdctlBin(t *testing.T) string {
 // stdin; run runs it and fails the test unless it succeeds.
 func etcdctlOn(t *testing.T, extra ...string) (command func(stdin string, args ...string) *exec.Cmd, run func(stdin string, args ...string) string) {
 	t.Helper()
-	return etcdctlWith(t, &mnNode{name: "etcd", redisURL: "memory", extra: extra})
+	_, _, command, run = etcdctlNode(t, 60*time.Second, extra...)
+	return command, run
 }
 
 // etcdctlWith is etcdctlOn with the node to start.
 func etcdctlWith(t *testing.T, n *mnNode) (command func(stdin string, args ...string) *exec.Cmd, run func(stdin string, args ...string) string) {
 	t.Helper()
+	_, command, run = etcdctlFor(t, 60*time.Second, n)
+	return command, run
+}
+
+// etcdctlNode is etcdctlOn that also returns the node and its etcd
+// address; etcdctl runs for at most timeout over the test.
+func etcdctlNode(t *testing.T, timeout time.Duration, extra ...string) (n *mnNode, addr string, command func(stdin string, args ...string) *exec.Cmd, run func(stdin string, args ...string) string) {
+	t.Helper()
+	n = &mnNode{name: "etcd", redisURL: "memory", extra: extra}
+	addr, command, run = etcdctlFor(t, timeout, n)
+	return n, addr, command, run
+}
+
+// etcdctlFor starts n with --etcd-addr and returns its etcd address and
+// how to run etcdctl against it, for at most timeout over the test.
+func etcdctlFor(t *testing.T, timeout time.Duration, n *mnNode) (addr string, command func(stdin string, args ...string) *exec.Cmd, run func(stdin string, args ...string) string) {
+	t.Helper()
 	ctl := etcdctlBin(t)
-	addr := serveEtcd(t, n)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	addr = serveEtcd(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
 	command = func(stdin string, args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, ctl, append([]string{"--endpoints", addr, "--dial-timeout", "5s", "--command-timeout", "10s"}, args...)...)
@@ -62,7 +80,7 @@ func etcdctlWith(t *testing.T, n *mnNode) (command func(stdin string, args ...st
 		}
 		return string(out)
 	}
-	return command, run
+	return addr, command, run
 }
 
 // serveEtcd starts n with --etcd-addr and returns the etcd API's address.

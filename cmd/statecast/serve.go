@@ -108,6 +108,7 @@ type serveFlags struct {
 	etcdAddr                            string
 	etcdReplyBytes, etcdWatchBytes      bytesFlag
 	etcdIdle                            time.Duration
+	etcdDefaultRoom                     string
 	redisPrefix, nodeID                 string
 	redisCluster                        bool
 	hmacSecret, hmacSecretFile, pubKey  string
@@ -120,7 +121,7 @@ type serveFlags struct {
 	historyBytes, nodeHistoryBytes      bytesFlag
 	queueBytes                          bytesFlag
 	classes                             classFlag
-	maxFrame, maxValue                  int
+	maxFrame, maxValue, maxOps          int
 	roomMaxKeys                         int
 	roomMaxBytes                        bytesFlag
 	maxSubs, maxConns, maxConnsPerIP    int
@@ -154,6 +155,7 @@ func serve(args []string) error {
 	f.etcdReplyBytes, f.etcdWatchBytes = 16<<20, 4<<20
 	fs.Var(&f.etcdReplyBytes, "etcd-max-reply-bytes", "keys and values of one etcd reply (a Range, a Txn's ranges): past it a Range with a limit pages, anything else is ResourceExhausted; 16 replies this size are built and sent at once at most")
 	fs.Var(&f.etcdWatchBytes, "etcd-max-watch-bytes", "events the etcd watches of one connection may hold unsent; past it they wait, then catch up from the room's history")
+	fs.StringVar(&f.etcdDefaultRoom, "etcd-default-room", "", "with --etcd-addr: the room of every etcd key that names no other room (not /<room>/…), so etcd clients have etcd's one keyspace (etcdctl put foo bar, get --prefix \"\", compaction); off by default")
 	fs.DurationVar(&f.etcdIdle, "etcd-idle-timeout", 2*time.Minute, "an etcd connection with no request in flight this long (a watch is one) is sent GOAWAY")
 	fs.StringVar(&f.data, "data", "./data", "directory of the embedded file store")
 	fs.StringVar(&f.storeURL, "store", "file", "store: file, memory (ephemeral), or a redis:// URL (several nodes share it)")
@@ -180,6 +182,7 @@ func serve(args []string) error {
 	fs.Var(&f.queueBytes, "watch-queue-bytes", "bytes of events a subscription may have waiting before it is parked as slow and later caught up by one coalesced message")
 	fs.IntVar(&f.maxFrame, "max-frame", 1<<20, "largest WebSocket frame read, in bytes")
 	fs.IntVar(&f.maxValue, "max-value", 256<<10, "largest value, in bytes")
+	fs.IntVar(&f.maxOps, "max-ops", 256, "operations and conditions of one write (a transaction, an etcd DeleteRange of a range)")
 	fs.IntVar(&f.roomMaxKeys, "room-max-keys", 100_000, "keys one room may hold: a write past it is refused (quota_exceeded, HTTP 507; etcd: database space exceeded); deletes always commit")
 	f.roomMaxBytes = 64 << 20
 	fs.Var(&f.roomMaxBytes, "room-max-bytes", "bytes of keys and values one room may hold, as --room-max-keys (KiB, MiB, GiB suffixes)")
@@ -254,10 +257,18 @@ func run(f serveFlags) error {
 		}
 	}
 	retention := store.RetentionPolicy{Default: store.Retention{MaxEvents: f.history, MaxAge: f.historyAge, MaxBytes: int64(f.historyBytes)}, Classes: f.classes}
+	if f.etcdDefaultRoom != "" {
+		if err := store.ValidClientRoom(f.etcdDefaultRoom); err != nil {
+			return fmt.Errorf("--etcd-default-room: %w", err)
+		}
+	}
+	if f.maxOps < 0 {
+		return fmt.Errorf("--max-ops must not be negative (0: the default), got %d", f.maxOps)
+	}
 	if f.roomMaxKeys < 0 || f.roomMaxBytes < 0 {
 		return fmt.Errorf("--room-max-keys and --room-max-bytes must not be negative (0: the default), got %d and %d", f.roomMaxKeys, f.roomMaxBytes)
 	}
-	limits := store.Limits{MaxValueBytes: f.maxValue, MaxRoomKeys: f.roomMaxKeys, MaxRoomBytes: int64(f.roomMaxBytes)}
+	limits := store.Limits{MaxValueBytes: f.maxValue, MaxOps: f.maxOps, MaxRoomKeys: f.roomMaxKeys, MaxRoomBytes: int64(f.roomMaxBytes)}
 	st, where, err := openStore(f, retention, limits, log)
 	if err != nil {
 		return err
@@ -317,7 +328,7 @@ func run(f serveFlags) error {
 			return err
 		}
 		es := etcd.New(etcd.Config{Node: srv, Name: f.nodeID + "@" + eln.Addr().String(), MaxWatches: f.maxSubs,
-			MaxReplyBytes: int(f.etcdReplyBytes), MaxWatchBytes: int(f.etcdWatchBytes), IdleTimeout: f.etcdIdle, Logger: log})
+			MaxReplyBytes: int(f.etcdReplyBytes), MaxWatchBytes: int(f.etcdWatchBytes), IdleTimeout: f.etcdIdle, DefaultRoom: f.etcdDefaultRoom, Logger: log})
 		fmt.Printf("statecast: etcd v3 API on %s\n", eln.Addr())
 		go func() { errc <- es.Serve(eln) }()
 		var once sync.Once

@@ -20,6 +20,8 @@ package etcd
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,6 +79,12 @@ type Config struct {
 	// connection that has not sent gRPC's preface after 10 s (or
 	// IdleTimeout if shorter) is closed.
 	IdleTimeout time.Duration
+	// DefaultRoom, when set, is the room of the keys that name no other
+	// room (any key not /<room>/…, and /<DefaultRoom>/…): its keys are
+	// those etcd keys as they are, so an etcd client that knows nothing
+	// of rooms has etcd's one keyspace, and a Compact naming no room
+	// compacts it. It must be a valid room name (store.ValidClientRoom).
+	DefaultRoom string
 	Logger      *slog.Logger
 }
 
@@ -86,8 +94,10 @@ type Server struct {
 	engine *rooms.Engine
 	limits store.Limits
 	log    *slog.Logger
-	member uint64
-	maxW   int
+	// defaultRoom holds the keys that name no room (Config.DefaultRoom).
+	defaultRoom string
+	member      uint64
+	maxW        int
 	// maxReply bounds one reply; replies holds the bytes of the replies
 	// being built and sent, released once each is sent (rpcTagger).
 	maxReply  int64
@@ -105,7 +115,7 @@ func New(cfg Config) *Server {
 	h := fnv.New64a()
 	h.Write([]byte(cfg.Name))
 	s := &Server{node: cfg.Node, engine: cfg.Node.Engine(), limits: cfg.Node.Limits(), log: cfg.Logger,
-		member: h.Sum64(), maxW: cfg.MaxWatches, quit: make(chan struct{})}
+		member: h.Sum64(), maxW: cfg.MaxWatches, defaultRoom: cfg.DefaultRoom, quit: make(chan struct{})}
 	if s.maxW <= 0 {
 		s.maxW = 256
 	}
@@ -258,43 +268,138 @@ func roomRev(r int64) uint64 { return uint64(r - 1) }
 
 // span is what a request's key and range_end select inside one room: its
 // keys from lo, up to hi (excluded) unless open, or exactly lo when single.
+// lo and hi are store keys (storeKey); pre is what names the room before
+// each key in etcd's keyspace: "/<room>/", or nothing in the default room.
 type span struct {
-	room, lo, hi string
-	single, open bool
+	room, pre, lo, hi string
+	single, open      bool
 }
 
 // spanErr says how keys name rooms.
-func spanErr(format string, args ...any) error {
+func (s *Server) spanErr(format string, args ...any) error {
+	hint := "; serve with --etcd-default-room for etcd's own keyspace"
+	if s.defaultRoom != "" {
+		hint = "; the keys that name no room are room " + s.defaultRoom + "'s"
+	}
 	return status.Error(codes.InvalidArgument, "statecast: "+fmt.Sprintf(format, args...)+
-		": an etcd key is /<room>/<key> and a request stays in one room (a prefix: /<room>/ or /<room>/<key prefix>)")
+		": an etcd key is /<room>/<key> and a request stays in one room (a prefix: /<room>/ or /<room>/<key prefix>)"+hint)
 }
 
-// parseSpan reads an etcd key and range_end.
-func parseSpan(key, end []byte) (span, error) {
+// parseSpan reads an etcd key and range_end: in the room the key names
+// (/<room>/…), else in the default room, whose keys are the etcd keys
+// themselves.
+func (s *Server) parseSpan(key, end []byte) (span, error) {
 	k := string(key)
 	room, rest, ok := strings.Cut(strings.TrimPrefix(k, "/"), "/")
-	if !strings.HasPrefix(k, "/") || !ok {
-		if len(end) > 0 {
-			return span{}, spanErr("the range [%q, %q) spans rooms", key, end)
+	named := strings.HasPrefix(k, "/") && ok
+	if named {
+		err := store.ValidClientRoom(room)
+		switch {
+		case s.defaultRoom != "" && (err != nil || room == s.defaultRoom):
+			named = false // a key of the default room
+		case err != nil:
+			return span{}, status.Error(codes.InvalidArgument, "statecast: "+err.Error())
 		}
-		return span{}, spanErr("key %q names no room", key)
 	}
-	if err := store.ValidClientRoom(room); err != nil {
-		return span{}, status.Error(codes.InvalidArgument, "statecast: "+err.Error())
+	if !named {
+		if s.defaultRoom == "" {
+			if len(end) > 0 {
+				return span{}, s.spanErr("the range [%q, %q) spans rooms", key, end)
+			}
+			return span{}, s.spanErr("key %q names no room", key)
+		}
+		room, rest = s.defaultRoom, k
 	}
-	sp := span{room: room, lo: rest}
-	roomPrefix := "/" + room + "/"
+	sp := span{room: room, pre: s.prefixOf(room), lo: storeKey(rest)}
 	switch e := string(end); {
 	case e == "":
 		sp.single = true
-	case e == prefixEnd(roomPrefix):
+		return sp, nil
+	case !named && e == "\x00", named && e == prefixEnd(sp.pre):
 		sp.open = true
-	case strings.HasPrefix(e, roomPrefix):
-		sp.hi = e[len(roomPrefix):]
+	case strings.HasPrefix(e, sp.pre) && named:
+		sp.hi = storeBound(rest, e[len(sp.pre):])
+	case !named:
+		sp.hi = storeBound(rest, e)
 	default:
-		return span{}, spanErr("the range [%q, %q) spans rooms", key, end)
+		return span{}, s.spanErr("the range [%q, %q) spans rooms", key, end)
+	}
+	if rest == "\x00" {
+		sp.lo = "" // etcd's first key (clientv3's from-key and prefix of "")
 	}
 	return sp, nil
+}
+
+// prefixOf is what names room before its keys in etcd's keyspace
+// (span.pre).
+func (s *Server) prefixOf(room string) string {
+	if room == s.defaultRoom {
+		return ""
+	}
+	return "/" + room + "/"
+}
+
+// Keys. A store key is UTF-8 text with no NUL; etcd's are bytes. A key
+// that is not such text is stored as its text up to the first byte that
+// is not (a NUL, a byte that is not UTF-8, or U+10FFFF itself), then
+// U+10FFFF, then the rest of it in lowercase hex: byte-exact back
+// through etcd, and readable by the JSON clients. Such keys sort after
+// the text keys with the same text before them, not in etcd's byte
+// order.
+const binaryMark = "\U0010FFFF"
+
+// storeKey is the store key of etcd key k.
+func storeKey(k string) string { return storeKeyFrom(k, binaryAt(k)) }
+
+// binaryAt is where k stops being text a store key can hold: len(k) if
+// it never does.
+func binaryAt(k string) int {
+	for i := 0; i < len(k); {
+		r, n := utf8.DecodeRuneInString(k[i:])
+		if r == 0 || r == utf8.MaxRune || r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(k)
+}
+
+// storeKeyFrom is k with its bytes from i in hex.
+func storeKeyFrom(k string, i int) string {
+	if i >= len(k) {
+		return k
+	}
+	return k[:i] + binaryMark + hex.EncodeToString([]byte(k[i:]))
+}
+
+// storeBound is the store key of the end of a range from etcd key lo:
+// where both have the text before lo's bytes, the end's rest is in hex
+// too, so that lo and the end compare as the keys between them do
+// (["a\x00", "a\x01") holds "a\x00\x05").
+func storeBound(lo, end string) string {
+	i := binaryAt(lo)
+	if i < len(lo) && i <= len(end) && end[:i] == lo[:i] && i <= binaryAt(end) {
+		return storeKeyFrom(end, i)
+	}
+	return storeKey(end)
+}
+
+// etcdKey is the etcd key of store key k: k itself unless it is
+// storeKey's form of other bytes (a JSON client may write a key with
+// U+10FFFF that is not).
+func etcdKey(k string) string {
+	i := strings.Index(k, binaryMark)
+	if i < 0 {
+		return k
+	}
+	b, err := hex.DecodeString(k[i+len(binaryMark):])
+	if err != nil {
+		return k
+	}
+	if e := k[:i] + string(b); storeKey(e) == k {
+		return e
+	}
+	return k
 }
 
 // prefixEnd is etcd's range end of a prefix: the least key above every
@@ -345,19 +450,27 @@ func (sp span) canRead(c caller) error {
 // Values. A room's values are JSON (the WebSocket and HTTP clients read
 // them as such); etcd's are bytes. A JSON string is its text, any other
 // JSON value is its JSON text: so bytes that are canonical JSON other
-// than a string are stored as that JSON, all other text as a JSON
-// string, and each reads back as the bytes written. A WebSocket client
-// writing "hello" and an etcd client writing hello store the same value.
+// than a string are stored as that JSON, other UTF-8 text as a JSON
+// string, and bytes that are not UTF-8 as {"$bytes":"<base64>"}; each
+// reads back as the bytes written. A WebSocket client writing "hello"
+// and an etcd client writing hello store the same value, and one writing
+// {"$bytes":"AAE="} stores the bytes 0x00 0x01 for etcd clients. etcd
+// text that is itself that form is stored as a JSON string, so that it
+// reads back as the text.
+
+const bytesTag, bytesEnd = `{"$bytes":"`, `"}`
 
 // toValue turns etcd bytes into a room's value.
 func toValue(b []byte) ([]byte, error) {
-	if len(b) > 0 && b[0] != '"' {
+	if len(b) > 0 && b[0] != '"' && !isTagged(b) {
 		if v, err := wire.ValueFromJSON(b); err == nil && bytes.Equal(v, b) {
 			return v, nil
 		}
 	}
 	if !utf8.Valid(b) {
-		return nil, status.Error(codes.InvalidArgument, "statecast: a value must be UTF-8 text (rooms hold JSON; non-JSON text is stored as a JSON string)")
+		v := make([]byte, 0, len(bytesTag)+base64.StdEncoding.EncodedLen(len(b))+len(bytesEnd))
+		v = append(base64.StdEncoding.AppendEncode(append(v, bytesTag...), b), bytesEnd...)
+		return v, nil
 	}
 	s, _ := json.Marshal(string(b))
 	v, err := wire.ValueFromJSON(s)
@@ -365,6 +478,25 @@ func toValue(b []byte) ([]byte, error) {
 		return nil, status.Error(codes.InvalidArgument, "statecast: "+err.Error())
 	}
 	return v, nil
+}
+
+// isTagged says whether v is {"$bytes":"<base64>"}, as this API writes
+// bytes that are not UTF-8 (and accepts from JSON clients).
+func isTagged(v []byte) bool {
+	_, ok := untag(v)
+	return ok
+}
+
+func untag(v []byte) ([]byte, bool) {
+	b64, ok := bytes.CutPrefix(v, []byte(bytesTag))
+	if !ok {
+		return nil, false
+	}
+	if b64, ok = bytes.CutSuffix(b64, []byte(bytesEnd)); !ok {
+		return nil, false
+	}
+	b, err := base64.StdEncoding.AppendDecode(nil, b64)
+	return b, err == nil
 }
 
 // fromValue turns a room's value into etcd bytes. A string with no
@@ -379,6 +511,9 @@ func fromValue(v []byte) []byte {
 		if json.Unmarshal(v, &s) == nil {
 			return []byte(s)
 		}
+	}
+	if b, ok := untag(v); ok {
+		return b
 	}
 	return v
 }
@@ -401,8 +536,9 @@ func leaseNum(name string) int64 {
 	return int64(n)
 }
 
-func toKV(room string, kv store.KV, keysOnly bool) *mvccpb.KeyValue {
-	out := &mvccpb.KeyValue{Key: []byte("/" + room + "/" + kv.Key), CreateRevision: keyRev(kv.CreateRev),
+// toKV is kv as etcd's, in the span whose keys pre names (span.pre).
+func toKV(pre string, kv store.KV, keysOnly bool) *mvccpb.KeyValue {
+	out := &mvccpb.KeyValue{Key: []byte(pre + etcdKey(kv.Key)), CreateRevision: keyRev(kv.CreateRev),
 		ModRevision: keyRev(kv.ModRev), Version: int64(kv.Version), Lease: leaseNum(kv.Lease)}
 	if !keysOnly {
 		out.Value = fromValue(kv.Value)

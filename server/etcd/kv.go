@@ -110,7 +110,7 @@ func (s kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	if err != nil {
 		return nil, err
 	}
-	sp, err := parseSpan(r.Key, r.RangeEnd)
+	sp, err := s.parseSpan(r.Key, r.RangeEnd)
 	if err != nil {
 		if k := string(r.Key); len(r.RangeEnd) == 0 && !(strings.HasPrefix(k, "/") && strings.Contains(k[1:], "/")) {
 			// A key outside every room exists in none: etcdctl endpoint
@@ -134,7 +134,7 @@ func (s kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	if err := s.holdReply(ctx, size); err != nil {
 		return nil, err
 	}
-	return s.rangeResponse(sp.room, kvs, count, more || paged, snap.Rev, r), nil
+	return s.rangeResponse(sp.pre, kvs, count, more || paged, snap.Rev, r), nil
 }
 
 // rangeKVs selects what r returns of items (sorted by key): its filters,
@@ -174,14 +174,14 @@ func rangeKVs(items []store.KV, shared bool, r *pb.RangeRequest) (kvs []store.KV
 	return items, count, more
 }
 
-// rangeResponse answers r with kvs (from rangeKVs).
-func (s *Server) rangeResponse(room string, kvs []store.KV, count int64, more bool, rev uint64, r *pb.RangeRequest) *pb.RangeResponse {
+// rangeResponse answers r with kvs (from rangeKVs) of the span pre names.
+func (s *Server) rangeResponse(pre string, kvs []store.KV, count int64, more bool, rev uint64, r *pb.RangeRequest) *pb.RangeResponse {
 	resp := &pb.RangeResponse{Header: s.header(rev), Count: count, More: more}
 	if len(kvs) > 0 {
 		resp.Kvs = make([]*mvccpb.KeyValue, len(kvs))
 	}
 	for i, kv := range kvs {
-		resp.Kvs[i] = toKV(room, kv, r.KeysOnly)
+		resp.Kvs[i] = toKV(pre, kv, r.KeysOnly)
 	}
 	return resp
 }
@@ -201,10 +201,13 @@ func compareBy(t pb.RangeRequest_SortTarget, a, b store.KV) int {
 }
 
 // putOp turns a put into a store op.
-func putOp(r *pb.PutRequest) (span, store.Op, error) {
-	sp, err := parseSpan(r.Key, nil)
+func (s *Server) putOp(r *pb.PutRequest) (span, store.Op, error) {
+	sp, err := s.parseSpan(r.Key, nil)
 	if err != nil {
 		return sp, store.Op{}, err
+	}
+	if sp.lo == "" {
+		return sp, store.Op{}, status.Errorf(codes.InvalidArgument, "statecast: key %q names a room and no key in it: /<room>/<key>", r.Key)
 	}
 	if r.IgnoreValue || r.IgnoreLease {
 		return sp, store.Op{}, status.Error(codes.InvalidArgument, "statecast: ignore_value and ignore_lease are not supported")
@@ -212,6 +215,12 @@ func putOp(r *pb.PutRequest) (span, store.Op, error) {
 	v, err := toValue(r.Value)
 	if err != nil {
 		return sp, store.Op{}, err
+	}
+	// The limit is the room's, on the value as stored: etcd's bytes as a
+	// JSON string (escapes take up to 6 bytes a byte) or in base64.
+	if limit := s.limits.WithDefaults().MaxValueBytes; len(v) > limit {
+		return sp, store.Op{}, status.Errorf(codes.InvalidArgument,
+			"statecast: a value of %d bytes takes %d bytes as a room's JSON value, more than the %d a value may take (serve --max-value raises it)", len(r.Value), len(v), limit)
 	}
 	op := store.Op{Type: store.OpPut, Key: sp.lo, Value: v}
 	if r.Lease != 0 {
@@ -225,7 +234,7 @@ func (s kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, e
 	if err != nil {
 		return nil, err
 	}
-	sp, op, err := putOp(r)
+	sp, op, err := s.putOp(r)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +249,7 @@ func (s kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, e
 	}
 	resp := &pb.PutResponse{Header: s.header(res.Rev)}
 	if r.PrevKv && len(res.Events) == 1 && res.Events[0].Prev != nil {
-		resp.PrevKv = toKV(sp.room, *res.Events[0].Prev, false)
+		resp.PrevKv = toKV(sp.pre, *res.Events[0].Prev, false)
 	}
 	return resp, nil
 }
@@ -250,9 +259,12 @@ func (s kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*p
 	if err != nil {
 		return nil, err
 	}
-	sp, err := parseSpan(r.Key, r.RangeEnd)
+	sp, err := s.parseSpan(r.Key, r.RangeEnd)
 	if err != nil {
 		return nil, err
+	}
+	if sp.single && sp.lo == "" {
+		return nil, status.Errorf(codes.InvalidArgument, "statecast: key %q names a room and no key in it: /<room>/<key> (a prefix: --prefix /<room>/)", r.Key)
 	}
 	// The previous values are a read, and so is a range: which keys it
 	// holds, and how many. Both are checked before anything is read, so a
@@ -276,6 +288,12 @@ func (s kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*p
 		if len(snap.Items) == 0 {
 			return &pb.DeleteRangeResponse{Header: s.header(snap.Rev)}, nil
 		}
+		// One write deletes them, as etcd does at one revision: more keys
+		// than a write may hold are refused, not deleted in parts.
+		if limit := s.limits.WithDefaults().MaxOps; len(snap.Items) > limit {
+			return nil, status.Errorf(codes.InvalidArgument,
+				"statecast: this delete would remove %d keys in one write, more than the %d a write may hold: delete in smaller ranges, or serve with a larger --max-ops", len(snap.Items), limit)
+		}
 		if r.PrevKv { // refused before anything is deleted
 			n := kvsBytes(sp.room, snap.Items, false)
 			if n > s.maxReply {
@@ -294,10 +312,10 @@ func (s kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*p
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	return deleteResponse(s.Server, sp.room, res.Rev, res.Events, r.PrevKv), nil
+	return deleteResponse(s.Server, sp.pre, res.Rev, res.Events, r.PrevKv), nil
 }
 
-func deleteResponse(s *Server, room string, rev uint64, evs []store.Event, prevKV bool) *pb.DeleteRangeResponse {
+func deleteResponse(s *Server, pre string, rev uint64, evs []store.Event, prevKV bool) *pb.DeleteRangeResponse {
 	resp := &pb.DeleteRangeResponse{Header: s.header(rev)}
 	for _, ev := range evs {
 		if ev.Type != store.OpDelete {
@@ -305,7 +323,7 @@ func deleteResponse(s *Server, room string, rev uint64, evs []store.Event, prevK
 		}
 		resp.Deleted++
 		if prevKV && ev.Prev != nil {
-			resp.PrevKvs = append(resp.PrevKvs, toKV(room, *ev.Prev, false))
+			resp.PrevKvs = append(resp.PrevKvs, toKV(pre, *ev.Prev, false))
 		}
 	}
 	return resp
@@ -313,7 +331,7 @@ func deleteResponse(s *Server, room string, rev uint64, evs []store.Event, prevK
 
 // Compact compacts one room's history on this node (rooms.Engine.Compact):
 // etcd's request names no key, so the room comes as gRPC metadata
-// statecast-room.
+// statecast-room, else it is the default room.
 func (s kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
 	c, err := s.caller(ctx)
 	if err != nil {
@@ -321,8 +339,11 @@ func (s kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Com
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	room := md.Get("statecast-room")
+	if len(room) == 0 && s.defaultRoom != "" {
+		room = []string{s.defaultRoom} // etcd's keyspace
+	}
 	if len(room) != 1 {
-		return nil, status.Error(codes.InvalidArgument, "statecast: revisions are per room: name the room to compact in gRPC metadata statecast-room")
+		return nil, status.Error(codes.InvalidArgument, "statecast: revisions are per room: name the room to compact in gRPC metadata statecast-room (or serve with --etcd-default-room)")
 	}
 	if err := store.ValidClientRoom(room[0]); err != nil { // not the server's own rooms
 		return nil, status.Error(codes.InvalidArgument, "statecast: "+err.Error())
@@ -366,7 +387,7 @@ func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 	if len(r.Compare)+len(r.Success)+len(r.Failure) == 0 {
 		return &pb.TxnResponse{Header: s.header(0), Succeeded: true}, nil // etcd: nothing to do succeeds
 	}
-	t, err := parseTxn(r)
+	t, err := s.parseTxn(r)
 	if err != nil {
 		return nil, err
 	}
@@ -395,6 +416,11 @@ func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 		}
 		if len(run.write.Ops) == 0 { // nothing to write: answered at the read's revision
 			return run.response(s.Server, snap.Rev, nil), nil
+		}
+		if limit := s.limits.WithDefaults().MaxOps; len(run.write.Ops)+len(run.write.Conds) > limit {
+			return nil, status.Errorf(codes.InvalidArgument,
+				"statecast: this txn would write %d keys on %d conditions in one write, more than the %d ops and conditions a write may hold: serve with a larger --max-ops",
+				len(run.write.Ops), len(run.write.Conds), limit)
 		}
 		res, err := s.node.Write(ctx, t.room, run.write, c.claims, c.addr)
 		var pe *server.Error

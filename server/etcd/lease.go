@@ -154,7 +154,7 @@ func (s leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveR
 	if r.Keys {
 		for _, k := range info.Keys {
 			if c.claims.CanRead(k[0], k[1]) { // the lease is the subject's; its keys' names are reads
-				resp.Keys = append(resp.Keys, []byte("/"+k[0]+"/"+k[1]))
+				resp.Keys = append(resp.Keys, []byte(s.prefixOf(k[0])+etcdKey(k[1])))
 			}
 		}
 	}

@@ -17,7 +17,7 @@ import (
 
 // txn is a parsed TxnRequest: every key of it in one room.
 type txn struct {
-	room             string
+	room, pre        string // pre: span.pre
 	spans            []span // of every compare and op: what the txn reads
 	compares         []span // compares[i] is r.Compare[i]'s
 	req              *pb.TxnRequest
@@ -34,22 +34,22 @@ type txnOp struct {
 // (etcd's --max-txn-ops default).
 const maxTxnOps = 128
 
-func parseTxn(r *pb.TxnRequest) (*txn, error) {
+func (s *Server) parseTxn(r *pb.TxnRequest) (*txn, error) {
 	if len(r.Compare)+len(r.Success)+len(r.Failure) > maxTxnOps {
 		return nil, rpctypes.ErrGRPCTooManyOps
 	}
 	t := &txn{req: r}
 	add := func(sp span) error {
 		if t.room == "" {
-			t.room = sp.room
+			t.room, t.pre = sp.room, sp.pre
 		} else if sp.room != t.room {
-			return spanErr("a txn spans rooms %q and %q", t.room, sp.room)
+			return s.spanErr("a txn spans rooms %q and %q", t.room, sp.room)
 		}
 		t.spans = append(t.spans, sp)
 		return nil
 	}
 	for _, c := range r.Compare {
-		sp, err := parseSpan(c.Key, c.RangeEnd)
+		sp, err := s.parseSpan(c.Key, c.RangeEnd)
 		if err == nil && !sp.single {
 			// The commit is conditional on the mod_rev of each key read: a
 			// key appearing in a range meanwhile could not be guarded, and
@@ -72,12 +72,12 @@ func parseTxn(r *pb.TxnRequest) (*txn, error) {
 			switch {
 			case req.GetRequestRange() != nil:
 				rr := req.GetRequestRange()
-				op.sp, err = parseSpan(rr.Key, rr.RangeEnd)
+				op.sp, err = s.parseSpan(rr.Key, rr.RangeEnd)
 			case req.GetRequestPut() != nil:
-				op.sp, op.put, err = putOp(req.GetRequestPut())
+				op.sp, op.put, err = s.putOp(req.GetRequestPut())
 			case req.GetRequestDeleteRange() != nil:
 				dr := req.GetRequestDeleteRange()
-				op.sp, err = parseSpan(dr.Key, dr.RangeEnd)
+				op.sp, err = s.parseSpan(dr.Key, dr.RangeEnd)
 			case req.GetRequestTxn() != nil:
 				return nil, status.Error(codes.InvalidArgument, "statecast: a txn inside a txn is not supported")
 			default:
@@ -126,7 +126,7 @@ func (t *txn) cover() span {
 // txnRun is one evaluation of a txn on the state at one revision: the
 // branch taken, the write it makes and what its ops answer.
 type txnRun struct {
-	room      string
+	room, pre string
 	succeeded bool
 	write     store.Write
 	results   []opResult
@@ -226,9 +226,12 @@ func (t *txn) run(s *Server, snap store.Snapshot, past pastRead) (*txnRun, error
 		}
 		return past(op.sp, rev)
 	}
-	run := &txnRun{room: t.room, succeeded: true}
+	run := &txnRun{room: t.room, pre: t.pre, succeeded: true}
 	guards := make(map[string]uint64) // key → mod_rev read (0: absent)
 	guard := func(k string) {
+		if k == "" {
+			return // "/<room>/" names no key: it is never there
+		}
 		if _, ok := guards[k]; !ok {
 			kv, _ := get(k)
 			guards[k] = kv.ModRev
@@ -384,12 +387,12 @@ func (run *txnRun) response(s *Server, rev uint64, evs []store.Event) *pb.TxnRes
 				}
 			}
 			kvs, count, more := rangeKVs(res.items, true, res.req.GetRequestRange())
-			rr := s.rangeResponse(run.room, kvs, count, more, rev, res.req.GetRequestRange())
+			rr := s.rangeResponse(run.pre, kvs, count, more, rev, res.req.GetRequestRange())
 			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}
 		case res.req.GetRequestPut() != nil:
 			pr := &pb.PutResponse{Header: s.header(rev)}
 			if res.req.GetRequestPut().PrevKv && len(res.prev) == 1 {
-				pr.PrevKv = toKV(run.room, res.prev[0], false)
+				pr.PrevKv = toKV(run.pre, res.prev[0], false)
 			}
 			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: pr}}
 		default:
@@ -397,7 +400,7 @@ func (run *txnRun) response(s *Server, rev uint64, evs []store.Event) *pb.TxnRes
 			if res.req.GetRequestDeleteRange().PrevKv {
 				dr.PrevKvs = make([]*mvccpb.KeyValue, len(res.prev))
 				for i, kv := range res.prev {
-					dr.PrevKvs[i] = toKV(run.room, kv, false)
+					dr.PrevKvs[i] = toKV(run.pre, kv, false)
 				}
 			}
 			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: dr}}

@@ -122,7 +122,7 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) {
 		refuse(errors.New("statecast: a watch with this id exists on the stream"))
 		return
 	}
-	sp, err := parseSpan(cr.Key, cr.RangeEnd)
+	sp, err := s.parseSpan(cr.Key, cr.RangeEnd)
 	if err == nil {
 		err = sp.canRead(ws.c)
 	}
@@ -361,16 +361,16 @@ func (w *watch) events(ch *rooms.Change) []*mvccpb.Event {
 			if w.noPut {
 				continue
 			}
-			e = &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: toKV(w.sp.room, ev.KV, false)}
+			e = &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: toKV(w.sp.pre, ev.KV, false)}
 		} else {
 			if w.noDelete {
 				continue
 			}
 			// etcd's tombstone: the key and the delete's revision.
-			e = &mvccpb.Event{Type: mvccpb.Event_DELETE, Kv: &mvccpb.KeyValue{Key: []byte("/" + w.sp.room + "/" + ev.KV.Key), ModRevision: keyRev(ev.KV.ModRev)}}
+			e = &mvccpb.Event{Type: mvccpb.Event_DELETE, Kv: &mvccpb.KeyValue{Key: []byte(w.sp.pre + etcdKey(ev.KV.Key)), ModRevision: keyRev(ev.KV.ModRev)}}
 		}
 		if w.prevKV && ev.Prev != nil {
-			e.PrevKv = toKV(w.sp.room, *ev.Prev, false)
+			e.PrevKv = toKV(w.sp.pre, *ev.Prev, false)
 		}
 		out = append(out, e)
 	}
