@@ -218,33 +218,48 @@ func LocalLease(stored string) string {
 }
 
 // maxRateWait bounds how long admitWait holds a write over its writer's
-// rate.
-const maxRateWait = 2 * time.Second
+// rate, and maxRateWaiters how many of one writer's it holds at once.
+const (
+	maxRateWait    = 2 * time.Second
+	maxRateWaiters = 16
+)
 
 // admitWait is admitWrite for the etcd API. Its clients do not retry
 // ResourceExhausted (client/v3 retries no write, and its recipes fail on
 // it), so a write over its writer's rate waits its turn, up to maxRateWait
 // or the request's deadline, as etcd's own backpressure slows a client
 // down rather than failing it: the rate is kept, by the writer's pace.
-// One that would wait longer is refused as before. A waiting write holds
-// one of its connection's bounded concurrent streams.
+// One that would wait longer, or past half the time left before the
+// request's deadline (the other half is the write's), is refused as before; so is one past the
+// writer's maxRateWaiters waiting already, which bounds what a writer can
+// park on the node (each holds a goroutine and its request).
 func (s *Server) admitWait(ctx context.Context, claims *auth.Claims, addr string) error {
-	deadline := time.Now().Add(maxRateWait)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	retry, err := s.admitWrite(claims, addr)
+	var pe *Error
+	if err == nil || !errors.As(err, &pe) || pe.Code != wire.CodeRateLimited {
+		return err
 	}
+	now := time.Now()
+	deadline := now.Add(maxRateWait)
+	if d, ok := ctx.Deadline(); ok && now.Add(d.Sub(now)/2).Before(deadline) {
+		deadline = now.Add(d.Sub(now) / 2) // the other half is the write's
+	}
+	writer := writerKey(claims, addr)
+	if time.Now().Add(retry).After(deadline) || !s.rateWaits.enter(writer, maxRateWaiters) {
+		return err
+	}
+	defer s.rateWaits.leave(writer)
 	for {
-		retry, err := s.admitWrite(claims, addr)
-		var pe *Error
-		if err == nil || !errors.As(err, &pe) || pe.Code != wire.CodeRateLimited || time.Now().Add(retry).After(deadline) {
-			return err
-		}
 		t := time.NewTimer(retry)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return err
 		case <-t.C:
+		}
+		if retry, err = s.admitWrite(claims, addr); err == nil || !errors.As(err, &pe) || pe.Code != wire.CodeRateLimited ||
+			time.Now().Add(retry).After(deadline) {
+			return err
 		}
 	}
 }

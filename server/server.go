@@ -211,7 +211,10 @@ type Server struct {
 	// writeLimits is the write rate limit shared by every surface.
 	writeLimits *writeLimits
 	// hookWaits bounds each writer's writes waiting on the validation hook.
-	hookWaits hookWaits
+	hookWaits writerWaits
+	// rateWaits bounds each writer's etcd writes waiting their turn under
+	// the write rate (admitWait).
+	rateWaits writerWaits
 	// storeDeadline bounds the store call of every write.
 	storeDeadline sharedDeadline
 

@@ -26,7 +26,7 @@ import (
 // waiting on the hook already is rate_limited. Nothing is written on any
 // error.
 func (s *Server) validated(ctx context.Context, room string, w store.Write, claims *auth.Claims, writer string, sess *session) (store.Write, *store.Result, error) {
-	if !s.hookWaits.enter(writer) {
+	if !s.hookWaits.enter(writer, maxHookWaits) {
 		return w, nil, newError(wire.CodeRateLimited, fmt.Sprintf("%d writes of this client (its token's subject, or its address when anonymous) are waiting on the application's validation hook already; retry once one is answered", maxHookWaits))
 	}
 	defer s.hookWaits.leave(writer)
@@ -182,17 +182,18 @@ func validateRequest(room string, w store.Write, modRevs map[string]uint64, clai
 // application.
 const maxHookWaits = 16
 
-// hookWaits counts each writer's writes waiting on the validation hook.
-type hookWaits struct {
+// writerWaits counts each writer's writes waiting on something: the
+// validation hook, or their turn under the write rate (admitWait).
+type writerWaits struct {
 	mu sync.Mutex
 	n  map[string]int
 }
 
-// enter counts a write of writer in, unless maxHookWaits are in already.
-func (h *hookWaits) enter(writer string) bool {
+// enter counts a write of writer in, unless max are in already.
+func (h *writerWaits) enter(writer string, max int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.n[writer] >= maxHookWaits {
+	if h.n[writer] >= max {
 		return false
 	}
 	if h.n == nil {
@@ -202,7 +203,7 @@ func (h *hookWaits) enter(writer string) bool {
 	return true
 }
 
-func (h *hookWaits) leave(writer string) {
+func (h *writerWaits) leave(writer string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.n[writer]--; h.n[writer] <= 0 {

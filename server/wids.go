@@ -50,6 +50,9 @@ func scopeWid(w store.Write, scope string) (store.Write, error) {
 	if err := store.ValidWid(w.Wid); err != nil {
 		return w, newError(wire.CodeBadRequest, err.Error())
 	}
+	if wids.Scoped(w.Wid) {
+		return w, newError(wire.CodeBadRequest, "a write id of the form ~<16 characters>~<id> is reserved: choose another")
+	}
 	w.Fingerprint = store.FingerprintOf(w)
 	w.LegacyWid = w.Wid
 	w.Wid = wids.Stored(scope, w.Wid)

@@ -76,6 +76,7 @@ func TestWSWidInvalid(t *testing.T) {
 				{Wid: "white space"},
 				{Wid: "é"},
 				{Wid: string([]byte{'w', 0xff})}, // not UTF-8
+				{Wid: "~AAAAAAAAAAAAAAAA~x"},     // the form of a stored id, another scope's
 				{Since: u64(4)},
 			}
 			for i, r := range bad {

@@ -78,9 +78,16 @@ func seenWid(w Write, oldest uint64, committed func(wid string) (rev uint64, fp 
 		}
 		return rev, true, nil
 	}
+	// An id an older build stored has no fingerprint: only such a record
+	// is a legacy id's commit (one a newer build stored is another
+	// writer's, whatever its text).
 	if w.LegacyWid != "" {
-		if rev, _, dup, err = committed(w.LegacyWid); dup || err != nil {
-			return rev, dup, err
+		rev, fp, found, err := committed(w.LegacyWid)
+		if err != nil {
+			return 0, false, err
+		}
+		if found && fp == "" {
+			return rev, true, nil
 		}
 	}
 	if w.Since != nil && *w.Since < oldest-1 { // oldest >= 1; since+1 may overflow

@@ -132,10 +132,11 @@ type Write struct {
 	// matches any.
 	Fingerprint string
 	// LegacyWid, with Wid, is the id as a build before write ids were
-	// scoped stored it: found among the room's ids, it counts as this
-	// write's commit (Dup), so a write first sent to an older node and
-	// retried on this one during a rolling upgrade is not applied twice.
-	// It is looked up, never stored.
+	// scoped stored it: found among the room's ids as such a build left
+	// it (without a fingerprint), it counts as this write's commit (Dup),
+	// so a write first sent to an older node and retried on this one
+	// during a rolling upgrade is not applied twice. It is looked up,
+	// never stored.
 	LegacyWid string
 	// Since, with Wid, is a revision of the room seen before the write was
 	// first sent: that attempt can only have committed after it. When the

@@ -112,6 +112,10 @@ func TestFileWidOfAnOlderBinary(t *testing.T) {
 	if !res.Dup || res.Rev != first.Rev {
 		t.Errorf("repeat of an older binary's id: %+v, want dup at %d", res, first.Rev)
 	}
+	res = mustApply(t, f, "r", Write{Ops: []Op{{Type: OpPut, Key: "k", Value: []byte("v")}}, Wid: "~scope~old", LegacyWid: "old"})
+	if !res.Dup || res.Rev != first.Rev {
+		t.Errorf("a retry naming an older binary's id as its legacy id: %+v, want dup at %d", res, first.Rev)
+	}
 	err = f.view(func(tx *bolt.Tx) error {
 		v := roomBucket(tx, "r").Bucket(bucketWids).Get([]byte("old"))
 		if rev, n := binary.Uvarint(v); n != len(v) || rev != first.Rev {

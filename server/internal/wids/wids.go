@@ -32,6 +32,13 @@ func Own(stored, scope string) string {
 	return ""
 }
 
+// Scoped reports whether id has the form of a stored id, which a client's
+// own id may not take: it would pass for another scope's.
+func Scoped(id string) bool {
+	_, _, ok := split(id)
+	return ok
+}
+
 // Client is the client's id in stored, whoever sent it; stored itself
 // when it was stored before scoping.
 func Client(stored string) string {

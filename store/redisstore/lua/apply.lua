@@ -111,9 +111,21 @@ local function one(a)
       end
       return {'DUP', epoch, fmt(rev), fmt(tonumber(at))}
     end
+    -- The id as an older build stored it counts only in an entry of
+    -- such a build (no fingerprint): a newer build's is another writer's.
     if legacy ~= '' then
       at = redis.call('ZSCORE', wids, legacy)
-      if at then return {'DUP', epoch, fmt(rev), fmt(tonumber(at))} end
+      if at then
+        local id = fmt(tonumber(at)) .. '-0'
+        local e = redis.call('XRANGE', log, id, id)[1]
+        local stamped = false
+        if e then
+          for j = 1, #e[2], 2 do
+            if e[2][j] == 'f' then stamped = true end
+          end
+        end
+        if not stamped then return {'DUP', epoch, fmt(rev), fmt(tonumber(at))} end
+      end
     end
     if since ~= '' then
       local first = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
