@@ -79,7 +79,6 @@ func (b *budget) charge(n int64) {
 	}
 }
 
-func (b *budget) over() bool     { return b != nil && b.used.Load() > b.limit }
 func (b *budget) aboveLow() bool { return b.used.Load() > b.low }
 func (b *budget) overHard() bool { return b != nil && b.used.Load() > b.hard }
 

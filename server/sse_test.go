@@ -146,18 +146,6 @@ func (c *sseClient) ended(t testing.TB) {
 	}
 }
 
-// quiet checks that no event arrives for d.
-func (c *sseClient) quiet(t testing.TB, d time.Duration) {
-	t.Helper()
-	select {
-	case ev := <-c.events:
-		if ev.Comment == "" {
-			t.Fatalf("unexpected event %+v", ev)
-		}
-	case <-time.After(d):
-	}
-}
-
 type sseWireEvent struct {
 	Type      string          `json:"type"`
 	Key       string          `json:"key"`

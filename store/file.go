@@ -14,6 +14,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // FileConfig configures a File store.
@@ -164,7 +165,7 @@ func OpenFile(cfg FileConfig) (*File, error) {
 		FreelistType: bolt.FreelistMapType,
 	})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("store: %s is in use by another process", cfg.Path)
 		}
 		return nil, fmt.Errorf("store: open %s: %w", cfg.Path, err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 var bg = context.Background()
@@ -592,7 +593,7 @@ func TestFileFailedWriteRetriesGroup(t *testing.T) {
 	before := f.commits.Load()
 	release()
 	wg.Wait()
-	if !errors.Is(errs[1], bolt.ErrIncompatibleValue) {
+	if !errors.Is(errs[1], berrors.ErrIncompatibleValue) {
 		t.Errorf("write to the trap: %v, want bbolt's incompatible value error", errs[1])
 	}
 	if errs[0] != nil || errs[2] != nil || res[0].Rev != 2 || res[2].Rev != 3 {

@@ -764,13 +764,12 @@ type trackedOp struct {
 // end that no acknowledged write is missing: a key must hold the result of
 // its last acknowledged write or of a later write of unknown outcome.
 type tracker struct {
-	mu       sync.Mutex
-	ops      map[string][]trackedOp
-	lossEnd  time.Time // writes started before this may have been lost with Redis's state
-	acked    int
-	failed   int
-	unknown  int
-	affected int // acknowledged writes that changed state
+	mu      sync.Mutex
+	ops     map[string][]trackedOp
+	lossEnd time.Time // writes started before this may have been lost with Redis's state
+	acked   int
+	failed  int
+	unknown int
 }
 
 func newTracker() *tracker { return &tracker{ops: map[string][]trackedOp{}} }

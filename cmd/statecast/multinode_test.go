@@ -326,13 +326,11 @@ func testKillNode(t *testing.T, opts mnOptions) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// Two clients per node hold a session-leased presence key.
-	var holders []*client.Conn
 	for i := range 6 {
 		conn, err := client.Dial(ctx, c.nodes[i%3].WS(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		holders = append(holders, conn)
 		t.Cleanup(conn.CloseNow)
 		if _, err := conn.Put(ctx, ch.room, fmt.Sprintf("presence/n%d-%d", i%3, i), json.RawMessage(`true`), client.WithLease("session")); err != nil {
 			t.Fatal(err)

@@ -339,7 +339,6 @@ func (r *run) step(rs *roomState) (more bool, err error) {
 		// The next pending revision was committed after this one.
 		rs.pendingSince = time.UnixMilli(d.Revisions[n-1].TimeMS)
 	}
-	more = rs.head > next.Rev || rs.headEpoch != next.Epoch
 	r.mu.Unlock()
 	st := &r.h.stats
 	st.deliveries.Add(1)
@@ -350,7 +349,7 @@ func (r *run) step(rs *roomState) (more bool, err error) {
 	for _, rev := range d.Revisions {
 		st.lag.Observe(now.Sub(time.UnixMilli(rev.TimeMS)).Seconds())
 	}
-	return true, r.store(rs, next)
+	return true, r.store(rs, next) // the next step finds whether more is due
 }
 
 // store writes the room's cursor under the claim. A conflict on the claim

@@ -204,14 +204,14 @@ func TestProtocolExamples(t *testing.T) {
 	if diff := cmp.Diff(want, reqs); diff != "" {
 		t.Error(diff)
 	}
-	msgs, err := JSON.DecodeMessages([]byte(`{"t":"events","s":1,"rev":58,"events":[
+	_, err = JSON.DecodeMessages([]byte(`{"t":"events","s":1,"rev":58,"events":[
   {"type":"put","key":"games/7","value":{"name":"Dune","players":3,"max":4},"create_rev":12,"mod_rev":58,"version":6,
    "prev":{"value":{"name":"Dune","players":2,"max":4},"create_rev":12,"mod_rev":57,"version":5}},
   {"type":"delete","key":"games/9","mod_rev":58}]}`))
 	if err == nil {
 		t.Fatal("a pretty-printed message spans lines, so it is not one message")
 	}
-	msgs, err = JSON.DecodeMessages([]byte(`{"t":"events","s":1,"rev":58,"events":[ {"type":"put","key":"games/7","value":{"name": "Dune", "players":3,"max":4},"create_rev":12,"mod_rev":58,"version":6, "prev":{"value":{"name":"Dune","players":2,"max":4},"create_rev":12,"mod_rev":57,"version":5}}, {"type":"delete","key":"games/9","mod_rev":58}]}`))
+	msgs, err := JSON.DecodeMessages([]byte(`{"t":"events","s":1,"rev":58,"events":[ {"type":"put","key":"games/7","value":{"name": "Dune", "players":3,"max":4},"create_rev":12,"mod_rev":58,"version":6, "prev":{"value":{"name":"Dune","players":2,"max":4},"create_rev":12,"mod_rev":57,"version":5}}, {"type":"delete","key":"games/9","mod_rev":58}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -506,7 +506,7 @@ func hex4(b []byte) rune {
 // checkNumber rejects numbers beyond float64's range. Only an exponent,
 // or more digits than float64 can hold, can get there.
 func checkNumber(tok []byte) error {
-	if len(tok) < 300 && bytes.IndexAny(tok, "eE") < 0 {
+	if len(tok) < 300 && !bytes.ContainsAny(tok, "eE") {
 		return nil
 	}
 	_, err := parseNumber(string(tok))
@@ -564,7 +564,7 @@ func appendJSONFloat(dst []byte, f float64) ([]byte, error) {
 	}
 	start := len(dst)
 	dst = strconv.AppendFloat(dst, f, 'g', -1, 64)
-	if bytes.IndexAny(dst[start:], ".e") < 0 {
+	if !bytes.ContainsAny(dst[start:], ".e") {
 		dst = append(dst, '.', '0')
 	}
 	return dst, nil

@@ -107,7 +107,7 @@ func renderJSON(t *rapid.T, n node) (text string, plain bool) {
 	var b strings.Builder
 	plain = true
 	ws := func() { b.WriteString(rapid.SampledFrom([]string{"", "", " ", "\n\t", "\r\n "}).Draw(t, "ws")) }
-	var str func(s string)
+	var str func(s string) //lint:ignore S1021 declared first: it calls itself
 	str = func(s string) {
 		b.WriteByte('"')
 		for _, r := range s {

@@ -180,7 +180,7 @@ func testClose(t *testing.T, s *suite) {
 							return
 						}
 						if err != nil {
-							errc <- fmt.Errorf("Apply racing Close: got %v, want success or ErrClosed", err)
+							errc <- fmt.Errorf("apply racing Close: got %v, want success or ErrClosed", err)
 							return
 						}
 						mu.Lock()

@@ -884,7 +884,7 @@ func (e *env) rawWS(ctx context.Context, first []byte) (net.Conn, error) {
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: statecast.v1.json\r\n\r\n"
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReaderSize(c, 1) // nothing past the headers may be buffered here
-	if _, err := c.Write([]byte(req)); err == nil {
+	if _, err = c.Write([]byte(req)); err == nil {
 		var resp *http.Response
 		if resp, err = http.ReadResponse(br, nil); err == nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			err = fmt.Errorf("upgrade: %s", resp.Status)
