@@ -171,6 +171,15 @@ func (s *Store) Follow(room string, fn func(store.Batch)) (stop func(), err erro
 }
 
 // Head reads the room's committed position from its meta: one HMGET.
+//
+// A Redis that lost its last writes (a crash under appendfsync everysec, a
+// failover to a replica that had not received them) comes back behind
+// what this node delivered, in the same epoch, and would reuse those
+// revisions for other writes. Head is what a linearizable read waits for,
+// so it must never hand such a position out: when meta is behind the
+// view's position recorded before the read (or at it with another
+// write's tag), the room starts a new epoch first (divergedLocked), its
+// followers are told, and Head answers the new epoch's head.
 func (s *Store) Head(ctx context.Context, room string) (epoch string, rev uint64, err error) {
 	if err := store.ValidRoom(room); err != nil {
 		return "", 0, err
@@ -181,12 +190,55 @@ func (s *Store) Head(ctx context.Context, room string) (epoch string, rev uint64
 	defer s.mu.RUnlock()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
-	v, err := s.rc.HMGet(ctx, s.keys(room).meta, metaFields[:2]...).Result()
-	if err != nil {
-		return "", 0, fmt.Errorf("store: redis: reading the head of room %q: %w", room, err)
+	v, seen := s.fol.position(room) // before the read: meta can only be at or past it
+	for try := range 2 {
+		mv, err := s.rc.HMGet(ctx, s.keys(room).meta, metaFields...).Result()
+		if err != nil {
+			return "", 0, fmt.Errorf("store: redis: reading the head of room %q: %w", room, err)
+		}
+		m := parseMeta(mv)
+		if v == nil || !seen.lostBy(m) {
+			return m.epoch, m.rev, nil
+		}
+		if try > 0 {
+			break // still the lost epoch: no new one could be started
+		}
+		v.mu.Lock()
+		if !v.dead && v.epoch == seen.epoch {
+			v.divergedLocked(fmt.Sprintf("redis is at revision %d, behind revision %d delivered", m.rev, seen.rev))
+		}
+		v.mu.Unlock()
 	}
-	m := parseMeta(v)
-	return m.epoch, m.rev, nil
+	return "", 0, fmt.Errorf("store: redis: room %q: its history diverged from what this node delivered and no new epoch could be started", room)
+}
+
+// viewPos is a view's position: the last batch it delivered.
+type viewPos struct {
+	epoch, tag string
+	rev        uint64
+}
+
+// position returns room's view (nil when not followed) and its position.
+func (fl *follow) position(room string) (*view, viewPos) {
+	fl.mu.Lock()
+	v := fl.views[room]
+	fl.mu.Unlock()
+	if v == nil {
+		return nil, viewPos{}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.dead || v.epoch == "" {
+		return nil, viewPos{}
+	}
+	return v, viewPos{epoch: v.epoch, tag: v.tag, rev: v.rev}
+}
+
+// lostBy reports whether meta m, read after p was recorded, shows that
+// Redis lost what p delivered: the same epoch, behind p, or at p with
+// another write's tag.
+func (p viewPos) lostBy(m meta) bool {
+	return m.epoch == p.epoch && (m.rev < p.rev || m.rev == p.rev && p.tag != "" && m.tag != "" && m.tag != p.tag)
 }
 
 // CatchUp checks the room against Redis at once (a fill from the stream

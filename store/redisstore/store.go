@@ -348,6 +348,7 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 		slab = append(slab, op.Value...)
 		args = append(args, t, op.Key, slab[start:len(slab):len(slab)], op.Lease)
 	}
+	view, before := s.fol.position(room) // what this node had delivered before the commit
 	reply, err := s.submit(ctx, &req{
 		room: room, keys: []string{k.meta, k.kv, k.log, k.wids}, maxEvents: ret.MaxEvents, maxBytes: ret.MaxBytes, cut: cut, ch: ch,
 		args: args, size: size, done: make(chan struct{}),
@@ -369,6 +370,9 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 		b, err := decodeBatch(str(3))
 		if err != nil {
 			return store.Result{}, fmt.Errorf("store: redis write to room %q committed at rev %d but its batch is unreadable: %w", room, rev, err)
+		}
+		if view != nil && before.epoch == b.Epoch && before.rev >= b.Rev {
+			return s.reusedRev(ctx, room, view, before, b)
 		}
 		return store.Result{Epoch: b.Epoch, Rev: b.Rev, Events: b.Events}, nil
 	case "NOOP":
@@ -884,4 +888,28 @@ func (s *Store) Close() error {
 	s.wg.Wait()
 	err := errors.Join(s.wc.Close(), s.rc.Close())
 	return err
+}
+
+// reusedRev answers a write that Redis committed at a revision this node
+// had already delivered for another write, in the same epoch: Redis lost
+// its last writes (a crash, a failover to a replica behind it). That
+// numbering is not answered to anyone: the room starts a new epoch first
+// (divergedLocked), whose state holds the write, and the write is
+// answered at the new epoch's head, so no client is told a revision that
+// names two writes.
+func (s *Store) reusedRev(ctx context.Context, room string, v *view, before viewPos, b batch) (store.Result, error) {
+	v.mu.Lock()
+	if !v.dead && v.epoch == before.epoch {
+		v.divergedLocked(fmt.Sprintf("a write committed at revision %d, which this node had delivered for another write", b.Rev))
+	}
+	v.mu.Unlock()
+	mv, err := s.rc.HMGet(ctx, s.keys(room).meta, metaFields...).Result()
+	if err != nil {
+		return store.Result{}, fmt.Errorf("store: redis write to room %q (committed; outcome unknown to the client): its room lost writes and its new epoch could not be read: %w", room, err)
+	}
+	m := parseMeta(mv)
+	if m.epoch == b.Epoch {
+		return store.Result{}, fmt.Errorf("store: redis write to room %q (committed; outcome unknown to the client): its room lost writes and no new epoch could be started", room)
+	}
+	return store.Result{Epoch: m.epoch, Rev: m.rev, Events: b.Events}, nil
 }
