@@ -40,11 +40,11 @@ vet:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-# The README's screenshots, taken by the demo's browser tests.
+# The demo's screenshots (README), taken by the demo's browser tests.
 screenshots:
 	cd demo && npm ci --no-audit --no-fund --loglevel=error && SCREENSHOTS_DIR=$(CURDIR)/demo/screenshots npm test
 
-# The figures in the README.
+# The Go benchmarks' figures (docs/BENCHMARKS.md).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./rooms ./store/... ./server/hooks
 

@@ -75,7 +75,7 @@ func (s *Server) handleInspect(c echo.Context) error {
 // request that a proxy forwarded is not a loopback client even when the
 // proxy runs on this host: its forwarding headers (which prove nothing
 // else) take the loopback pass away. A same-host proxy that adds no such
-// header must block /v1/admin/ itself (README).
+// header must block /v1/admin/ itself (docs/OPERATIONS.md, the inspector).
 func (s *Server) checkAdmin(r *http.Request) error {
 	if tok := s.cfg.AdminToken; tok != "" {
 		scheme, got, _ := strings.Cut(r.Header.Get(echo.HeaderAuthorization), " ")

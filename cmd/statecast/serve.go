@@ -151,7 +151,7 @@ func serve(args []string) error {
 	var f serveFlags
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT")
-	fs.StringVar(&f.etcdAddr, "etcd-addr", "", "also serve etcd's v3 gRPC API on HOST:PORT (e.g. 127.0.0.1:2379): etcdctl and etcd clients read, write, lease and watch rooms as keys /<room>/<key> (README, The etcd API); off by default")
+	fs.StringVar(&f.etcdAddr, "etcd-addr", "", "also serve etcd's v3 gRPC API on HOST:PORT (e.g. 127.0.0.1:2379): etcdctl and etcd clients read, write, lease and watch rooms as keys /<room>/<key> (docs/ETCD.md); off by default")
 	f.etcdReplyBytes, f.etcdWatchBytes = 16<<20, 4<<20
 	fs.Var(&f.etcdReplyBytes, "etcd-max-reply-bytes", "keys and values of one etcd reply (a Range, a Txn's ranges): past it a Range with a limit pages, anything else is ResourceExhausted; 16 replies this size are built and sent at once at most")
 	fs.Var(&f.etcdWatchBytes, "etcd-max-watch-bytes", "events the etcd watches of one connection may hold unsent; past it they wait, then catch up from the room's history")
@@ -211,7 +211,7 @@ func serve(args []string) error {
 	fs.StringVar(&f.hookSecretFile, "hook-secret-file", "", "file holding the hook secret")
 	fs.DurationVar(&f.hookTimeout, "hook-timeout", hooks.DefaultTimeout, "longest wait for a hook's answer (past it the write or connection fails unavailable)")
 	fs.BoolVar(&f.demoHooks, "demo-hooks", true, "run the lobby demo's backend on a loopback port and validate writes to "+demo.LobbyHookRooms+" rooms with it (only the host may close a game)")
-	fs.Var(&f.webhooks, "webhook", "POST the committed revisions of the rooms matching PATTERN to URL: PATTERN=URL, e.g. 'doc:*=https://app.internal/hooks/doc' (repeatable; README, Webhooks)")
+	fs.Var(&f.webhooks, "webhook", "POST the committed revisions of the rooms matching PATTERN to URL: PATTERN=URL, e.g. 'doc:*=https://app.internal/hooks/doc' (repeatable; docs/OPERATIONS.md, Webhooks)")
 	fs.StringVar(&f.webhookSecret, "webhook-secret", "", "HMAC-SHA256 key that signs every webhook POST (prefer --webhook-secret-file; default: the --hook-secret)")
 	fs.StringVar(&f.webhookSecretFile, "webhook-secret-file", "", "file holding the webhooks' signing key")
 	fs.DurationVar(&f.webhookTimeout, "webhook-timeout", 10*time.Second, "a webhook POST not answered 2xx within this is retried")

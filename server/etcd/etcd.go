@@ -8,7 +8,7 @@
 // (*server.Server) as the WebSocket and HTTP surfaces do: the same token
 // rules, the one write path, the same TTL leases. The protobuf types are
 // etcd's own (go.etcd.io/etcd/api/v3). What still differs from etcd is in
-// the README (The etcd API).
+// docs/ETCD.md.
 //
 //   - etcd.go: the server, auth, keys, values, errors
 //   - kv.go: Range (past revisions too), Put, DeleteRange, Txn, Compact
