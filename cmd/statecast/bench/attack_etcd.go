@@ -26,9 +26,9 @@ import (
 // etcdConn dials the etcd API as etcd's clients do (replies of any size
 // accepted); small windows make a client that does not read hold the
 // server's sends up at once.
-func (e *env) etcdConn(smallWindows bool) (*grpc.ClientConn, error) {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32))}
+func (e *env) etcdConn(smallWindows bool, more ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32))}, more...)
 	if smallWindows {
 		opts = append(opts, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	}
@@ -158,7 +158,12 @@ func (e *env) attackEtcdWatchNoRead(ctx context.Context, rep *attackReport) erro
 		}
 		streams = append(streams, ws)
 	}
-	writer, err := e.etcdConn(false)
+	// The writer writes from an address of its own (127.0.0.2), so its
+	// write budget is not the bystander's (anonymous clients share their
+	// address's).
+	writer, err := e.etcdConn(false, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		return (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext(ctx, "tcp", addr)
+	}))
 	if err != nil {
 		return err
 	}
