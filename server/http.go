@@ -243,6 +243,7 @@ func (s *Server) handleList(c echo.Context) error {
 	case p.More && !paged:
 		return newError(wire.CodeTooLarge, fmt.Sprintf("the list exceeds %d bytes: page it with ?limit=N, then after=<next>&rev=<rev> of each reply (PROTOCOL.md, HTTP list pages)", maxListBytes))
 	}
+	setPosition(c, p.Epoch, p.Rev)
 	reply := listReply{Epoch: p.Epoch, Rev: p.Rev, More: p.More}
 	if p.More {
 		reply.Next = p.Items[len(p.Items)-1].Key
@@ -354,7 +355,7 @@ func (s *Server) handleGet(c echo.Context) error {
 	if err != nil {
 		return readError(err)
 	}
-	c.Response().Header().Set("X-Statecast-Rev", strconv.FormatUint(snap.Rev, 10))
+	setPosition(c, snap.Epoch, snap.Rev)
 	if len(snap.Items) == 0 {
 		return newError(wire.CodeNotFound, fmt.Sprintf("key %q does not exist in room %q", key, room))
 	}
@@ -445,6 +446,7 @@ func (s *Server) httpWrite(c echo.Context, claims *auth.Claims, r *wire.Request)
 // Idempotency-Key applied nothing now. Built here: encoding/json took
 // about a tenth of the handler's time for it.
 func revReply(c echo.Context, res store.Result) error {
+	setPosition(c, res.Epoch, res.Rev)
 	b := make([]byte, 0, 40)
 	b = append(b, `{"rev":`...)
 	b = strconv.AppendUint(b, res.Rev, 10)
@@ -693,4 +695,16 @@ func (s *Server) handleLeaseRevoke(c echo.Context) error {
 		return leaseErr(id, u)
 	}
 	return replyJSON(c, revokeReply{ID: id, Keys: n})
+}
+
+// setPosition puts the room position a reply speaks of in its headers:
+// X-Statecast-Rev, and X-Statecast-Epoch, without which a client could
+// not tell a revision that continues what it saw from one of a room whose
+// state was lost and started again (a new epoch reuses revision numbers).
+func setPosition(c echo.Context, epoch string, rev uint64) {
+	h := c.Response().Header()
+	h.Set("X-Statecast-Rev", strconv.FormatUint(rev, 10))
+	if epoch != "" {
+		h.Set("X-Statecast-Epoch", epoch)
+	}
 }

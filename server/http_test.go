@@ -783,3 +783,27 @@ func TestHTTPIdempotencyKey(t *testing.T) {
 		t.Errorf("room at %d after refused writes, want 4", l.Rev)
 	}
 }
+
+// TestHTTPRepliesCarryTheEpoch: reads and write replies name the room's
+// epoch beside its revision, so that a client can tell a revision that
+// continues what it saw from one of a room started again.
+func TestHTTPRepliesCarryTheEpoch(t *testing.T) {
+	e := newAPIEnv(t, apiOpts{})
+	snap, err := e.st.Snapshot(context.Background(), "r", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct{ method, path, body string }{
+		{"PUT", "/v1/rooms/r/kv/k", `1`},
+		{"GET", "/v1/rooms/r/kv/k", ""},
+		{"GET", "/v1/rooms/r/kv", ""},
+		{"POST", "/v1/rooms/r/txn", `{"ops":[{"type":"delete","key":"k"}]}`},
+		{"GET", "/v1/rooms/r/kv/k", ""}, // 404, at a revision of the epoch
+	} {
+		res := e.do(t, r.method, r.path, r.body)
+		if got := res.header.Get("X-Statecast-Epoch"); got != snap.Epoch || res.header.Get("X-Statecast-Rev") == "" {
+			t.Errorf("%s %s: %d, X-Statecast-Epoch %q and X-Statecast-Rev %q, want epoch %q and a revision",
+				r.method, r.path, res.status, got, res.header.Get("X-Statecast-Rev"), snap.Epoch)
+		}
+	}
+}

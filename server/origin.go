@@ -75,7 +75,7 @@ func (s *Server) originGuard(next echo.HandlerFunc) echo.HandlerFunc {
 		if cors && origin != "" && allowed {
 			// No Allow-Credentials: the API takes bearer tokens, not cookies.
 			h.Set(echo.HeaderAccessControlAllowOrigin, origin)
-			h.Set(echo.HeaderAccessControlExposeHeaders, "X-Statecast-Rev, Retry-After, WWW-Authenticate")
+			h.Set(echo.HeaderAccessControlExposeHeaders, "X-Statecast-Rev, X-Statecast-Epoch, Retry-After, WWW-Authenticate")
 		}
 		if isWriteMethod(r.Method) {
 			if !allowed {
