@@ -25,11 +25,15 @@ var (
 )
 
 // preQuotaPut writes key=val to room as a node of the build before
-// quotas does.
-func preQuotaPut(t testing.TB, raw *redis.Client, k roomKeys, key, val string) {
+// quotas (and before scoped write ids) does, with write id wid if given.
+func preQuotaPut(t testing.TB, raw *redis.Client, k roomKeys, key, val string, wid ...string) {
 	t.Helper()
+	w := ""
+	if len(wid) > 0 {
+		w = wid[0]
+	}
 	args := []any{"unused-epoch", 1000, "", "", 60000, 1 << 30, 1,
-		fmt.Sprint(time.Now().UnixMilli()), "old." + key, "", "", 0, 1, "P", key, val, ""}
+		fmt.Sprint(time.Now().UnixMilli()), "old." + key, w, "", 0, 1, "P", key, val, ""}
 	v, err := preQuotaApply.Run(bg, raw, []string{k.meta, k.kv, k.log, k.wids}, args...).Slice()
 	if err != nil {
 		t.Fatal(err)

@@ -145,7 +145,7 @@ func TestUpgradeWidsOfAnOlderBuild(t *testing.T) {
 	const room = "mixed"
 	k := s.keys(room)
 	mustApply(t, s, room, store.Put("k", []byte("new build first")))
-	oldPut(t, raw, k, 100, "retried", "once", time.Now(), 1, "c.7")
+	preQuotaPut(t, raw, k, "retried", "once", "c.7") // the build before scoped ids
 
 	retry := store.Put("retried", []byte("once"))
 	retry.Wid, retry.LegacyWid = "~scope~c.7", "c.7"
