@@ -715,33 +715,19 @@ func (e *env) attackHistoryBytes(ctx context.Context, rep *attackReport) error {
 	slots := make(chan struct{}, window)
 	retry := make(chan int, n)
 	var committed, limited atomic.Int64
-	readErr := make(chan error, 1)
-	go func() {
-		for {
-			_, data, err := c.Read(rctx)
-			if err != nil {
-				readErr <- err
-				return
-			}
-			for _, m := range bytes.Split(data, []byte{'\n'}) {
-				id, ok := fieldUint(m, []byte(`"id":`))
-				if !ok {
-					continue
-				}
-				switch code := replyCode(m); code {
-				case "ok":
-					committed.Add(1)
-				case "rate_limited":
-					limited.Add(1)
-					retry <- int(id) - 1
-					continue // its slot goes with it
-				default:
-					rep.count("put "+code, 1)
-				}
-				<-slots
-			}
+	readErr := readReplies(rctx, c, func(id uint64, code string) {
+		switch code {
+		case "ok":
+			committed.Add(1)
+		case "rate_limited":
+			limited.Add(1)
+			retry <- int(id) - 1
+			return // its slot goes with it
+		default:
+			rep.count("put "+code, 1)
 		}
-	}()
+		<-slots
+	})
 	// A slot is held from a write's sending to its final reply, so the
 	// writes are all answered when next is n and no slot is held.
 	for next := 0; next < n || len(slots) > 0; {
@@ -1135,32 +1121,17 @@ func (e *env) attackRoomGrowth(ctx context.Context, rep *attackReport) error {
 	slots := make(chan struct{}, window)
 	retry := make(chan int, window)
 	var grown atomic.Int64
-	readErr := make(chan error, 1)
-	go func() {
-		for {
-			_, data, err := c.Read(rctx)
-			if err != nil {
-				readErr <- err
-				return
-			}
-			for _, m := range bytes.Split(data, []byte{'\n'}) {
-				id, ok := fieldUint(m, []byte(`"id":`))
-				if !ok {
-					continue
-				}
-				code := replyCode(m)
-				rep.count("txn "+code, 1)
-				switch code {
-				case "ok":
-					grown.Add(keyBytes(int(id) - 1))
-				case "rate_limited":
-					retry <- int(id) - 1
-					continue // its slot goes with it
-				}
-				<-slots
-			}
+	readErr := readReplies(rctx, c, func(id uint64, code string) {
+		rep.count("txn "+code, 1)
+		switch code {
+		case "ok":
+			grown.Add(keyBytes(int(id) - 1))
+		case "rate_limited":
+			retry <- int(id) - 1
+			return // its slot goes with it
 		}
-	}()
+		<-slots
+	})
 	t0 := time.Now()
 	next := 0
 	for hold.Err() == nil || len(slots) > 0 {
@@ -1279,4 +1250,26 @@ func (e *env) attackNone(ctx context.Context, rep *attackReport) error {
 	}
 	rep.outcome("nothing sent for 3 s")
 	return nil
+}
+
+// readReplies reads c's frames until it fails and calls fn with the id
+// and code of every reply in them; the read's error comes on the channel
+// returned.
+func readReplies(ctx context.Context, c *websocket.Conn, fn func(id uint64, code string)) <-chan error {
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			_, data, err := c.Read(ctx)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			for _, m := range bytes.Split(data, []byte{'\n'}) {
+				if id, ok := fieldUint(m, []byte(`"id":`)); ok {
+					fn(id, replyCode(m))
+				}
+			}
+		}
+	}()
+	return readErr
 }
