@@ -41,27 +41,30 @@ type FileConfig struct {
 //   - Apply validates its input on the caller's goroutine, copies the
 //     values, and hands the write to a single committer goroutine. The
 //     committer takes every write queued at that moment (up to
-//     maxGroupWrites / maxGroupBytes) and runs them, in queue order, in one
-//     bbolt transaction with one fsync (group commit). Writes in a group
-//     see each other: two writes to a room get consecutive revisions and a
-//     condition sees an earlier write of the same group. A write whose
-//     condition fails gets its *ConflictError and does not affect the
-//     others; if the commit fails, every write of the group gets the error
-//     and none of it is visible.
-//   - Apply returns only after the fsync (a group of only conflicts and
-//     no-ops skips the commit: it read only state whose commit had been
-//     fsynced before the group began). A write abandoned through its
+//     maxGroupWrites / maxGroupBytes) and applies them, in queue order, to
+//     one open bbolt transaction, then appends what they changed to the
+//     write-ahead log with one fdatasync (group commit; file_wal.go). Writes
+//     in a group see each other: two writes to a room get consecutive
+//     revisions and a condition sees an earlier write of the same group. A
+//     write whose condition fails gets its *ConflictError and does not
+//     affect the others; if the group fails, every write of it gets the
+//     error and none of it is visible.
+//   - Apply returns only after the log's fdatasync (a group of only
+//     conflicts and no-ops logs nothing). A write abandoned through its
 //     context before the committer took it is never committed; once taken,
-//     Apply waits for the outcome (at most one commit) rather than return
-//     an ambiguous context error.
-//   - Follow callbacks run on the committer goroutine after the fsync, in
-//     revision order per room, once per batch, under the followers lock:
+//     Apply waits for the outcome (at most one group) rather than return an
+//     ambiguous context error.
+//   - A checkpoint commits the open transaction every checkpointEvery, or
+//     when a reader needs it, and the log starts again.
+//   - Follow callbacks run on the committer goroutine after the fdatasync,
+//     in revision order per room, once per batch, under the followers lock:
 //     once stop returns, fn is not called again. fn must not block nor
 //     call into the store (not even stop): the committer would deadlock.
 //   - Snapshot and History read one bbolt read transaction each, so they
-//     are consistent. The transaction starts between commits (waiting for
-//     at most one commit's write and fsync), so a read sees only durable
-//     revisions; once started, it does not block nor wait for writes.
+//     are consistent. It starts once every answered write is checkpointed
+//     and not while a checkpoint is being written, so a read sees every
+//     answered revision and only durable ones; once started, it does not
+//     block nor wait for writes.
 //   - Close refuses new calls, lets the committer commit everything already
 //     queued, waits for it to exit, then closes the file. Writes racing
 //     Close either commit or get ErrClosed.
@@ -91,7 +94,21 @@ type File struct {
 	fmu       sync.Mutex
 	followers map[string]map[*func(Batch)]struct{}
 
-	commits atomic.Uint64 // committed write transactions, for tests
+	commits     atomic.Uint64 // groups made durable (each one fdatasync of the log), for figures and tests
+	checkpoints atomic.Uint64 // bbolt commits, for tests
+
+	// The committer's own: the log, the write transaction holding the
+	// groups logged since the last checkpoint (nil: none), and why writes
+	// or reads now fail (nil: they do not).
+	wal      *walFile
+	every    time.Duration // checkpointEvery; tests set it before writing
+	tx       *bolt.Tx
+	logged   [][]byte // the records tx holds, to rebuild it
+	broken   error
+	flushErr error
+	// dirty: the open transaction holds answered writes, so a reader must
+	// have it checkpointed first. Set by the committer before it answers.
+	dirty atomic.Bool
 
 	// Test hooks, set before writing.
 	hookGroup  atomic.Pointer[func()]       // called once a group's first write is taken
@@ -105,6 +122,10 @@ const (
 	openTimeout    = 2 * time.Second // waiting for another process's lock
 	maxGroupWrites = 128
 	maxGroupBytes  = 4 << 20
+	// checkpointEvery bounds how long logged groups wait for their bbolt
+	// commit (etcd's backend commits every 100 ms too): the longer, the
+	// more groups share each page written, and the more a restart replays.
+	checkpointEvery = 100 * time.Millisecond
 )
 
 // bbolt layout:
@@ -171,16 +192,25 @@ func OpenFile(cfg FileConfig) (*File, error) {
 		return nil, fmt.Errorf("store: open %s: %w", cfg.Path, err)
 	}
 	epoch, err := initFile(db)
+	var wal *walFile
+	if err == nil {
+		wal, err = recoverWAL(db, cfg.Path+walSuffix)
+	}
 	if err == nil {
 		err = syncDirs(dir, created)
 	}
 	if err != nil {
+		if wal != nil {
+			_ = wal.close()
+		}
 		_ = db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", cfg.Path, err)
 	}
 	f := &File{
 		cfg:       cfg,
 		db:        db,
+		wal:       wal,
+		every:     checkpointEvery,
 		epoch:     epoch,
 		log:       cfg.Logger,
 		reqs:      make(chan *fileReq, maxGroupWrites),
@@ -244,6 +274,37 @@ func checkFileLimits(l Limits) error {
 	return nil
 }
 
+// recoverWAL opens the write-ahead log beside the bbolt file and commits
+// the records a crash left in it (one transaction, with the next
+// generation, so replaying them twice cannot happen).
+func recoverWAL(db *bolt.DB, path string) (*walFile, error) {
+	var gen uint64
+	if err := db.View(func(tx *bolt.Tx) error { gen = walGen(tx); return nil }); err != nil {
+		return nil, err
+	}
+	w, pending, err := openWAL(path, gen)
+	if err != nil {
+		return nil, fmt.Errorf("write-ahead log: %w", err)
+	}
+	if len(pending) == 0 {
+		return w, nil
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for i, rec := range pending {
+			if err := replay(tx, rec); err != nil {
+				return fmt.Errorf("write-ahead log record %d: %w", i+1, err)
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keyWalGen, binary.BigEndian.AppendUint64(nil, gen+1))
+	})
+	if err != nil {
+		_ = w.close()
+		return nil, err
+	}
+	w.restart(gen + 1)
+	return w, nil
+}
+
 // initFile creates the format marker and the epoch on first open (one
 // transaction, so a file never exists without its epoch) and reads them
 // back on later opens.
@@ -276,8 +337,9 @@ func initFile(db *bolt.DB) (epoch string, err error) {
 	return epoch, err
 }
 
-// Commits returns how many write transactions (each one fsync) the store
-// has committed since it was opened: for figures and tests.
+// Commits returns how many groups of writes (each one fdatasync of the
+// write-ahead log) the store has made durable since it was opened: for
+// figures and tests.
 func (f *File) Commits() uint64 { return f.commits.Load() }
 
 // Epoch returns the store-wide epoch, fixed when the file was created.
@@ -421,8 +483,19 @@ func (f *File) readRoom(rb *bolt.Bucket, room string) (roomMeta, error) {
 	return retained(m, f.cfg.Retention.For(room), f.cfg.Clock(), logHeader(rb.Bucket(bucketLog)))
 }
 
-// view runs fn in a read transaction that sees only fsynced commits.
+// view runs fn in a read transaction that sees every answered write (and
+// only durable ones). The caller holds f.mu for reading.
 func (f *File) view(fn func(*bolt.Tx) error) error {
+	if f.dirty.Load() {
+		// Answered writes wait in the committer's transaction: have it
+		// checkpointed (one commit for every reader waiting meanwhile).
+		req := &fileReq{flush: true, done: make(chan struct{})}
+		f.reqs <- req
+		<-req.done
+		if req.err != nil {
+			return req.err
+		}
+	}
 	f.commitMu.RLock()
 	tx, err := f.db.Begin(false)
 	f.commitMu.RUnlock()
@@ -624,7 +697,11 @@ func (f *File) Close() error {
 	close(f.reqs) // no sender holds f.mu now, and none will send again
 	f.mu.Unlock()
 	<-f.done
-	return f.db.Close()
+	werr := f.wal.close()
+	if err := f.db.Close(); err != nil {
+		return err
+	}
+	return werr
 }
 
 // Limits returns the limits the store enforces (with defaults filled in).

@@ -17,6 +17,7 @@ type fileReq struct {
 	room  string
 	w     Write
 	sess  *sessionWrite // instead of room and w: a session record to write
+	flush bool          // instead of a write: a reader waiting for a checkpoint
 	size  int           // bytes it adds to a group
 	state groupcommit.Handover
 	done  chan struct{}
@@ -89,12 +90,31 @@ func (f *File) submit(ctx context.Context, req *fileReq) (Result, error) {
 	return req.res, req.err
 }
 
-// run is the committer: it gathers whatever is queued into one group and
-// commits it, until Close closes reqs and the queue is drained.
+// run is the committer: it gathers whatever is queued into one group,
+// applies it to the open transaction and logs it, and checkpoints that
+// transaction when it is due or a reader needs it, until Close closes reqs
+// and the queue is drained.
 func (f *File) run() {
 	defer close(f.done)
 	group := make([]*fileReq, 0, maxGroupWrites)
-	for first := range f.reqs {
+	var flushes []*fileReq
+	due := time.NewTimer(time.Hour)
+	due.Stop()
+	armed := false
+	for {
+		var first *fileReq
+		select {
+		case r, ok := <-f.reqs:
+			if !ok {
+				f.checkpoint()
+				return
+			}
+			first = r
+		case <-due.C:
+			armed = false
+			f.checkpoint()
+			continue
+		}
 		if h := f.hookGroup.Load(); h != nil {
 			(*h)()
 		}
@@ -113,26 +133,32 @@ func (f *File) run() {
 				break fill
 			}
 		}
-		f.commitGroup(group)
+		writes := group[:0]
+		for _, r := range group {
+			if r.flush {
+				flushes = append(flushes, r)
+			} else {
+				writes = append(writes, r)
+			}
+		}
+		if len(writes) > 0 {
+			f.commitGroup(writes)
+		}
+		switch {
+		case len(flushes) > 0 || f.wal.off >= walCheckpointAt:
+			f.checkpoint()
+			for _, r := range flushes {
+				r.err = f.flushErr
+				close(r.done)
+			}
+			clear(flushes)
+			flushes = flushes[:0]
+		case f.tx != nil && !armed:
+			due.Reset(f.every)
+			armed = true
+		}
 		clear(group)
 	}
-}
-
-// update runs fn in a write transaction and commits it unless fn fails.
-// The commit (page writes, fsyncs) holds commitMu so that no reader starts
-// while the new meta page is visible but not yet durable.
-func (f *File) update(fn func(*bolt.Tx) error) error {
-	tx, err := f.db.Begin(true)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	f.commitMu.Lock()
-	defer f.commitMu.Unlock()
-	return tx.Commit() // rolls back by itself on failure
 }
 
 // errNoChange rolls back a group that wrote nothing (only conflicts and
@@ -147,8 +173,9 @@ type fatalError struct{ err error }
 func (e *fatalError) Error() string { return e.err.Error() }
 func (e *fatalError) Unwrap() error { return e.err }
 
-// commitGroup runs the group's live writes in one transaction, then hands
-// the committed batches to followers and answers every writer.
+// commitGroup applies the group's live writes to the open transaction and
+// logs their changes in one record (one fdatasync), then hands the
+// committed batches to followers and answers every writer.
 func (f *File) commitGroup(group []*fileReq) {
 	live := make([]*fileReq, 0, len(group))
 	for _, r := range group {
@@ -161,18 +188,18 @@ func (f *File) commitGroup(group []*fileReq) {
 	}
 	for {
 		var bad *fileReq
-		err := f.update(func(tx *bolt.Tx) error {
+		err := f.apply(func(c *changes) error {
 			changed := false
 			for _, r := range live {
 				if r.out {
 					continue
 				}
-				c, err := f.applyOne(tx, r)
+				ch, err := f.applyOne(c, r)
 				if err != nil {
 					bad = r
 					return err
 				}
-				changed = changed || c
+				changed = changed || ch
 			}
 			if !changed {
 				return errNoChange
@@ -183,8 +210,8 @@ func (f *File) commitGroup(group []*fileReq) {
 			return nil
 		})
 		if bad != nil {
-			// Only bad fails; the others are planned again in a fresh
-			// transaction, since this one is gone.
+			// Only bad fails; the others are planned again on the rebuilt
+			// transaction, since this one held part of bad.
 			f.log.Error("store: write failed inside a commit; retrying its group without it", "room", bad.room, "err", err)
 			bad.out, bad.res, bad.batch = true, Result{}, nil
 			bad.err = fmt.Errorf("store: write to room %q: %w", bad.room, errors.Unwrap(err))
@@ -212,6 +239,113 @@ func (f *File) commitGroup(group []*fileReq) {
 	}
 }
 
+// apply runs fn on the open transaction (beginning one) and logs what it
+// changed. When fn fails the transaction is rebuilt without its changes;
+// when logging fails the store refuses writes from then on.
+func (f *File) apply(fn func(*changes) error) error {
+	if f.broken != nil {
+		return f.broken
+	}
+	if f.tx == nil {
+		tx, err := f.db.Begin(true)
+		if err != nil {
+			return err
+		}
+		f.tx = tx
+	}
+	c := &changes{tx: f.tx}
+	err := fn(c)
+	if err == nil {
+		if err = f.wal.append(c.buf); err != nil {
+			f.log.Error("store: write-ahead log failed; refusing writes until a restart", "err", err)
+			f.broken = fmt.Errorf("%w: %v", errWALFailed, err)
+			err = f.broken
+		} else {
+			f.logged = append(f.logged, c.buf)
+			f.dirty.Store(true)
+			return nil
+		}
+	}
+	if len(c.buf) > 0 || f.broken != nil {
+		f.rebuild()
+	}
+	return err
+}
+
+// rebuild rolls the open transaction back and replays the records logged
+// since the checkpoint into a new one: the state every answered write had
+// committed on.
+func (f *File) rebuild() {
+	if f.tx != nil {
+		_ = f.tx.Rollback()
+		f.tx = nil
+	}
+	if len(f.logged) == 0 {
+		return
+	}
+	tx, err := f.db.Begin(true)
+	for _, rec := range f.logged {
+		if err != nil {
+			break
+		}
+		err = replay(tx, rec)
+	}
+	if err == nil {
+		f.tx = tx
+	} else {
+		if tx != nil {
+			_ = tx.Rollback()
+		}
+		f.fail(fmt.Errorf("store: rebuild the open transaction from the write-ahead log: %w", err))
+	}
+}
+
+// checkpoint commits the open transaction, with the log's next generation,
+// and starts the log again. A failed commit leaves the log as it is (it
+// holds everything) and rebuilds the transaction to try again later.
+func (f *File) checkpoint() {
+	if f.tx == nil {
+		return
+	}
+	if !f.dirty.Load() {
+		_ = f.tx.Rollback() // only groups that changed nothing
+		f.tx = nil
+		return
+	}
+	err := f.tx.Bucket(bucketMeta).Put(keyWalGen, binary.BigEndian.AppendUint64(nil, f.wal.gen+1))
+	if err == nil {
+		// A reader may not begin while bbolt's new meta page is visible
+		// but not yet durable: it could see what a crash undoes.
+		f.commitMu.Lock()
+		err = f.tx.Commit()
+		f.commitMu.Unlock()
+	}
+	if err != nil {
+		f.log.Error("store: checkpoint failed; the write-ahead log keeps every write", "err", err)
+		f.flushErr = fmt.Errorf("store: checkpoint: %w", err)
+		f.tx = nil // a failed Commit rolled it back
+		f.rebuild()
+		return
+	}
+	f.tx, f.flushErr = nil, nil
+	clear(f.logged)
+	f.logged = f.logged[:0]
+	f.wal.restart(f.wal.gen + 1)
+	f.dirty.Store(false)
+	f.checkpoints.Add(1)
+}
+
+// fail makes the store refuse writes and reads that need the open
+// transaction: its state can no longer be trusted to be what was answered.
+func (f *File) fail(err error) {
+	f.log.Error("store: refusing writes until a restart", "err", err)
+	if f.tx != nil {
+		_ = f.tx.Rollback()
+		f.tx = nil
+	}
+	f.broken, f.flushErr = err, err
+}
+
 // deliver calls followers with the group's batches: group order is commit
 // order, so each room's batches arrive in revision order.
 func (f *File) deliver(live []*fileReq) {
@@ -232,12 +366,12 @@ func (f *File) deliver(live []*fileReq) {
 // r's own failures (a condition, a corrupt record read while planning) are
 // set on r and return nil; an error returned means the transaction was
 // left half-written and must be rolled back.
-func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
+func (f *File) applyOne(c *changes, r *fileReq) (changed bool, fatal error) {
 	r.res, r.err, r.batch = Result{}, nil, nil
 	if r.sess != nil {
-		return r.sess.apply(tx)
+		return r.sess.apply(c)
 	}
-	rooms := tx.Bucket(bucketRooms)
+	rooms := c.tx.Bucket(bucketRooms)
 	rb := rooms.Bucket([]byte(r.room))
 	m := roomMeta{oldest: 1}
 	var kvb, logb, widb *bolt.Bucket
@@ -323,61 +457,10 @@ func (f *File) applyOne(tx *bolt.Tx, r *fileReq) (changed bool, fatal error) {
 		return false, nil
 	}
 
-	if rb == nil {
-		if rb, err = rooms.CreateBucket([]byte(r.room)); err != nil {
-			return false, &fatalError{err}
-		}
-		if kvb, err = rb.CreateBucket(bucketKV); err != nil {
-			return false, &fatalError{err}
-		}
-		if logb, err = rb.CreateBucket(bucketLog); err != nil {
-			return false, &fatalError{err}
-		}
-	}
-	for i := range events {
-		ev := &events[i]
-		if ev.Type == OpPut {
-			err = kvb.Put([]byte(ev.KV.Key), encodeKV(&ev.KV))
-		} else {
-			err = kvb.Delete([]byte(ev.KV.Key))
-		}
-		if err != nil {
-			return false, &fatalError{err}
-		}
-	}
-	if logged {
-		if err := logb.Put(revKey(b.Rev), rec); err != nil {
-			return false, &fatalError{err}
-		}
-		if err := rememberWid(rb, &widb, r.w, b.Rev); err != nil {
-			return false, &fatalError{err}
-		}
-	}
-	for rev := oldOldest; rev < m.oldest && rev <= oldHead; rev++ {
-		if err := logb.Delete(revKey(rev)); err != nil {
-			return false, &fatalError{err}
-		}
-	}
-	fpb := rb.Bucket(bucketFps)
-	for _, wid := range forget {
-		if err := widb.Delete([]byte(wid)); err != nil {
-			return false, &fatalError{err}
-		}
-		if fpb != nil {
-			if err := fpb.Delete([]byte(wid)); err != nil {
-				return false, &fatalError{err}
-			}
-		}
-	}
-	if err := rb.Put(keyRoomMeta, encodeMeta(m)); err != nil {
-		return false, &fatalError{err}
-	}
-	if err := rb.Put(keyUsage, encodeUsage(b.Rev, after)); err != nil {
-		return false, &fatalError{err}
-	}
-	// In the same transaction as the log it measures, so a crash never
-	// leaves the two out of step.
-	if err := rb.Put(keyLogBytes, encodeLogBytes(m)); err != nil {
+	if err := f.writeRoom(c, r, roomWrite{
+		rb: rb, events: events, batch: &b, rec: rec, logged: logged,
+		meta: m, after: after, dropFrom: oldOldest, dropTo: min(m.oldest-1, oldHead), forget: forget,
+	}); err != nil {
 		return false, &fatalError{err}
 	}
 	r.res = Result{Epoch: f.epoch, Rev: b.Rev, Events: events}
@@ -426,25 +509,93 @@ func droppedWids(widb, logb *bolt.Bucket, from, to uint64) ([]string, error) {
 	return out, nil
 }
 
-// rememberWid records that w's id ("" for none) committed at rev, with
-// its fingerprint, creating the room's buckets on their first use.
-func rememberWid(rb *bolt.Bucket, widb **bolt.Bucket, w Write, rev uint64) error {
-	if w.Wid == "" {
-		return nil
+// roomWrite is what applyOne decided a write changes in its room.
+type roomWrite struct {
+	rb               *bolt.Bucket // nil: not created yet
+	events           []Event
+	batch            *Batch
+	rec              []byte // the batch's log record
+	logged           bool   // retention keeps the batch itself
+	meta             roomMeta
+	after            Usage
+	dropFrom, dropTo uint64   // log records retention drops (none when dropFrom > dropTo)
+	forget           []string // their write ids
+}
+
+// writeRoom makes the changes rw describes, creating the room's buckets on
+// their first use.
+func (f *File) writeRoom(c *changes, r *fileReq, rw roomWrite) error {
+	room := [][]byte{bucketRooms, []byte(r.room)}
+	sub := func(name []byte) [][]byte { return append(room[:2:2], name) }
+	if rw.rb == nil {
+		if _, err := c.createBucket(room[:1], room[1]); err != nil {
+			return err
+		}
+		for _, name := range [][]byte{bucketKV, bucketLog} {
+			if _, err := c.createBucket(room, name); err != nil {
+				return err
+			}
+		}
+		rw.rb, _ = bucketAt(c.tx, room)
 	}
-	if *widb == nil {
-		b, err := rb.CreateBucket(bucketWids)
+	for i := range rw.events {
+		ev := &rw.events[i]
+		var err error
+		if ev.Type == OpPut {
+			err = c.put(sub(bucketKV), []byte(ev.KV.Key), encodeKV(&ev.KV))
+		} else {
+			err = c.delete(sub(bucketKV), []byte(ev.KV.Key))
+		}
 		if err != nil {
 			return err
 		}
-		*widb = b
 	}
-	if err := (*widb).Put([]byte(w.Wid), binary.AppendUvarint(nil, rev)); err != nil {
-		return err
+	if rw.logged {
+		if err := c.put(sub(bucketLog), revKey(rw.batch.Rev), rw.rec); err != nil {
+			return err
+		}
+		if wid := r.w.Wid; wid != "" {
+			for _, name := range [][]byte{bucketWids, bucketFps} {
+				if rw.rb.Bucket(name) == nil {
+					if _, err := c.createBucket(room, name); err != nil {
+						return err
+					}
+				}
+			}
+			if err := c.put(sub(bucketWids), []byte(wid), binary.AppendUvarint(nil, rw.batch.Rev)); err != nil {
+				return err
+			}
+			if err := c.put(sub(bucketFps), []byte(wid), []byte(fingerprint(r.w))); err != nil {
+				return err
+			}
+		}
 	}
-	fpb, err := rb.CreateBucketIfNotExists(bucketFps)
-	if err != nil {
-		return err
+	for rev := rw.dropFrom; rev <= rw.dropTo; rev++ {
+		if err := c.delete(sub(bucketLog), revKey(rev)); err != nil {
+			return err
+		}
 	}
-	return fpb.Put([]byte(w.Wid), []byte(fingerprint(w)))
+	hasFps := rw.rb.Bucket(bucketFps) != nil
+	for _, wid := range rw.forget {
+		if err := c.delete(sub(bucketWids), []byte(wid)); err != nil {
+			return err
+		}
+		if hasFps {
+			if err := c.delete(sub(bucketFps), []byte(wid)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, kv := range []struct{ k, v []byte }{
+		{keyRoomMeta, encodeMeta(rw.meta)},
+		{keyUsage, encodeUsage(rw.batch.Rev, rw.after)},
+		// In the same transaction as the log it measures, so a crash never
+		// leaves the two out of step.
+		{keyLogBytes, encodeLogBytes(rw.meta)},
+	} {
+		if err := c.put(room, kv.k, kv.v); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -22,24 +22,24 @@ type sessionWrite struct {
 	rec []byte
 }
 
-func (sw *sessionWrite) apply(tx *bolt.Tx) (changed bool, fatal error) {
-	b := tx.Bucket(bucketSessions)
+func (sw *sessionWrite) apply(c *changes) (changed bool, fatal error) {
+	path := [][]byte{bucketSessions}
+	b := c.tx.Bucket(bucketSessions)
 	if sw.rec == nil {
 		if b == nil || b.Get([]byte(sw.id)) == nil {
 			return false, nil
 		}
-		if err := b.Delete([]byte(sw.id)); err != nil {
+		if err := c.delete(path, []byte(sw.id)); err != nil {
 			return false, &fatalError{err}
 		}
 		return true, nil
 	}
-	var err error
 	if b == nil {
-		if b, err = tx.CreateBucket(bucketSessions); err != nil {
+		if _, err := c.createBucket(nil, bucketSessions); err != nil {
 			return false, &fatalError{err}
 		}
 	}
-	if err := b.Put([]byte(sw.id), sw.rec); err != nil {
+	if err := c.put(path, []byte(sw.id), sw.rec); err != nil {
 		return false, &fatalError{err}
 	}
 	return true, nil

@@ -421,7 +421,7 @@ func TestFileAgeRetentionOnRead(t *testing.T) {
 
 func logRecords(t *testing.T, f *File, room string) (n int) {
 	t.Helper()
-	err := f.db.View(func(tx *bolt.Tx) error {
+	err := viewDB(f, func(tx *bolt.Tx) error {
 		n = roomBucket(tx, room).Bucket(bucketLog).Stats().KeyN
 		return nil
 	})
@@ -437,7 +437,7 @@ func TestFileCorruptRecord(t *testing.T) {
 	f := openFile(t, t.TempDir(), FileConfig{})
 	mustApply(t, f, "r", Put("bad", []byte("v")))
 	mustApply(t, f, "r", Put("good", []byte("v")))
-	err := f.db.Update(func(tx *bolt.Tx) error {
+	err := updateDB(f, func(tx *bolt.Tx) error {
 		rb := roomBucket(tx, "r")
 		if err := rb.Bucket(bucketKV).Put([]byte("bad"), []byte{tagKV, 0xff}); err != nil {
 			return err
@@ -570,7 +570,7 @@ func TestFileClosed(t *testing.T) {
 func TestFileFailedWriteRetriesGroup(t *testing.T) {
 	f := openFile(t, t.TempDir(), FileConfig{})
 	mustApply(t, f, "r", Put("seed", nil))
-	err := f.db.Update(func(tx *bolt.Tx) error {
+	err := updateDB(f, func(tx *bolt.Tx) error {
 		_, err := roomBucket(tx, "r").Bucket(bucketKV).CreateBucket([]byte("trap"))
 		return err
 	})
@@ -602,7 +602,7 @@ func TestFileFailedWriteRetriesGroup(t *testing.T) {
 	if c := f.commits.Load() - before; c != 1 {
 		t.Errorf("%d commits, want 1", c)
 	}
-	err = f.db.Update(func(tx *bolt.Tx) error {
+	err = updateDB(f, func(tx *bolt.Tx) error {
 		return roomBucket(tx, "r").Bucket(bucketKV).DeleteBucket([]byte("trap"))
 	})
 	if err != nil {
@@ -641,7 +641,7 @@ func TestFileByteRetention(t *testing.T) {
 // logBytes record (nil when it has none).
 func logSizes(t *testing.T, f *File, room string) (sum uint64, stored *roomMeta) {
 	t.Helper()
-	err := f.db.View(func(tx *bolt.Tx) error {
+	err := viewDB(f, func(tx *bolt.Tx) error {
 		rb := roomBucket(tx, room)
 		if err := rb.Bucket(bucketLog).ForEach(func(_, v []byte) error {
 			sum += uint64(len(v))
@@ -686,7 +686,7 @@ func TestFileLogBytesMissingOrStale(t *testing.T) {
 			}
 			full, _ := logSizes(t, f, "r")
 			one := full / 10 // the records are about the same size (times vary by a byte or two)
-			if err := f.db.Update(func(tx *bolt.Tx) error { return tc.plant(roomBucket(tx, "r")) }); err != nil {
+			if err := updateDB(f, func(tx *bolt.Tx) error { return tc.plant(roomBucket(tx, "r")) }); err != nil {
 				t.Fatal(err)
 			}
 			if err := f.Close(); err != nil {
@@ -754,7 +754,7 @@ func BenchmarkFileLargeValueLog(b *testing.B) {
 	b.StopTimer()
 	var logBytes uint64
 	var records int
-	err := f.db.View(func(tx *bolt.Tx) error {
+	err := viewDB(f, func(tx *bolt.Tx) error {
 		return roomBucket(tx, "r").Bucket(bucketLog).ForEach(func(_, v []byte) error {
 			logBytes += uint64(len(v))
 			records++
@@ -811,7 +811,7 @@ func TestFileSessionsGroupCommit(t *testing.T) {
 // at and the count (ok false when the room has none).
 func storedUsage(t *testing.T, f *File, room string) (head uint64, u Usage, ok bool) {
 	t.Helper()
-	err := f.db.View(func(tx *bolt.Tx) error {
+	err := viewDB(f, func(tx *bolt.Tx) error {
 		v := roomBucket(tx, room).Get(keyUsage)
 		if v == nil {
 			return nil
@@ -846,7 +846,7 @@ func TestFileUsageMissingOrStale(t *testing.T) {
 			for i := range 5 {
 				mustApply(t, f, "r", Put(fmt.Sprintf("k%d", i), []byte("12345678"))) // 10 bytes each
 			}
-			if err := f.db.Update(func(tx *bolt.Tx) error { return tc.plant(roomBucket(tx, "r")) }); err != nil {
+			if err := updateDB(f, func(tx *bolt.Tx) error { return tc.plant(roomBucket(tx, "r")) }); err != nil {
 				t.Fatal(err)
 			}
 			if err := f.Close(); err != nil {
@@ -891,4 +891,21 @@ func TestFileUsageInAGroup(t *testing.T) {
 	if _, u, _ := storedUsage(t, f, "r"); over != 3 || u != (Usage{Keys: 3, Bytes: 9}) {
 		t.Errorf("%d refused, stored usage %+v; want 3 and 3 keys of 9 bytes", over, u)
 	}
+}
+
+// viewDB reads the bbolt file as a reader of the store would: once every
+// answered write is checkpointed into it.
+func viewDB(f *File, fn func(*bolt.Tx) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.view(fn)
+}
+
+// updateDB changes the bbolt file behind the store's back (to plant what
+// an older binary or a damaged disk left), after a checkpoint.
+func updateDB(f *File, fn func(*bolt.Tx) error) error {
+	if err := viewDB(f, func(*bolt.Tx) error { return nil }); err != nil {
+		return err
+	}
+	return f.db.Update(fn)
 }

@@ -102,7 +102,7 @@ func TestFileWidOfAnOlderBinary(t *testing.T) {
 	dir := t.TempDir()
 	f := openFile(t, dir, FileConfig{})
 	first := mustApply(t, f, "r", Write{Ops: []Op{{Type: OpPut, Key: "k", Value: []byte("v")}}, Wid: "old"})
-	err := f.db.Update(func(tx *bolt.Tx) error { // as the older binary left it
+	err := updateDB(f, func(tx *bolt.Tx) error { // as the older binary left it
 		return roomBucket(tx, "r").DeleteBucket(bucketFps)
 	})
 	if err != nil {
