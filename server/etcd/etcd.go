@@ -631,6 +631,7 @@ type rpcKey struct{}
 type connState struct {
 	watches atomic.Int64
 	queued  *semaphore.Weighted // bytes of events taken and not yet sent
+	events  eventCache
 }
 
 // replyHold is the bytes of the server's reply budget an RPC holds.

@@ -277,7 +277,7 @@ func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bo
 				}
 			}
 			held += n
-			for _, ev := range w.events(m.Change) {
+			for _, ev := range w.events(m.Change, &ws.conn.events) {
 				batch = append(batch, ev)
 				size += len(ev.Kv.Key) + len(ev.Kv.Value) + len(ev.PrevKv.GetValue())
 			}
@@ -350,31 +350,66 @@ func (ws *watchStream) progressNow(w *watch) bool {
 }
 
 // events converts the events of ch that w selects.
-func (w *watch) events(ch *rooms.Change) []*mvccpb.Event {
+func (w *watch) events(ch *rooms.Change, cache *eventCache) []*mvccpb.Event {
 	var out []*mvccpb.Event
-	for _, ev := range ch.Events {
-		if !w.sp.has(ev.KV.Key) {
+	var all []*mvccpb.Event
+	for i, ev := range ch.Events {
+		if !w.sp.has(ev.KV.Key) || (ev.Type == store.OpPut && w.noPut) || (ev.Type != store.OpPut && w.noDelete) {
 			continue
 		}
-		var e *mvccpb.Event
-		if ev.Type == store.OpPut {
-			if w.noPut {
-				continue
-			}
-			e = &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: toKV(w.sp.pre, ev.KV, false)}
-		} else {
-			if w.noDelete {
-				continue
-			}
-			// etcd's tombstone: the key and the delete's revision.
-			e = &mvccpb.Event{Type: mvccpb.Event_DELETE, Kv: &mvccpb.KeyValue{Key: []byte(w.sp.pre + etcdKey(ev.KV.Key)), ModRevision: keyRev(ev.KV.ModRev)}}
+		if all == nil {
+			all = cache.convert(ch, w.sp.pre, w.prevKV)
 		}
-		if w.prevKV && ev.Prev != nil {
-			e.PrevKv = toKV(w.sp.pre, *ev.Prev, false)
-		}
-		out = append(out, e)
+		out = append(out, all[i])
 	}
 	return out
+}
+
+// eventCache holds the etcd form of the last few changes a connection's
+// watches converted, so that the watches of one key (a client's recipes
+// and observers often watch it several times over) convert each event
+// once. The events are shared between responses: marshaling only reads
+// them.
+type eventCache struct {
+	mu   sync.Mutex
+	ents [4]cachedEvents
+	next int
+}
+
+type cachedEvents struct {
+	ch     *rooms.Change
+	pre    string
+	prevKV bool
+	evs    []*mvccpb.Event
+}
+
+// convert returns every event of ch in etcd's form, keys prefixed with
+// pre, with the previous values when prevKV.
+func (c *eventCache) convert(ch *rooms.Change, pre string, prevKV bool) []*mvccpb.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.ents {
+		if e.ch == ch && e.pre == pre && e.prevKV == prevKV {
+			return e.evs
+		}
+	}
+	evs := make([]*mvccpb.Event, len(ch.Events))
+	for i, ev := range ch.Events {
+		var e *mvccpb.Event
+		if ev.Type == store.OpPut {
+			e = &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: toKV(pre, ev.KV, false)}
+		} else {
+			// etcd's tombstone: the key and the delete's revision.
+			e = &mvccpb.Event{Type: mvccpb.Event_DELETE, Kv: &mvccpb.KeyValue{Key: []byte(pre + etcdKey(ev.KV.Key)), ModRevision: keyRev(ev.KV.ModRev)}}
+		}
+		if prevKV && ev.Prev != nil {
+			e.PrevKv = toKV(pre, *ev.Prev, false)
+		}
+		evs[i] = e
+	}
+	c.ents[c.next] = cachedEvents{ch: ch, pre: pre, prevKV: prevKV, evs: evs}
+	c.next = (c.next + 1) % len(c.ents)
+	return evs
 }
 
 // cancel ends watch id at the client's request; nothing of it is sent
