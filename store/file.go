@@ -184,6 +184,9 @@ func OpenFile(cfg FileConfig) (*File, error) {
 	db, err := bolt.Open(cfg.Path, 0o600, &bolt.Options{
 		Timeout:      openTimeout,
 		FreelistType: bolt.FreelistMapType,
+		// A checkpoint need not write the free list (etcd's backend does
+		// the same): an open rebuilds it by a scan of the file.
+		NoFreelistSync: true,
 	})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
