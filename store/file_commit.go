@@ -188,7 +188,7 @@ func (f *File) commitGroup(group []*fileReq) {
 	}
 	for {
 		var bad *fileReq
-		err := f.apply(func(c *changes) error {
+		err := f.apply(recordSize(live), func(c *changes) error {
 			changed := false
 			for _, r := range live {
 				if r.out {
@@ -242,7 +242,7 @@ func (f *File) commitGroup(group []*fileReq) {
 // apply runs fn on the open transaction (beginning one) and logs what it
 // changed. When fn fails the transaction is rebuilt without its changes;
 // when logging fails the store refuses writes from then on.
-func (f *File) apply(fn func(*changes) error) error {
+func (f *File) apply(size int, fn func(*changes) error) error {
 	if f.broken != nil {
 		return f.broken
 	}
@@ -253,7 +253,7 @@ func (f *File) apply(fn func(*changes) error) error {
 		}
 		f.tx = tx
 	}
-	c := &changes{tx: f.tx}
+	c := &changes{tx: f.tx, buf: make([]byte, 0, size)}
 	err := fn(c)
 	if err == nil {
 		if err = f.wal.append(c.buf); err != nil {
@@ -270,6 +270,17 @@ func (f *File) apply(fn func(*changes) error) error {
 		f.rebuild()
 	}
 	return err
+}
+
+// recordSize guesses the bytes of a group's log record, so that it is
+// allocated once: a write's values go in twice (its keys' records and the
+// log's batch, which holds previous values too), with its room's metadata.
+func recordSize(group []*fileReq) int {
+	n := 0
+	for _, r := range group {
+		n += 2*r.size + 256
+	}
+	return n
 }
 
 // rebuild rolls the open transaction back and replays the records logged
