@@ -113,6 +113,8 @@ type File struct {
 	// Test hooks, set before writing.
 	hookGroup  atomic.Pointer[func()]       // called once a group's first write is taken
 	hookCommit atomic.Pointer[func() error] // an error aborts the group's transaction
+	// an error fails the checkpoint as a failed bbolt commit would
+	hookCheckpoint atomic.Pointer[func() error]
 }
 
 var _ Store = (*File)(nil)
@@ -184,9 +186,6 @@ func OpenFile(cfg FileConfig) (*File, error) {
 	db, err := bolt.Open(cfg.Path, 0o600, &bolt.Options{
 		Timeout:      openTimeout,
 		FreelistType: bolt.FreelistMapType,
-		// A checkpoint need not write the free list (etcd's backend does
-		// the same): an open rebuilds it by a scan of the file.
-		NoFreelistSync: true,
 	})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
@@ -703,6 +702,9 @@ func (f *File) Close() error {
 	werr := f.wal.close()
 	if err := f.db.Close(); err != nil {
 		return err
+	}
+	if f.broken != nil {
+		return f.broken // what was not checkpointed is in the log, for the next open
 	}
 	return werr
 }

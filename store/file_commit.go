@@ -107,6 +107,10 @@ func (f *File) run() {
 		case r, ok := <-f.reqs:
 			if !ok {
 				f.checkpoint()
+				if f.tx != nil { // broken: nothing more may be committed
+					_ = f.tx.Rollback()
+					f.tx = nil
+				}
 				return
 			}
 			first = r
@@ -256,20 +260,45 @@ func (f *File) apply(size int, fn func(*changes) error) error {
 	c := &changes{tx: f.tx, buf: make([]byte, 0, size)}
 	err := fn(c)
 	if err == nil {
-		if err = f.wal.append(c.buf); err != nil {
-			f.log.Error("store: write-ahead log failed; refusing writes until a restart", "err", err)
-			f.broken = fmt.Errorf("%w: %v", errWALFailed, err)
-			err = f.broken
-		} else {
+		if err = f.wal.append(c.buf); err == nil {
 			f.logged = append(f.logged, c.buf)
 			f.dirty.Store(true)
 			return nil
 		}
+		return f.walFailed(err)
 	}
-	if len(c.buf) > 0 || f.broken != nil {
+	if len(c.buf) > 0 {
 		f.rebuild()
 	}
 	return err
+}
+
+// walFailed handles a failed append: the record may still reach the disk
+// whole (a failed fdatasync says nothing of which pages were written), so
+// it is killed by a checkpoint of the answered writes with the log's next
+// generation before the writers are told their write failed. From then on
+// the store refuses writes. When even that commit fails the store is
+// broken, and the write's outcome is unknown.
+func (f *File) walFailed(err error) error {
+	f.log.Error("store: write-ahead log failed; refusing writes until a restart", "err", err)
+	f.broken = fmt.Errorf("%w: %v", errWALFailed, err)
+	f.rebuild()
+	if f.broken != nil && !errors.Is(f.broken, errWALFailed) {
+		return fmt.Errorf("%w; the write's outcome is unknown", f.broken)
+	}
+	if f.tx == nil {
+		tx, berr := f.db.Begin(true)
+		if berr != nil {
+			f.fail(fmt.Errorf("store: kill the failed log record: %w", berr))
+			return fmt.Errorf("%w; the write's outcome is unknown", f.broken)
+		}
+		f.tx = tx
+	}
+	f.dirty.Store(true) // commit even an empty transaction: it carries the generation
+	if !f.checkpoint() {
+		return fmt.Errorf("%w; the write's outcome is unknown", f.broken)
+	}
+	return f.broken
 }
 
 // recordSize guesses the bytes of a group's log record, so that it is
@@ -312,31 +341,37 @@ func (f *File) rebuild() {
 }
 
 // checkpoint commits the open transaction, with the log's next generation,
-// and starts the log again. A failed commit leaves the log as it is (it
-// holds everything) and rebuilds the transaction to try again later.
-func (f *File) checkpoint() {
+// and starts the log again; false when it failed. A failed commit breaks
+// the store (fail-stop, as etcd does on a failed fsync): bbolt may show its
+// new meta page, the next generation's number with it, while the disk may
+// or may not have it, so neither replaying the log on it nor writing more
+// records of its generation is safe. A restart recovers from the disk.
+func (f *File) checkpoint() bool {
 	if f.tx == nil {
-		return
+		return f.broken == nil
 	}
 	if !f.dirty.Load() {
 		_ = f.tx.Rollback() // only groups that changed nothing
 		f.tx = nil
-		return
+		return true
 	}
 	err := f.tx.Bucket(bucketMeta).Put(keyWalGen, binary.BigEndian.AppendUint64(nil, f.wal.gen+1))
-	if err == nil {
+	if h := f.hookCheckpoint.Load(); h != nil && err == nil {
+		err = (*h)()
+	}
+	if err != nil {
+		_ = f.tx.Rollback()
+	} else {
 		// A reader may not begin while bbolt's new meta page is visible
 		// but not yet durable: it could see what a crash undoes.
 		f.commitMu.Lock()
-		err = f.tx.Commit()
+		err = f.tx.Commit() // rolls back by itself on failure
 		f.commitMu.Unlock()
 	}
 	if err != nil {
-		f.log.Error("store: checkpoint failed; the write-ahead log keeps every write", "err", err)
-		f.flushErr = fmt.Errorf("store: checkpoint: %w", err)
-		f.tx = nil // a failed Commit rolled it back
-		f.rebuild()
-		return
+		f.tx = nil
+		f.fail(fmt.Errorf("store: checkpoint: %w", err))
+		return false
 	}
 	f.tx, f.flushErr = nil, nil
 	clear(f.logged)
@@ -344,12 +379,13 @@ func (f *File) checkpoint() {
 	f.wal.restart(f.wal.gen + 1)
 	f.dirty.Store(false)
 	f.checkpoints.Add(1)
+	return true
 }
 
-// fail makes the store refuse writes and reads that need the open
+// fail makes the store refuse writes, and reads that need the open
 // transaction: its state can no longer be trusted to be what was answered.
 func (f *File) fail(err error) {
-	f.log.Error("store: refusing writes until a restart", "err", err)
+	f.log.Error("store: refusing writes and reads until a restart", "err", err)
 	if f.tx != nil {
 		_ = f.tx.Rollback()
 		f.tx = nil

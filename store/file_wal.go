@@ -63,6 +63,7 @@ type walFile struct {
 	off  int64  // end of the last record
 	size int64  // bytes of the file: written with a record or zeros, so overwriting them changes no metadata
 	buf  []byte
+	sync func(*os.File) error // fdatasync; tests make it fail
 }
 
 // openWAL opens (creating) the log at path and reads the records of
@@ -78,7 +79,7 @@ func openWAL(path string, gen uint64) (*walFile, [][]byte, error) {
 		_ = fd.Close()
 		return nil, nil, err
 	}
-	w := &walFile{f: fd, gen: gen, size: st.Size()}
+	w := &walFile{f: fd, gen: gen, size: st.Size(), sync: fdatasync}
 	var pending [][]byte
 	r := io.NewSectionReader(fd, 0, w.size)
 	hdr := make([]byte, walHeader)
@@ -130,7 +131,7 @@ func (w *walFile) append(changes []byte) error {
 	if _, err := w.f.WriteAt(w.buf, w.off); err != nil {
 		return err
 	}
-	if err := fdatasync(w.f); err != nil {
+	if err := w.sync(w.f); err != nil {
 		return err
 	}
 	w.seq++

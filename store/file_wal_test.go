@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -230,3 +231,83 @@ func TestFileWALRebuildKeepsAnsweredWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestFileWALFailedSyncKillsItsRecord: when the log's fdatasync fails the
+// record may reach the disk whole all the same; the store commits the
+// answered writes with the log's next generation before telling the
+// writer it failed, so a restart never brings that write back. Here the
+// record is left in the file, as such a disk could leave it, and the log
+// had just started again (a checkpoint), so no answered write forces
+// that commit.
+func TestFileWALFailedSyncKillsItsRecord(t *testing.T) {
+	f := openFile(t, t.TempDir(), FileConfig{})
+	f.every = time.Hour
+	mustApply(t, f, "r", Put("answered", []byte("v")))
+	mustSnapshot(t, f, "r") // a checkpoint: the log starts again, nothing pending
+	taken, release := holdCommitter(f)
+	failed := make(chan error, 1)
+	go func() { _, err := f.Apply(bg, "r", Put("failed", []byte("v"))); failed <- err }()
+	<-taken
+	f.wal.sync = func(*os.File) error { return errors.New("EIO") }
+	release()
+	if err := <-failed; !errors.Is(err, errWALFailed) || strings.Contains(err.Error(), "unknown") {
+		t.Fatalf("write whose fdatasync failed: %v, want errWALFailed with a known outcome", err)
+	}
+	if f.wal.gen == 1 || f.checkpoints.Load() != 2 {
+		t.Errorf("log generation %d after %d checkpoints: the failed record was not made dead", f.wal.gen, f.checkpoints.Load())
+	}
+	path := f.cfg.Path
+	if err := f.Close(); !errors.Is(err, errWALFailed) {
+		t.Errorf("Close of a store whose log failed: %v, want errWALFailed", err)
+	}
+	g, err := OpenFile(FileConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	snap := mustSnapshot(t, g, "r")
+	if snap.Rev != 1 || len(snap.Items) != 1 || snap.Items[0].Key != "answered" {
+		t.Errorf("after a restart: %+v, want only the answered write at rev 1", snap)
+	}
+}
+
+// TestFileWALFailedCheckpointStops: a checkpoint whose commit fails breaks
+// the store (fail-stop): later writes and reads fail, Close returns at
+// once with the error, and a restart replays every answered write from
+// the log.
+func TestFileWALFailedCheckpointStops(t *testing.T) {
+	f := openFile(t, t.TempDir(), FileConfig{})
+	f.every = time.Hour
+	for i := range 5 {
+		mustApply(t, f, "r", Put(fmt.Sprintf("k%d", i), []byte("v")))
+	}
+	boom := errors.New("EIO")
+	fail := func() error { return boom }
+	f.hookCheckpoint.Store(&fail)
+	if _, err := f.Snapshot(bg, "r", ""); !errors.Is(err, boom) {
+		t.Errorf("read needing the failed checkpoint: %v, want its error", err)
+	}
+	if _, err := f.Apply(bg, "r", Put("later", []byte("v"))); !errors.Is(err, boom) {
+		t.Errorf("write after a failed checkpoint: %v, want its error", err)
+	}
+	path := f.cfg.Path
+	closed := make(chan error, 1)
+	go func() { closed <- f.Close() }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, boom) {
+			t.Errorf("Close: %v, want the checkpoint's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs after a failed checkpoint")
+	}
+	g, err := OpenFile(FileConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if snap := mustSnapshot(t, g, "r"); snap.Rev != 5 || len(snap.Items) != 5 {
+		t.Errorf("after a restart: rev %d with %d keys, want the 5 answered writes", snap.Rev, len(snap.Items))
+	}
+}
+
