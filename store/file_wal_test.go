@@ -192,14 +192,7 @@ func TestFileWALFailureRefusesWrites(t *testing.T) {
 	}
 	path := f.cfg.Path
 	_ = f.Close()
-	g, err := OpenFile(FileConfig{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	if snap := mustSnapshot(t, g, "r"); snap.Rev != 5 || len(snap.Items) != 5 {
-		t.Errorf("after a restart: rev %d with %d keys, want the 5 answered writes", snap.Rev, len(snap.Items))
-	}
+	wantAfterRestart(t, path, 5)
 }
 
 // TestFileWALRebuildKeepsAnsweredWrites: a group that fails inside the
@@ -301,13 +294,19 @@ func TestFileWALFailedCheckpointStops(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close hangs after a failed checkpoint")
 	}
+	wantAfterRestart(t, path, 5)
+}
+
+// wantAfterRestart opens the store at path again and checks that room r
+// holds the n writes k0…k(n-1) answered before, at revision n.
+func wantAfterRestart(t *testing.T, path string, n int) {
+	t.Helper()
 	g, err := OpenFile(FileConfig{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	if snap := mustSnapshot(t, g, "r"); snap.Rev != 5 || len(snap.Items) != 5 {
-		t.Errorf("after a restart: rev %d with %d keys, want the 5 answered writes", snap.Rev, len(snap.Items))
+	if snap := mustSnapshot(t, g, "r"); snap.Rev != uint64(n) || len(snap.Items) != n {
+		t.Errorf("after a restart: rev %d with %d keys, want the %d answered writes", snap.Rev, len(snap.Items), n)
 	}
 }
-
