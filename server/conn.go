@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -102,6 +103,11 @@ type conn struct {
 	wcancel context.CancelFunc
 
 	sess *session
+	// log: the connection's logger (logs.go), with its session and
+	// subject once connected; rctx: c.ctx carrying it, for the calls of
+	// its requests (reader goroutine only).
+	log  atomic.Pointer[slog.Logger]
+	rctx context.Context
 	// wscope: the scope of this connection's write ids (widScope), set
 	// with sess when it has a subject; events of its own subject's writes
 	// are sent with their ids.
@@ -216,6 +222,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 		wctx: wctx, wcancel: wcancel,
 		addr: r.RemoteAddr, hookHeader: s.hookHeader(r), wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), subs: make(map[uint64]*sub),
 	}
+	c.setLog(s.log.With("conn", connID()))
 	if !s.addConn(c) {
 		cancel()
 		s.metrics.rejected.WithLabelValues("full").Inc()
@@ -345,6 +352,7 @@ func (c *conn) serve() {
 	switch {
 	case errors.As(err, &ce):
 		code, reason = ce.code, ce.reason
+		c.log.Load().Info("websocket closed by the server", "code", int(code), "reason", reason)
 	case websocket.CloseStatus(err) != -1: // the peer closed
 		code = -1
 	case err != nil:
@@ -507,7 +515,7 @@ func (c *conn) reply(msg any) {
 	}
 	c.mu.Unlock()
 	if err != nil {
-		c.s.log.Error("server: cannot encode reply", "err", err)
+		c.log.Load().Error("server: cannot encode reply", "err", err)
 	}
 }
 
@@ -574,8 +582,16 @@ func (c *conn) sendReplies() error {
 	return err
 }
 
-func (c *conn) replyErr(id uint64, e *Error) {
-	m := &wire.Err{T: wire.TErr, ID: id, Code: e.Code, Message: e.Message, Key: e.Key, Line: e.Line, Column: e.Column}
+// setLog makes l the connection's logger.
+func (c *conn) setLog(l *slog.Logger) {
+	c.log.Store(l)
+	c.rctx = withLog(c.ctx, l)
+}
+
+// replyErr answers r with e, and logs it (logs.go).
+func (c *conn) replyErr(r *wire.Request, e *Error) {
+	logFailure(c.log.Load(), r.T, r.Room, e)
+	m := &wire.Err{T: wire.TErr, ID: r.ID, Code: e.Code, Message: e.Message, Key: e.Key, Line: e.Line, Column: e.Column}
 	switch e.Code {
 	case wire.CodeConflict: // mod_rev 0 means "absent": say it
 		m.ModRev, m.Rev = &e.ModRev, &e.Rev
@@ -876,7 +892,7 @@ func (c *conn) appendMessage(frame []byte, s *sub, m rooms.Message) []byte {
 			Rev: m.Rev, Reason: m.Reason.String(), Items: wireItems(m.Items)})
 	}
 	if err != nil {
-		c.s.log.Error("server: cannot encode a subscription message", "err", err)
+		c.log.Load().Error("server: cannot encode a subscription message", "room", s.room, "err", err)
 	}
 	return frame
 }

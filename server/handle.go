@@ -72,7 +72,7 @@ func (c *conn) readLoop() error {
 				if errors.Is(e, wire.ErrInvalidKey) {
 					code = wire.CodeInvalidKey
 				}
-				c.replyErr(reqs[i].ID, newError(code, e.Error()))
+				c.replyErr(&reqs[i], newError(code, e.Error()))
 				continue
 			}
 			if err := c.handleOne(&reqs[i]); err != nil {
@@ -94,7 +94,7 @@ func (c *conn) handleOne(r *wire.Request) error {
 	defer c.inflight.Unlock()
 	if c.stopping {
 		if isWrite(r.T) {
-			c.replyErr(r.ID, newError(wire.CodeUnavailable, "server is shutting down; nothing was written"))
+			c.replyErr(r, newError(wire.CodeUnavailable, "server is shutting down; nothing was written"))
 		}
 		return nil
 	}
@@ -139,6 +139,7 @@ func (c *conn) connect(r *wire.Request) error {
 	if old != nil {
 		go old.end(wire.CloseSessionReplaced, "session taken over by another connection")
 	}
+	c.setLog(c.log.Load().With("session", sess.id, "subject", claims.Subject))
 	c.mu.Lock()
 	c.sess = sess // even on err: the session detaches when this socket ends
 	// Anonymous clients are sent no ids (server/wids.go).
@@ -202,11 +203,11 @@ func (c *conn) refreshAuth(r *wire.Request) {
 	claims, err := c.s.cfg.Auth.Verify(r.Token)
 	if err != nil {
 		c.s.metrics.authFailures.Inc()
-		c.replyErr(r.ID, newError(wire.CodeUnauthorized, err.Error()))
+		c.replyErr(r, newError(wire.CodeUnauthorized, err.Error()))
 		return
 	}
 	if old := c.claims.Load(); old.Subject != claims.Subject {
-		c.replyErr(r.ID, newError(wire.CodeUnauthorized, "a refreshed token must have the same subject"))
+		c.replyErr(r, newError(wire.CodeUnauthorized, "a refreshed token must have the same subject"))
 		return
 	}
 	c.claims.Store(claims)
@@ -216,12 +217,12 @@ func (c *conn) refreshAuth(r *wire.Request) {
 
 func (c *conn) subscribe(r *wire.Request) {
 	if err := store.ValidClientRoom(r.Room); err != nil {
-		c.replyErr(r.ID, errorOf(err, false))
+		c.replyErr(r, errorOf(err, false))
 		return
 	}
 	claims := c.claims.Load()
 	if err := c.s.checkPrefixes(r.Prefixes); err != nil {
-		c.replyErr(r.ID, errorOf(err, false))
+		c.replyErr(r, errorOf(err, false))
 		return
 	}
 	prefixes := r.Prefixes
@@ -230,7 +231,7 @@ func (c *conn) subscribe(r *wire.Request) {
 	}
 	for _, p := range prefixes {
 		if !claims.CanRead(r.Room, p) {
-			c.replyErr(r.ID, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", p, r.Room)))
+			c.replyErr(r, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", p, r.Room)))
 			return
 		}
 	}
@@ -253,16 +254,16 @@ func (c *conn) subscribe(r *wire.Request) {
 	c.mu.Unlock()
 	switch {
 	case dup:
-		c.replyErr(r.ID, newError(wire.CodeBadRequest, fmt.Sprintf("subscription %d already exists", r.ID)))
+		c.replyErr(r, newError(wire.CodeBadRequest, fmt.Sprintf("subscription %d already exists", r.ID)))
 		return
 	case n >= c.s.cfg.MaxSubscriptions:
-		c.replyErr(r.ID, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions per connection", c.s.cfg.MaxSubscriptions)))
+		c.replyErr(r, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions per connection", c.s.cfg.MaxSubscriptions)))
 		return
 	case overPrefixes:
-		c.replyErr(r.ID, newError(wire.CodeTooLarge, fmt.Sprintf("at most %d key prefixes over all the subscriptions of a connection", c.s.cfg.MaxConnPrefixes)))
+		c.replyErr(r, newError(wire.CodeTooLarge, fmt.Sprintf("at most %d key prefixes over all the subscriptions of a connection", c.s.cfg.MaxConnPrefixes)))
 		return
 	case overFilters:
-		c.replyErr(r.ID, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions with a filter per connection", c.s.cfg.MaxConnFilters)))
+		c.replyErr(r, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions with a filter per connection", c.s.cfg.MaxConnFilters)))
 		return
 	}
 	// From here a refusal gives the budget back.
@@ -270,7 +271,7 @@ func (c *conn) subscribe(r *wire.Request) {
 		c.mu.Lock()
 		c.releaseLocked(s)
 		c.mu.Unlock()
-		c.replyErr(r.ID, errorOf(err, false))
+		c.replyErr(r, errorOf(err, false))
 	}
 	// Compiled once the cheap checks passed: a connection at its limits
 	// cannot make the server compile.
@@ -352,7 +353,7 @@ func (c *conn) unsubscribe(r *wire.Request) {
 	}
 	c.mu.Unlock()
 	if s == nil {
-		c.replyErr(r.ID, newError(wire.CodeNotFound, fmt.Sprintf("no subscription %d", r.Sub)))
+		c.replyErr(r, newError(wire.CodeNotFound, fmt.Sprintf("no subscription %d", r.Sub)))
 		return
 	}
 	// Close before the ok: the writer drains what the watcher still holds
@@ -366,12 +367,12 @@ func (c *conn) unsubscribe(r *wire.Request) {
 func (c *conn) write(r *wire.Request) {
 	claims := c.claims.Load()
 	if _, err := c.s.admitWrite(claims, c.addr); err != nil {
-		c.replyErr(r.ID, errorOf(err, false))
+		c.replyErr(r, errorOf(err, false))
 		return
 	}
-	res, err := c.s.write(c.ctx, r, claims, c.addr, c.sess)
+	res, err := c.s.write(c.rctx, r, claims, c.addr, c.sess)
 	if err != nil {
-		c.replyErr(r.ID, errorOf(err, true))
+		c.replyErr(r, errorOf(err, true))
 		return
 	}
 	c.reply(&wire.OK{T: wire.TOK, ID: r.ID, Rev: res.Rev, Dup: res.Dup})

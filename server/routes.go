@@ -51,6 +51,7 @@ func (s *Server) httpError(err error, c echo.Context) {
 	} else {
 		status = statusOf(e)
 	}
+	s.logHTTPFailure(c, status, e)
 	body := map[string]any{"error": map[string]any{"code": e.Code, "message": e.Message}}
 	if e.Line > 0 {
 		body["error"].(map[string]any)["line"] = e.Line

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -91,7 +92,7 @@ func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 	h.Set(echo.HeaderCacheControl, "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	c.Response().WriteHeader(http.StatusOK)
-	st := &sseStream{s: s, c: c, rc: http.NewResponseController(c.Response())}
+	st := &sseStream{s: s, c: c, rc: http.NewResponseController(c.Response()), log: s.httpLog(c).With("conn", connID())}
 	if s.authEnabled() {
 		st.expires = s.validUntil(claims) // as a WebSocket session ends (4002)
 	}
@@ -132,6 +133,7 @@ type sseStream struct {
 	s    *Server
 	c    echo.Context
 	rc   *http.ResponseController
+	log  *slog.Logger // the stream's (logs.go)
 	buf  []byte
 	last time.Time // of the last write
 	// expires is when the stream's token stops being valid; zero without
@@ -331,7 +333,7 @@ func (st *sseStream) fail(err error) {
 	case isUnavailable(err):
 		e = newError(wire.CodeUnavailable, "server is shutting down; resume on another node")
 	default:
-		st.s.log.Warn("server: SSE watch failed", "err", err)
+		st.log.Warn("server: SSE watch failed", "err", err)
 		e = newError(wire.CodeInternal, "internal error")
 	}
 	data, _ := compactJSON(struct {

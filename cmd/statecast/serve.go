@@ -105,6 +105,7 @@ func (w *webhookFlag) Set(v string) error {
 
 type serveFlags struct {
 	addr, data, storeURL, logLevel      string
+	logFormat                           string
 	etcdAddr                            string
 	etcdReplyBytes, etcdWatchBytes      bytesFlag
 	etcdIdle                            time.Duration
@@ -163,7 +164,8 @@ func serve(args []string) error {
 	fs.StringVar(&f.redisPrefix, "redis-prefix", "sc", "prefix of every Redis key of this deployment")
 	fs.StringVar(&f.nodeID, "node-id", "", "this node's name among the nodes sharing a store (default: random per start)")
 	fs.DurationVar(&f.nodeTimeout, "node-timeout", 10*time.Second, "on a shared store, a node silent this long is dead and a survivor deletes its leased keys")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (docs/OPERATIONS.md, Logs)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "text (key=value) or json (one object per line)")
 	fs.StringVar(&f.hmacSecret, "jwt-hmac-secret", "", "HMAC secret for JWTs (prefer --jwt-hmac-secret-file)")
 	fs.StringVar(&f.hmacSecretFile, "jwt-hmac-secret-file", "", "file holding the HMAC secret for JWTs")
 	fs.StringVar(&f.pubKey, "jwt-public-key-file", "", "PEM file of RSA, ECDSA or Ed25519 public keys for JWTs")
@@ -237,7 +239,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
 }
 
 func run(f serveFlags) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: parseLevel(f.logLevel)}))
+	log, err := newLogger(f.logFormat, f.logLevel)
+	if err != nil {
+		return err
+	}
 	authn, err := authenticator(f)
 	if err != nil {
 		return err
@@ -487,6 +492,18 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// newLogger returns the node's logger, writing to stderr in format.
+func newLogger(format, level string) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: parseLevel(level)}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("unknown --log-format %q: want text or json", format)
 }
 
 func parseLevel(s string) slog.Level {
