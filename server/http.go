@@ -111,7 +111,6 @@ func (s *Server) httpClaims(c echo.Context, fromQuery bool) (*auth.Claims, error
 	r := c.Request()
 	claims, err := s.identify(r.Context(), token, r.Header, "http", r.RemoteAddr)
 	if err == nil {
-		c.Set(claimsKey, claims)
 		return claims, nil
 	}
 	s.metrics.authFailures.Inc()
@@ -436,7 +435,7 @@ func (s *Server) httpWrite(c echo.Context, claims *auth.Claims, r *wire.Request)
 	if r.Wid, r.Since, err = idempotency(c.Request().Header); err != nil {
 		return err
 	}
-	res, err := s.write(withLog(c.Request().Context(), s.httpLog(c)), r, claims, c.Request().RemoteAddr, nil)
+	res, err := s.write(c.Request().Context(), r, claims, c.Request().RemoteAddr, nil)
 	if err != nil {
 		return err
 	}

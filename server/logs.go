@@ -23,12 +23,14 @@ func withLog(ctx context.Context, l *slog.Logger) context.Context {
 	return context.WithValue(ctx, logKey{}, l)
 }
 
-// logOf returns the logger of ctx's connection, or the server's.
-func (s *Server) logOf(ctx context.Context) *slog.Logger {
+// requestLog returns the logger of ctx's connection, or (an HTTP
+// request, which builds none unless it logs) the server's with the
+// subject of claims.
+func (s *Server) requestLog(ctx context.Context, claims *auth.Claims) *slog.Logger {
 	if l, ok := ctx.Value(logKey{}).(*slog.Logger); ok {
 		return l
 	}
-	return s.log
+	return s.log.With("subject", claims.Subject)
 }
 
 // connID names a connection in the node's logs: random, so the lines of
@@ -61,19 +63,13 @@ func logFailure(l *slog.Logger, t, room string, e *Error) {
 	l.Log(context.Background(), level, "request failed", attrs...)
 }
 
-// claimsKey is where httpClaims leaves a request's claims in its echo
-// context, for the request's log lines.
-const claimsKey = "statecast.claims"
-
 // httpLog returns the logger of an HTTP request: its method and path
-// (never the query, which may carry a token), its subject once
-// authenticated and its room.
+// (never the query, which may carry a token) and its room. The subject
+// is added by the lines that have the claims: an HTTP request keeps
+// them nowhere (that cost an allocation per request).
 func (s *Server) httpLog(c echo.Context) *slog.Logger {
 	r := c.Request()
 	attrs := []any{"method", r.Method, "path", r.URL.Path}
-	if claims, ok := c.Get(claimsKey).(*auth.Claims); ok {
-		attrs = append(attrs, "subject", claims.Subject)
-	}
 	if room := c.Param("room"); room != "" {
 		attrs = append(attrs, "room", room)
 	}

@@ -92,7 +92,7 @@ func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 	h.Set(echo.HeaderCacheControl, "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	c.Response().WriteHeader(http.StatusOK)
-	st := &sseStream{s: s, c: c, rc: http.NewResponseController(c.Response()), log: s.httpLog(c).With("conn", connID())}
+	st := &sseStream{s: s, c: c, rc: http.NewResponseController(c.Response()), log: s.httpLog(c).With("conn", connID(), "subject", claims.Subject)}
 	if s.authEnabled() {
 		st.expires = s.validUntil(claims) // as a WebSocket session ends (4002)
 	}

@@ -67,7 +67,7 @@ func (s *Server) validated(ctx context.Context, room string, w store.Write, clai
 	verdict, err := s.cfg.Validate.Validate(ctx, validateRequest(room, w, modRevs, claims, sess))
 	switch {
 	case err != nil:
-		s.logOf(ctx).Warn("validation hook failed", "room", room, "err", err)
+		s.requestLog(ctx, claims).Warn("validation hook failed", "room", room, "err", err)
 		return w, nil, newError(wire.CodeUnavailable, "the application's validation hook did not answer; nothing was written")
 	case !verdict.Allow:
 		msg := verdict.Message
