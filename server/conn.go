@@ -18,6 +18,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/auth"
@@ -108,6 +109,11 @@ type conn struct {
 	// its requests (reader goroutine only).
 	log  atomic.Pointer[slog.Logger]
 	rctx context.Context
+	// upgrade: the span of the upgrade request, which each request's span
+	// links to; reqSpan: the span of the request being handled (reader
+	// goroutine only), nil with tracing off.
+	upgrade trace.SpanContext
+	reqSpan trace.Span
 	// wscope: the scope of this connection's write ids (widScope), set
 	// with sess when it has a subject; events of its own subject's writes
 	// are sent with their ids.
@@ -223,6 +229,9 @@ func (s *Server) handleWS(ec echo.Context) error {
 		addr: r.RemoteAddr, hookHeader: s.hookHeader(r), wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), subs: make(map[uint64]*sub),
 	}
 	c.setLog(s.log.With("conn", connID()))
+	if s.tracer != nil {
+		c.upgrade = trace.SpanContextFromContext(r.Context())
+	}
 	if !s.addConn(c) {
 		cancel()
 		s.metrics.rejected.WithLabelValues("full").Inc()
@@ -591,6 +600,9 @@ func (c *conn) setLog(l *slog.Logger) {
 // replyErr answers r with e, and logs it (logs.go).
 func (c *conn) replyErr(r *wire.Request, e *Error) {
 	logFailure(c.log.Load(), r.T, r.Room, e)
+	if c.reqSpan != nil {
+		failSpan(c.reqSpan, e)
+	}
 	m := &wire.Err{T: wire.TErr, ID: r.ID, Code: e.Code, Message: e.Message, Key: e.Key, Line: e.Line, Column: e.Column}
 	switch e.Code {
 	case wire.CodeConflict: // mod_rev 0 means "absent": say it

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/auth"
@@ -101,19 +102,26 @@ func (c *conn) handleOne(r *wire.Request) error {
 	if c.sess == nil && r.T != wire.TConnect {
 		return closeWith(wire.CloseProtocolError, "the first message must be connect, got %q", r.T)
 	}
+	ctx := c.rctx
+	if c.s.tracer != nil && r.T != wire.TPing {
+		var span trace.Span
+		ctx, span = c.traceRequest(r)
+		c.reqSpan = span
+		defer func() { c.reqSpan = nil; span.End() }()
+	}
 	switch r.T {
 	case wire.TConnect:
-		return c.connect(r)
+		return c.connect(ctx, r)
 	case wire.TAuth:
 		c.refreshAuth(r)
 	case wire.TPing:
 		c.reply(&wire.Pong{T: wire.TPong})
 	case wire.TSub:
-		c.subscribe(r)
+		c.subscribe(ctx, r)
 	case wire.TUnsub:
 		c.unsubscribe(r)
 	case wire.TPut, wire.TDel, wire.TTxn:
-		c.write(r)
+		c.write(ctx, r)
 	default:
 		return closeWith(wire.CloseProtocolError, "unknown message type %q", r.T)
 	}
@@ -124,11 +132,11 @@ func isWrite(t string) bool { return t == wire.TPut || t == wire.TDel || t == wi
 
 // connect authenticates the session and takes over a previous one when
 // its resume secret matches.
-func (c *conn) connect(r *wire.Request) error {
+func (c *conn) connect(ctx context.Context, r *wire.Request) error {
 	if c.sess != nil {
 		return closeWith(wire.CloseProtocolError, "connect sent twice")
 	}
-	claims, err := c.s.identify(c.ctx, r.Token, c.hookHeader, "websocket", c.addr)
+	claims, err := c.s.identify(ctx, r.Token, c.hookHeader, "websocket", c.addr)
 	c.hookHeader = nil // asked once: the cookies are not kept for the socket's life
 	if err != nil {
 		c.s.metrics.authFailures.Inc()
@@ -215,7 +223,7 @@ func (c *conn) refreshAuth(r *wire.Request) {
 	c.reply(&wire.OK{T: wire.TOK, ID: r.ID})
 }
 
-func (c *conn) subscribe(r *wire.Request) {
+func (c *conn) subscribe(ctx context.Context, r *wire.Request) {
 	if err := store.ValidClientRoom(r.Room); err != nil {
 		c.replyErr(r, errorOf(err, false))
 		return
@@ -284,8 +292,8 @@ func (c *conn) subscribe(r *wire.Request) {
 	if r.From != nil {
 		opts.From = &rooms.Position{Epoch: r.From.Epoch, Rev: r.From.Rev}
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.StoreTimeout)
-	w, err := c.s.engine.Watch(ctx, r.Room, opts)
+	wctx, cancel := context.WithTimeout(ctx, c.s.cfg.StoreTimeout)
+	w, err := c.s.engine.Watch(wctx, r.Room, opts)
 	cancel()
 	if err != nil {
 		refuse(err)
@@ -364,13 +372,13 @@ func (c *conn) unsubscribe(r *wire.Request) {
 }
 
 // write applies a put, del or txn through the one write path (write.go).
-func (c *conn) write(r *wire.Request) {
+func (c *conn) write(ctx context.Context, r *wire.Request) {
 	claims := c.claims.Load()
 	if _, err := c.s.admitWrite(claims, c.addr); err != nil {
 		c.replyErr(r, errorOf(err, false))
 		return
 	}
-	res, err := c.s.write(c.rctx, r, claims, c.addr, c.sess)
+	res, err := c.s.write(ctx, r, claims, c.addr, c.sess)
 	if err != nil {
 		c.replyErr(r, errorOf(err, true))
 		return

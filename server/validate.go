@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"sync"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/hooks"
@@ -64,7 +67,12 @@ func (s *Server) validated(ctx context.Context, room string, w store.Write, clai
 			return w, nil, err
 		}
 	}
-	verdict, err := s.cfg.Validate.Validate(ctx, validateRequest(room, w, modRevs, claims, sess))
+	hctx, span := s.startSpan(ctx, "hook.validate", trace.SpanKindClient, room)
+	verdict, err := s.cfg.Validate.Validate(hctx, validateRequest(room, w, modRevs, claims, sess))
+	if span != nil {
+		span.SetAttributes(attribute.Bool("statecast.allow", err == nil && verdict.Allow))
+		endSpan(span, err)
+	}
 	switch {
 	case err != nil:
 		s.requestLog(ctx, claims).Warn("validation hook failed", "room", room, "err", err)

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/statecast/statecast/cmd/statecast/internal/flags"
 	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 	"github.com/statecast/statecast/demo"
@@ -274,12 +276,28 @@ func run(f serveFlags) error {
 		return fmt.Errorf("--room-max-keys and --room-max-bytes must not be negative (0: the default), got %d and %d", f.roomMaxKeys, f.roomMaxBytes)
 	}
 	limits := store.Limits{MaxValueBytes: f.maxValue, MaxOps: f.maxOps, MaxRoomKeys: f.roomMaxKeys, MaxRoomBytes: int64(f.roomMaxBytes)}
+	tp, err := startTracing(context.Background())
+	if err != nil {
+		return err
+	}
+	var tracer trace.TracerProvider // nil, not a nil *TracerProvider: off
+	if tp != nil {
+		tracer = tp
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(ctx); err != nil {
+				log.Warn("tracing: cannot export the last spans", "err", err)
+			}
+		}()
+		log.Info("tracing: exporting spans over OTLP (OTEL_* variables)")
+	}
 	st, where, err := openStore(f, retention, limits, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	wh, err := webhooks(f, st, log)
+	wh, err := webhooks(f, st, log, tracer)
 	if err != nil {
 		return err
 	}
@@ -308,7 +326,7 @@ func run(f serveFlags) error {
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
 		NodeID: f.nodeID, NodeTimeout: f.nodeTimeout,
 		Logger: log, Static: http.FileServerFS(demo.Files), AdminToken: adminToken,
-		Validate: validator, Connect: connector, Webhooks: wh.IfAny(),
+		Validate: validator, Connect: connector, Webhooks: wh.IfAny(), TracerProvider: tracer,
 	})
 	if err != nil {
 		return err
@@ -371,7 +389,7 @@ func run(f serveFlags) error {
 
 // webhooks returns the node's webhooks (none configured: a Webhooks that
 // delivers nothing).
-func webhooks(f serveFlags, st store.Store, log *slog.Logger) (*hooks.Webhooks, error) {
+func webhooks(f serveFlags, st store.Store, log *slog.Logger, tracer trace.TracerProvider) (*hooks.Webhooks, error) {
 	key, err := secret(f.webhookSecret, f.webhookSecretFile)
 	if err != nil {
 		return nil, err
@@ -391,7 +409,7 @@ func webhooks(f serveFlags, st store.Store, log *slog.Logger) (*hooks.Webhooks, 
 	}
 	_, shared := st.(store.Nodes)
 	return hooks.New(st, hooks.Config{Hooks: f.webhooks, Secret: []byte(key), Node: node, Shared: shared,
-		ClaimTimeout: f.nodeTimeout, Timeout: f.webhookTimeout, MaxBackoff: f.webhookMaxBackoff, MaxEvents: f.webhookBatch, Logger: log})
+		ClaimTimeout: f.nodeTimeout, Timeout: f.webhookTimeout, MaxBackoff: f.webhookMaxBackoff, MaxEvents: f.webhookBatch, Logger: log, TracerProvider: tracer})
 }
 
 // fdHeadroom is the file descriptors kept for what is not a client
