@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,12 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // lines returns the JSON log lines written so far.
@@ -86,7 +93,39 @@ func TestLogsCarryConnectionIDs(t *testing.T) {
 	}
 	for msg, seen := range want {
 		if !seen {
-			t.Errorf("no %q line in the log:\n%s", msg, buf.b.String())
+			t.Errorf("no %q line in the log:\n%s", msg, buf.String())
 		}
+	}
+
+	// Over HTTP: the failure's line names the request and its room, the
+	// hook's its subject.
+	req, err := http.NewRequest(http.MethodPut, n.TS.URL+"/v1/rooms/game:8/kv/k", strings.NewReader("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tokenFor(t, "bob", time.Now().Add(time.Minute), allRooms))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var failed, hook bool
+	for _, l := range buf.lines(t) {
+		switch {
+		case l["msg"] == "request failed" && l["method"] == "PUT":
+			failed = l["path"] == "/v1/rooms/game:8/kv/k" && l["room"] == "game:8" && l["status"] == float64(503) && l["code"] == wire.CodeUnavailable
+			if !failed {
+				t.Errorf("HTTP failure line %v", l)
+			}
+		case l["msg"] == "validation hook failed" && l["room"] == "game:8":
+			hook = l["subject"] == "bob"
+			if !hook {
+				t.Errorf("HTTP hook line %v: want subject bob", l)
+			}
+		}
+	}
+	if !failed || !hook {
+		t.Errorf("HTTP write: request failed line %v, hook line %v, want both:\n%s", failed, hook, buf.String())
 	}
 }
