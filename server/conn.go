@@ -104,11 +104,7 @@ type conn struct {
 	wcancel context.CancelFunc
 
 	sess *session
-	// log: the connection's logger (logs.go), with its session and
-	// subject once connected; rctx: c.ctx carrying it, for the calls of
-	// its requests (reader goroutine only).
-	log  atomic.Pointer[slog.Logger]
-	rctx context.Context
+	id   uint64 // the connection's number in the node's logs (logs.go)
 	// upgrade: the span of the upgrade request, which each request's span
 	// links to; reqSpan: the span of the request being handled (reader
 	// goroutine only), nil with tracing off.
@@ -228,7 +224,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 		wctx: wctx, wcancel: wcancel,
 		addr: r.RemoteAddr, hookHeader: s.hookHeader(r), wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), subs: make(map[uint64]*sub),
 	}
-	c.setLog(s.log.With("conn", connID()))
+	c.id = s.connSeq.Add(1)
 	if s.tracer != nil {
 		c.upgrade = trace.SpanContextFromContext(r.Context())
 	}
@@ -361,7 +357,9 @@ func (c *conn) serve() {
 	switch {
 	case errors.As(err, &ce):
 		code, reason = ce.code, ce.reason
-		c.log.Load().Info("websocket closed by the server", "code", int(code), "reason", reason)
+		if c.s.log.Enabled(context.Background(), slog.LevelInfo) {
+			c.logger().Info("websocket closed by the server", "code", int(code), "reason", reason)
+		}
 	case websocket.CloseStatus(err) != -1: // the peer closed
 		code = -1
 	case err != nil:
@@ -524,7 +522,7 @@ func (c *conn) reply(msg any) {
 	}
 	c.mu.Unlock()
 	if err != nil {
-		c.log.Load().Error("server: cannot encode reply", "err", err)
+		c.logger().Error("server: cannot encode reply", "err", err)
 	}
 }
 
@@ -591,15 +589,9 @@ func (c *conn) sendReplies() error {
 	return err
 }
 
-// setLog makes l the connection's logger.
-func (c *conn) setLog(l *slog.Logger) {
-	c.log.Store(l)
-	c.rctx = withLog(c.ctx, l)
-}
-
 // replyErr answers r with e, and logs it (logs.go).
 func (c *conn) replyErr(r *wire.Request, e *Error) {
-	logFailure(c.log.Load(), r.T, r.Room, e)
+	c.logFailure(r, e)
 	if c.reqSpan != nil {
 		failSpan(c.reqSpan, e)
 	}
@@ -904,7 +896,7 @@ func (c *conn) appendMessage(frame []byte, s *sub, m rooms.Message) []byte {
 			Rev: m.Rev, Reason: m.Reason.String(), Items: wireItems(m.Items)})
 	}
 	if err != nil {
-		c.log.Load().Error("server: cannot encode a subscription message", "room", s.room, "err", err)
+		c.logger().Error("server: cannot encode a subscription message", "room", s.room, "err", err)
 	}
 	return frame
 }

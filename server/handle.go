@@ -102,7 +102,7 @@ func (c *conn) handleOne(r *wire.Request) error {
 	if c.sess == nil && r.T != wire.TConnect {
 		return closeWith(wire.CloseProtocolError, "the first message must be connect, got %q", r.T)
 	}
-	ctx := c.rctx
+	ctx := c.ctx
 	if c.s.tracer != nil && r.T != wire.TPing {
 		var span trace.Span
 		ctx, span = c.traceRequest(r)
@@ -147,7 +147,6 @@ func (c *conn) connect(ctx context.Context, r *wire.Request) error {
 	if old != nil {
 		go old.end(wire.CloseSessionReplaced, "session taken over by another connection")
 	}
-	c.setLog(c.log.Load().With("session", sess.id, "subject", claims.Subject))
 	c.mu.Lock()
 	c.sess = sess // even on err: the session detaches when this socket ends
 	// Anonymous clients are sent no ids (server/wids.go).

@@ -3,39 +3,33 @@ package server
 import (
 	"context"
 	"log/slog"
+	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/wire"
 )
 
 // Log lines of a connection or request carry its ids as attributes:
-// conn (this node's id of the socket or stream), session and subject
-// once known, room where one is. A WebSocket keeps its logger in the
-// conn; what the connection's requests call (the write path, the
-// validation hook) finds it in their context.
+// conn (this node's number of the socket or stream), session and subject
+// once known, room where one is. A connection's logger is built when it
+// logs, from what it holds: one kept per connection would cost every
+// idle socket some 700 bytes.
 
-type logKey struct{}
+// connName names connection number id in the node's logs.
+func connName(id uint64) string { return "c" + strconv.FormatUint(id, 10) }
 
-// withLog returns ctx carrying l for the calls a request makes.
-func withLog(ctx context.Context, l *slog.Logger) context.Context {
-	return context.WithValue(ctx, logKey{}, l)
-}
-
-// requestLog returns the logger of ctx's connection, or (an HTTP
-// request, which builds none unless it logs) the server's with the
-// subject of claims.
-func (s *Server) requestLog(ctx context.Context, claims *auth.Claims) *slog.Logger {
-	if l, ok := ctx.Value(logKey{}).(*slog.Logger); ok {
-		return l
+// logger returns the connection's logger. Not with c.mu held.
+func (c *conn) logger() *slog.Logger {
+	c.mu.Lock()
+	sess := c.sess
+	c.mu.Unlock()
+	if sess == nil {
+		return c.s.log.With("conn", connName(c.id))
 	}
-	return s.log.With("subject", claims.Subject)
+	return c.s.log.With("conn", connName(c.id), "session", sess.id, "subject", c.claims.Load().Subject)
 }
-
-// connID names a connection in the node's logs: random, so the lines of
-// one socket can be told apart across restarts and nodes.
-func connID() string { return randomID("c_")[:14] }
 
 // serverSide reports whether a request failing with code is the node's
 // or the store's failure rather than the client's: those are logged at
@@ -44,51 +38,70 @@ func serverSide(code string) bool {
 	return code == wire.CodeInternal || code == wire.CodeUnavailable || code == wire.CodeOutcomeUnknown
 }
 
-// logFailure logs a request of a connection that failed with e.
-func logFailure(l *slog.Logger, t, room string, e *Error) {
-	level := slog.LevelDebug
-	if serverSide(e.Code) {
-		level = slog.LevelWarn
+// failureLevel is the level of the line of a request that failed with e
+// (status: its HTTP status, 0 for a WebSocket request).
+func failureLevel(e *Error, status int) slog.Level {
+	if serverSide(e.Code) || status >= 500 {
+		return slog.LevelWarn
 	}
-	if !l.Enabled(context.Background(), level) {
-		return
-	}
-	attrs := []any{"req", t, "code", e.Code, "reason", e.Message}
-	if room != "" {
-		attrs = append(attrs, "room", room)
-	}
+	return slog.LevelDebug
+}
+
+// failureAttrs are the attributes of that line: the error sent and, when
+// the node or the store failed, why.
+func failureAttrs(e *Error, attrs ...any) []any {
+	attrs = append(attrs, "code", e.Code, "reason", e.Message)
 	if e.cause != nil {
 		attrs = append(attrs, "err", e.cause)
 	}
-	l.Log(context.Background(), level, "request failed", attrs...)
+	return attrs
+}
+
+// logFailure logs r, a request of the connection, failed with e.
+func (c *conn) logFailure(r *wire.Request, e *Error) {
+	level := failureLevel(e, 0)
+	if !c.s.log.Enabled(context.Background(), level) {
+		return
+	}
+	attrs := []any{"req", r.T}
+	if r.Room != "" {
+		attrs = append(attrs, "room", r.Room)
+	}
+	c.logger().Log(context.Background(), level, "request failed", failureAttrs(e, attrs...)...)
 }
 
 // httpLog returns the logger of an HTTP request: its method and path
-// (never the query, which may carry a token) and its room. The subject
-// is added by the lines that have the claims: an HTTP request keeps
-// them nowhere (that cost an allocation per request).
+// (never the query, which may carry a token), its room, and its subject
+// when it carries a valid token. The claims of a request are kept
+// nowhere (that cost an allocation per request): its token is verified
+// again, for a line that needs it.
 func (s *Server) httpLog(c echo.Context) *slog.Logger {
+	r := c.Request()
+	attrs := httpAttrs(c)
+	if scheme, token, ok := strings.Cut(r.Header.Get(echo.HeaderAuthorization), " "); ok && strings.EqualFold(scheme, "Bearer") && s.authEnabled() {
+		if claims, err := s.verify(strings.TrimSpace(token)); err == nil {
+			attrs = append(attrs, "subject", claims.Subject)
+		}
+	}
+	return s.log.With(attrs...)
+}
+
+// httpAttrs are the attributes of an HTTP request's lines but its
+// subject: method, path and room.
+func httpAttrs(c echo.Context) []any {
 	r := c.Request()
 	attrs := []any{"method", r.Method, "path", r.URL.Path}
 	if room := c.Param("room"); room != "" {
 		attrs = append(attrs, "room", room)
 	}
-	return s.log.With(attrs...)
+	return attrs
 }
 
-// logHTTPFailure logs an HTTP request answered with an error: at warn
-// when the node or the store failed (5xx), else at debug.
+// logHTTPFailure logs an HTTP request answered status with e.
 func (s *Server) logHTTPFailure(c echo.Context, status int, e *Error) {
-	level := slog.LevelDebug
-	if status >= 500 {
-		level = slog.LevelWarn
-	}
+	level := failureLevel(e, status)
 	if !s.log.Enabled(context.Background(), level) {
 		return
 	}
-	attrs := []any{"status", status, "code", e.Code, "reason", e.Message}
-	if e.cause != nil {
-		attrs = append(attrs, "err", e.cause)
-	}
-	s.httpLog(c).Log(context.Background(), level, "request failed", attrs...)
+	s.httpLog(c).Log(context.Background(), level, "request failed", failureAttrs(e, "status", status)...)
 }

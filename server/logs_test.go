@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -55,9 +56,10 @@ func (s *syncBuffer) lines(t *testing.T) []map[string]any {
 	return out
 }
 
-// TestLogsCarryConnectionIDs: the JSON log lines of a WebSocket request
+// TestLogsCarryConnectionIDs: the JSON log line of a WebSocket request
 // that failed on the node's side (its room's validation hook cannot be
-// reached) carry the connection's id, session, subject and the room.
+// reached) carries the connection's number, session, subject, the room
+// and the cause; an HTTP request's, its method, path, room and subject.
 func TestLogsCarryConnectionIDs(t *testing.T) {
 	var buf syncBuffer
 	gone := httptest.NewServer(http.NotFoundHandler())
@@ -77,28 +79,6 @@ func TestLogsCarryConnectionIDs(t *testing.T) {
 	if _, err := c.Put(servertest.Context(t), "game:7", "k", 1); codeOf(err) != wire.CodeUnavailable {
 		t.Fatalf("put: %v, want unavailable", err)
 	}
-	want := map[string]bool{"validation hook failed": false, "request failed": false}
-	for _, l := range buf.lines(t) {
-		msg, _ := l["msg"].(string)
-		if _, ok := want[msg]; !ok {
-			continue
-		}
-		want[msg] = true
-		if l["level"] != "WARN" || l["session"] != session || l["subject"] != "alice" || l["room"] != "game:7" {
-			t.Errorf("log line %v: want level WARN, session %s, subject alice, room game:7", l, session)
-		}
-		if id, _ := l["conn"].(string); len(id) < 8 {
-			t.Errorf("log line %v: no connection id", l)
-		}
-	}
-	for msg, seen := range want {
-		if !seen {
-			t.Errorf("no %q line in the log:\n%s", msg, buf.String())
-		}
-	}
-
-	// Over HTTP: the failure's line names the request and its room, the
-	// hook's its subject.
 	req, err := http.NewRequest(http.MethodPut, n.TS.URL+"/v1/rooms/game:8/kv/k", strings.NewReader("1"))
 	if err != nil {
 		t.Fatal(err)
@@ -110,22 +90,27 @@ func TestLogsCarryConnectionIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	var failed, hook bool
+
+	var ws, httpLine map[string]any
 	for _, l := range buf.lines(t) {
-		switch {
-		case l["msg"] == "request failed" && l["method"] == "PUT":
-			failed = l["path"] == "/v1/rooms/game:8/kv/k" && l["room"] == "game:8" && l["status"] == float64(503) && l["code"] == wire.CodeUnavailable
-			if !failed {
-				t.Errorf("HTTP failure line %v", l)
-			}
-		case l["msg"] == "validation hook failed" && l["room"] == "game:8":
-			hook = l["subject"] == "bob"
-			if !hook {
-				t.Errorf("HTTP hook line %v: want subject bob", l)
-			}
+		if l["msg"] != "request failed" {
+			continue
+		}
+		if l["method"] == nil {
+			ws = l
+		} else {
+			httpLine = l
 		}
 	}
-	if !failed || !hook {
-		t.Errorf("HTTP write: request failed line %v, hook line %v, want both:\n%s", failed, hook, buf.String())
+	if ws == nil || httpLine == nil {
+		t.Fatalf("want a request failed line of the WebSocket and one of the HTTP request; the log:\n%s", buf.String())
+	}
+	if id, _ := ws["conn"].(string); ws["level"] != "WARN" || !strings.HasPrefix(id, "c") || ws["session"] != session || ws["subject"] != "alice" ||
+		ws["room"] != "game:7" || ws["req"] != "put" || ws["code"] != wire.CodeUnavailable || !strings.Contains(fmt.Sprint(ws["err"]), "unavailable") {
+		t.Errorf("WebSocket line %v: want level WARN, conn c…, session %s, subject alice, room game:7, req put, code unavailable and the hook's error", ws, session)
+	}
+	if httpLine["level"] != "WARN" || httpLine["path"] != "/v1/rooms/game:8/kv/k" || httpLine["method"] != "PUT" || httpLine["room"] != "game:8" ||
+		httpLine["subject"] != "bob" || httpLine["status"] != float64(503) || httpLine["code"] != wire.CodeUnavailable {
+		t.Errorf("HTTP line %v: want level WARN, PUT /v1/rooms/game:8/kv/k, room game:8, subject bob, status 503, code unavailable", httpLine)
 	}
 }

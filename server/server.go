@@ -199,7 +199,8 @@ func (c Config) withDefaults() Config {
 // Server serves one node. All methods may be called concurrently.
 // New starts the lease keeper; Shutdown stops it and every connection.
 type Server struct {
-	tracer   trace.Tracer // nil: tracing off (tracing.go)
+	tracer   trace.Tracer  // nil: tracing off (tracing.go)
+	connSeq  atomic.Uint64 // numbers the connections in the logs (logs.go)
 	cfg      Config
 	engine   *rooms.Engine
 	store    store.Store

@@ -113,7 +113,7 @@ func (c *conn) traceRequest(r *wire.Request) (context.Context, trace.Span) {
 	if c.upgrade.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: c.upgrade}))
 	}
-	ctx, span := c.s.tracer.Start(c.rctx, "ws "+r.T, opts...)
+	ctx, span := c.s.tracer.Start(c.ctx, "ws "+r.T, opts...)
 	if r.Room != "" {
 		span.SetAttributes(attrRoom.String(r.Room))
 	}

@@ -39,7 +39,7 @@ func (s *Server) validated(ctx context.Context, room string, w store.Write, clai
 		if pe := errorOf(err, false); pe.Code != wire.CodeInternal {
 			return w, nil, pe
 		}
-		return w, nil, newError(wire.CodeUnavailable, "cannot read the keys the write touches for its validation; nothing was written")
+		return w, nil, causedBy(err, newError(wire.CodeUnavailable, "cannot read the keys the write touches for its validation; nothing was written"))
 	}
 	modRevs := make(map[string]uint64, len(keys))
 	for _, key := range keys {
@@ -75,8 +75,7 @@ func (s *Server) validated(ctx context.Context, room string, w store.Write, clai
 	}
 	switch {
 	case err != nil:
-		s.requestLog(ctx, claims).Warn("validation hook failed", "room", room, "err", err)
-		return w, nil, newError(wire.CodeUnavailable, "the application's validation hook did not answer; nothing was written")
+		return w, nil, causedBy(err, newError(wire.CodeUnavailable, "the application's validation hook did not answer; nothing was written"))
 	case !verdict.Allow:
 		msg := verdict.Message
 		if msg == "" {
