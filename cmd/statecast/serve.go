@@ -516,7 +516,7 @@ func isLoopback(addr string) bool {
 func newLogger(format, level string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: parseLevel(level)}
 	switch format {
-	case "text":
+	case "text", "": // "": run's callers that set no format
 		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
