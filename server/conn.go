@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/auth"
@@ -102,6 +104,12 @@ type conn struct {
 	wcancel context.CancelFunc
 
 	sess *session
+	id   uint64 // the connection's number in the node's logs (logs.go)
+	// upgrade: the span of the upgrade request, which each request's span
+	// links to; reqSpan: the span of the request being handled (reader
+	// goroutine only), nil with tracing off.
+	upgrade trace.SpanContext
+	reqSpan trace.Span
 	// wscope: the scope of this connection's write ids (widScope), set
 	// with sess when it has a subject; events of its own subject's writes
 	// are sent with their ids.
@@ -215,6 +223,10 @@ func (s *Server) handleWS(ec echo.Context) error {
 		s: s, ws: ws, nc: lean.nc, sock: lean.sock, br: lean.br, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
 		wctx: wctx, wcancel: wcancel,
 		addr: r.RemoteAddr, hookHeader: s.hookHeader(r), wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), subs: make(map[uint64]*sub),
+	}
+	c.id = s.connSeq.Add(1)
+	if s.tracer != nil {
+		c.upgrade = trace.SpanContextFromContext(r.Context())
 	}
 	if !s.addConn(c) {
 		cancel()
@@ -345,6 +357,9 @@ func (c *conn) serve() {
 	switch {
 	case errors.As(err, &ce):
 		code, reason = ce.code, ce.reason
+		if c.s.log.Enabled(context.Background(), slog.LevelInfo) {
+			c.logger().Info("websocket closed by the server", "code", int(code), "reason", reason)
+		}
 	case websocket.CloseStatus(err) != -1: // the peer closed
 		code = -1
 	case err != nil:
@@ -507,7 +522,7 @@ func (c *conn) reply(msg any) {
 	}
 	c.mu.Unlock()
 	if err != nil {
-		c.s.log.Error("server: cannot encode reply", "err", err)
+		c.logger().Error("server: cannot encode reply", "err", err)
 	}
 }
 
@@ -574,8 +589,13 @@ func (c *conn) sendReplies() error {
 	return err
 }
 
-func (c *conn) replyErr(id uint64, e *Error) {
-	m := &wire.Err{T: wire.TErr, ID: id, Code: e.Code, Message: e.Message, Key: e.Key, Line: e.Line, Column: e.Column}
+// replyErr answers r with e, and logs it (logs.go).
+func (c *conn) replyErr(r *wire.Request, e *Error) {
+	c.logFailure(r, e)
+	if c.reqSpan != nil {
+		failSpan(c.reqSpan, e)
+	}
+	m := &wire.Err{T: wire.TErr, ID: r.ID, Code: e.Code, Message: e.Message, Key: e.Key, Line: e.Line, Column: e.Column}
 	switch e.Code {
 	case wire.CodeConflict: // mod_rev 0 means "absent": say it
 		m.ModRev, m.Rev = &e.ModRev, &e.Rev
@@ -876,7 +896,7 @@ func (c *conn) appendMessage(frame []byte, s *sub, m rooms.Message) []byte {
 			Rev: m.Rev, Reason: m.Reason.String(), Items: wireItems(m.Items)})
 	}
 	if err != nil {
-		c.s.log.Error("server: cannot encode a subscription message", "err", err)
+		c.logger().Error("server: cannot encode a subscription message", "room", s.room, "err", err)
 	}
 	return frame
 }

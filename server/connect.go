@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/coder/websocket"
 
 	"github.com/statecast/statecast/server/auth"
@@ -43,7 +45,10 @@ func (s *Server) identify(ctx context.Context, token string, header http.Header,
 	if token != "" || s.cfg.Connect == nil {
 		return s.verify(token)
 	}
-	return s.cfg.Connect.Authenticate(ctx, hooks.ConnectRequest{Transport: transport, Addr: addr}, header)
+	ctx, span := s.startSpan(ctx, "hook.connect", trace.SpanKindClient, "")
+	claims, err := s.cfg.Connect.Authenticate(ctx, hooks.ConnectRequest{Transport: transport, Addr: addr}, header)
+	endSpan(span, err)
+	return claims, err
 }
 
 // hookHeader keeps, of an upgrade request, what the connect hook is

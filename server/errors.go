@@ -21,11 +21,20 @@ type Error struct {
 	Rev     uint64 // conflict: the room's head
 	// invalid_filter: where in the expression (from 1; 0 = not known)
 	Line, Column int
+	// cause: the failure behind an internal, unavailable or
+	// outcome_unknown error, for the log (never sent).
+	cause error
 }
 
 func (e *Error) Error() string { return e.Message }
 
 func newError(code, msg string) *Error { return &Error{Code: code, Message: msg} }
+
+// causedBy records err as e's cause, for the log.
+func causedBy(err error, e *Error) *Error {
+	e.cause = err
+	return e
+}
 
 // errorOf maps an error from the store, the engine or a handler to a
 // protocol error. A write that failed for a reason not known to leave the
@@ -74,13 +83,13 @@ func errorOf(err error, write bool) *Error {
 	case errors.Is(err, rooms.ErrUnsynced):
 		return newError(wire.CodeUnavailable, "this node could not catch up with the store in time; retry")
 	case errors.Is(err, store.ErrUnavailable):
-		return newError(wire.CodeUnavailable, "the store is unreachable; nothing was written")
+		return causedBy(err, newError(wire.CodeUnavailable, "the store is unreachable; nothing was written"))
 	case write && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
-		return newError(wire.CodeOutcomeUnknown, "the store did not confirm the write in time; it may or may not have been applied")
+		return causedBy(err, newError(wire.CodeOutcomeUnknown, "the store did not confirm the write in time; it may or may not have been applied"))
 	case write:
-		return newError(wire.CodeOutcomeUnknown, "the store failed while writing; the write may or may not have been applied")
+		return causedBy(err, newError(wire.CodeOutcomeUnknown, "the store failed while writing; the write may or may not have been applied"))
 	}
-	return newError(wire.CodeInternal, "internal error")
+	return causedBy(err, newError(wire.CodeInternal, "internal error"))
 }
 
 // filterTooSlow is what a watch learns when its filter took longer than

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/auth"
@@ -72,7 +73,7 @@ func (c *conn) readLoop() error {
 				if errors.Is(e, wire.ErrInvalidKey) {
 					code = wire.CodeInvalidKey
 				}
-				c.replyErr(reqs[i].ID, newError(code, e.Error()))
+				c.replyErr(&reqs[i], newError(code, e.Error()))
 				continue
 			}
 			if err := c.handleOne(&reqs[i]); err != nil {
@@ -94,26 +95,33 @@ func (c *conn) handleOne(r *wire.Request) error {
 	defer c.inflight.Unlock()
 	if c.stopping {
 		if isWrite(r.T) {
-			c.replyErr(r.ID, newError(wire.CodeUnavailable, "server is shutting down; nothing was written"))
+			c.replyErr(r, newError(wire.CodeUnavailable, "server is shutting down; nothing was written"))
 		}
 		return nil
 	}
 	if c.sess == nil && r.T != wire.TConnect {
 		return closeWith(wire.CloseProtocolError, "the first message must be connect, got %q", r.T)
 	}
+	ctx := c.ctx
+	if c.s.tracer != nil && r.T != wire.TPing {
+		var span trace.Span
+		ctx, span = c.traceRequest(r)
+		c.reqSpan = span
+		defer func() { c.reqSpan = nil; span.End() }()
+	}
 	switch r.T {
 	case wire.TConnect:
-		return c.connect(r)
+		return c.connect(ctx, r)
 	case wire.TAuth:
 		c.refreshAuth(r)
 	case wire.TPing:
 		c.reply(&wire.Pong{T: wire.TPong})
 	case wire.TSub:
-		c.subscribe(r)
+		c.subscribe(ctx, r)
 	case wire.TUnsub:
 		c.unsubscribe(r)
 	case wire.TPut, wire.TDel, wire.TTxn:
-		c.write(r)
+		c.write(ctx, r)
 	default:
 		return closeWith(wire.CloseProtocolError, "unknown message type %q", r.T)
 	}
@@ -124,11 +132,11 @@ func isWrite(t string) bool { return t == wire.TPut || t == wire.TDel || t == wi
 
 // connect authenticates the session and takes over a previous one when
 // its resume secret matches.
-func (c *conn) connect(r *wire.Request) error {
+func (c *conn) connect(ctx context.Context, r *wire.Request) error {
 	if c.sess != nil {
 		return closeWith(wire.CloseProtocolError, "connect sent twice")
 	}
-	claims, err := c.s.identify(c.ctx, r.Token, c.hookHeader, "websocket", c.addr)
+	claims, err := c.s.identify(ctx, r.Token, c.hookHeader, "websocket", c.addr)
 	c.hookHeader = nil // asked once: the cookies are not kept for the socket's life
 	if err != nil {
 		c.s.metrics.authFailures.Inc()
@@ -202,11 +210,11 @@ func (c *conn) refreshAuth(r *wire.Request) {
 	claims, err := c.s.cfg.Auth.Verify(r.Token)
 	if err != nil {
 		c.s.metrics.authFailures.Inc()
-		c.replyErr(r.ID, newError(wire.CodeUnauthorized, err.Error()))
+		c.replyErr(r, newError(wire.CodeUnauthorized, err.Error()))
 		return
 	}
 	if old := c.claims.Load(); old.Subject != claims.Subject {
-		c.replyErr(r.ID, newError(wire.CodeUnauthorized, "a refreshed token must have the same subject"))
+		c.replyErr(r, newError(wire.CodeUnauthorized, "a refreshed token must have the same subject"))
 		return
 	}
 	c.claims.Store(claims)
@@ -214,14 +222,14 @@ func (c *conn) refreshAuth(r *wire.Request) {
 	c.reply(&wire.OK{T: wire.TOK, ID: r.ID})
 }
 
-func (c *conn) subscribe(r *wire.Request) {
+func (c *conn) subscribe(ctx context.Context, r *wire.Request) {
 	if err := store.ValidClientRoom(r.Room); err != nil {
-		c.replyErr(r.ID, errorOf(err, false))
+		c.replyErr(r, errorOf(err, false))
 		return
 	}
 	claims := c.claims.Load()
 	if err := c.s.checkPrefixes(r.Prefixes); err != nil {
-		c.replyErr(r.ID, errorOf(err, false))
+		c.replyErr(r, errorOf(err, false))
 		return
 	}
 	prefixes := r.Prefixes
@@ -230,7 +238,7 @@ func (c *conn) subscribe(r *wire.Request) {
 	}
 	for _, p := range prefixes {
 		if !claims.CanRead(r.Room, p) {
-			c.replyErr(r.ID, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", p, r.Room)))
+			c.replyErr(r, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", p, r.Room)))
 			return
 		}
 	}
@@ -253,16 +261,16 @@ func (c *conn) subscribe(r *wire.Request) {
 	c.mu.Unlock()
 	switch {
 	case dup:
-		c.replyErr(r.ID, newError(wire.CodeBadRequest, fmt.Sprintf("subscription %d already exists", r.ID)))
+		c.replyErr(r, newError(wire.CodeBadRequest, fmt.Sprintf("subscription %d already exists", r.ID)))
 		return
 	case n >= c.s.cfg.MaxSubscriptions:
-		c.replyErr(r.ID, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions per connection", c.s.cfg.MaxSubscriptions)))
+		c.replyErr(r, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions per connection", c.s.cfg.MaxSubscriptions)))
 		return
 	case overPrefixes:
-		c.replyErr(r.ID, newError(wire.CodeTooLarge, fmt.Sprintf("at most %d key prefixes over all the subscriptions of a connection", c.s.cfg.MaxConnPrefixes)))
+		c.replyErr(r, newError(wire.CodeTooLarge, fmt.Sprintf("at most %d key prefixes over all the subscriptions of a connection", c.s.cfg.MaxConnPrefixes)))
 		return
 	case overFilters:
-		c.replyErr(r.ID, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions with a filter per connection", c.s.cfg.MaxConnFilters)))
+		c.replyErr(r, newError(wire.CodeTooManySubs, fmt.Sprintf("at most %d subscriptions with a filter per connection", c.s.cfg.MaxConnFilters)))
 		return
 	}
 	// From here a refusal gives the budget back.
@@ -270,7 +278,7 @@ func (c *conn) subscribe(r *wire.Request) {
 		c.mu.Lock()
 		c.releaseLocked(s)
 		c.mu.Unlock()
-		c.replyErr(r.ID, errorOf(err, false))
+		c.replyErr(r, errorOf(err, false))
 	}
 	// Compiled once the cheap checks passed: a connection at its limits
 	// cannot make the server compile.
@@ -283,8 +291,8 @@ func (c *conn) subscribe(r *wire.Request) {
 	if r.From != nil {
 		opts.From = &rooms.Position{Epoch: r.From.Epoch, Rev: r.From.Rev}
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.StoreTimeout)
-	w, err := c.s.engine.Watch(ctx, r.Room, opts)
+	wctx, cancel := context.WithTimeout(ctx, c.s.cfg.StoreTimeout)
+	w, err := c.s.engine.Watch(wctx, r.Room, opts)
 	cancel()
 	if err != nil {
 		refuse(err)
@@ -352,7 +360,7 @@ func (c *conn) unsubscribe(r *wire.Request) {
 	}
 	c.mu.Unlock()
 	if s == nil {
-		c.replyErr(r.ID, newError(wire.CodeNotFound, fmt.Sprintf("no subscription %d", r.Sub)))
+		c.replyErr(r, newError(wire.CodeNotFound, fmt.Sprintf("no subscription %d", r.Sub)))
 		return
 	}
 	// Close before the ok: the writer drains what the watcher still holds
@@ -363,15 +371,15 @@ func (c *conn) unsubscribe(r *wire.Request) {
 }
 
 // write applies a put, del or txn through the one write path (write.go).
-func (c *conn) write(r *wire.Request) {
+func (c *conn) write(ctx context.Context, r *wire.Request) {
 	claims := c.claims.Load()
 	if _, err := c.s.admitWrite(claims, c.addr); err != nil {
-		c.replyErr(r.ID, errorOf(err, false))
+		c.replyErr(r, errorOf(err, false))
 		return
 	}
-	res, err := c.s.write(c.ctx, r, claims, c.addr, c.sess)
+	res, err := c.s.write(ctx, r, claims, c.addr, c.sess)
 	if err != nil {
-		c.replyErr(r.ID, errorOf(err, true))
+		c.replyErr(r, errorOf(err, true))
 		return
 	}
 	c.reply(&wire.OK{T: wire.TOK, ID: r.ID, Rev: res.Rev, Dup: res.Dup})

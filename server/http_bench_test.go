@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/store"
 )
@@ -16,12 +19,22 @@ import (
 // on the memory store, from the router to the response body (net/http's
 // request parsing and socket I/O are not in it): what the handler chain
 // allocates and spends per write.
-func BenchmarkHTTPPut(b *testing.B) {
+func BenchmarkHTTPPut(b *testing.B) { benchHTTPPut(b, nil) }
+
+// BenchmarkHTTPPutTraced is BenchmarkHTTPPut with tracing on, every
+// request sampled, its spans dropped once ended (no exporter).
+func BenchmarkHTTPPutTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	benchHTTPPut(b, tp)
+}
+
+func benchHTTPPut(b *testing.B, tp trace.TracerProvider) {
 	st := store.NewMemory(store.MemoryConfig{})
 	defer st.Close()
 	eng := rooms.New(st, rooms.Config{ProgressInterval: -1})
 	defer eng.Close()
-	srv, err := New(context.Background(), Config{Store: st, Engine: eng, WriteRate: 1e9})
+	srv, err := New(context.Background(), Config{Store: st, Engine: eng, WriteRate: 1e9, TracerProvider: tp})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,6 +17,9 @@ func (s *Server) routes() *echo.Echo {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.httpError
 	e.Pre(s.originGuard) // Host, CORS and foreign writes: before routing, for every route
+	if s.tracer != nil {
+		e.Use(s.traceHTTP) // after routing: the span is named by the route
+	}
 	e.GET("/v1/ws", s.handleWS)
 	s.apiRoutes(e.Group("/v1"))
 	e.GET("/v1/admin/inspect", s.handleInspect)
@@ -51,6 +54,7 @@ func (s *Server) httpError(err error, c echo.Context) {
 	} else {
 		status = statusOf(e)
 	}
+	s.logHTTPFailure(c, status, e)
 	body := map[string]any{"error": map[string]any{"code": e.Code, "message": e.Message}}
 	if e.Line > 0 {
 		body["error"].(map[string]any)["line"] = e.Line

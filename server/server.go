@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/rooms/filter"
@@ -109,6 +110,9 @@ type Config struct {
 	// Webhooks, when set, are the node's webhooks (started by the caller):
 	// their metrics join /metrics and the inspector shows them.
 	Webhooks *hooks.Webhooks
+	// TracerProvider, when set, receives the node's spans (tracing.go);
+	// nil: tracing is off and costs nothing.
+	TracerProvider trace.TracerProvider
 	// AdminToken, when set, lets clients off loopback read the inspector
 	// (GET /v1/admin/inspect) with Authorization: Bearer <AdminToken>;
 	// loopback clients need none.
@@ -195,6 +199,8 @@ func (c Config) withDefaults() Config {
 // Server serves one node. All methods may be called concurrently.
 // New starts the lease keeper; Shutdown stops it and every connection.
 type Server struct {
+	tracer   trace.Tracer  // nil: tracing off (tracing.go)
+	connSeq  atomic.Uint64 // numbers the connections in the logs (logs.go)
 	cfg      Config
 	engine   *rooms.Engine
 	store    store.Store
@@ -285,6 +291,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.sessions.close()
 		s.leases.close()
 		return nil, err
+	}
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
 	s.echo = s.routes()
 	s.handler = s.guardReserve(s.echo)

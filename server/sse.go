@@ -91,7 +91,7 @@ func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 	h.Set(echo.HeaderCacheControl, "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	c.Response().WriteHeader(http.StatusOK)
-	st := &sseStream{s: s, c: c, rc: http.NewResponseController(c.Response())}
+	st := &sseStream{s: s, c: c, rc: http.NewResponseController(c.Response()), id: s.connSeq.Add(1), subject: claims.Subject}
 	if s.authEnabled() {
 		st.expires = s.validUntil(claims) // as a WebSocket session ends (4002)
 	}
@@ -129,11 +129,13 @@ func watchFrom(c echo.Context) (*rooms.Position, error) {
 }
 
 type sseStream struct {
-	s    *Server
-	c    echo.Context
-	rc   *http.ResponseController
-	buf  []byte
-	last time.Time // of the last write
+	s       *Server
+	c       echo.Context
+	rc      *http.ResponseController
+	id      uint64 // the stream's number in the node's logs, as a WebSocket's
+	subject string
+	buf     []byte
+	last    time.Time // of the last write
 	// expires is when the stream's token stops being valid; zero without
 	// auth. The stream ends then, as a WebSocket session does.
 	expires time.Time
@@ -331,7 +333,7 @@ func (st *sseStream) fail(err error) {
 	case isUnavailable(err):
 		e = newError(wire.CodeUnavailable, "server is shutting down; resume on another node")
 	default:
-		st.s.log.Warn("server: SSE watch failed", "err", err)
+		st.s.log.Warn("server: SSE watch failed", append(httpAttrs(st.c), "conn", connName(st.id), "subject", st.subject, "err", err)...)
 		e = newError(wire.CodeInternal, "internal error")
 	}
 	data, _ := compactJSON(struct {

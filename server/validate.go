@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"sync"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/hooks"
@@ -36,7 +39,7 @@ func (s *Server) validated(ctx context.Context, room string, w store.Write, clai
 		if pe := errorOf(err, false); pe.Code != wire.CodeInternal {
 			return w, nil, pe
 		}
-		return w, nil, newError(wire.CodeUnavailable, "cannot read the keys the write touches for its validation; nothing was written")
+		return w, nil, causedBy(err, newError(wire.CodeUnavailable, "cannot read the keys the write touches for its validation; nothing was written"))
 	}
 	modRevs := make(map[string]uint64, len(keys))
 	for _, key := range keys {
@@ -64,11 +67,15 @@ func (s *Server) validated(ctx context.Context, room string, w store.Write, clai
 			return w, nil, err
 		}
 	}
-	verdict, err := s.cfg.Validate.Validate(ctx, validateRequest(room, w, modRevs, claims, sess))
+	hctx, span := s.startSpan(ctx, "hook.validate", trace.SpanKindClient, room)
+	verdict, err := s.cfg.Validate.Validate(hctx, validateRequest(room, w, modRevs, claims, sess))
+	if span != nil {
+		span.SetAttributes(attribute.Bool("statecast.allow", err == nil && verdict.Allow))
+		endSpan(span, err)
+	}
 	switch {
 	case err != nil:
-		s.log.Warn("validation hook failed", "room", room, "err", err)
-		return w, nil, newError(wire.CodeUnavailable, "the application's validation hook did not answer; nothing was written")
+		return w, nil, causedBy(err, newError(wire.CodeUnavailable, "the application's validation hook did not answer; nothing was written"))
 	case !verdict.Allow:
 		msg := verdict.Message
 		if msg == "" {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
@@ -211,8 +213,16 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 	// decided by the store, not by who is still listening. The store has
 	// StoreTimeout for it.
 	start := time.Now()
+	_, span := s.startSpan(ctx, "store.apply", trace.SpanKindInternal, room)
 	res, err := s.engine.Apply(s.storeDeadline.after(start, s.cfg.StoreTimeout), room, w)
 	s.metrics.observeWrite(start, err)
+	if span != nil {
+		span.SetAttributes(attrRev.Int64(int64(res.Rev)))
+		endSpan(span, err)
+		if err == nil && s.cfg.Webhooks != nil {
+			s.cfg.Webhooks.Traced(ctx, room, res.Rev)
+		}
+	}
 	if err != nil {
 		return res, err
 	}

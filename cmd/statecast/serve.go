@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/statecast/statecast/cmd/statecast/internal/flags"
 	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 	"github.com/statecast/statecast/demo"
@@ -105,6 +107,7 @@ func (w *webhookFlag) Set(v string) error {
 
 type serveFlags struct {
 	addr, data, storeURL, logLevel      string
+	logFormat                           string
 	etcdAddr                            string
 	etcdReplyBytes, etcdWatchBytes      bytesFlag
 	etcdIdle                            time.Duration
@@ -163,7 +166,8 @@ func serve(args []string) error {
 	fs.StringVar(&f.redisPrefix, "redis-prefix", "sc", "prefix of every Redis key of this deployment")
 	fs.StringVar(&f.nodeID, "node-id", "", "this node's name among the nodes sharing a store (default: random per start)")
 	fs.DurationVar(&f.nodeTimeout, "node-timeout", 10*time.Second, "on a shared store, a node silent this long is dead and a survivor deletes its leased keys")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (docs/OPERATIONS.md, Logs)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "text (key=value) or json (one object per line)")
 	fs.StringVar(&f.hmacSecret, "jwt-hmac-secret", "", "HMAC secret for JWTs (prefer --jwt-hmac-secret-file)")
 	fs.StringVar(&f.hmacSecretFile, "jwt-hmac-secret-file", "", "file holding the HMAC secret for JWTs")
 	fs.StringVar(&f.pubKey, "jwt-public-key-file", "", "PEM file of RSA, ECDSA or Ed25519 public keys for JWTs")
@@ -237,7 +241,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
 }
 
 func run(f serveFlags) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: parseLevel(f.logLevel)}))
+	log, err := newLogger(f.logFormat, f.logLevel)
+	if err != nil {
+		return err
+	}
 	authn, err := authenticator(f)
 	if err != nil {
 		return err
@@ -269,12 +276,28 @@ func run(f serveFlags) error {
 		return fmt.Errorf("--room-max-keys and --room-max-bytes must not be negative (0: the default), got %d and %d", f.roomMaxKeys, f.roomMaxBytes)
 	}
 	limits := store.Limits{MaxValueBytes: f.maxValue, MaxOps: f.maxOps, MaxRoomKeys: f.roomMaxKeys, MaxRoomBytes: int64(f.roomMaxBytes)}
+	tp, err := startTracing(context.Background())
+	if err != nil {
+		return err
+	}
+	var tracer trace.TracerProvider // nil, not a nil *TracerProvider: off
+	if tp != nil {
+		tracer = tp
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(ctx); err != nil {
+				log.Warn("tracing: cannot export the last spans", "err", err)
+			}
+		}()
+		log.Info("tracing: exporting spans over OTLP (OTEL_* variables)")
+	}
 	st, where, err := openStore(f, retention, limits, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	wh, err := webhooks(f, st, log)
+	wh, err := webhooks(f, st, log, tracer)
 	if err != nil {
 		return err
 	}
@@ -303,7 +326,7 @@ func run(f serveFlags) error {
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
 		NodeID: f.nodeID, NodeTimeout: f.nodeTimeout,
 		Logger: log, Static: http.FileServerFS(demo.Files), AdminToken: adminToken,
-		Validate: validator, Connect: connector, Webhooks: wh.IfAny(),
+		Validate: validator, Connect: connector, Webhooks: wh.IfAny(), TracerProvider: tracer,
 	})
 	if err != nil {
 		return err
@@ -366,7 +389,7 @@ func run(f serveFlags) error {
 
 // webhooks returns the node's webhooks (none configured: a Webhooks that
 // delivers nothing).
-func webhooks(f serveFlags, st store.Store, log *slog.Logger) (*hooks.Webhooks, error) {
+func webhooks(f serveFlags, st store.Store, log *slog.Logger, tracer trace.TracerProvider) (*hooks.Webhooks, error) {
 	key, err := secret(f.webhookSecret, f.webhookSecretFile)
 	if err != nil {
 		return nil, err
@@ -386,7 +409,7 @@ func webhooks(f serveFlags, st store.Store, log *slog.Logger) (*hooks.Webhooks, 
 	}
 	_, shared := st.(store.Nodes)
 	return hooks.New(st, hooks.Config{Hooks: f.webhooks, Secret: []byte(key), Node: node, Shared: shared,
-		ClaimTimeout: f.nodeTimeout, Timeout: f.webhookTimeout, MaxBackoff: f.webhookMaxBackoff, MaxEvents: f.webhookBatch, Logger: log})
+		ClaimTimeout: f.nodeTimeout, Timeout: f.webhookTimeout, MaxBackoff: f.webhookMaxBackoff, MaxEvents: f.webhookBatch, Logger: log, TracerProvider: tracer})
 }
 
 // fdHeadroom is the file descriptors kept for what is not a client
@@ -487,6 +510,18 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// newLogger returns the node's logger, writing to stderr in format.
+func newLogger(format, level string) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: parseLevel(level)}
+	switch format {
+	case "text", "": // "": run's callers that set no format
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("unknown --log-format %q: want text or json", format)
 }
 
 func parseLevel(s string) slog.Level {

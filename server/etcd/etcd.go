@@ -38,6 +38,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -140,14 +143,21 @@ func New(cfg Config) *Server {
 	// one that does not answer the server's pings is closed, and one that
 	// never speaks gRPC is closed at ConnectionTimeout: otherwise each
 	// holds a connection slot and its buffers for good.
-	s.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(2<<20),
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(2 << 20),
 		grpc.MaxConcurrentStreams(uint32(s.maxW)),
 		grpc.StatsHandler(rpcTagger{s}),
 		grpc.ConnectionTimeout(min(10*time.Second, idle)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: idle, Timeout: 20 * time.Second}),
-	)
+	}
+	if tp := cfg.Node.TracerProvider(); tp != nil {
+		// A span per RPC (a stream's lasts as long as it), continuing the
+		// client's traceparent; the node's write path adds its children.
+		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp),
+			otelgrpc.WithPropagators(propagation.TraceContext{}), otelgrpc.WithMeterProvider(noop.NewMeterProvider()))))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	pb.RegisterKVServer(s.grpc, kvServer{Server: s})
 	pb.RegisterWatchServer(s.grpc, watchServer{Server: s})
 	pb.RegisterLeaseServer(s.grpc, leaseServer{Server: s})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // ErrUnavailable: the backend did not answer in time, could not be
@@ -66,6 +67,8 @@ func (p poster) post(ctx context.Context, url string, body []byte, header http.H
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "statecast-hooks")
 	req.Header.Set(SignatureHeader, Sign(p.secret, body, time.Now()))
+	// The caller's trace goes on with the backend (nothing without a span).
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := p.client.Do(req)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {

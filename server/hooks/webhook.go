@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/statecast/statecast/server/auth"
 	"github.com/statecast/statecast/store"
 )
@@ -45,6 +47,8 @@ type Config struct {
 	MaxBackoff   time.Duration // retries at most this far apart, default 30s
 	Client       *http.Client  // default: one of its own (newPoster)
 	Logger       *slog.Logger
+	// TracerProvider, when set, receives a span per POST (trace.go).
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -90,6 +94,11 @@ type Webhooks struct {
 	events     []store.Batch // from the internal room's Follow, for the loop
 	wake       chan struct{}
 
+	// tracer: nil with tracing off; traced: the spans of the writes this
+	// node committed to hooked rooms (trace.go).
+	tracer trace.Tracer
+	traced traced
+
 	stopFollow func()
 	cancel     context.CancelFunc
 	done       chan struct{}
@@ -102,6 +111,9 @@ func New(st store.Store, cfg Config) (*Webhooks, error) {
 	}
 	cfg = cfg.withDefaults()
 	w := &Webhooks{cfg: cfg, st: st, registered: make(map[string]struct{}), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if cfg.TracerProvider != nil {
+		w.tracer = cfg.TracerProvider.Tracer("github.com/statecast/statecast/server/hooks")
+	}
 	seen := make(map[string]bool)
 	for _, r := range cfg.Hooks {
 		if err := auth.CheckRoomPattern(r.Pattern); err != nil {

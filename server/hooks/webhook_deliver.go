@@ -454,13 +454,12 @@ func (r *run) post(d *Delivery) error {
 	if err != nil {
 		return err
 	}
-	status, _, err := r.h.poster.post(r.ctx, r.h.spec.URL, body,
+	ctx, span := r.startDelivery(d)
+	status, _, err := r.h.poster.post(ctx, r.h.spec.URL, body,
 		http.Header{DeliveryHeader: {d.Key()}, HookHeader: {r.h.id}})
-	if err != nil {
-		return err
+	if err == nil && status/100 != 2 {
+		err = fmt.Errorf("receiver answered %d %s", status, http.StatusText(status))
 	}
-	if status/100 != 2 {
-		return fmt.Errorf("receiver answered %d %s", status, http.StatusText(status))
-	}
-	return nil
+	endDelivery(span, err)
+	return err
 }
