@@ -1,0 +1,186 @@
+package redistest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Failover is a master, its replicas and the Sentinels that watch them
+// and promote a replica when the master fails, all on loopback.
+type Failover struct {
+	Name      string    // the master's name at the Sentinels
+	Data      []*Server // the master first, then its replicas
+	Sentinels []*Server
+}
+
+// StartFailover starts a master (with opts), replicas replicas of it and
+// sentinels Sentinels (quorum: a majority of them) that consider the
+// master down after downAfter without a reply, and waits until every
+// replica is in sync and every Sentinel knows every replica and every
+// other Sentinel.
+func StartFailover(t testing.TB, replicas, sentinels int, downAfter time.Duration, opts Options) *Failover {
+	t.Helper()
+	Require(t)
+	f := &Failover{Name: "statecast"}
+	// Replication starts at once (no wait for more replicas before a
+	// diskless sync).
+	opts.Args = append(opts.Args, "--repl-diskless-sync-delay", "0")
+	master := Start(t, opts)
+	f.Data = append(f.Data, master)
+	for range replicas {
+		ro := opts
+		ro.ReplicaOf = master.Addr()
+		f.Data = append(f.Data, Start(t, ro))
+	}
+	conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d\n"+
+		"sentinel down-after-milliseconds %s %d\n"+
+		"sentinel failover-timeout %s %d\n"+
+		"sentinel parallel-syncs %s %d\n",
+		f.Name, master.Port, sentinels/2+1,
+		f.Name, downAfter.Milliseconds(),
+		f.Name, 4*downAfter.Milliseconds()+2000,
+		f.Name, replicas)
+	for range sentinels {
+		f.Sentinels = append(f.Sentinels, Start(t, Options{sentinel: conf}))
+	}
+	if err := f.wait(20*time.Second, func() error { return f.ready(master, replicas, sentinels) }); err != nil {
+		t.Fatalf("redistest: the failover group did not settle: %v", err)
+	}
+	return f
+}
+
+// URL is the redis+sentinel:// URL of the group's master.
+func (f *Failover) URL() string {
+	var addrs []string
+	for _, s := range f.Sentinels {
+		addrs = append(addrs, s.Addr())
+	}
+	return "redis+sentinel://" + strings.Join(addrs, ",") + "/" + f.Name + "/0"
+}
+
+// Master asks the Sentinels which server is the master now.
+func (f *Failover) Master() (*Server, error) {
+	var last error
+	for _, s := range f.Sentinels {
+		reply, err := Do(s.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", f.Name)
+		if err != nil {
+			last = err
+			continue
+		}
+		if _, port, ok := strings.Cut(reply, "\n"); ok {
+			for _, d := range f.Data {
+				if strconv.Itoa(d.Port) == port {
+					return d, nil
+				}
+			}
+		}
+		last = fmt.Errorf("sentinel %s names master %q", s.Addr(), reply)
+	}
+	return nil, last
+}
+
+// WaitPromoted waits until every Sentinel names a master other than old
+// and that master says it is one; it returns it.
+func (f *Failover) WaitPromoted(old *Server, timeout time.Duration) (*Server, error) {
+	var m *Server
+	err := f.wait(timeout, func() error {
+		var err error
+		for _, s := range f.Sentinels {
+			if !s.running() {
+				continue
+			}
+			reply, err := Do(s.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", f.Name)
+			if err != nil {
+				return err
+			}
+			if strings.HasSuffix(reply, "\n"+strconv.Itoa(old.Port)) {
+				return fmt.Errorf("sentinel %s still names %s", s.Addr(), old.Addr())
+			}
+		}
+		if m, err = f.Master(); err != nil {
+			return err
+		}
+		role, err := Do(m.Addr(), "ROLE")
+		if err != nil || !strings.HasPrefix(role, "master") {
+			return fmt.Errorf("%s is not a master yet (%q, %v)", m.Addr(), role, err)
+		}
+		return nil
+	})
+	return m, err
+}
+
+// ready checks that master has replicas replicas online and every
+// Sentinel knows them and the other Sentinels.
+func (f *Failover) ready(master *Server, replicas, sentinels int) error {
+	info, err := Do(master.Addr(), "INFO", "replication")
+	if err != nil {
+		return err
+	}
+	if online := strings.Count(info, "state=online"); online < replicas {
+		return fmt.Errorf("%d of %d replicas online", online, replicas)
+	}
+	for _, s := range f.Sentinels {
+		reply, err := Do(s.Addr(), "SENTINEL", "MASTER", f.Name)
+		if err != nil {
+			return err
+		}
+		fields := strings.Split(reply, "\n")
+		got := map[string]string{}
+		for i := 0; i+1 < len(fields); i += 2 {
+			got[fields[i]] = fields[i+1]
+		}
+		if got["num-slaves"] != strconv.Itoa(replicas) || got["num-other-sentinels"] != strconv.Itoa(sentinels-1) {
+			return fmt.Errorf("sentinel %s knows %s replicas and %s other sentinels", s.Addr(), got["num-slaves"], got["num-other-sentinels"])
+		}
+	}
+	return nil
+}
+
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+func (f *Failover) wait(timeout time.Duration, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// writeSentinelConf writes a Sentinel's configuration file the first
+// time it starts; later it keeps what the Sentinel rewrote in it.
+func (s *Server) writeSentinelConf() error {
+	if s.opts.sentinel == "" {
+		return nil
+	}
+	p := filepath.Join(s.Dir, "sentinel.conf")
+	if _, err := os.Stat(p); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return os.WriteFile(p, []byte(s.opts.sentinel), 0o644)
+}
+
+func (s *Server) sentinelArgs() []string {
+	return []string{filepath.Join(s.Dir, "sentinel.conf"), "--sentinel",
+		"--port", strconv.Itoa(s.Port),
+		"--bind", "127.0.0.1",
+		"--dir", s.Dir,
+		"--logfile", "redis.log",
+		"--daemonize", "no",
+	}
+}
