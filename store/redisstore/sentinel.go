@@ -25,7 +25,9 @@ func IsSentinelURL(u string) bool {
 // they require one, go in the query. rediss+sentinel:// connects to
 // Redis with TLS.
 func ParseSentinelURL(raw string) (*redis.FailoverOptions, error) {
-	bad := func(why string) error { return fmt.Errorf("store: redis sentinel url: %s (want redis+sentinel://[user:password@]host:port[,host:port...]/master[/db])", why) }
+	bad := func(why string) error {
+		return fmt.Errorf("store: redis sentinel url: %s (want redis+sentinel://[user:password@]host:port[,host:port...]/master[/db])", why)
+	}
 	scheme, rest, _ := strings.Cut(raw, "://")
 	if scheme != "redis+sentinel" && scheme != "rediss+sentinel" {
 		return nil, bad("scheme " + scheme)

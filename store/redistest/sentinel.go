@@ -17,6 +17,11 @@ type Failover struct {
 	Name      string    // the master's name at the Sentinels
 	Data      []*Server // the master first, then its replicas
 	Sentinels []*Server
+	// Timeout is the Sentinels' failover-timeout: a Sentinel that took
+	// part in a failover of the master starts or votes for no other
+	// within twice that. Promoted is when WaitPromoted last saw one.
+	Timeout  time.Duration
+	Promoted time.Time
 }
 
 // StartFailover starts a master (with opts), replicas replicas of it and
@@ -27,7 +32,7 @@ type Failover struct {
 func StartFailover(t testing.TB, replicas, sentinels int, downAfter time.Duration, opts Options) *Failover {
 	t.Helper()
 	Require(t)
-	f := &Failover{Name: "statecast"}
+	f := &Failover{Name: "statecast", Timeout: 2*downAfter + time.Second}
 	// Replication starts at once (no wait for more replicas before a
 	// diskless sync).
 	opts.Args = append(opts.Args, "--repl-diskless-sync-delay", "0")
@@ -44,7 +49,7 @@ func StartFailover(t testing.TB, replicas, sentinels int, downAfter time.Duratio
 		"sentinel parallel-syncs %s %d\n",
 		f.Name, master.Port, sentinels/2+1,
 		f.Name, downAfter.Milliseconds(),
-		f.Name, 4*downAfter.Milliseconds()+2000,
+		f.Name, f.Timeout.Milliseconds(),
 		f.Name, replicas)
 	for range sentinels {
 		f.Sentinels = append(f.Sentinels, Start(t, Options{sentinel: conf}))
@@ -112,6 +117,9 @@ func (f *Failover) WaitPromoted(old *Server, timeout time.Duration) (*Server, er
 		}
 		return nil
 	})
+	if err == nil {
+		f.Promoted = time.Now()
+	}
 	return m, err
 }
 
@@ -183,4 +191,27 @@ func (s *Server) sentinelArgs() []string {
 		"--logfile", "redis.log",
 		"--daemonize", "no",
 	}
+}
+
+// Rejoin starts old, a killed member of the group, again as a replica of
+// master (without persistence it comes back empty and syncs from it), and
+// waits until master sees it online. Callers off the test's goroutine
+// may use it: it reports failure as an error.
+func (f *Failover) Rejoin(old, master *Server) error {
+	old.mu.Lock()
+	old.opts.ReplicaOf = master.Addr()
+	old.mu.Unlock()
+	if err := old.StartAgain(); err != nil {
+		return err
+	}
+	return f.wait(20*time.Second, func() error {
+		info, err := Do(master.Addr(), "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(info, "port="+strconv.Itoa(old.Port)+",state=online") {
+			return fmt.Errorf("%s is not an online replica of %s yet", old.Addr(), master.Addr())
+		}
+		return nil
+	})
 }
