@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,10 +27,17 @@ func startFailoverNodes(t *testing.T, n int, args ...string) (*redistest.Failove
 	redistest.Require(t)
 	statecastBin(t)
 	f := redistest.StartFailover(t, 2, 3, time.Second, redistest.Options{})
+	return f, startNodesOn(t, n, f.URL(), args...)
+}
+
+// startNodesOn starts n nodes with --store storeURL and args, killed when
+// the test ends; it returns their HTTP URLs.
+func startNodesOn(t *testing.T, n int, storeURL string, args ...string) []string {
+	t.Helper()
 	var urls []string
 	var nodes []*mnNode
 	for i := range n {
-		node := &mnNode{name: fmt.Sprintf("n%d", i), redisURL: f.URL(), extra: append([]string{"--lease-grace", "1s"}, args...)}
+		node := &mnNode{name: fmt.Sprintf("n%d", i), redisURL: storeURL, extra: append([]string{"--lease-grace", "1s"}, args...)}
 		node.start(t)
 		nodes = append(nodes, node)
 		urls = append(urls, node.HTTP())
@@ -44,7 +52,7 @@ func startFailoverNodes(t *testing.T, n int, args ...string) (*redistest.Failove
 			}
 		}
 	})
-	return f, urls
+	return urls
 }
 
 // failoverFaults SIGKILLs the master times times, each after a pause
@@ -90,6 +98,44 @@ func TestFailoverLinearizable(t *testing.T) {
 		t.Run("min-replicas="+strconv.Itoa(minReplicas), func(t *testing.T) {
 			f, urls := startFailoverNodes(t, 3, "--redis-min-replicas", strconv.Itoa(minReplicas))
 			lzCheck(t, urls, "", 6, 0, func(ctx context.Context) { failoverFaults(ctx, t, f, 1) }, lzEpochModel(minReplicas > 0))
+		})
+	}
+}
+
+// TestClusterFailoverLinearizable: the same check on a Redis Cluster of 3
+// masters with a replica each (cluster-node-timeout 1 s): the master of
+// the room's slot is SIGKILLed under load and the cluster promotes its
+// replica (about 20 s each).
+func TestClusterFailoverLinearizable(t *testing.T) {
+	for _, minReplicas := range []int{1, 0} {
+		t.Run("min-replicas="+strconv.Itoa(minReplicas), func(t *testing.T) {
+			redistest.Require(t)
+			statecastBin(t)
+			c := redistest.StartReplicatedCluster(t, 3, time.Second)
+			urls := startNodesOn(t, 3, "redis://"+strings.Join(c.Addrs(), ","), "--redis-cluster", "--redis-min-replicas", strconv.Itoa(minReplicas))
+			lzCheck(t, urls, "", 6, 0, func(ctx context.Context) {
+				if !lzPause(ctx, 300, 800) {
+					return
+				}
+				const key = "sc:{lz}:meta" // the room's slot
+				old, err := c.MasterOf(key)
+				if err != nil {
+					t.Errorf("finding the room's master: %v", err)
+					return
+				}
+				start := time.Now()
+				old.Kill()
+				var m *redistest.Server
+				for m == nil || m == old {
+					if m, err = c.MasterOf(key); time.Since(start) > 30*time.Second {
+						t.Errorf("no replica of %s promoted within 30 s: %v", old.Addr(), err)
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				t.Logf("%s killed, %s promoted after %v", old.Addr(), m.Addr(), time.Since(start).Round(10*time.Millisecond))
+				lzPause(ctx, 500, 1000)
+			}, lzEpochModel(minReplicas > 0))
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -214,4 +215,85 @@ func (f *Failover) Rejoin(old, master *Server) error {
 		}
 		return nil
 	})
+}
+
+// StartReplicatedCluster starts a Redis Cluster of masters masters with
+// one replica each (cluster-node-timeout nodeTimeout, after which the
+// replicas of a failed master promote one), and waits until every node
+// reports cluster_state:ok with masters masters.
+func StartReplicatedCluster(t testing.TB, masters int, nodeTimeout time.Duration) *Cluster {
+	t.Helper()
+	Require(t)
+	c := &Cluster{}
+	for range 2 * masters {
+		c.Nodes = append(c.Nodes, Start(t, Options{Cluster: true, Args: []string{
+			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10), "--repl-diskless-sync-delay", "0"}}))
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	if err := c.WaitOK(masters, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// WaitOK waits until every running node reports cluster_state:ok with
+// masters masters and every replica's link up.
+func (c *Cluster) WaitOK(masters int, timeout time.Duration) error {
+	f := &Failover{}
+	return f.wait(timeout, func() error {
+		for _, n := range c.Nodes {
+			if !n.running() {
+				continue
+			}
+			info, err := Do(n.Addr(), "CLUSTER", "INFO")
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_size:"+strconv.Itoa(masters)+"\r\n") {
+				return fmt.Errorf("redistest: cluster node %s not ok: %q %v", n.Addr(), info, err)
+			}
+			if role, err := Do(n.Addr(), "ROLE"); err != nil || strings.HasPrefix(role, "slave") && !strings.Contains(role, "\nconnected\n") {
+				return fmt.Errorf("redistest: cluster replica %s not connected: %q %v", n.Addr(), role, err)
+			}
+		}
+		return nil
+	})
+}
+
+// MasterOf returns the running node that serves key's slot as a master,
+// as that node itself says.
+func (c *Cluster) MasterOf(key string) (*Server, error) {
+	for _, n := range c.Nodes {
+		if !n.running() {
+			continue
+		}
+		slot, err := Do(n.Addr(), "CLUSTER", "KEYSLOT", key)
+		if err != nil {
+			return nil, err
+		}
+		s, _ := strconv.Atoi(slot)
+		nodes, err := Do(n.Addr(), "CLUSTER", "NODES")
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range strings.Split(nodes, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 9 || !strings.Contains(f[2], "myself") || !strings.Contains(f[2], "master") {
+				continue
+			}
+			for _, r := range f[8:] {
+				lo, hi, ok := strings.Cut(r, "-")
+				if !ok {
+					hi = lo
+				}
+				l, _ := strconv.Atoi(lo)
+				h, _ := strconv.Atoi(hi)
+				if l <= s && s <= h {
+					return n, nil
+				}
+			}
+		}
+	}
+	return nil, fmt.Errorf("redistest: no running master serves %q", key)
 }
