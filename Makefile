@@ -55,8 +55,11 @@ bench:
 # TestLinearizableSoak: rounds of GET/PUT/CAS/DELETE by 6 clients on random
 # nodes under node kills, Redis cuts and Redis restarts, each round's history
 # checked linearizable with porcupine.
+# TestFailoverSoak: the same check on 3 nodes on a Sentinel-watched master
+# with 2 replicas, the master SIGKILLed twice a round and rejoined as a
+# replica, rounds alternating --redis-min-replicas 1 and 0.
 # TestWebhooksUnderReceiverAndNodeFaults: with the webhook receiver down for
 # 30 s (2 s in make test).
 SOAK ?= 3m
 soak:
-	CI=true $(GO) test -race -count=1 -v -run '^(TestSoak|TestLinearizableSoak|TestWebhooksUnderReceiverAndNodeFaults)$$' -timeout 60m ./cmd/statecast -soak $(SOAK)
+	CI=true $(GO) test -race -count=1 -v -run '^(TestSoak|TestLinearizableSoak|TestFailoverSoak|TestWebhooksUnderReceiverAndNodeFaults)$$' -timeout 60m ./cmd/statecast -soak $(SOAK)

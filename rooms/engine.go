@@ -273,7 +273,15 @@ func (e *Engine) Watch(ctx context.Context, room string, opts WatchOptions) (*Wa
 		return nil, err
 	}
 	// A snapshot start is a read: linearizable, as List's. A resume
-	// continues from the client's own position.
+	// continues from the client's own position, but on a store whose tail
+	// lags it asks for the room's head first, without waiting for it: a
+	// store that lost revisions this node delivered (Redis after a failover)
+	// then starts the room's new epoch before the resume is served, so the
+	// client gets its snapshot, never the lost tail. A store that does not
+	// answer does not refuse the resume: it commits nothing meanwhile.
+	if heads, lags := e.st.(store.Heads); lags && opts.From != nil {
+		_, _, _ = heads.Head(ctx, room)
+	}
 	r, err := e.ready(ctx, room, ReadOptions{Serializable: opts.From != nil})
 	if err != nil {
 		return nil, err

@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -43,6 +45,7 @@ type lzOutput struct {
 	found    bool   // get: the key exists
 	value    string // get: its value
 	modRev   uint64 // get: its mod_rev; put, cas: the revision written
+	epoch    string // the reply's X-Statecast-Epoch ("" when unknown)
 }
 
 // lzState is one key in the model; modRev 0 on an existing key means it
@@ -136,6 +139,12 @@ var lzModel = porcupine.NondeterministicModel{
 // may still land during the next.
 func lzRun(t *testing.T, urls []string, prefix string, clients, ops int, faults func(ctx context.Context)) {
 	t.Helper()
+	lzCheck(t, urls, prefix, clients, ops, faults, lzModel)
+}
+
+// lzCheck is lzRun against model.
+func lzCheck(t *testing.T, urls []string, prefix string, clients, ops int, faults func(ctx context.Context), model porcupine.NondeterministicModel) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	more := func(i int) bool { return i < ops }
@@ -168,8 +177,9 @@ func lzRun(t *testing.T, urls []string, prefix string, clients, ops int, faults 
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(c), 19))
 			hs := make([]*client.HTTP, len(urls))
+			rec := &epochRecorder{}
 			for i, u := range urls {
-				hs[i] = &client.HTTP{URL: u}
+				hs[i] = &client.HTTP{URL: u, Client: &http.Client{Transport: rec}}
 			}
 			seen := map[string]uint64{} // the last mod_rev this client read, per key
 			for i := 0; more(i); i++ {
@@ -186,8 +196,12 @@ func lzRun(t *testing.T, urls []string, prefix string, clients, ops int, faults 
 					in.op = "del"
 				}
 				call := now()
+				rec.epoch = ""
 				out, ok := lzDo(ctx, h, in)
 				ret := now()
+				if !out.unknown {
+					out.epoch = rec.epoch
+				}
 				if !ok {
 					mu.Lock()
 					dropped++ // a failed read saw nothing; a refused write did nothing
@@ -210,11 +224,11 @@ func lzRun(t *testing.T, urls []string, prefix string, clients, ops int, faults 
 		}()
 	}
 	wg.Wait()
-	res, info := porcupine.CheckOperationsVerbose(lzModel.ToModel(), history, 30*time.Second)
+	res, info := porcupine.CheckOperationsVerbose(model.ToModel(), history, 30*time.Second)
 	t.Logf("%d operations by %d clients on %d node(s) (%d writes of unknown outcome, %d failed operations left out): %v",
 		len(history), clients, len(urls), unknown, dropped, res)
 	if res != porcupine.Ok {
-		if f, err := writeLzVisualization(t, info); err == nil {
+		if f, err := writeLzVisualization(t, model, info); err == nil {
 			t.Logf("visualization: %s", f)
 		}
 		t.Fatalf("history is not linearizable (%v)", res)
@@ -263,9 +277,106 @@ func lzDo(ctx context.Context, h *client.HTTP, in lzInput) (out lzOutput, ok boo
 	return out, true
 }
 
-func writeLzVisualization(t *testing.T, info porcupine.LinearizationInfo) (string, error) {
+func writeLzVisualization(t *testing.T, model porcupine.NondeterministicModel, info porcupine.LinearizationInfo) (string, error) {
 	f := t.TempDir() + "/history.html"
-	return f, porcupine.VisualizePath(lzModel.ToModel(), info, f)
+	return f, porcupine.VisualizePath(model.ToModel(), info, f)
+}
+
+// epochRecorder is an http.RoundTripper that keeps the X-Statecast-Epoch
+// of the last reply: one client's, whose requests are sequential.
+type epochRecorder struct{ epoch string }
+
+func (r *epochRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if resp != nil {
+		r.epoch = resp.Header.Get("X-Statecast-Epoch")
+	}
+	return resp, err
+}
+
+// lzEpochState is one key in lzEpochModel: lzModel's state in the epoch
+// of the room it is in, the epochs left behind, and acked, the mod_rev of
+// the last acknowledged write of the key (0 when that was a delete, or
+// a delete may have followed it).
+type lzEpochState struct {
+	lzState
+	wild   bool   // a new epoch began and nothing of the key was seen in it yet
+	epoch  string // "" until an operation says
+	past   string // epochs left, each followed by ","
+	acked  uint64
+	wasDel bool // the key was deleted in the model since acked was set
+}
+
+// lzEpochModel checks histories across a room's epoch changes (a Redis
+// failover that lost writes): within one epoch, as lzModel (no stale read,
+// no revision reused, revisions grow); a room never goes back to an epoch
+// it left; an operation answered in a new epoch may find the key in any
+// state, except that with keepAcked every acknowledged write must have
+// survived (the key at its revision or later).
+func lzEpochModel(keepAcked bool) porcupine.NondeterministicModel {
+	m := lzModel
+	m.Init = func() []any { return []any{lzEpochState{}} }
+	m.Step = func(state, input, output any) []any {
+		s, in, out := state.(lzEpochState), input.(lzInput), output.(lzOutput)
+		if out.epoch != "" && strings.Contains(s.past, out.epoch+",") {
+			return nil // back to an epoch left
+		}
+		if out.epoch != "" && s.epoch != "" && out.epoch != s.epoch { // a new epoch
+			s = lzEpochState{wild: true, epoch: out.epoch, past: s.past + s.epoch + ",", acked: s.acked, wasDel: s.wasDel}
+		}
+		if s.epoch == "" {
+			s.epoch = out.epoch
+		}
+		if s.wild {
+			switch {
+			case out.unknown, in.op == "cas" && out.conflict:
+				return []any{s} // still nothing known
+			case in.op == "get" && keepAcked && s.acked > 0 && !s.wasDel && (!out.found || out.modRev < s.acked):
+				return nil // an acknowledged write lost
+			case in.op == "get" && out.found:
+				s.lzState = lzState{exists: true, value: out.value, modRev: out.modRev}
+			case in.op == "get" || in.op == "del":
+				s.lzState = lzState{}
+			default: // put, cas acknowledged
+				s.lzState = lzState{exists: true, value: in.value, modRev: out.modRev}
+			}
+			s.wild = false
+			return lzEpochAcked(s, in, out)
+		}
+		var next []any
+		for _, n := range lzModel.Step(s.lzState, input, output) {
+			ns := s
+			ns.lzState = n.(lzState)
+			if out.unknown && in.op == "del" && !ns.exists {
+				ns.wasDel = true
+			}
+			next = append(next, lzEpochAcked(ns, in, out)[0])
+		}
+		return next
+	}
+	m.DescribeOperation = func(input, output any) string {
+		out := output.(lzOutput)
+		e := out.epoch
+		if len(e) > 4 {
+			e = e[:4]
+		}
+		return e + " " + lzModel.DescribeOperation(input, output)
+	}
+	return m
+}
+
+// lzEpochAcked records in s what an acknowledged write of in did.
+func lzEpochAcked(s lzEpochState, in lzInput, out lzOutput) []any {
+	if out.unknown || out.conflict {
+		return []any{s}
+	}
+	switch in.op {
+	case "put", "cas":
+		s.acked, s.wasDel = out.modRev, false
+	case "del":
+		s.acked, s.wasDel = 0, true
+	}
+	return []any{s}
 }
 
 // TestLinearizableRedis: 6 clients over 3 nodes on one redis-server.
@@ -353,14 +464,7 @@ func TestLinearizableSoak(t *testing.T) {
 // a pause before each and after the last. It runs beside the test's
 // goroutine, so it reports with Errorf, never Fatal.
 func lzFaults(ctx context.Context, t *testing.T, c *mnCluster, times int) {
-	pause := func(lo, hi int) bool {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(time.Duration(lo+rand.IntN(hi-lo)) * time.Millisecond):
-			return true
-		}
-	}
+	pause := func(lo, hi int) bool { return lzPause(ctx, lo, hi) }
 	var script []int
 	for range times {
 		script = append(script, 0, 1, 2)
@@ -396,5 +500,16 @@ func lzFaults(ctx context.Context, t *testing.T, c *mnCluster, times int) {
 				return
 			}
 		}
+	}
+}
+
+// lzPause waits lo to hi milliseconds (at random); false when ctx ended
+// first.
+func lzPause(ctx context.Context, lo, hi int) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(time.Duration(lo+rand.IntN(hi-lo)) * time.Millisecond):
+		return true
 	}
 }

@@ -114,6 +114,8 @@ type serveFlags struct {
 	etcdDefaultRoom                     string
 	redisPrefix, nodeID                 string
 	redisCluster                        bool
+	redisMinReplicas                    int
+	redisReplicaTimeout                 time.Duration
 	hmacSecret, hmacSecretFile, pubKey  string
 	algs                                flags.List
 	issuer, audience                    string
@@ -161,9 +163,11 @@ func serve(args []string) error {
 	fs.StringVar(&f.etcdDefaultRoom, "etcd-default-room", "", "with --etcd-addr: the room of every etcd key that names no other room (not /<room>/…), so etcd clients have etcd's one keyspace (etcdctl put foo bar, get --prefix \"\", compaction); off by default")
 	fs.DurationVar(&f.etcdIdle, "etcd-idle-timeout", 2*time.Minute, "an etcd connection with no request in flight this long (a watch is one) is sent GOAWAY")
 	fs.StringVar(&f.data, "data", "./data", "directory of the embedded file store")
-	fs.StringVar(&f.storeURL, "store", "file", "store: file, memory (ephemeral), or a redis:// URL (several nodes share it)")
+	fs.StringVar(&f.storeURL, "store", "file", "store: file, memory (ephemeral), or a redis:// or redis+sentinel:// URL (several nodes share it)")
 	fs.BoolVar(&f.redisCluster, "redis-cluster", false, "the --store URL lists Redis Cluster seed nodes, comma-separated")
 	fs.StringVar(&f.redisPrefix, "redis-prefix", "sc", "prefix of every Redis key of this deployment")
+	fs.IntVar(&f.redisMinReplicas, "redis-min-replicas", 0, "acknowledge a write once this many Redis replicas hold it (WAIT); one they do not confirm in time is answered outcome_unknown (0: do not wait)")
+	fs.DurationVar(&f.redisReplicaTimeout, "redis-replica-timeout", time.Second, "how long a write waits for --redis-min-replicas replicas")
 	fs.StringVar(&f.nodeID, "node-id", "", "this node's name among the nodes sharing a store (default: random per start)")
 	fs.DurationVar(&f.nodeTimeout, "node-timeout", 10*time.Second, "on a shared store, a node silent this long is dead and a survivor deletes its leased keys")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (docs/OPERATIONS.md, Logs)")
@@ -451,18 +455,22 @@ func openStore(f serveFlags, ret store.RetentionPolicy, limits store.Limits, log
 		return st, "file " + path, err
 	case f.storeURL == "memory":
 		return store.NewMemory(store.MemoryConfig{Retention: ret, Limits: limits, HistoryBytes: int64(f.nodeHistoryBytes)}), "memory (ephemeral)", nil
-	case strings.HasPrefix(f.storeURL, "redis://"), strings.HasPrefix(f.storeURL, "rediss://"):
+	case strings.HasPrefix(f.storeURL, "redis://"), strings.HasPrefix(f.storeURL, "rediss://"), redisstore.IsSentinelURL(f.storeURL):
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		st, err := redisstore.New(ctx, redisstore.Config{URL: f.storeURL, Cluster: f.redisCluster,
+			MinReplicas: f.redisMinReplicas, ReplicaTimeout: f.redisReplicaTimeout,
 			Prefix: f.redisPrefix, Retention: ret, Limits: limits, Logger: log})
 		what := "redis " + redactURL(f.storeURL)
 		if f.redisCluster {
 			what = "redis cluster " + redactURL(f.storeURL)
 		}
+		if f.redisMinReplicas > 0 {
+			what += fmt.Sprintf(" (writes wait for %d replicas)", f.redisMinReplicas)
+		}
 		return st, what, err
 	}
-	return nil, "", fmt.Errorf("unknown --store %q: want file, memory or a redis:// URL", f.storeURL)
+	return nil, "", fmt.Errorf("unknown --store %q: want file, memory, a redis:// or a redis+sentinel:// URL", f.storeURL)
 }
 
 func authenticator(f serveFlags) (*auth.Authenticator, error) {

@@ -233,7 +233,7 @@ func (c *committer) send(ctx context.Context, writes []*req) {
 			cl.args = append(cl.args, r.args...)
 		}
 	}
-	c.pipeline(ctx, calls, func(p redis.Pipeliner, cl *call) *redis.Cmd {
+	wait := c.pipeline(ctx, calls, func(p redis.Pipeliner, cl *call) *redis.Cmd {
 		return applyScript.EvalSha(ctx, p, cl.rs[0].keys, cl.args...)
 	})
 	var again []*call
@@ -243,10 +243,11 @@ func (c *committer) send(ctx context.Context, writes []*req) {
 		}
 	}
 	if len(again) > 0 {
-		c.pipeline(ctx, again, func(p redis.Pipeliner, cl *call) *redis.Cmd {
+		wait = c.pipeline(ctx, again, func(p redis.Pipeliner, cl *call) *redis.Cmd {
 			return applyScript.Eval(ctx, p, cl.rs[0].keys, cl.args...)
 		})
 	}
+	unreplicated := c.s.unreplicated(wait)
 	moved := false
 	for _, cl := range calls {
 		replies, err := outcome(cl.cmd)
@@ -259,6 +260,8 @@ func (c *committer) send(ctx context.Context, writes []*req) {
 				r.err = writeErr(r.room, err)
 			} else if r.reply, _ = replies[i].([]any); r.reply == nil {
 				r.err = writeErr(r.room, fmt.Errorf("unexpected reply %v", replies[i]))
+			} else if unreplicated != nil && acknowledges(r.reply) {
+				r.reply, r.err = nil, writeErr(r.room, unreplicated)
 			}
 			close(r.done)
 		}
@@ -270,14 +273,53 @@ func (c *committer) send(ctx context.Context, writes []*req) {
 	}
 }
 
-// pipeline sends calls in one round trip, setting each one's cmd.
-func (c *committer) pipeline(ctx context.Context, calls []*call, cmd func(redis.Pipeliner, *call) *redis.Cmd) {
+// pipeline sends calls in one round trip, setting each one's cmd. With
+// MinReplicas, the round trip ends with a PUBLISH and WAIT, whose command
+// it returns (else nil): WAIT waits for the replicas to reach this
+// connection's last write, and the PUBLISH, which is replicated, makes
+// that the master's whole history so far, so that replies that wrote
+// nothing (a duplicate write id, a no-op) are covered too (not in a
+// Cluster: there WAIT covers the connection's last write only).
+func (c *committer) pipeline(ctx context.Context, calls []*call, cmd func(redis.Pipeliner, *call) *redis.Cmd) (wait *redis.Cmd) {
+	n := c.s.cfg.MinReplicas
 	_, _ = c.node.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, cl := range calls {
 			cl.cmd = cmd(p, cl)
 		}
+		if n > 0 {
+			if c.s.cluster == nil { // a cluster would send it to every node, not replicate it
+				p.Publish(ctx, c.s.cfg.Prefix+":replicated", "")
+			}
+			wait = p.Do(ctx, "WAIT", n, c.s.cfg.ReplicaTimeout.Milliseconds())
+		}
 		return nil
 	})
+	return wait
+}
+
+// unreplicated says why the writes of a round trip ended by wait are not
+// acknowledged (fewer replicas than MinReplicas confirmed them in time),
+// or nil when they are (or nothing was waited for).
+func (s *Store) unreplicated(wait *redis.Cmd) error {
+	if wait == nil {
+		return nil
+	}
+	n, err := wait.Int64()
+	if err != nil {
+		return fmt.Errorf("committed on the master; waiting for %d replicas failed: %w", s.cfg.MinReplicas, err)
+	}
+	if n < int64(s.cfg.MinReplicas) {
+		return fmt.Errorf("committed on the master, but %d of the %d replicas required confirmed it within %v", n, s.cfg.MinReplicas, s.cfg.ReplicaTimeout)
+	}
+	return nil
+}
+
+// acknowledges reports whether apply.lua's reply to one write tells its
+// client that the write is committed (OK, DUP, NOOP), which MinReplicas
+// makes wait for the replicas; a refusal wrote nothing.
+func acknowledges(reply []any) bool {
+	st, _ := reply[0].(string)
+	return st == "OK" || st == "DUP" || st == "NOOP"
 }
 
 // outcome is a call's reply (one per write), or the error that took its
@@ -302,4 +344,47 @@ func redirected(err error) bool {
 		return false
 	}
 	return strings.HasPrefix(re.Error(), "MOVED ") || strings.HasPrefix(re.Error(), "ASK ")
+}
+
+// runWrite runs a script that changes a record (a session's, a lease's,
+// the node registry's) on the write client. With MinReplicas the same
+// round trip ends with WAIT, as a room write's does: a change that fewer
+// replicas confirmed in time is reported as of unknown outcome, as a lost
+// reply is.
+func (s *Store) runWrite(ctx context.Context, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if s.cfg.MinReplicas == 0 {
+		return sc.Run(ctx, s.wc, keys, args...)
+	}
+	var node redis.Cmdable = s.wc
+	if cl, ok := s.wc.(*redis.ClusterClient); ok { // WAIT goes to the keys' master
+		m, err := cl.MasterForKey(ctx, keys[0])
+		if err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+		node = m
+	}
+	var cmd, wait *redis.Cmd
+	send := func(eval bool) {
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if eval {
+				cmd = sc.Eval(ctx, p, keys, args...)
+			} else {
+				cmd = sc.EvalSha(ctx, p, keys, args...)
+			}
+			wait = p.Do(ctx, "WAIT", s.cfg.MinReplicas, s.cfg.ReplicaTimeout.Milliseconds())
+			return nil
+		})
+	}
+	send(false)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		send(true)
+	}
+	if cmd.Err() == nil {
+		if err := s.unreplicated(wait); err != nil {
+			cmd.SetErr(err)
+		}
+	}
+	return cmd
 }

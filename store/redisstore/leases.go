@@ -128,6 +128,9 @@ func (s *Store) runLease(ctx context.Context, c redis.Scripter, sc *redis.Script
 	}
 	defer s.mu.RUnlock()
 	keys, list := s.leaseKeys()
+	if c == redis.Scripter(s.wc) {
+		return s.runWrite(ctx, sc, keys, append([]any{list}, args...)...).Result()
+	}
 	return sc.Run(ctx, c, keys, append([]any{list}, args...)...).Result()
 }
 

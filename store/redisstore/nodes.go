@@ -85,7 +85,7 @@ func (s *Store) Claim(ctx context.Context, node string, timeout time.Duration) (
 		return false, err
 	}
 	defer s.mu.RUnlock()
-	n, err := claimScript.Run(ctx, s.wc, []string{s.nodesKey()}, node, timeout.Milliseconds()).Int()
+	n, err := s.runWrite(ctx, claimScript, []string{s.nodesKey()}, node, timeout.Milliseconds()).Int()
 	return n == 1, err
 }
 

@@ -257,7 +257,7 @@ func (s *Store) TakeSession(ctx context.Context, id, subject string, old, new []
 	}
 	defer s.mu.RUnlock()
 	b64 := base64.StdEncoding.EncodeToString
-	v, err := takeScript.Run(ctx, s.wc, s.sessionKeys(), id, subject, b64(old), b64(new), node).Slice()
+	v, err := s.runWrite(ctx, takeScript, s.sessionKeys(), id, subject, b64(old), b64(new), node).Slice()
 	if err != nil || len(v) < 3 {
 		return store.SessionRecord{}, "", false, err
 	}
@@ -272,7 +272,7 @@ func (s *Store) DetachSession(ctx context.Context, id string, gen int64, grace t
 		return false, err
 	}
 	defer s.mu.RUnlock()
-	n, err := detachScript.Run(ctx, s.wc, s.sessionKeys(), id, gen, grace.Milliseconds()).Int()
+	n, err := s.runWrite(ctx, detachScript, s.sessionKeys(), id, gen, grace.Milliseconds()).Int()
 	return n == 1, err
 }
 
@@ -308,7 +308,7 @@ func (s *Store) ReleaseSessions(ctx context.Context, dead []string, grace time.D
 	for _, n := range dead {
 		args = append(args, n)
 	}
-	return releaseScript.Run(ctx, s.wc, s.sessionKeys(), args...).Int()
+	return s.runWrite(ctx, releaseScript, s.sessionKeys(), args...).Int()
 }
 
 func (s *Store) EndDueSessions(ctx context.Context, max int) ([]store.SessionRecord, error) {
@@ -316,7 +316,7 @@ func (s *Store) EndDueSessions(ctx context.Context, max int) ([]store.SessionRec
 		return nil, err
 	}
 	defer s.mu.RUnlock()
-	v, err := endDueScript.Run(ctx, s.wc, s.sessionKeys(), max, s.sessionKeyList(), endedListTTL.Milliseconds()).Slice()
+	v, err := s.runWrite(ctx, endDueScript, s.sessionKeys(), max, s.sessionKeyList(), endedListTTL.Milliseconds()).Slice()
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +346,7 @@ func (s *Store) ListSessionKey(ctx context.Context, id, room, key string) (store
 		return store.NotListed, err
 	}
 	defer s.mu.RUnlock()
-	n, err := listSessionKeyScript.Run(ctx, s.wc, s.sessionKeys()[:1], s.sessionKeyList(), id, room+"\x00"+key,
+	n, err := s.runWrite(ctx, listSessionKeyScript, s.sessionKeys()[:1], s.sessionKeyList(), id, room+"\x00"+key,
 		maxListedKeys, listTTL.Milliseconds()).Int()
 	return store.Listing(n), err
 }

@@ -23,11 +23,21 @@ import (
 
 // Config configures a Redis store.
 type Config struct {
-	// URL is redis://[user:password@]host:port[/db] for one server, or,
-	// with Cluster, a comma-separated list of cluster nodes (host:port or
-	// redis:// URLs) used as seeds.
+	// URL is redis://[user:password@]host:port[/db] for one server;
+	// redis+sentinel://[user:password@]host:port[,host:port...]/master[/db]
+	// for the master a set of Sentinels names (rediss+sentinel:// with
+	// TLS; see ParseSentinelURL); or, with Cluster, a comma-separated list
+	// of cluster nodes (host:port or redis:// URLs) used as seeds.
 	URL     string
 	Cluster bool
+	// MinReplicas, when above 0, makes every write wait (Redis WAIT, after
+	// its round trip) until that many replicas of its master hold it, at
+	// most ReplicaTimeout (default 1 s); a write they do not all confirm
+	// in time is answered as of unknown outcome: it stays committed on the
+	// master. docs/OPERATIONS.md#replicas-and-failover says what it
+	// guarantees.
+	MinReplicas    int
+	ReplicaTimeout time.Duration
 	// Prefix starts every key of this store ("sc" by default), so several
 	// deployments can share a Redis. It must not contain '{' or '}'.
 	Prefix    string
@@ -137,6 +147,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.SnapshotPageAbove <= 0 {
 		cfg.SnapshotPageAbove = 5000
 	}
+	if cfg.ReplicaTimeout <= 0 {
+		cfg.ReplicaTimeout = time.Second
+	}
+	if cfg.MinReplicas > 0 && cfg.ReplicaTimeout >= cfg.WriteTimeout {
+		return nil, fmt.Errorf("store: redis replica timeout %v must be below the write timeout %v", cfg.ReplicaTimeout, cfg.WriteTimeout)
+	}
 	s := &Store{cfg: cfg, log: cfg.Logger, id: store.NewEpoch(), committers: map[*redis.Client]*committer{}}
 	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	if cfg.Cluster {
@@ -180,6 +196,21 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		s.wc = mk(-1, -1)
 		s.cluster = mk(0, 3)
 		s.rc = s.cluster
+	} else if IsSentinelURL(cfg.URL) {
+		o, err := ParseSentinelURL(cfg.URL)
+		if err != nil {
+			return nil, err
+		}
+		o.ContextTimeoutEnabled = true
+		o.ReadTimeout, o.WriteTimeout = cfg.WriteTimeout, cfg.WriteTimeout
+		o.DialTimeout = 2 * time.Second
+		o.PoolTimeout = cfg.WriteTimeout / 2 // as below
+		o.DisableIdentity = true
+		wo, ro := *o, *o
+		wo.MaxRetries = -1
+		// Each client asks the Sentinels for the master, and follows it
+		// when they promote another (closing its connections to the old).
+		s.wc, s.rc = redis.NewFailoverClient(&wo), redis.NewFailoverClient(&ro)
 	} else {
 		o, err := redis.ParseURL(cfg.URL)
 		if err != nil {

@@ -60,8 +60,12 @@ type Options struct {
 	AOF bool
 	// Cluster starts the server with cluster mode enabled.
 	Cluster bool
+	// ReplicaOf (host:port) starts the server as a replica of that master.
+	ReplicaOf string
 	// Args are extra redis-server arguments.
 	Args []string
+
+	sentinel string // the sentinel.conf to start from: a Sentinel (sentinel.go)
 }
 
 // Server is one redis-server process.
@@ -124,6 +128,9 @@ func Start(t testing.TB, opts Options) *Server {
 }
 
 func (s *Server) args() []string {
+	if s.opts.sentinel != "" {
+		return s.sentinelArgs()
+	}
 	a := []string{
 		"--port", strconv.Itoa(s.Port),
 		"--bind", "127.0.0.1",
@@ -138,6 +145,9 @@ func (s *Server) args() []string {
 	} else {
 		a = append(a, "--appendonly", "no")
 	}
+	if host, port, ok := strings.Cut(s.opts.ReplicaOf, ":"); ok {
+		a = append(a, "--replicaof", host, port)
+	}
 	if s.opts.Cluster {
 		a = append(a, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
 	}
@@ -145,6 +155,9 @@ func (s *Server) args() []string {
 }
 
 func (s *Server) start() error {
+	if err := s.writeSentinelConf(); err != nil {
+		return err
+	}
 	cmd := exec.Command("redis-server", s.args()...)
 	// If the test binary dies, so does the server.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}

@@ -17,6 +17,12 @@
 #       P % of one core (P ≥ 5; CFS quota, 20 ms period): Redis is then the bound,
 #       as where each master has a machine of its own, and writes/s measure
 #       how the Redis-bound part grows with masters on a machine of 2 cores.
+#   redis-writes.sh durability BIN [ROUNDS]
+#       one node, 1, 8 and 64 writers to one room, on each deployment in turn
+#       (ROUNDS times, default 3), each on fresh redis-servers: no
+#       persistence; AOF appendfsync everysec; AOF appendfsync always; a
+#       master with one replica, the node not waiting for it; the same with
+#       --redis-min-replicas 1 (each write waits for the replica's WAIT).
 #   redis-writes.sh http BIN [CENTRIFUGO_BIN] [ROUNDS]
 #       writes over HTTP by HTTP_CONNS (default 256) concurrent publishers
 #       (wrk, Debian's package) for HTTP_SECONDS (default 10), each round on
@@ -33,7 +39,7 @@
 #   git worktree add /tmp/main-wt main && (cd /tmp/main-wt && go build -o /tmp/statecast-main ./cmd/statecast)
 #   go build -o /tmp/statecast ./cmd/statecast
 #   cmd/statecast/bench/redis-writes.sh ab /tmp/statecast-main /tmp/statecast
-# ab and shards print, per run, one line: binary, writers, writes/s, write latency p50 and
+# ab, durability and shards print, per run, one line: binary (durability: the deployment), writers, writes/s, write latency p50 and
 # p99 (ms), Redis and node CPU per write (µs), the load tool's and other
 # processes' CPU (% of one core: figures are disturbed when "other" is
 # high); shards also the busiest master's CPU and the writes/s at which it
@@ -143,6 +149,40 @@ ab() {
 			done
 			stop "$NPID"
 		fi
+	done
+}
+
+durability() {
+	local bin=$1 rounds=${2:-3}
+	local writers=(${WRITERS:-1 8 64}) events=(${EVENTS:-3000 20000 60000})
+	echo -e "deployment\twriters\twrites/s\tp50 ms\tp99 ms\tredis µs/w\tnode µs/w\ttool %\tother %"
+	for _ in $(seq "$rounds"); do
+		for d in none aof-everysec aof-always replica replica-ack; do
+			local np flags=() rpids
+			case $d in
+			none) redis ;;
+			aof-everysec) redis --appendonly yes --appendfsync everysec ;;
+			aof-always) redis --appendonly yes --appendfsync always ;;
+			replica*)
+				redis --repl-diskless-sync-delay 0
+				local mport=$RPORT mpid=$RPID
+				redis --replicaof 127.0.0.1 "$mport"
+				until redis-cli -p "$mport" info replication | grep -q "state=online"; do sleep 0.05; done
+				rpids="$RPID"
+				RPORT=$mport RPID=$mpid
+				[ "$d" = replica ] || flags=(--redis-min-replicas 1)
+				;;
+			esac
+			np=$(port)
+			node "$bin" "127.0.0.1:$np" "redis://127.0.0.1:$RPORT/0" "${flags[@]}"
+			for i in "${!writers[@]}"; do
+				"$bin" bench writes --url "http://127.0.0.1:$np" --server-pid "$NPID" --redis-pid "$RPID" \
+					--writers "${writers[$i]}" --window "${writers[$i]}" --events "${events[$i]}" --wait-idle "${WAIT_IDLE:-0}" --json 2>/dev/null |
+					line "$d"
+			done
+			stop "$NPID" "$RPID" ${rpids:-}
+			rpids=
+		done
 	done
 }
 
@@ -282,6 +322,7 @@ JSON
 case ${1:-} in
 ab) shift; ab "$@" ;;
 shards) shift; shards "$@" ;;
+durability) shift; durability "$@" ;;
 http) shift; http "$@" ;;
-*) sed -n '2,44p' "$0"; exit 2 ;;
+*) sed -n '2,50p' "$0"; exit 2 ;;
 esac
