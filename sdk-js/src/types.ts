@@ -99,7 +99,7 @@ export interface ClientOptions {
   /** How long opening a socket and getting `connected` may take, in ms (default 10 000). */
   connectTimeoutMs?: number;
   /**
-   * How long a liveness probe (on the browser's `offline`, `online` and
+   * How long a liveness probe (on the browser's `online` and
    * `visibilitychange` events, or `reconnect()` while connected) waits for
    * any message before dropping the socket, in ms (default 5000).
    */
@@ -128,7 +128,11 @@ export interface ClientOptions {
   persist?: Persistence;
   /** Connect at once (default true); otherwise call `connect()`. */
   autoConnect?: boolean;
-  /** Listen to the browser's online/offline/visibilitychange events (default true when available). */
+  /**
+   * Follow the browser's network (default true when available): no dial
+   * while `navigator.onLine` is false, `offline` drops the socket, `online`
+   * dials at once, `visibilitychange` probes.
+   */
   networkEvents?: boolean;
   /** Random numbers in [0, 1) for jitter (default `Math.random`; inject for tests). */
   random?: () => number;
