@@ -1328,6 +1328,8 @@ var Client = class extends Emitter {
   }
   async open() {
     const seq = ++this.seq;
+    await this.restore();
+    if (seq !== this.seq) return;
     if (this.o.networkEvents !== false && globalThis.navigator?.onLine === false) {
       this.timers.retry = 0;
       return;
@@ -1354,10 +1356,7 @@ var Client = class extends Emitter {
       this.emit("error", asError(e));
       return this.retry(ABNORMAL, "the token callback failed", "backoff");
     }
-    if (!this.restored && this.o.persist) {
-      this.restored = true;
-      await this.o.persist.open(this, this.tokens.subject ?? void 0);
-    }
+    await this.restore();
     if (seq !== this.seq) return;
     let ws;
     try {
@@ -1391,6 +1390,16 @@ var Client = class extends Emitter {
         if (m && typeof m === "object") this.handle(m);
       }
     };
+  }
+  /**
+   * Once, before the first socket, as soon as the token's subject is known
+   * (at once with a string token, else from the callback's first token): the
+   * kept views render at once and resume by replay; the kept writes queue.
+   */
+  async restore() {
+    if (this.restored || !this.o.persist || this.tokens.subject === null) return;
+    this.restored = true;
+    await this.o.persist.open(this, this.tokens.subject);
   }
   handle(m) {
     switch (m.t) {

@@ -402,6 +402,8 @@ export class Client extends Emitter<ClientEvents> {
 
   private async open(): Promise<void> {
     const seq = ++this.seq;
+    await this.restore(); // offline too: a reload while offline shows what was kept
+    if (seq !== this.seq) return;
     // The browser says there is no network: dialing would only fail (and log). Wait for `online`,
     // which calls reconnect(); the placeholder timer tells it there is a dial to make.
     if (this.o.networkEvents !== false && (globalThis as { navigator?: { onLine?: boolean } }).navigator?.onLine === false) {
@@ -430,11 +432,7 @@ export class Client extends Emitter<ClientEvents> {
       this.emit('error', asError(e));
       return this.retry(ABNORMAL, 'the token callback failed', 'backoff');
     }
-    if (!this.restored && this.o.persist) {
-      // Once, before the first socket: the cached views render at once and resume by replay.
-      this.restored = true;
-      await this.o.persist.open(this, this.tokens.subject ?? undefined);
-    }
+    await this.restore();
     if (seq !== this.seq) return;
     let ws: WebSocketLike;
     try {
@@ -469,6 +467,17 @@ export class Client extends Emitter<ClientEvents> {
         if (m && typeof m === 'object') this.handle(m as ServerMessage);
       }
     };
+  }
+
+  /**
+   * Once, before the first socket, as soon as the token's subject is known
+   * (at once with a string token, else from the callback's first token): the
+   * kept views render at once and resume by replay; the kept writes queue.
+   */
+  private async restore(): Promise<void> {
+    if (this.restored || !this.o.persist || this.tokens.subject === null) return;
+    this.restored = true;
+    await this.o.persist.open(this, this.tokens.subject);
   }
 
   private handle(m: ServerMessage): void {
