@@ -25,8 +25,8 @@ import { createContext, createElement, useCallback, useContext, useEffect, useMe
 import type { Client } from './client.js';
 import type { Presence } from './presence.js';
 import type { Room } from './room.js';
-import type { ConnectionStatus } from './types.js';
-import type { Entry, Watch } from './watch.js';
+import type { ConnectionStatus, RollbackEvent } from './types.js';
+import type { Entry, SyncEvent, Watch } from './watch.js';
 import { cached, defineRoom, type RoomType, type TypedRoom, type ValueAt, type ValuesUnder } from './typed.js';
 
 interface ClientContextValue {
@@ -166,6 +166,15 @@ export interface RoomHooks<W, R> {
    * for many keys, `useWatch` their common prefix instead.
    */
   useEntry<K extends string>(key: K): Entry<ValueAt<R, K>> | null | undefined;
+  /**
+   * `useWatch` for Suspense: never undefined. While the watch has no view the
+   * component suspends (to the nearest `<Suspense>`) until it has one (a kept
+   * view counts: see README "Persistence"); a refused subscription is thrown
+   * to the error boundary. A `select` must not return undefined.
+   */
+  useSuspenseWatch<P extends string, T>(prefix: P, options: UseWatchOptions<Entry<ValuesUnder<R, P>>, T> & Required<Pick<UseWatchOptions<Entry<ValuesUnder<R, P>>, T>, 'select'>>): T;
+  useSuspenseWatch<P extends string>(prefix: P, options?: Pick<UseWatchOptions<never, never>, 'where'>): readonly Entry<ValuesUnder<R, P>>[];
+  useSuspenseWatch<P extends string, T>(prefix: P, select: (entries: readonly Entry<ValuesUnder<R, P>>[]) => T, isEqual?: (a: T, b: T) => boolean): T;
 }
 
 /**
@@ -175,12 +184,22 @@ export interface RoomHooks<W, R> {
  */
 export function createRoomHooks<W, R>(type: RoomType<W, R>): RoomHooks<W, R> {
   const entriesOf = (w: Watch<unknown>) => type.view(w).entries();
+  type Args<T> = [UseWatchOptions<Entry<unknown>, T> | ((entries: readonly Entry<unknown>[]) => T) | undefined, ((a: T, b: T) => boolean) | undefined];
+  const options = <T>([a, b]: Args<T>) => (typeof a === 'function' ? { select: a, isEqual: b } : (a ?? {}));
+  const useWatch = <T>(prefix: string, ...args: Args<T>) => {
+    const { where, select, isEqual = Object.is } = options(args);
+    const [subscribe, get] = useWatchStore(prefix, entriesOf, where);
+    return useSelected(subscribe, get, select, isEqual);
+  };
   return {
     useRoom: (id?: string) => type.of(useRoom(id)),
-    useWatch<T>(prefix: string, a?: UseWatchOptions<Entry<unknown>, T> | ((entries: readonly Entry<unknown>[]) => T), b?: (a: T, b: T) => boolean) {
-      const { where, select, isEqual = Object.is } = typeof a === 'function' ? { select: a, isEqual: b } : (a ?? {});
-      const [subscribe, get] = useWatchStore(prefix, entriesOf, where);
-      return useSelected(subscribe, get, select, isEqual);
+    useWatch,
+    useSuspenseWatch<T>(prefix: string, ...args: Args<T>) {
+      const room = useRoom();
+      const { lingerMs } = useClientContext();
+      const v = useWatch(prefix, ...args);
+      if (v === undefined) throw suspend(room, prefix, lingerMs, options(args).where);
+      return v;
     },
     useEntry(key: string) {
       const read = useCallback((w: Watch<unknown>) => type.view(w).entry(key) ?? null, [key]);
@@ -218,6 +237,64 @@ const untyped = createRoomHooks(defineRoom<Record<string, unknown>>());
 export const useWatch = untyped.useWatch;
 /** {@link RoomHooks.useEntry} of an untyped room (values `unknown`). */
 export const useEntry = untyped.useEntry;
+/** {@link RoomHooks.useSuspenseWatch} of an untyped room (values `unknown`). */
+export const useSuspenseWatch = untyped.useSuspenseWatch;
+
+/** Promises of the watches a suspended render waits for (one per watch, so React sees the same one). */
+const readies = new WeakMap<Watch<unknown>, Promise<void>>();
+
+/**
+ * What a render that suspends throws: a suspended render commits nothing,
+ * so no subscription holds the watch; it is held here and released at once,
+ * so it lingers `lingerMs` for the render that follows its first view.
+ */
+function suspend(room: Room, prefix: string, lingerMs: number, where?: string): Promise<void> {
+  const [w, release] = hold(room, prefix, lingerMs, where);
+  release();
+  return cached(readies, w, () => w.ready().catch(() => {})); // an error is thrown by the next render
+}
+
+/** The number of the client's writes not settled yet (`client.pendingWrites`): 0 when all are saved. */
+export function usePendingWrites(): number {
+  const client = useClient();
+  const subscribe = useCallback((cb: () => void) => client.on('pending', cb), [client]);
+  return useSyncExternalStore(subscribe, () => client.pendingWrites, () => 0);
+}
+
+/** Calls `fn` (the latest one given) with every `rollback` of the client's writes while mounted: a failed write, undone. */
+export function useRollback(fn: (ev: RollbackEvent) => void): void {
+  const client = useClient();
+  const latest = useRef(fn);
+  useEffect(() => {
+    latest.current = fn;
+  });
+  useEffect(() => client.on('rollback', (ev) => latest.current(ev)), [client]);
+}
+
+/** The last `sync` of each held watch. */
+const syncs = new WeakMap<Watch<unknown>, SyncEvent>();
+
+/**
+ * The last `sync` of the watch of `prefix` (and `where`) in this room:
+ * `kind` `initial` (`reason` `cache` for a kept view), `resumed` or
+ * `resync`; undefined until its first.
+ */
+export function useSync(prefix: string, where?: string): SyncEvent | undefined {
+  const room = useRoom();
+  const { lingerMs } = useClientContext();
+  const subscribe = useCallback(
+    (cb: () => void) => {
+      const [w, release] = hold(room, prefix, lingerMs, where);
+      return all([w.on('sync', cb), release]);
+    },
+    [room, prefix, where, lingerMs],
+  );
+  const get = useCallback(() => {
+    const w = peek(room, prefix, where);
+    return w && syncs.get(w);
+  }, [room, prefix, where]);
+  return useSyncExternalStore(subscribe, get, serverSnapshot);
+}
 
 /**
  * useSyncExternalStore with a selection that keeps its identity while
@@ -292,7 +369,12 @@ function heldName(name: string, where: string | undefined): string {
 function hold<N extends HeldName>(room: Room, name: N, lingerMs: number, where?: string): [Holdable<N>, () => void] {
   const byName = cached(held, room, () => new Map<string, Held>());
   const key = heldName(name, where);
-  const h: Held = cached(byName, key, () => ({ value: name === PRESENCE ? room.presence() : room.watch(name, { where }), refs: 0 }));
+  const h: Held = cached(byName, key, () => {
+    if (name === PRESENCE) return { value: room.presence(), refs: 0 };
+    const w = room.watch(name, { where });
+    w.on('sync', (ev) => syncs.set(w, ev)); // before the hooks' listeners: useSync reads it
+    return { value: w, refs: 0 };
+  });
   clearTimeout(h.timer);
   h.refs++;
   let released = false;
