@@ -21,7 +21,7 @@
  * a quick remount) never reaches the server.
  * @packageDocumentation
  */
-import { createContext, createElement, useCallback, useContext, useEffect, useMemo, useRef, useSyncExternalStore, type ReactElement, type ReactNode } from 'react';
+import { createContext, createElement, useCallback, useContext, useEffect, useMemo, useRef, useState, useSyncExternalStore, type ReactElement, type ReactNode } from 'react';
 import type { Client } from './client.js';
 import type { Presence } from './presence.js';
 import type { Room } from './room.js';
@@ -175,6 +175,10 @@ export interface RoomHooks<W, R> {
   useSuspenseWatch<P extends string, T>(prefix: P, options: UseWatchOptions<Entry<ValuesUnder<R, P>>, T> & Required<Pick<UseWatchOptions<Entry<ValuesUnder<R, P>>, T>, 'select'>>): T;
   useSuspenseWatch<P extends string>(prefix: P, options?: Pick<UseWatchOptions<never, never>, 'where'>): readonly Entry<ValuesUnder<R, P>>[];
   useSuspenseWatch<P extends string, T>(prefix: P, select: (entries: readonly Entry<ValuesUnder<R, P>>[]) => T, isEqual?: (a: T, b: T) => boolean): T;
+  /** {@link useMyPresence}, typed by the room type's values under `presence/`. */
+  useMyPresence(options?: MyPresenceOptions): [ValuesUnder<R, 'presence/'> | undefined, (patch: Partial<ValuesUnder<R, 'presence/'>>) => void];
+  /** {@link usePresence} without a value (the others), typed by the room type's values under `presence/`. */
+  useOthers(): ReadonlyMap<string, ValuesUnder<R, 'presence/'>> | undefined;
 }
 
 /**
@@ -194,6 +198,8 @@ export function createRoomHooks<W, R>(type: RoomType<W, R>): RoomHooks<W, R> {
   return {
     useRoom: (id?: string) => type.of(useRoom(id)),
     useWatch,
+    useMyPresence,
+    useOthers: () => usePresence(),
     useSuspenseWatch<T>(prefix: string, ...args: Args<T>) {
       const room = useRoom();
       const { lingerMs } = useClientContext();
@@ -239,6 +245,53 @@ export const useWatch = untyped.useWatch;
 export const useEntry = untyped.useEntry;
 /** {@link RoomHooks.useSuspenseWatch} of an untyped room (values `unknown`). */
 export const useSuspenseWatch = untyped.useSuspenseWatch;
+
+/** Options of {@link useMyPresence}. */
+export interface MyPresenceOptions {
+  /** At most one presence write per this many ms (default 100): the latest value, the others merged into it. */
+  throttleMs?: number;
+}
+
+/**
+ * This client's presence in the room as `[self, update]`: `update(patch)`
+ * merges `patch` into `self` (an object), which re-renders at once; the
+ * presence is written at most once per `throttleMs`, with the latest value.
+ * This client is present from its first `update` while a component that
+ * uses it is mounted (then it leaves a linger later, as with `usePresence`).
+ */
+export function useMyPresence<V extends object>(options?: MyPresenceOptions): [V | undefined, (patch: Partial<V>) => void] {
+  const room = useRoom();
+  const { lingerMs } = useClientContext();
+  const wait = options?.throttleMs ?? 100;
+  const s = useRef<{ p?: Presence<unknown>; self?: V; next?: V; timer?: ReturnType<typeof setTimeout>; last: number }>({ last: 0 }).current;
+  const [self, setSelf] = useState<V | undefined>(() => (s.self = peek(room, PRESENCE)?.self as V | undefined));
+  const flush = useCallback(() => {
+    s.timer = undefined;
+    if (!s.p || !s.next) return; // written once the presence is held
+    s.last = Date.now();
+    s.p.set(s.next).catch((e) => console.error('statecast: useMyPresence could not set this client\'s presence', e));
+    s.next = undefined;
+  }, [s]);
+  useEffect(() => {
+    const [p, release] = hold(room, PRESENCE, lingerMs);
+    s.p = p;
+    flush();
+    return () => {
+      clearTimeout(s.timer);
+      s.timer = s.p = undefined;
+      release();
+    };
+  }, [room, lingerMs, s, flush]);
+  const update = useCallback(
+    (patch: Partial<V>) => {
+      s.next = s.self = { ...s.self, ...patch } as V;
+      setSelf(s.self);
+      s.timer ??= setTimeout(flush, Math.max(0, s.last + wait - Date.now()));
+    },
+    [s, flush, wait],
+  );
+  return [self, update];
+}
 
 /** Promises of the watches a suspended render waits for (one per watch, so React sees the same one). */
 const readies = new WeakMap<Watch<unknown>, Promise<void>>();

@@ -5,9 +5,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Suspense, createElement as h, type ReactNode } from 'react';
 import type { Client, Entry, RollbackEvent, SyncEvent } from '../dist/index.js';
-import { RoomProvider, StatecastProvider, usePendingWrites, useRollback, useSuspenseWatch, useSync } from '../dist/react.js';
+import { RoomProvider, StatecastProvider, useMyPresence, usePendingWrites, useRollback, useSuspenseWatch, useSync } from '../dist/react.js';
 import { connectedClient } from './support/fake-server.js';
-import { until } from './support/util.js';
+import { sleep, until } from './support/util.js';
 
 const item = (key: string, value: unknown, mod: number) => ({ key, value, create_rev: mod, mod_rev: mod, version: 1 });
 const last = <T>(xs: T[]) => xs[xs.length - 1];
@@ -67,6 +67,37 @@ test('react: usePendingWrites counts the writes not settled; useRollback hears a
     await until(() => last(counts) === 0 && rollbacks.length === 1, 'rolled back');
     assert.equal(rollbacks[0]!.error.code, 'conflict');
     assert.deepEqual(rollbacks[0]!.keys, ['title']);
+    m.unmount();
+  } finally {
+    await done();
+  }
+});
+
+test('react: useMyPresence merges partial updates into self at once and writes the latest, throttled', async () => {
+  const { c, conn, done } = await connectedClient();
+  try {
+    type Cursor = { x: number; y: number; name: string };
+    const selves: (Cursor | undefined)[] = [];
+    let update!: (patch: Partial<Cursor>) => void;
+    function Me() {
+      const [self, set] = useMyPresence<Cursor>({ throttleMs: 200 });
+      selves.push(self);
+      update = set;
+      return null;
+    }
+    const m = mount(tree(c, h(Me)));
+    await until(() => selves.length > 0, 'mounted');
+    assert.equal(last(selves), undefined);
+    update({ name: 'ann', x: 0, y: 0 });
+    for (let i = 1; i <= 5; i++) update({ x: i });
+    await until(() => last(selves)?.x === 5, 'self re-rendered');
+    assert.deepEqual(last(selves), { name: 'ann', x: 5, y: 0 });
+    const first = await conn.next('put', (p) => p.key.startsWith('presence/'));
+    conn.send({ t: 'ok', id: first.id, rev: 1 });
+    await sleep(350); // past the throttle
+    const puts = conn.all('put').filter((p) => p.key.startsWith('presence/'));
+    assert.ok(puts.length <= 2, `${puts.length} writes for 6 updates`);
+    assert.deepEqual(last(puts)!.value, { name: 'ann', x: 5, y: 0 }, 'the latest value is written');
     m.unmount();
   } finally {
     await done();
