@@ -9,13 +9,13 @@ import { TIMEOUT } from './support.mjs';
 
 const sdk = fileURLToPath(new URL('../sdk/', import.meta.url));
 
-// The page: one watch of ?room, its entries as <li data-key data-pending>, the client's status.
+// The page: one watch of ?room (with ?token, if given), its entries as <li data-key data-pending>, the client's status.
 export const PAGE = `<!doctype html><meta charset="utf-8"><title>persist</title><p id="status"></p><ul id="list"></ul>
 <script type="module">
 import { createClient } from '/sdk/statecast.js';
 import { persist } from '/sdk/persist.js';
 const q = new URLSearchParams(location.search);
-const client = createClient({ url: '/v1/ws', persist: q.has('memory') ? undefined : persist({ saveDelayMs: 20 }) });
+const client = createClient({ url: '/v1/ws', token: q.get('token') ?? undefined, persist: q.has('memory') ? undefined : persist({ saveDelayMs: 20 }) });
 const room = client.room(q.get('room'));
 const w = room.watch();
 const t = (window.t = { client, room, w, syncs: [], rollbacks: [], firstRender: undefined });

@@ -4,6 +4,7 @@
 // too), against a real server. No console error in any of them.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHmac } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -94,5 +95,45 @@ test('persist: a browser restart (persistent context closed and reopened) keeps 
   } finally {
     await context?.close();
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('persist: a token of another subject sees nothing of the previous one\'s kept view and writes, which wait for their subject', async () => {
+  const secret = 'e2e-persist-secret-0123456789abcdef0123';
+  const auth = await startServer(['--jwt-hmac-secret', secret]);
+  const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
+  const jwt = (sub) => {
+    const now = Math.floor(Date.now() / 1000);
+    const body = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64({ sub, iat: now, exp: now + 600, statecast: { grants: [{ room: 'e2e-who:*', access: 'rw' }] } })}`;
+    return `${body}.${createHmac('sha256', secret).update(body).digest('base64url')}`;
+  };
+  const context = await browser.newContext();
+  try {
+    await serve(context);
+    const room = roomName('e2e-who:');
+    const ann = await openAt(context, auth.url, room, `&token=${jwt('ann')}`);
+    await status(ann.page, 'connected');
+    await ann.page.evaluate(() => t.room.put('mine', 'ann\'s'));
+    await context.setOffline(true);
+    await status(ann.page, 'reconnecting');
+    await ann.page.evaluate(() => void t.room.put('queued', 'ann\'s').catch(() => {}));
+    await ann.page.waitForTimeout(200); // kept
+    await ann.page.close();
+    await context.setOffline(false);
+
+    const ben = await openAt(context, auth.url, room, `&token=${jwt('ben')}`);
+    await status(ben.page, 'connected');
+    await ben.page.locator('li[data-key=mine]').waitFor(); // the room, from the server
+    assert.deepEqual(await ben.page.evaluate(() => [t.syncs, t.client.pendingWrites]), [['initial:initial'], 0], 'no kept view, no queue of ann\'s');
+    assert.deepEqual(await shown(ben.page), ['mine="ann\'s"'], 'ann\'s queued write was not sent under ben');
+    await ben.page.close();
+
+    const again = await openAt(context, auth.url, room, `&token=${jwt('ann')}`);
+    await again.page.locator('li[data-key=queued][data-pending=false]').waitFor();
+    assert.equal(await again.page.evaluate(() => t.w.get('queued')), 'ann\'s', 'sent by ann\'s next page');
+    assert.deepEqual([...ann.errors, ...ben.errors, ...again.errors], [], 'no console errors');
+  } finally {
+    await context.close();
+    await auth.stop();
   }
 });
