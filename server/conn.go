@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -207,6 +208,10 @@ func (s *Server) handleWS(ec echo.Context) error {
 	if !ok {
 		return echo.NewHTTPError(http.StatusBadRequest, "unsupported subprotocol: offer "+wire.JSON.Subprotocol()+" or "+wire.Msgpack.Subprotocol())
 	}
+	if origin := r.Header.Get(echo.HeaderOrigin); origin != "" && !originAllowed(origin, r.Host, s.cfg.AllowOrigins) {
+		s.refuseOrigin(w, r, codec, origin)
+		return nil
+	}
 	lean := &leanBuffers{ResponseWriter: w}
 	ws, err := websocket.Accept(lean, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{codec.Subprotocol()},
@@ -245,6 +250,28 @@ func (s *Server) handleWS(ec echo.Context) error {
 		c.serve()
 	}()
 	return nil
+}
+
+// refuseOrigin answers the upgrade of a page whose Origin is not allowed.
+// A browser hides why a handshake failed (the page sees 1006, and a client
+// retries it forever), so the upgrade is accepted only to be closed at once
+// with 4502 and a reason naming --allow-origin. Nothing is read from the
+// socket: the page gets no session and can send nothing.
+func (s *Server) refuseOrigin(w http.ResponseWriter, r *http.Request, codec wire.Codec, origin string) {
+	s.metrics.rejected.WithLabelValues("origin").Inc()
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{codec.Subprotocol()}, InsecureSkipVerify: true})
+	if err != nil {
+		return
+	}
+	host := origin
+	if u, err := url.Parse(origin); err == nil && u.Host != "" {
+		host = u.Host
+	}
+	reason := "Origin not allowed: start the server with --allow-origin " + host
+	if len(reason) > 123 { // a close frame's reason
+		reason = reason[:123]
+	}
+	ws.Close(wire.CloseOriginRefused, reason)
 }
 
 // The buffers of a socket, which an idle one holds for its lifetime

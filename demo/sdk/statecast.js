@@ -302,6 +302,8 @@ var CloseCode = {
   ProtocolError: 4500,
   /** 4501: the token is missing or invalid; reconnect only with a new one. */
   Unauthorized: 4501,
+  /** 4502: the page's Origin is not allowed (start the server with `--allow-origin`); do not reconnect. */
+  OriginRefused: 4502,
   /** 4503: another connection took this session over; do not reconnect. */
   SessionReplaced: 4503
 };
@@ -383,7 +385,7 @@ var Writes = class {
     return this.list.filter((w) => w.room === room).flatMap((w) => w.keys);
   }
   /** Shows a write at once, and sends it as soon as it can go. */
-  add(w) {
+  add(w, restored) {
     const bytes = this.list.reduce((n, x) => n + x.bytes, w.bytes);
     if (this.list.length >= this.maxWrites || bytes > this.maxBytes)
       return Promise.reject(new QueueFullError(`${this.list.length} writes (${bytes} bytes with this one) pending; not queued`));
@@ -399,7 +401,7 @@ var Writes = class {
     for (const k of [...keys, ...(m.if ?? []).map((c) => c.key)])
       for (const p of this.list) if (p.room === w.room && p.keys.includes(k)) deps.set(k, p);
     return new Promise((resolve, reject) => {
-      const x = { ...w, ops, keys, deps, state: "queued", rev: 0, resolve, reject };
+      const x = { ...w, ops, keys, deps, state: restored === void 0 ? "queued" : "lost", since: restored ?? void 0, rev: 0, resolve, reject };
       this.list.push(x);
       this.changed([x], "local");
       this.flush();
@@ -708,8 +710,8 @@ var Watch = class extends Emitter {
     super();
     this.owner = owner;
     this.st = "pending";
-    /** The confirmed state, as the server sent it. */
-    this.base = /* @__PURE__ */ new Map();
+    /** @internal The confirmed state, as the server sent it (what a persisted view keeps). */
+    this._base = /* @__PURE__ */ new Map();
     /** What the watch shows: base, with pending writes over it. */
     this.view = /* @__PURE__ */ new Map();
     this.r = 0;
@@ -817,7 +819,7 @@ var Watch = class extends Emitter {
   }
   /** @internal The confirmed entry of `key`, without pending writes. */
   _confirmed(key) {
-    return this.base.get(key);
+    return this._base.get(key);
   }
   /** @internal Pending writes of `keys` came or went (`cause`): shows the keys anew. */
   _local(keys, cause) {
@@ -890,10 +892,10 @@ var Watch = class extends Emitter {
     const next = /* @__PURE__ */ new Map();
     for (const it of m.items ?? []) {
       const e = toEntry(it);
-      const o = this.base.get(e.key);
+      const o = this._base.get(e.key);
       next.set(e.key, o && o.modRev === e.modRev && (same || sameEntry(o, e)) ? o : e);
     }
-    this.base = next;
+    this._base = next;
     const changes = this.update(/* @__PURE__ */ new Set([...this.view.keys(), ...next.keys()]), m.rev, cause).sort((a, b) => cmp(a.key, b.key));
     this.ep = m.epoch;
     this.r = m.rev;
@@ -911,8 +913,8 @@ var Watch = class extends Emitter {
     const wids = /* @__PURE__ */ new Map();
     for (const ev of m.events ?? []) {
       if (coalesced && ev.mod_rev <= this.r) continue;
-      if (ev.type === "delete" || ev.type === "leave") this.base.delete(ev.key);
-      else this.base.set(ev.key, toEntry(ev));
+      if (ev.type === "delete" || ev.type === "leave") this._base.delete(ev.key);
+      else this._base.set(ev.key, toEntry(ev));
       keys.push(ev.key);
       if (ev.wid) {
         const w = wids.get(ev.wid) ?? { rev: 0, keys: [] };
@@ -952,7 +954,7 @@ var Watch = class extends Emitter {
    */
   shown(key) {
     const op = this.owner._overlay(this.room, key);
-    const b = this.base.get(key);
+    const b = this._base.get(key);
     if (!op || this.where !== void 0 && !b) return b;
     if (op.type === "delete") return void 0;
     let e = shownOps.get(op);
@@ -973,7 +975,7 @@ var Watch = class extends Emitter {
   }
   wake() {
     const due = this.waiters.filter(
-      (w) => this.st === "closed" || this.started && (this.r >= w.rev || w.epoch !== void 0 && w.epoch !== this.ep || !!w.gone?.every((k) => !this.base.has(k)))
+      (w) => this.st === "closed" || this.started && (this.r >= w.rev || w.epoch !== void 0 && w.epoch !== this.ep || !!w.gone?.every((k) => !this._base.has(k)))
     );
     this.waiters = this.waiters.filter((w) => !due.includes(w));
     for (const w of due) w.done();
@@ -1038,6 +1040,7 @@ var Client = class extends Emitter {
     this.watches = /* @__PURE__ */ new Set();
     this.rooms = /* @__PURE__ */ new Map();
     this.refreshing = false;
+    this.restored = false;
     /** Token refreshes failed in a row. */
     this.refreshes = 0;
     this.pingMs = 25e3;
@@ -1062,6 +1065,8 @@ var Client = class extends Emitter {
       }
     };
     this.onOnline = () => this.reconnect();
+    /** The browser lost the network: the socket is dead, no need to wait for a probe to time out. */
+    this.onOffline = () => this.drop(ABNORMAL, "the browser is offline", true);
     this.onWake = () => {
       if (globalThis.document?.visibilityState !== "hidden") this.probe();
     };
@@ -1182,9 +1187,22 @@ var Client = class extends Emitter {
   _watch(room, prefixes, where) {
     const w = new Watch(this, room, prefixes, where);
     w._local(this.writes.keys(room), "local");
+    this.o.persist?.watch(w);
     this.watches.add(w);
     this.subscribe(w);
     return w;
+  }
+  /** @internal The pending writes, oldest first (what persistence keeps). */
+  get _pending() {
+    return this.writes.list;
+  }
+  /**
+   * @internal A pending write kept by an earlier page: shown at once, and sent
+   * with its own wid (and `since`) as a write whose reply was lost, so the
+   * server applies it once. Nobody awaits it: a failure is a `rollback` event.
+   */
+  _restore(room, msg, since) {
+    this.writes.add({ room, msg, bytes: frameBytes(this.codec.encode(msg)), timeoutMs: this.timeout }, since).catch(noop);
   }
   /** @internal The open watches of `room`. */
   _watchesOf(room) {
@@ -1244,8 +1262,9 @@ var Client = class extends Emitter {
   }
   /** @internal Sends a write (for Writes). */
   _send(w, msg) {
-    if (w.state === "lost") msg.since = w.since;
-    else w.since = Math.max(0, ...this._watchesOf(w.room).map((v) => v.rev));
+    if (w.state === "lost") {
+      if (w.since !== void 0) msg.since = w.since;
+    } else w.since = Math.max(0, ...this._watchesOf(w.room).map((v) => v.rev));
     w.state = "sent";
     const id = this.nextId++;
     const p = {
@@ -1309,6 +1328,12 @@ var Client = class extends Emitter {
   }
   async open() {
     const seq = ++this.seq;
+    await this.restore();
+    if (seq !== this.seq) return;
+    if (this.o.networkEvents !== false && globalThis.navigator?.onLine === false) {
+      this.timers.retry = 0;
+      return;
+    }
     const WS = this.o.WebSocket ?? globalThis.WebSocket;
     let url = "";
     let bad2 = WS ? "" : 'no WebSocket available; pass the WebSocket option (e.g. from the "ws" package)';
@@ -1331,6 +1356,7 @@ var Client = class extends Emitter {
       this.emit("error", asError(e));
       return this.retry(ABNORMAL, "the token callback failed", "backoff");
     }
+    await this.restore();
     if (seq !== this.seq) return;
     let ws;
     try {
@@ -1364,6 +1390,16 @@ var Client = class extends Emitter {
         if (m && typeof m === "object") this.handle(m);
       }
     };
+  }
+  /**
+   * Once, before the first socket, as soon as the token's subject is known
+   * (at once with a string token, else from the callback's first token): the
+   * kept views render at once and resume by replay; the kept writes queue.
+   */
+  async restore() {
+    if (this.restored || !this.o.persist || this.tokens.subject === null) return;
+    this.restored = true;
+    await this.o.persist.open(this, this.tokens.subject);
   }
   handle(m) {
     switch (m.t) {
@@ -1580,7 +1616,7 @@ var Client = class extends Emitter {
     }
     if (this.o.networkEvents === false) return;
     g[f]("online", this.onOnline);
-    g[f]("offline", this.onWake);
+    g[f]("offline", this.onOffline);
     g.document?.[f]("visibilitychange", this.onWake);
   }
 };

@@ -2,6 +2,7 @@
 // so that demo/ (served by the Go binary) needs no npm on a fresh clone:
 //   demo/sdk/statecast.js  the SDK (JSON codecs: v2, and v1), no dependencies
 //   demo/sdk/msgpack.js    the `./msgpack` entry with @msgpack/msgpack inlined
+//   demo/sdk/persist.js    the `./persist` entry (no code of the core: it needs none)
 // Built from src/ by esbuild (pinned in package-lock.json), not minified, with
 // no source map and only relative paths in the output: the same sources give
 // the same bytes. `node scripts/bundle.mjs --out DIR` writes elsewhere (the
@@ -18,6 +19,7 @@ const pkg = JSON.parse(readFileSync(join(sdk, 'package.json'), 'utf8'));
 export const BUNDLES = [
   { entry: 'src/index.ts', file: 'statecast.js', what: 'the SDK, JSON codecs (v2, v1)' },
   { entry: 'src/msgpack.ts', file: 'msgpack.js', what: 'msgpackCodec, with @msgpack/msgpack inlined' },
+  { entry: 'src/persist.ts', file: 'persist.js', what: 'persist(): views and pending writes kept in IndexedDB' },
 ];
 
 export async function bundle(outDir) {

@@ -97,6 +97,7 @@ export class Client extends Emitter<ClientEvents> {
   private readonly storeKey: string;
   private readonly tokens: Tokens;
   private refreshing = false;
+  private restored = false;
   /** Token refreshes failed in a row. */
   private refreshes = 0;
   private pingMs = 25_000;
@@ -238,9 +239,24 @@ export class Client extends Emitter<ClientEvents> {
   _watch<V>(room: string, prefixes: string[], where?: string): Watch<V> {
     const w = new Watch<V>(this, room, prefixes, where);
     w._local(this.writes.keys(room), 'local');
+    this.o.persist?.watch(w);
     this.watches.add(w);
     this.subscribe(w);
     return w;
+  }
+
+  /** @internal The pending writes, oldest first (what persistence keeps). */
+  get _pending(): readonly Write[] {
+    return this.writes.list;
+  }
+
+  /**
+   * @internal A pending write kept by an earlier page: shown at once, and sent
+   * with its own wid (and `since`) as a write whose reply was lost, so the
+   * server applies it once. Nobody awaits it: a failure is a `rollback` event.
+   */
+  _restore(room: string, msg: Record<string, unknown>, since: number | null): void {
+    this.writes.add({ room, msg, bytes: frameBytes(this.codec.encode(msg)), timeoutMs: this.timeout }, since).catch(noop);
   }
 
   /** @internal The open watches of `room`. */
@@ -311,7 +327,9 @@ export class Client extends Emitter<ClientEvents> {
   _send(w: Write, msg: Record<string, unknown>): void {
     // Sent again (its reply was lost): with the revision seen before the first send,
     // so that the server can tell whether it applied even if it forgot the wid.
-    if (w.state === 'lost') msg.since = w.since;
+    if (w.state === 'lost') {
+      if (w.since !== undefined) msg.since = w.since; // undefined: restored, never sent before the reload
+    }
     else w.since = Math.max(0, ...this._watchesOf(w.room).map((v) => v.rev));
     w.state = 'sent';
     const id = this.nextId++;
@@ -384,6 +402,14 @@ export class Client extends Emitter<ClientEvents> {
 
   private async open(): Promise<void> {
     const seq = ++this.seq;
+    await this.restore(); // offline too: a reload while offline shows what was kept
+    if (seq !== this.seq) return;
+    // The browser says there is no network: dialing would only fail (and log). Wait for `online`,
+    // which calls reconnect(); the placeholder timer tells it there is a dial to make.
+    if (this.o.networkEvents !== false && (globalThis as { navigator?: { onLine?: boolean } }).navigator?.onLine === false) {
+      this.timers.retry = 0;
+      return;
+    }
     const WS = this.o.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
     let url = '';
     let bad = WS ? '' : 'no WebSocket available; pass the WebSocket option (e.g. from the "ws" package)';
@@ -406,6 +432,7 @@ export class Client extends Emitter<ClientEvents> {
       this.emit('error', asError(e));
       return this.retry(ABNORMAL, 'the token callback failed', 'backoff');
     }
+    await this.restore();
     if (seq !== this.seq) return;
     let ws: WebSocketLike;
     try {
@@ -440,6 +467,17 @@ export class Client extends Emitter<ClientEvents> {
         if (m && typeof m === 'object') this.handle(m as ServerMessage);
       }
     };
+  }
+
+  /**
+   * Once, before the first socket, as soon as the token's subject is known
+   * (at once with a string token, else from the callback's first token): the
+   * kept views render at once and resume by replay; the kept writes queue.
+   */
+  private async restore(): Promise<void> {
+    if (this.restored || !this.o.persist || this.tokens.subject === null) return;
+    this.restored = true;
+    await this.o.persist.open(this, this.tokens.subject);
   }
 
   private handle(m: ServerMessage): void {
@@ -683,6 +721,8 @@ export class Client extends Emitter<ClientEvents> {
   };
 
   private readonly onOnline = () => this.reconnect();
+  /** The browser lost the network: the socket is dead, no need to wait for a probe to time out. */
+  private readonly onOffline = () => this.drop(ABNORMAL, 'the browser is offline', true);
   private readonly onWake = () => {
     if ((globalThis as { document?: { visibilityState?: string } }).document?.visibilityState !== 'hidden') this.probe();
   };
@@ -699,7 +739,7 @@ export class Client extends Emitter<ClientEvents> {
     }
     if (this.o.networkEvents === false) return;
     g[f]!('online', this.onOnline);
-    g[f]!('offline', this.onWake);
+    g[f]!('offline', this.onOffline);
     g.document?.[f]('visibilitychange', this.onWake);
   }
 }

@@ -34,6 +34,8 @@ export const CloseCode = {
   ProtocolError: 4500,
   /** 4501: the token is missing or invalid; reconnect only with a new one. */
   Unauthorized: 4501,
+  /** 4502: the page's Origin is not allowed (start the server with `--allow-origin`); do not reconnect. */
+  OriginRefused: 4502,
   /** 4503: another connection took this session over; do not reconnect. */
   SessionReplaced: 4503,
 } as const;

@@ -25,6 +25,7 @@ export type {
   Clock,
   SessionStore,
   RollbackEvent,
+  Persistence,
 } from './types.js';
 export type { WriteOp } from './pending.js';
 export { Room } from './room.js';

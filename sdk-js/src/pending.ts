@@ -74,7 +74,7 @@ export class Writes {
   }
 
   /** Shows a write at once, and sends it as soon as it can go. */
-  add(w: Pick<Write, 'room' | 'msg' | 'bytes' | 'timeoutMs' | 'waitFor'>): Promise<WriteResult> {
+  add(w: Pick<Write, 'room' | 'msg' | 'bytes' | 'timeoutMs' | 'waitFor'>, restored?: number | null): Promise<WriteResult> {
     const bytes = this.list.reduce((n, x) => n + x.bytes, w.bytes);
     if (this.list.length >= this.maxWrites || bytes > this.maxBytes)
       return Promise.reject(new QueueFullError(`${this.list.length} writes (${bytes} bytes with this one) pending; not queued`));
@@ -91,7 +91,9 @@ export class Writes {
     for (const k of [...keys, ...((m.if as Cond[] | undefined) ?? []).map((c) => c.key)])
       for (const p of this.list) if (p.room === w.room && p.keys.includes(k)) deps.set(k, p);
     return new Promise((resolve, reject) => {
-      const x: Write = { ...w, ops, keys, deps, state: 'queued', rev: 0, resolve, reject };
+      // A restored write (`restored`: the `since` it was kept with, null if never sent) may have
+      // been sent before the reload: it goes as a lost one, with its wid.
+      const x: Write = { ...w, ops, keys, deps, state: restored === undefined ? 'queued' : 'lost', since: restored ?? undefined, rev: 0, resolve, reject };
       this.list.push(x);
       this.changed([x], 'local');
       this.flush();

@@ -21,12 +21,12 @@
  * a quick remount) never reaches the server.
  * @packageDocumentation
  */
-import { createContext, createElement, useCallback, useContext, useEffect, useMemo, useRef, useSyncExternalStore, type ReactElement, type ReactNode } from 'react';
+import { createContext, createElement, useCallback, useContext, useEffect, useMemo, useRef, useState, useSyncExternalStore, type ReactElement, type ReactNode } from 'react';
 import type { Client } from './client.js';
 import type { Presence } from './presence.js';
 import type { Room } from './room.js';
-import type { ConnectionStatus } from './types.js';
-import type { Entry, Watch } from './watch.js';
+import type { ConnectionStatus, RollbackEvent } from './types.js';
+import type { Entry, SyncEvent, Watch } from './watch.js';
 import { cached, defineRoom, type RoomType, type TypedRoom, type ValueAt, type ValuesUnder } from './typed.js';
 
 interface ClientContextValue {
@@ -166,6 +166,19 @@ export interface RoomHooks<W, R> {
    * for many keys, `useWatch` their common prefix instead.
    */
   useEntry<K extends string>(key: K): Entry<ValueAt<R, K>> | null | undefined;
+  /**
+   * `useWatch` for Suspense: never undefined. While the watch has no view the
+   * component suspends (to the nearest `<Suspense>`) until it has one (a kept
+   * view counts: see README "Persistence"); a refused subscription is thrown
+   * to the error boundary. A `select` must not return undefined.
+   */
+  useSuspenseWatch<P extends string, T>(prefix: P, options: UseWatchOptions<Entry<ValuesUnder<R, P>>, T> & Required<Pick<UseWatchOptions<Entry<ValuesUnder<R, P>>, T>, 'select'>>): T;
+  useSuspenseWatch<P extends string>(prefix: P, options?: Pick<UseWatchOptions<never, never>, 'where'>): readonly Entry<ValuesUnder<R, P>>[];
+  useSuspenseWatch<P extends string, T>(prefix: P, select: (entries: readonly Entry<ValuesUnder<R, P>>[]) => T, isEqual?: (a: T, b: T) => boolean): T;
+  /** {@link useMyPresence}, typed by the room type's values under `presence/`. */
+  useMyPresence(options?: MyPresenceOptions): [ValuesUnder<R, 'presence/'> | undefined, (patch: Partial<ValuesUnder<R, 'presence/'>>) => void];
+  /** {@link usePresence} without a value (the others), typed by the room type's values under `presence/`. */
+  useOthers(): ReadonlyMap<string, ValuesUnder<R, 'presence/'>> | undefined;
 }
 
 /**
@@ -175,12 +188,24 @@ export interface RoomHooks<W, R> {
  */
 export function createRoomHooks<W, R>(type: RoomType<W, R>): RoomHooks<W, R> {
   const entriesOf = (w: Watch<unknown>) => type.view(w).entries();
+  type Args<T> = [UseWatchOptions<Entry<unknown>, T> | ((entries: readonly Entry<unknown>[]) => T) | undefined, ((a: T, b: T) => boolean) | undefined];
+  const options = <T>([a, b]: Args<T>) => (typeof a === 'function' ? { select: a, isEqual: b } : (a ?? {}));
+  const useWatch = <T>(prefix: string, ...args: Args<T>) => {
+    const { where, select, isEqual = Object.is } = options(args);
+    const [subscribe, get] = useWatchStore(prefix, entriesOf, where);
+    return useSelected(subscribe, get, select, isEqual);
+  };
   return {
     useRoom: (id?: string) => type.of(useRoom(id)),
-    useWatch<T>(prefix: string, a?: UseWatchOptions<Entry<unknown>, T> | ((entries: readonly Entry<unknown>[]) => T), b?: (a: T, b: T) => boolean) {
-      const { where, select, isEqual = Object.is } = typeof a === 'function' ? { select: a, isEqual: b } : (a ?? {});
-      const [subscribe, get] = useWatchStore(prefix, entriesOf, where);
-      return useSelected(subscribe, get, select, isEqual);
+    useWatch,
+    useMyPresence,
+    useOthers: () => usePresence(),
+    useSuspenseWatch<T>(prefix: string, ...args: Args<T>) {
+      const room = useRoom();
+      const { lingerMs } = useClientContext();
+      const v = useWatch(prefix, ...args);
+      if (v === undefined) throw suspend(room, prefix, lingerMs, options(args).where);
+      return v;
     },
     useEntry(key: string) {
       const read = useCallback((w: Watch<unknown>) => type.view(w).entry(key) ?? null, [key]);
@@ -218,6 +243,111 @@ const untyped = createRoomHooks(defineRoom<Record<string, unknown>>());
 export const useWatch = untyped.useWatch;
 /** {@link RoomHooks.useEntry} of an untyped room (values `unknown`). */
 export const useEntry = untyped.useEntry;
+/** {@link RoomHooks.useSuspenseWatch} of an untyped room (values `unknown`). */
+export const useSuspenseWatch = untyped.useSuspenseWatch;
+
+/** Options of {@link useMyPresence}. */
+export interface MyPresenceOptions {
+  /** At most one presence write per this many ms (default 100): the latest value, the others merged into it. */
+  throttleMs?: number;
+}
+
+/**
+ * This client's presence in the room as `[self, update]`: `update(patch)`
+ * merges `patch` into `self` (an object), which re-renders at once; the
+ * presence is written at most once per `throttleMs`, with the latest value.
+ * This client is present from its first `update` while a component that
+ * uses it is mounted (then it leaves a linger later, as with `usePresence`).
+ */
+export function useMyPresence<V extends object>(options?: MyPresenceOptions): [V | undefined, (patch: Partial<V>) => void] {
+  const room = useRoom();
+  const { lingerMs } = useClientContext();
+  const wait = options?.throttleMs ?? 100;
+  const s = useRef<{ p?: Presence<unknown>; self?: V; next?: V; timer?: ReturnType<typeof setTimeout>; last: number }>({ last: 0 }).current;
+  const [self, setSelf] = useState<V | undefined>(() => (s.self = peek(room, PRESENCE)?.self as V | undefined));
+  const flush = useCallback(() => {
+    s.timer = undefined;
+    if (!s.p || !s.next) return; // written once the presence is held
+    s.last = Date.now();
+    s.p.set(s.next).catch((e) => console.error('statecast: useMyPresence could not set this client\'s presence', e));
+    s.next = undefined;
+  }, [s]);
+  useEffect(() => {
+    const [p, release] = hold(room, PRESENCE, lingerMs);
+    s.p = p;
+    flush();
+    return () => {
+      clearTimeout(s.timer);
+      s.timer = s.p = undefined;
+      release();
+    };
+  }, [room, lingerMs, s, flush]);
+  const update = useCallback(
+    (patch: Partial<V>) => {
+      s.next = s.self = { ...s.self, ...patch } as V;
+      setSelf(s.self);
+      s.timer ??= setTimeout(flush, Math.max(0, s.last + wait - Date.now()));
+    },
+    [s, flush, wait],
+  );
+  return [self, update];
+}
+
+/** Promises of the watches a suspended render waits for (one per watch, so React sees the same one). */
+const readies = new WeakMap<Watch<unknown>, Promise<void>>();
+
+/**
+ * What a render that suspends throws: a suspended render commits nothing,
+ * so no subscription holds the watch; it is held here and released at once,
+ * so it lingers `lingerMs` for the render that follows its first view.
+ */
+function suspend(room: Room, prefix: string, lingerMs: number, where?: string): Promise<void> {
+  const [w, release] = hold(room, prefix, lingerMs, where);
+  release();
+  return cached(readies, w, () => w.ready().catch(() => {})); // an error is thrown by the next render
+}
+
+/** The number of the client's writes not settled yet (`client.pendingWrites`): 0 when all are saved. */
+export function usePendingWrites(): number {
+  const client = useClient();
+  const subscribe = useCallback((cb: () => void) => client.on('pending', cb), [client]);
+  return useSyncExternalStore(subscribe, () => client.pendingWrites, () => 0);
+}
+
+/** Calls `fn` (the latest one given) with every `rollback` of the client's writes while mounted: a failed write, undone. */
+export function useRollback(fn: (ev: RollbackEvent) => void): void {
+  const client = useClient();
+  const latest = useRef(fn);
+  useEffect(() => {
+    latest.current = fn;
+  });
+  useEffect(() => client.on('rollback', (ev) => latest.current(ev)), [client]);
+}
+
+/** The last `sync` of each held watch. */
+const syncs = new WeakMap<Watch<unknown>, SyncEvent>();
+
+/**
+ * The last `sync` of the watch of `prefix` (and `where`) in this room:
+ * `kind` `initial` (`reason` `cache` for a kept view), `resumed` or
+ * `resync`; undefined until its first.
+ */
+export function useSync(prefix: string, where?: string): SyncEvent | undefined {
+  const room = useRoom();
+  const { lingerMs } = useClientContext();
+  const subscribe = useCallback(
+    (cb: () => void) => {
+      const [w, release] = hold(room, prefix, lingerMs, where);
+      return all([w.on('sync', cb), release]);
+    },
+    [room, prefix, where, lingerMs],
+  );
+  const get = useCallback(() => {
+    const w = peek(room, prefix, where);
+    return w && syncs.get(w);
+  }, [room, prefix, where]);
+  return useSyncExternalStore(subscribe, get, serverSnapshot);
+}
 
 /**
  * useSyncExternalStore with a selection that keeps its identity while
@@ -292,7 +422,12 @@ function heldName(name: string, where: string | undefined): string {
 function hold<N extends HeldName>(room: Room, name: N, lingerMs: number, where?: string): [Holdable<N>, () => void] {
   const byName = cached(held, room, () => new Map<string, Held>());
   const key = heldName(name, where);
-  const h: Held = cached(byName, key, () => ({ value: name === PRESENCE ? room.presence() : room.watch(name, { where }), refs: 0 }));
+  const h: Held = cached(byName, key, () => {
+    if (name === PRESENCE) return { value: room.presence(), refs: 0 };
+    const w = room.watch(name, { where });
+    w.on('sync', (ev) => syncs.set(w, ev)); // before the hooks' listeners: useSync reads it
+    return { value: w, refs: 0 };
+  });
   clearTimeout(h.timer);
   h.refs++;
   let released = false;

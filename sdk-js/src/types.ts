@@ -1,3 +1,5 @@
+import type { Client } from './client.js';
+import type { Watch } from './watch.js';
 /** Public types of the client: options, status and events. */
 import type { BackoffOptions } from './backoff.js';
 import type { Codec } from './codec.js';
@@ -45,6 +47,21 @@ export interface SessionStore {
   removeItem(key: string): void;
 }
 
+/**
+ * What the client asks of a persistence layer (made by `persist()` of
+ * `@statecast/sdk/persist`; see README "Persistence").
+ */
+export interface Persistence {
+  /**
+   * Called once, before the first socket opens, with the token's subject
+   * (undefined without one): restores that subject's cached views into the
+   * watches made so far, and its pending writes into the client.
+   */
+  open(client: Client, subject: string | undefined): Promise<void>;
+  /** A watch was made: restored from its cached view once `open` loaded it. */
+  watch(w: Watch<any>): void;
+}
+
 /** Options of {@link createClient}. */
 export interface ClientOptions {
   /**
@@ -82,7 +99,7 @@ export interface ClientOptions {
   /** How long opening a socket and getting `connected` may take, in ms (default 10 000). */
   connectTimeoutMs?: number;
   /**
-   * How long a liveness probe (on the browser's `offline`, `online` and
+   * How long a liveness probe (on the browser's `online` and
    * `visibilitychange` events, or `reconnect()` while connected) waits for
    * any message before dropping the socket, in ms (default 5000).
    */
@@ -103,9 +120,19 @@ export interface ClientOptions {
   sessionStore?: SessionStore | false;
   /** The key of the session in `sessionStore` (default `statecast:` + the WebSocket URL). */
   sessionKey?: string;
+  /**
+   * Keeps the watches' views and the pending writes across reloads and
+   * browser restarts: `persist()` of `@statecast/sdk/persist` (IndexedDB, or
+   * a storage adapter). Default: none, everything lives in memory.
+   */
+  persist?: Persistence;
   /** Connect at once (default true); otherwise call `connect()`. */
   autoConnect?: boolean;
-  /** Listen to the browser's online/offline/visibilitychange events (default true when available). */
+  /**
+   * Follow the browser's network (default true when available): no dial
+   * while `navigator.onLine` is false, `offline` drops the socket, `online`
+   * dials at once, `visibilitychange` probes.
+   */
   networkEvents?: boolean;
   /** Random numbers in [0, 1) for jitter (default `Math.random`; inject for tests). */
   random?: () => number;

@@ -141,8 +141,8 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   /** The filter the server applies (`where` of `room.watch`), if any. */
   readonly where: string | undefined;
   private st: WatchStatus = 'pending';
-  /** The confirmed state, as the server sent it. */
-  private base = new Map<string, Entry<V>>();
+  /** @internal The confirmed state, as the server sent it (what a persisted view keeps). */
+  _base = new Map<string, Entry<V>>();
   /** What the watch shows: base, with pending writes over it. */
   private view = new Map<string, Entry<V>>();
   /** entries(), kept until the view changes. */
@@ -269,7 +269,7 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
 
   /** @internal The confirmed entry of `key`, without pending writes. */
   _confirmed(key: string): Entry<V> | undefined {
-    return this.base.get(key);
+    return this._base.get(key);
   }
 
   /** @internal Pending writes of `keys` came or went (`cause`): shows the keys anew. */
@@ -352,11 +352,11 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     const next = new Map<string, Entry<V>>();
     for (const it of m.items ?? []) {
       const e = toEntry<V>(it);
-      const o = this.base.get(e.key);
+      const o = this._base.get(e.key);
       // unchanged: the same entry object (snapshot identity)
       next.set(e.key, o && o.modRev === e.modRev && (same || sameEntry(o, e)) ? o : e);
     }
-    this.base = next;
+    this._base = next;
     // The difference of what the watch shows: keys with pending writes keep showing them.
     const changes = this.update(new Set([...this.view.keys(), ...next.keys()]), m.rev, cause).sort((a, b) => cmp(a.key, b.key));
     this.ep = m.epoch;
@@ -378,8 +378,8 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     const wids = new Map<string, { rev: number; keys: string[] }>();
     for (const ev of m.events ?? []) {
       if (coalesced && ev.mod_rev <= this.r) continue;
-      if (ev.type === 'delete' || ev.type === 'leave') this.base.delete(ev.key);
-      else this.base.set(ev.key, toEntry<V>(ev as WireItem));
+      if (ev.type === 'delete' || ev.type === 'leave') this._base.delete(ev.key);
+      else this._base.set(ev.key, toEntry<V>(ev as WireItem));
       keys.push(ev.key);
       if (ev.wid) {
         const w = wids.get(ev.wid) ?? { rev: 0, keys: [] };
@@ -423,7 +423,7 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
    */
   private shown(key: string): Entry<V> | undefined {
     const op = this.owner._overlay(this.room, key);
-    const b = this.base.get(key);
+    const b = this._base.get(key);
     if (!op || (this.where !== undefined && !b)) return b;
     if (op.type === 'delete') return undefined;
     let e = shownOps.get(op);
@@ -447,7 +447,7 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
 
   private wake(): void {
     const due = this.waiters.filter(
-      (w) => this.st === 'closed' || (this.started && (this.r >= w.rev || (w.epoch !== undefined && w.epoch !== this.ep) || !!w.gone?.every((k) => !this.base.has(k)))),
+      (w) => this.st === 'closed' || (this.started && (this.r >= w.rev || (w.epoch !== undefined && w.epoch !== this.ep) || !!w.gone?.every((k) => !this._base.has(k)))),
     );
     // Out of the list before they run: what they run (listeners) may wake this watch again.
     this.waiters = this.waiters.filter((w) => !due.includes(w));

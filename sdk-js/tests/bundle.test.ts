@@ -14,7 +14,7 @@ import { until } from './support/util.js';
 
 const sdk = fileURLToPath(new URL('..', import.meta.url));
 const committed = join(sdk, '..', 'demo', 'sdk');
-const FILES = ['statecast.js', 'msgpack.js'];
+const FILES = ['statecast.js', 'msgpack.js', 'persist.js'];
 
 test('bundle: demo/sdk/*.js are fresh (freshness check: run `npm run bundle` in sdk-js and commit the result)', () => {
   const tmp = mkdtempSync(join(tmpdir(), 'statecast-bundle-'));

@@ -574,3 +574,15 @@ test('integration-filter: an optimistic write the filter does not select settles
   assert.equal(w.rev, r3.rev);
   assert.equal(w.has('games/y'), false);
 });
+
+test('integration: a page whose Origin the server does not allow stops with an error naming --allow-origin (no reconnect loop)', async () => {
+  class ForeignPage extends WebSocket {
+    constructor(url: string, protocols: string[]) {
+      super(url, protocols, { origin: 'http://localhost:5173' }); // a Vite dev server on another port
+    }
+  }
+  const c = client({ WebSocket: ForeignPage });
+  const err = await nextEvent(c, 'error');
+  assert.match(err.message, /4502.*--allow-origin localhost:5173/);
+  await until(() => c.status === 'disconnected', 'stopped, not retrying');
+});

@@ -14,6 +14,7 @@ import { build, type Plugin } from 'esbuild';
 const BUDGET_GZIP = 10.5 * 1024;
 const MSGPACK_BUDGET_GZIP = 8 * 1024;
 const REACT_BUDGET_GZIP = 3 * 1024;
+const PERSIST_BUDGET_GZIP = 4 * 1024;
 const dist = (f: string) => fileURLToPath(new URL(`../dist/${f}`, import.meta.url));
 
 /** Leaves every module but `own` (files of dist/) out of the bundle. */
@@ -60,4 +61,11 @@ test('size: the React entry adds at most 3 KB gzip (its code and typed rooms; Re
   t.diagnostic(`@statecast/sdk/react: ${m.min} B min, ${m.gzip} B gzip (budget ${REACT_BUDGET_GZIP} B)`);
   assert.ok(m.gzip <= REACT_BUDGET_GZIP, `${m.gzip} B gzip is over the budget`);
   assert.deepEqual(m.inputs.map((i) => basename(i)).sort(), ['react.js', 'typed.js']);
+});
+
+test('size: the persistence entry adds at most 4 KB gzip (the core excluded)', async (t) => {
+  const m = await measure('persist.js', [only(['persist.js'])]);
+  t.diagnostic(`@statecast/sdk/persist: ${m.min} B min, ${m.gzip} B gzip (budget ${PERSIST_BUDGET_GZIP} B)`);
+  assert.ok(m.gzip <= PERSIST_BUDGET_GZIP, `${m.gzip} B gzip is over the budget`);
+  assert.deepEqual(m.inputs.map((i) => basename(i)), ['persist.js'], 'it bundles no code of the core');
 });

@@ -80,3 +80,17 @@ export function hookTypes() {
   useWatch('todo/', { where: 1 });
   return [todos, done, wrong, one, open, openCount, notEntries];
 }
+
+export function suspenseAndPresenceTypes() {
+  type Me = { x: number; y: number; name: string };
+  const { useSuspenseWatch, useMyPresence, useOthers } = createRoomHooks(defineRoom<{ 'todo/': Todo; 'presence/': Me }>());
+  const todos: readonly Entry<Todo>[] = useSuspenseWatch('todo/'); // never undefined
+  const count: number = useSuspenseWatch('todo/', (es) => es.length);
+  const [me, update] = useMyPresence();
+  const x: number | undefined = me?.x;
+  update({ x: 1 }); // partial
+  // @ts-expect-error the presence value is typed
+  update({ x: 'left' });
+  const others: ReadonlyMap<string, Me> | undefined = useOthers();
+  return [todos, count, x, others];
+}

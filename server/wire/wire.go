@@ -258,5 +258,6 @@ const (
 	CloseConnectTimeout   websocket.StatusCode = 4005
 	CloseProtocolError    websocket.StatusCode = 4500
 	CloseUnauthorized     websocket.StatusCode = 4501
+	CloseOriginRefused    websocket.StatusCode = 4502
 	CloseSessionReplaced  websocket.StatusCode = 4503
 )
