@@ -384,7 +384,10 @@ func migrate(ctx context.Context, fromSpec, toSpec storeSpec, force bool, errOut
 	}
 	fmt.Fprintf(errOut, "migrate: %d rooms from %s to %s (%d already there)\n", len(srcHeads), src.BackupHeader().Store, dst.BackupHeader().Store, len(dstHeads)-foreign)
 	p := &progress{what: "migrate", out: errOut, start: time.Now(), last: time.Now()}
+	// A pause per room copied, for the tests that cut a migration halfway.
+	pause, _ := time.ParseDuration(os.Getenv("STATECAST_TEST_MIGRATE_ROOM_PAUSE"))
 	err = src.Export(ctx, func(img *store.RoomImage) error {
+		time.Sleep(pause)
 		if h, ok := dstHeads[img.Room]; ok && h.epoch == img.Epoch && h.head == img.Head {
 			p.room(img, true)
 			return nil
