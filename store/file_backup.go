@@ -84,9 +84,10 @@ func (f *File) exportRoom(rb *bolt.Bucket, room string) (*RoomImage, error) {
 	return img, nil
 }
 
-// Import writes img in one bbolt transaction beside the committer's:
-// it is meant for a store no server uses (restore, migrate), and
-// followers are not told.
+// Import writes img in a bbolt transaction beside the committer's, shared
+// with the Imports running at the same time (bolt's Batch: one commit for
+// them all). It is meant for a store no server uses (restore, migrate),
+// and followers are not told.
 func (f *File) Import(ctx context.Context, img *RoomImage) error {
 	if err := f.begin(img.Room); err != nil {
 		return err
@@ -95,7 +96,7 @@ func (f *File) Import(ctx context.Context, img *RoomImage) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return f.db.Update(func(tx *bolt.Tx) error {
+	return f.db.Batch(func(tx *bolt.Tx) error {
 		rooms := tx.Bucket(bucketRooms)
 		if rooms.Bucket([]byte(img.Room)) != nil {
 			if err := rooms.DeleteBucket([]byte(img.Room)); err != nil {

@@ -12,8 +12,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redisstore"
@@ -277,6 +280,68 @@ func (p *progress) report() {
 	fmt.Fprintf(p.out, "%s: %d rooms (%d already there), %s, %s\n", p.what, p.rooms, p.skipped, sizeRate(p.bytes, d), roomRate(p.rooms, d))
 }
 
+// importers is how many rooms are written at once: a file store commits
+// the rooms written together in one transaction (one fsync), Redis gets
+// them in parallel.
+const importers = 8
+
+// importer writes rooms into dst from importers goroutines. put hands it
+// a room (it blocks while all are busy, or returns the first failure);
+// wait waits for the rooms handed so far.
+type importer struct {
+	ch          chan *store.RoomImage
+	g           *errgroup.Group
+	ctx, parent context.Context // the group's, cancelled by a failure or by wait; the caller's
+	mu          sync.Mutex
+	p           *progress
+}
+
+func newImporter(ctx context.Context, dst store.Importer, p *progress) *importer {
+	g, gctx := errgroup.WithContext(ctx)
+	im := &importer{ch: make(chan *store.RoomImage), g: g, ctx: gctx, parent: ctx, p: p}
+	for range importers {
+		g.Go(func() error {
+			for img := range im.ch {
+				if err := dst.Import(gctx, img); err != nil {
+					return err
+				}
+				im.mu.Lock()
+				p.room(img, false)
+				im.mu.Unlock()
+			}
+			return nil
+		})
+	}
+	return im
+}
+
+func (im *importer) put(img *store.RoomImage) error {
+	select {
+	case im.ch <- img:
+		return nil
+	case <-im.ctx.Done():
+		return im.wait()
+	}
+}
+
+func (im *importer) skip(img *store.RoomImage) {
+	im.mu.Lock()
+	im.p.room(img, true)
+	im.mu.Unlock()
+}
+
+// wait ends the importer and returns its first failure.
+func (im *importer) wait() error {
+	if im.ch != nil {
+		close(im.ch)
+		im.ch = nil
+	}
+	if err := im.g.Wait(); err != nil {
+		return err
+	}
+	return im.parent.Err()
+}
+
 // restore writes the backup in file into an empty store, under a new
 // epoch: clients that saw the source get a snapshot, never a replay of
 // revisions that may differ from what they saw.
@@ -324,19 +389,23 @@ func restore(ctx context.Context, spec storeSpec, file string, errOut io.Writer)
 	}
 	fmt.Fprintf(errOut, "restore: %d rooms of a %s store backed up at %s, new epoch %s\n", n, h.Store, h.Time.Format(time.RFC3339), epoch)
 	p := &progress{what: "restore", out: errOut, start: time.Now(), last: time.Now()}
+	im := newImporter(ctx, st, p)
 	for {
 		img, err := br.Next()
 		if err == io.EOF {
 			break
 		}
+		if err == nil {
+			img.Epoch = epoch
+			err = im.put(img)
+		}
 		if err != nil {
+			_ = im.wait()
 			return fmt.Errorf("restore: %w", err)
 		}
-		img.Epoch = epoch
-		if err := st.Import(ctx, img); err != nil {
-			return err
-		}
-		p.room(img, false)
+	}
+	if err := im.wait(); err != nil {
+		return fmt.Errorf("restore: %w", err)
 	}
 	p.report()
 	return st.Close()
@@ -386,18 +455,18 @@ func migrate(ctx context.Context, fromSpec, toSpec storeSpec, force bool, errOut
 	p := &progress{what: "migrate", out: errOut, start: time.Now(), last: time.Now()}
 	// A pause per room copied, for the tests that cut a migration halfway.
 	pause, _ := time.ParseDuration(os.Getenv("STATECAST_TEST_MIGRATE_ROOM_PAUSE"))
+	im := newImporter(ctx, dst, p)
 	err = src.Export(ctx, func(img *store.RoomImage) error {
 		time.Sleep(pause)
 		if h, ok := dstHeads[img.Room]; ok && h.epoch == img.Epoch && h.head == img.Head {
-			p.room(img, true)
+			im.skip(img)
 			return nil
 		}
-		if err := dst.Import(ctx, img); err != nil {
-			return err
-		}
-		p.room(img, false)
-		return nil
+		return im.put(img)
 	})
+	if werr := im.wait(); err == nil {
+		err = werr
+	}
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
