@@ -290,6 +290,7 @@ const importers = 8
 // wait waits for the rooms handed so far.
 type importer struct {
 	ch          chan *store.RoomImage
+	closeOnce   sync.Once
 	g           *errgroup.Group
 	ctx, parent context.Context // the group's, cancelled by a failure or by wait; the caller's
 	mu          sync.Mutex
@@ -298,10 +299,11 @@ type importer struct {
 
 func newImporter(ctx context.Context, dst store.Importer, p *progress) *importer {
 	g, gctx := errgroup.WithContext(ctx)
-	im := &importer{ch: make(chan *store.RoomImage), g: g, ctx: gctx, parent: ctx, p: p}
+	ch := make(chan *store.RoomImage)
+	im := &importer{ch: ch, g: g, ctx: gctx, parent: ctx, p: p}
 	for range importers {
 		g.Go(func() error {
-			for img := range im.ch {
+			for img := range ch {
 				if err := dst.Import(gctx, img); err != nil {
 					return err
 				}
@@ -332,10 +334,7 @@ func (im *importer) skip(img *store.RoomImage) {
 
 // wait ends the importer and returns its first failure.
 func (im *importer) wait() error {
-	if im.ch != nil {
-		close(im.ch)
-		im.ch = nil
-	}
+	im.closeOnce.Do(func() { close(im.ch) })
 	if err := im.g.Wait(); err != nil {
 		return err
 	}
