@@ -23,6 +23,7 @@ func (s *Server) routes() *echo.Echo {
 	e.GET("/v1/ws", s.handleWS)
 	s.apiRoutes(e.Group("/v1"))
 	e.GET("/v1/admin/inspect", s.handleInspect)
+	e.GET("/v1/admin/backup", s.handleBackup)
 	e.GET("/v1/openapi.json", handleOpenAPI)
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", func(c echo.Context) error {

@@ -24,6 +24,9 @@ usage:
   statecast bench compare SCENARIO [flags]     run a scenario against the reference server (the ceiling), then statecast
   statecast bench ceiling [--addr HOST:PORT]   run the reference broadcast server the figures are set against
   statecast healthcheck [--addr HOST:PORT]     exit 0 if the local server answers /healthz (container health check)
+  statecast backup [--url URL] FILE            save a consistent backup of a running server's store
+  statecast restore --store STORE FILE         restore a backup into an empty store (server stopped)
+  statecast migrate --from STORE --to STORE    copy every room, keeping epochs (e.g. file:./data to redis://host:6379/0)
 
 Every flag can also be set by environment (STATECAST_ plus the flag name in
 upper case with - as _, e.g. STATECAST_ADDR). The client commands talk to
@@ -49,6 +52,8 @@ func main() {
 		stop()
 	case "healthcheck":
 		err = healthcheck(args)
+	case "backup", "restore", "migrate":
+		err = runBackupCmd(cmd, args)
 	case "webhook-receiver": // hidden: a receiver for the tests and figures
 		err = webhookReceiver(args)
 	case "-h", "--help", "help":

@@ -824,37 +824,10 @@ func (s *Store) Leased(ctx context.Context, fn func(room string, kv store.KV) er
 	defer s.mu.RUnlock()
 	// One SCAN over the meta keys (on every master), then each room's kv:
 	// this runs at start-up and in the lease sweeps of server/leases.go.
-	var (
-		mu    sync.Mutex
-		rooms = map[string]struct{}{}
-	)
-	pattern := globEscape(s.cfg.Prefix) + ":{*}:meta"
-	scan := func(ctx context.Context, c redis.UniversalClient) error {
-		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		for it.Next(ctx) {
-			r, ok := strings.CutPrefix(it.Val(), s.cfg.Prefix+":{")
-			if r, ok2 := strings.CutSuffix(r, "}:meta"); ok && ok2 && store.ValidRoom(r) == nil {
-				mu.Lock()
-				rooms[r] = struct{}{}
-				mu.Unlock()
-			}
-		}
-		return it.Err()
-	}
-	var err error
-	if s.cluster != nil {
-		err = s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, s.rc)
-	}
+	names, err := s.roomNames(ctx)
 	if err != nil {
-		return fmt.Errorf("store: redis: listing rooms: %w", err)
+		return err
 	}
-	names := make([]string, 0, len(rooms))
-	for r := range rooms {
-		names = append(names, r)
-	}
-	sort.Strings(names)
 	for _, room := range names {
 		// In HSCAN pages: this also runs while the nodes serve (sweeps of
 		// dead nodes' keys), and one HGETALL of a big room stalls Redis.

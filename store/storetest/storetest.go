@@ -82,6 +82,7 @@ func Run(t *testing.T, f Factory) {
 		{"SharedLeases", testSharedLeases},
 		{"Wids", testWids},
 		{"Quota", testQuota},
+		{"Backup", testBackup},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
