@@ -523,35 +523,46 @@ func (f *File) begin(room string) error {
 }
 
 func (f *File) Leased(ctx context.Context, fn func(room string, kv KV) error) error {
+	// One scan of every room's keys: this runs once, at start-up.
+	return f.eachRoom(ctx, func(room string, rb *bolt.Bucket) error {
+		kvb := rb.Bucket(bucketKV)
+		if kvb == nil {
+			return nil
+		}
+		return kvb.ForEach(func(k, v []byte) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			kv, err := decodeKV(string(k), v)
+			if err != nil {
+				return fmt.Errorf("room %q key %q: %w", room, k, err)
+			}
+			if kv.Lease == "" {
+				return nil
+			}
+			return fn(room, kv)
+		})
+	})
+}
+
+// eachRoom calls fn with every room's bucket, from one read transaction
+// that sees every answered write, until fn or ctx fails.
+func (f *File) eachRoom(ctx context.Context, fn func(room string, rb *bolt.Bucket) error) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.closed {
 		return ErrClosed
 	}
-	// One scan of every room's keys: this runs once, at start-up.
 	return f.view(func(tx *bolt.Tx) error {
 		rooms := tx.Bucket(bucketRooms)
 		if rooms == nil {
 			return nil
 		}
 		return rooms.ForEachBucket(func(name []byte) error {
-			kvb := rooms.Bucket(name).Bucket(bucketKV)
-			if kvb == nil {
-				return nil
+			if err := ctx.Err(); err != nil {
+				return err
 			}
-			return kvb.ForEach(func(k, v []byte) error {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				kv, err := decodeKV(string(k), v)
-				if err != nil {
-					return fmt.Errorf("room %q key %q: %w", name, k, err)
-				}
-				if kv.Lease == "" {
-					return nil
-				}
-				return fn(string(name), kv)
-			})
+			return fn(string(name), rooms.Bucket(name))
 		})
 	})
 }

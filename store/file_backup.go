@@ -22,23 +22,12 @@ func (f *File) BackupHeader() BackupHeader { return BackupHeader{Store: "file", 
 // share one point: every write answered before Export started is in them,
 // none committed after. Writes go on meanwhile (docs/BACKUP.md).
 func (f *File) Export(ctx context.Context, fn func(*RoomImage) error) error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.closed {
-		return ErrClosed
-	}
-	return f.view(func(tx *bolt.Tx) error {
-		rooms := tx.Bucket(bucketRooms)
-		return rooms.ForEachBucket(func(name []byte) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			img, err := f.exportRoom(rooms.Bucket(name), string(name))
-			if err != nil || img.Head == 0 {
-				return err
-			}
-			return fn(img)
-		})
+	return f.eachRoom(ctx, func(room string, rb *bolt.Bucket) error {
+		img, err := f.exportRoom(rb, room)
+		if err != nil || img.Head == 0 {
+			return err
+		}
+		return fn(img)
 	})
 }
 
@@ -171,23 +160,12 @@ func importRoom(rb *bolt.Bucket, img *RoomImage) error {
 
 // Rooms lists the rooms that have a revision, from one read transaction.
 func (f *File) Rooms(ctx context.Context, fn func(room, epoch string, head uint64) error) error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.closed {
-		return ErrClosed
-	}
-	return f.view(func(tx *bolt.Tx) error {
-		rooms := tx.Bucket(bucketRooms)
-		return rooms.ForEachBucket(func(name []byte) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			m, err := readRoomMeta(rooms.Bucket(name))
-			if err != nil || m.head == 0 {
-				return err
-			}
-			return fn(string(name), f.epoch, m.head)
-		})
+	return f.eachRoom(ctx, func(room string, rb *bolt.Bucket) error {
+		m, err := readRoomMeta(rb)
+		if err != nil || m.head == 0 {
+			return err
+		}
+		return fn(room, f.epoch, m.head)
 	})
 }
 
