@@ -137,7 +137,10 @@ func TestSentinelFailoverKeepsAcknowledgedWrites(t *testing.T) {
 // still not acknowledged until the replicas confirm it.
 func TestMinReplicasUnconfirmedIsUnknown(t *testing.T) {
 	f := redistest.StartFailover(t, 1, 1, 5*time.Second, redistest.Options{})
-	s := openStore(t, f.URL(), func(c *Config) { c.MinReplicas = 2; c.ReplicaTimeout = 100 * time.Millisecond })
+	// Every unconfirmed write waits the whole timeout for the replica that
+	// does not exist; the one that does must confirm within it even on a
+	// loaded machine (100 ms was too short in CI: "0 of the 2").
+	s := openStore(t, f.URL(), func(c *Config) { c.MinReplicas = 2; c.ReplicaTimeout = 2 * time.Second })
 	w := store.Write{Wid: "w1", Ops: []store.Op{{Type: store.OpPut, Key: "k", Value: []byte("v")}}}
 	for attempt := range 2 {
 		_, err := s.Apply(bg, "r", w)
