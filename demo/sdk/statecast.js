@@ -1210,7 +1210,7 @@ var Client = class extends Emitter {
   }
   /** @internal See {@link WatchOwner}. */
   _overlay(room, key) {
-    return this.writes.overlay(room, key);
+    return this.writes.overlay(room, key) ?? this.o.persist?.overlay?.(room, key);
   }
   /** @internal See {@link WatchOwner}. */
   _wid(wid, rev, room, keys) {
@@ -1360,7 +1360,7 @@ var Client = class extends Emitter {
     if (seq !== this.seq) return;
     let ws;
     try {
-      ws = new WS(url, this.o.codec ? [this.codec.subprotocol] : [json2Codec.subprotocol, jsonCodec.subprotocol]);
+      ws = new (this.o.persist?.WebSocket ?? WS)(url, this.o.codec ? [this.codec.subprotocol] : [json2Codec.subprotocol, jsonCodec.subprotocol]);
     } catch (e) {
       return this.stop(asError(e));
     }

@@ -266,7 +266,7 @@ export class Client extends Emitter<ClientEvents> {
 
   /** @internal See {@link WatchOwner}. */
   _overlay(room: string, key: string): Op | undefined {
-    return this.writes.overlay(room, key);
+    return this.writes.overlay(room, key) ?? this.o.persist?.overlay?.(room, key);
   }
 
   /** @internal See {@link WatchOwner}. */
@@ -437,7 +437,7 @@ export class Client extends Emitter<ClientEvents> {
     let ws: WebSocketLike;
     try {
       // Without a codec option: v2, and v1 for a server that predates it (PROTOCOL.md §2).
-      ws = new WS!(url, this.o.codec ? [this.codec.subprotocol] : [json2Codec.subprotocol, jsonCodec.subprotocol]);
+      ws = new (this.o.persist?.WebSocket ?? WS!)(url, this.o.codec ? [this.codec.subprotocol] : [json2Codec.subprotocol, jsonCodec.subprotocol]);
     } catch (e) {
       return this.stop(asError(e));
     }

@@ -8,8 +8,11 @@
 import type { Client } from './client.js';
 import type { Write } from './pending.js';
 import type { SubMessage, WireItem } from './protocol.js';
+import { tabs, type TabLocks, type TabsOptions } from './tabs.js';
 import type { Persistence } from './types.js';
 import type { Watch } from './watch.js';
+
+export type { TabsOptions, TabLocks, TabChannel } from './tabs.js';
 
 /**
  * Where persistence keeps its records: string keys, structured-cloneable
@@ -34,6 +37,14 @@ export interface PersistOptions {
   maxKeys?: number;
   /** How long after a change a view is saved, in ms (default 250; also saved when the page is hidden). */
   saveDelayMs?: number;
+  /**
+   * Tabs of this origin (same server URL and token subject) share one
+   * connection: the leader tab (a Web Lock) holds the socket, the others
+   * talk to the server through it (BroadcastChannel), each tab shows the
+   * others' pending writes, and the next tab takes over when the leader
+   * closes. Ignored without Web Locks or BroadcastChannel. See README "Tabs". Default false.
+   */
+  tabs?: boolean | TabsOptions;
 }
 
 /** A kept view: the confirmed state of a watch at (epoch, rev). */
@@ -52,8 +63,6 @@ interface SavedWrite {
   since: number | null;
 }
 
-type Locks = { request(name: string, opts: object, fn: (lock: unknown) => Promise<unknown> | unknown): Promise<unknown> };
-
 /**
  * Persistence for `createClient({ persist: persist() })`. Records are
  * partitioned by server URL and token subject: another subject's client
@@ -65,7 +74,8 @@ export function persist(opts: PersistOptions = {}): Persistence {
   const maxViews = opts.maxViews ?? 32;
   const maxKeys = opts.maxKeys ?? 10_000;
   const delay = opts.saveDelayMs ?? 250;
-  const locks = (globalThis as { navigator?: { locks?: Locks } }).navigator?.locks;
+  const tabsOpts = opts.tabs === true ? {} : opts.tabs || undefined; // ignored without Web Locks or BroadcastChannel
+  const locks = tabsOpts?.locks ?? (globalThis as { navigator?: { locks?: TabLocks } }).navigator?.locks;
   const g = globalThis as unknown as { addEventListener?: (t: string, f: () => void) => void };
   let part: string | undefined; // the partition, once open
   let c: Client;
@@ -128,11 +138,12 @@ export function persist(opts: PersistOptions = {}): Persistence {
     for (const w of list ?? []) c._restore(w.room, w.msg, w.since);
   };
 
-  return {
+  const p: { -readonly [K in keyof Persistence]: Persistence[K] } = {
     async open(client, subject) {
       c = client;
       const base = `statecast\0${client.url}\0`;
       part = `${base}${subject ?? ''}\0`;
+      if (tabsOpts && locks && (tabsOpts.channel || typeof BroadcastChannel !== 'undefined')) ({ WebSocket: p.WebSocket, overlay: p.overlay } = await tabs(client, subject, locks, tabsOpts));
       try {
         // A tab holds its lock while it lives: the writes of a tab whose lock is free are orphans to take.
         locks?.request('statecast:' + client.clientId, {}, () => new Promise(() => {})).catch(() => {});
@@ -163,6 +174,7 @@ export function persist(opts: PersistOptions = {}): Persistence {
       track(w);
     },
   };
+  return p;
 }
 
 /** Records in memory: for tests, and where there is no IndexedDB (nothing survives the process). */

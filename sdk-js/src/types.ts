@@ -60,6 +60,10 @@ export interface Persistence {
   open(client: Client, subject: string | undefined): Promise<void>;
   /** A watch was made: restored from its cached view once `open` loaded it. */
   watch(w: Watch<any>): void;
+  /** Set by `open` when this tab shares another tab's connection (`tabs`): the client's sockets go through it. */
+  readonly WebSocket?: WebSocketConstructor;
+  /** Another tab's pending write of `key`, shown when this client has none. */
+  overlay?(room: string, key: string): WriteOp | undefined;
 }
 
 /** Options of {@link createClient}. */

@@ -3,31 +3,16 @@
 // a reload renders the kept view before its socket opens and resumes it by
 // replay; pending writes kept by a page are sent by the next one, once, with
 // their write ids; records are per subject.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
-import { createClient, type ChangeEvent, type Client, type ClientOptions, type RollbackEvent, type SyncEvent } from '../dist/index.js';
+import type { ChangeEvent, ClientOptions, RollbackEvent, SyncEvent } from '../dist/index.js';
 import { memoryStorage, persist, type PersistStorage } from '../dist/persist.js';
-import { controlledWebSocket, replyLosingWebSocket, startServer, type Server } from './support/server.js';
+import { controlledWebSocket, replyLosingWebSocket, useServer } from './support/server.js';
 import { record, until } from './support/util.js';
 
-let srv: Server;
-const clients: Client[] = [];
-before(async () => {
-  srv = await startServer([]);
-});
-after(async () => {
-  clients.forEach((c) => c.close());
-  await srv.stop();
-});
-
-let seq = 0;
-const roomName = (prefix: string) => `${prefix}${process.pid}-${seq++}`;
-function client(opts: Partial<ClientOptions> = {}): Client {
-  const c = createClient({ url: srv.http, WebSocket, sessionStore: false, reconnect: { minDelayMs: 20, maxDelayMs: 100 }, ...opts });
-  clients.push(c);
-  return c;
-}
+const t = useServer();
+const { client, roomName } = t;
 /** A page's client keeping its records in `storage`. */
 const page = (storage: PersistStorage, opts: Partial<ClientOptions> = {}) => client({ persist: persist({ storage, saveDelayMs: 5 }), ...opts });
 const brief = (cs: ChangeEvent[]) => cs.map((c) => `${c.type} ${c.key}=${JSON.stringify(c.value)} ${c.cause}`);

@@ -6,7 +6,9 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { after, before } from 'node:test';
 import WebSocket from 'ws';
+import { createClient, type Client, type ClientOptions } from '../../dist/index.js';
 
 const repo = resolve(fileURLToPath(new URL('../..', import.meta.url)), '..');
 let built: string | undefined;
@@ -179,4 +181,31 @@ export function replyLosingWebSocket() {
       blocked = b;
     },
   };
+}
+
+/**
+ * A server for the tests of one file (started before them, stopped after,
+ * with the clients made by `client`, which reconnect quickly and keep no
+ * session across "reloads"), and unique room names.
+ */
+export function useServer(args: string[] = []) {
+  const t = {
+    srv: undefined as unknown as Server,
+    clients: [] as Client[],
+    seq: 0,
+    roomName: (prefix: string) => `${prefix}${process.pid}-${t.seq++}`,
+    client(opts: Partial<ClientOptions> = {}): Client {
+      const c = createClient({ url: t.srv.http, WebSocket, sessionStore: false, reconnect: { minDelayMs: 20, maxDelayMs: 100 }, ...opts });
+      t.clients.push(c);
+      return c;
+    },
+  };
+  before(async () => {
+    t.srv = await startServer(args);
+  });
+  after(async () => {
+    t.clients.forEach((c) => c.close());
+    await t.srv.stop();
+  });
+  return t;
 }
