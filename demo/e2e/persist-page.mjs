@@ -9,16 +9,17 @@ import { TIMEOUT } from './support.mjs';
 
 const sdk = fileURLToPath(new URL('../sdk/', import.meta.url));
 
-// The page: one watch of ?room (with ?token, if given), its entries as <li data-key data-pending>, the client's status.
+// The page: one watch of ?room (with ?token, if given; ?tabs: tabs share one connection), its entries as
+// <li data-key data-pending>, the client's status; t.changes: the watch's changes.
 export const PAGE = `<!doctype html><meta charset="utf-8"><title>persist</title><p id="status"></p><ul id="list"></ul>
 <script type="module">
 import { createClient } from '/sdk/statecast.js';
 import { persist } from '/sdk/persist.js';
 const q = new URLSearchParams(location.search);
-const client = createClient({ url: '/v1/ws', token: q.get('token') ?? undefined, persist: q.has('memory') ? undefined : persist({ saveDelayMs: 20 }) });
+const client = createClient({ url: '/v1/ws', token: q.get('token') ?? undefined, persist: q.has('memory') ? undefined : persist({ saveDelayMs: 20, tabs: q.has('tabs') }) });
 const room = client.room(q.get('room'));
 const w = room.watch();
-const t = (window.t = { client, room, w, syncs: [], rollbacks: [], firstRender: undefined });
+const t = (window.t = { client, room, w, syncs: [], rollbacks: [], changes: [], firstRender: undefined });
 const list = document.getElementById('list');
 const render = () => {
   list.replaceChildren(...w.entries().map((e) => {
@@ -31,6 +32,7 @@ const render = () => {
   if (w.size && t.firstRender === undefined) t.firstRender = performance.now(); // ms since navigation
 };
 w.on('changes', render);
+w.on('change', (c) => t.changes.push(c.key + '=' + JSON.stringify(c.value) + (c.entry?.pending ? ' pending ' : ' ') + c.cause));
 w.on('sync', (s) => t.syncs.push(s.kind + (s.reason ? ':' + s.reason : '')));
 client.on('status', ({ status }) => (document.getElementById('status').dataset.status = status));
 client.on('rollback', (r) => t.rollbacks.push(r.keys.join() + ':' + r.error.code));
@@ -50,17 +52,22 @@ export async function serve(context) {
     r.fulfill({ contentType: 'text/javascript', body: readFileSync(join(sdk, new URL(r.request().url()).pathname.split('/').pop())) }));
 }
 
-/** A page of `context` on `room` of the server at `base`: what it logs as errors, the bytes its sockets received. */
-export async function open(context, base, room, query = '') {
+/**
+ * A page of `context` on `room` of the server at `base`: what it logs as errors, the bytes its
+ * sockets received, the sockets it opened. `prepare(page)` runs before it loads.
+ */
+export async function open(context, base, room, query = '', prepare = async () => {}) {
   const page = await context.newPage();
+  await prepare(page);
   page.setDefaultTimeout(TIMEOUT);
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
   page.on('console', (m) => m.type() === 'error' && errors.push(m.text()));
   const bytes = { received: 0 };
-  page.on('websocket', (ws) => ws.on('framereceived', (f) => (bytes.received += Buffer.byteLength(f.payload))));
+  const sockets = [];
+  page.on('websocket', (ws) => (sockets.push(ws.url()), ws.on('framereceived', (f) => (bytes.received += Buffer.byteLength(f.payload)))));
   await page.goto(`${base}/persist.html?room=${encodeURIComponent(room)}${query}`);
-  return { page, errors, bytes };
+  return { page, errors, bytes, sockets };
 }
 
 /** Writes `key` over HTTP. */
