@@ -80,6 +80,12 @@ export async function tabs(client: Client, subject: string | undefined, locks: T
   let n = 0;
   const others = new Map<string, Shown>();
   let shown: Shown = new Map();
+  /** Ops of the others' writes done at a revision this tab's watches may not show yet: shown until they do. */
+  const settling = new Map<string, [WriteOp, number]>();
+  const behind = (k: string, rev: number) => {
+    const [room, key] = k.split('\0') as [string, string];
+    return client._watchesOf(room).some((v) => v._covers(key) && v.rev < rev);
+  };
   const post = (m: object) => ch.postMessage(m);
 
   class VSocket implements WebSocketLike {
@@ -115,6 +121,8 @@ export async function tabs(client: Client, subject: string | undefined, locks: T
   const refresh = (before: Shown, cause: 'local' | 'live' | 'rollback') => {
     const next: Shown = new Map();
     for (const s of others.values()) for (const [k, op] of s) next.set(k, op);
+    for (const [k, [op, rev]] of settling) if (next.has(k) || !behind(k, rev)) settling.delete(k);
+    else next.set(k, op);
     shown = next;
     const byRoom = new Map<string, string[]>();
     for (const k of new Set([...before.keys(), ...next.keys()])) {
@@ -134,7 +142,8 @@ export async function tabs(client: Client, subject: string | undefined, locks: T
   const publish = () => {
     const list = client._pending;
     const ops = list.flatMap((w) => w.ops.map((op) => [w.room + '\0' + op.key, op]));
-    post({ k: 'ops', tab: me, ops, cause: last.some((w) => w.state !== 'done' && !list.includes(w)) ? 'rollback' : 'live' });
+    const done = last.filter((w) => w.state === 'done' && !list.includes(w)).flatMap((w) => w.ops.map((op) => [w.room + '\0' + op.key, w.rev]));
+    post({ k: 'ops', tab: me, ops, done, cause: last.some((w) => w.state !== 'done' && !list.includes(w)) ? 'rollback' : 'live' });
     last = list;
   };
   client.on('pending', publish);
@@ -162,6 +171,7 @@ export async function tabs(client: Client, subject: string | undefined, locks: T
         if (m.tab === me) return;
         if (!others.has(m.tab)) whenGone(m.tab, () => forget(m.tab));
         const before = shown;
+        for (const [k, rev] of m.done ?? []) if (shown.has(k)) settling.set(k, [shown.get(k)!, rev]);
         others.set(m.tab, new Map(m.ops));
         return refresh(before, m.ops.length ? 'local' : m.cause);
       }
@@ -308,6 +318,15 @@ export async function tabs(client: Client, subject: string | undefined, locks: T
 
   return {
     WebSocket: VSocket as unknown as WebSocketConstructor,
-    overlay: (room: string, key: string) => shown.get(room + '\0' + key),
+    // A done write of another tab shows until this tab's watches reach its revision (as this tab's own do).
+    overlay: (room: string, key: string) => {
+      const k = room + '\0' + key;
+      const s = settling.get(k);
+      if (s && !behind(k, s[1])) {
+        settling.delete(k);
+        if (shown.get(k) === s[0]) shown.delete(k);
+      }
+      return shown.get(k);
+    },
   };
 }
