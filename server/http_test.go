@@ -633,6 +633,9 @@ func FuzzHTTPInputs(f *testing.F) {
 		req.Header.Set("Last-Event-ID", strings.Map(apiHeaderSafe, from))
 		rec := httptest.NewRecorder()
 		openapicheck.Handler(t, loadOpenAPI(t), e.srv.Handler()).ServeHTTP(rec, req)
+		if rec.Code == http.StatusServiceUnavailable && ctx.Err() != nil {
+			return // the request's own 20 ms ran out (a loaded machine): unavailable is the answer
+		}
 		if !apiStatuses[rec.Code] {
 			t.Fatalf("%s %s (If-Match %q): status %d, body %s", method, target, cond, rec.Code, rec.Body)
 		}
