@@ -100,31 +100,36 @@ func (p *idlePoller) stop() {
 	<-p.done
 }
 
-// arm registers socket fd of c for one readable event, c.polled telling
-// whether it was registered before. Called by c's reader.
-func (p *idlePoller) arm(c *conn, fd uintptr) error {
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: int32(c.id), Pad: int32(c.id >> 32)}
-	op := syscall.EPOLL_CTL_MOD
-	if !c.polled {
-		op = syscall.EPOLL_CTL_ADD
-		p.mu.Lock()
-		p.conns[c.id] = c
-		p.mu.Unlock()
-	}
-	var err error
-	// Through the RawConn: the epoll fd cannot be closed (and its number
-	// reused) under the call.
-	if cerr := p.rc.Control(func(ep uintptr) { err = syscall.EpollCtl(int(ep), op, int(fd), &ev) }); cerr != nil {
-		err = cerr
-	}
-	if err != nil {
-		if !c.polled {
-			p.forget(c)
-		}
+// register adds socket fd of c to the epoll set, not yet waited for: an
+// event before arm finds c not parked and is dropped. Called by c's reader
+// before it first parks, so that c.polled is set before any other reader
+// can run.
+func (p *idlePoller) register(c *conn, fd uintptr) error {
+	p.mu.Lock()
+	p.conns[c.id] = c
+	p.mu.Unlock()
+	if err := p.ctl(syscall.EPOLL_CTL_ADD, c.id, fd); err != nil {
+		p.forget(c)
 		return err
 	}
 	c.polled = true
 	return nil
+}
+
+// arm waits for one readable event (or an end) of c's registered socket.
+func (p *idlePoller) arm(c *conn, fd uintptr) error {
+	return p.ctl(syscall.EPOLL_CTL_MOD, c.id, fd)
+}
+
+func (p *idlePoller) ctl(op int, id uint64, fd uintptr) error {
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: int32(id), Pad: int32(id >> 32)}
+	var err error
+	// Through the RawConn: the epoll fd cannot be closed (and its number
+	// reused) under the call.
+	if cerr := p.rc.Control(func(ep uintptr) { err = syscall.EpollCtl(int(ep), op, int(fd), &ev) }); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // forget drops c, which has ended; the kernel drops its socket from the

@@ -57,7 +57,7 @@ func (c *conn) waitReadable() (parked bool) {
 // after it is armed.
 func (c *conn) park(rc syscall.RawConn, fd uintptr) bool {
 	p := c.s.poller()
-	if p == nil {
+	if p == nil || (!c.polled && p.register(c, fd) != nil) {
 		return false
 	}
 	c.parked.Store(true)
