@@ -14,7 +14,8 @@ run:
 # time; without -race, which the tests above already ran over the same
 # code; and -short shrinks the scenario benchmarks whose one op is seconds
 # of load. -p 4: the multi-node tests mostly wait on processes and timers,
-# so four packages run at once. The tests that run the statecast binary
+# so four packages run at once; -timeout 20m, as one package may take
+# longer than go test's default 10 minutes on a loaded machine. The tests that run the statecast binary
 # build it as the Dockerfile does, so that variant is compiled once too.
 # Without CI=true, tests whose tool is missing (redis-server, etcdctl,
 # Chromium) are skipped; each notes it in $(SKIPPED), listed at the end,
@@ -24,7 +25,7 @@ SKIPPED = $(CURDIR)/.test-skipped
 export STATECAST_SKIPPED = $(SKIPPED)
 test: vet
 	@rm -f $(SKIPPED)
-	$(GO) test -race -count=1 -p 4 ./...
+	$(GO) test -race -count=1 -p 4 -timeout 20m ./...
 	$(MAKE) --no-print-directory -j2 -Otarget bench-smoke test-sdk
 	cd demo && npm ci --no-audit --no-fund --loglevel=error && npm test
 	@if [ -s $(SKIPPED) ]; then echo; echo "make test: passed, but skipped for a missing tool (install it, or run with CI=true to fail instead):"; sort -u $(SKIPPED) | sed 's/^/  - /'; else echo "make test: passed; nothing skipped"; fi

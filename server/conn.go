@@ -93,10 +93,15 @@ type conn struct {
 	// under it by closeWS.
 	brMu      sync.Mutex
 	wsClosing bool
-	codec     wire.Codec
-	slot      int             // encoding slot base of codec (see encoders)
-	ctx       context.Context // the reader's; cancelling it drops the socket
-	cancel    context.CancelFunc
+	// parked: no reader goroutine runs; the idle poller or the socket's
+	// close starts one (wakeReader). polled: the socket is in the idle
+	// poller's epoll set (reader goroutines only).
+	parked atomic.Bool
+	polled bool
+	codec  wire.Codec
+	slot   int             // encoding slot base of codec (see encoders)
+	ctx    context.Context // the reader's; cancelling it drops the socket
+	cancel context.CancelFunc
 	// The writer's context, a child of ctx: end stops the writer with it
 	// and still sends the close frame. Cancelling ctx instead would make
 	// the websocket library drop the socket under a reader blocked in
@@ -230,6 +235,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 		addr: r.RemoteAddr, hookHeader: s.hookHeader(r), wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), subs: make(map[uint64]*sub),
 	}
 	c.id = s.connSeq.Add(1)
+	lean.sock.owner = c
 	if s.tracer != nil {
 		c.upgrade = trace.SpanContextFromContext(r.Context())
 	}
@@ -244,11 +250,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 	// handler's deep stack (net/http, echo) and its request would
 	// otherwise stay pinned for the socket's lifetime, about 8 KB per
 	// idle connection. Server.Shutdown waits for it through connWG.
-	go func() {
-		defer s.removeConn(c)
-		defer s.metrics.connections.Dec()
-		c.serve()
-	}()
+	go c.serve()
 	return nil
 }
 
@@ -326,6 +328,7 @@ type sockConn struct {
 	net.Conn
 	head   []byte  // unread bytes of *pooled
 	pooled *[]byte // a readAheads buffer while head holds bytes
+	owner  *conn   // woken when the library closes the socket
 }
 
 // readAheadSize is the most waitReadable reads at once, a few requests.
@@ -336,6 +339,16 @@ var readAheads = sync.Pool{New: func() any { b := make([]byte, readAheadSize); r
 
 // setHead makes the first n bytes of the readAheads buffer p the head.
 func (s *sockConn) setHead(p *[]byte, n int) { s.pooled, s.head = p, (*p)[:n] }
+
+// Close closes the socket and wakes its connection's parked reader, which
+// then meets the close.
+func (s *sockConn) Close() error {
+	err := s.Conn.Close()
+	if s.owner != nil {
+		s.owner.wakeReader()
+	}
+	return err
+}
 
 func (s *sockConn) Read(b []byte) (int, error) {
 	if s.pooled == nil {
@@ -373,12 +386,52 @@ func negotiate(r *http.Request) (wire.Codec, bool) {
 }
 
 // serve runs the session: the writer in its own goroutine, the reader
-// here. When either ends, the socket is closed and both are waited for.
+// here until it parks (then on the goroutines wakeReader starts). When
+// either ends, the socket is closed and both are waited for.
 func (c *conn) serve() {
 	c.lastRead.Store(time.Now().UnixNano())
 	c.startHeartbeat()
+	if c.nc != nil {
+		// The reader waits in waitReadable or the idle poller, which no
+		// context interrupts: cancelling c.ctx closes the socket, which
+		// ends a wait, a read and a close handshake in progress (as drop
+		// needs), and wakes a parked reader.
+		context.AfterFunc(c.ctx, func() {
+			_ = c.nc.Close()
+			c.wakeReader()
+		})
+	}
+	c.read(true)
+}
 
-	err := c.readLoop()
+// errParked: the reader handed its idle socket to the poller.
+var errParked = errors.New("parked")
+
+// read runs the reader until it parks or the connection ends; first: the
+// session's first read, which bytes sent with the upgrade may await.
+func (c *conn) read(first bool) {
+	err := c.readLoop(first)
+	if err == errParked {
+		return
+	}
+	c.finish(err)
+	if c.polled {
+		c.s.poller().forget(c)
+	}
+	c.s.metrics.connections.Dec()
+	c.s.removeConn(c)
+}
+
+// wakeReader starts a reader goroutine for a parked connection: its
+// socket has bytes, or was closed.
+func (c *conn) wakeReader() {
+	if c.parked.CompareAndSwap(true, false) {
+		go c.read(false)
+	}
+}
+
+// finish ends the session after its reader stopped with err.
+func (c *conn) finish(err error) {
 	code, reason := websocket.StatusNormalClosure, ""
 	var ce *errClose
 	switch {

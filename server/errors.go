@@ -19,6 +19,7 @@ type Error struct {
 	Key     string // conflict: the failing key
 	ModRev  uint64 // conflict: its current mod_rev
 	Rev     uint64 // conflict: the room's head
+	Epoch   string // conflict: the epoch of ModRev and Rev (HTTP: a header)
 	// invalid_filter: where in the expression (from 1; 0 = not known)
 	Line, Column int
 	// cause: the failure behind an internal, unavailable or
@@ -51,7 +52,7 @@ func errorOf(err error, write bool) *Error {
 	}
 	var ce *store.ConflictError
 	if errors.As(err, &ce) {
-		return &Error{Code: wire.CodeConflict, Message: ce.Error(), Key: ce.Key, ModRev: ce.ModRev, Rev: ce.Rev}
+		return &Error{Code: wire.CodeConflict, Message: ce.Error(), Key: ce.Key, ModRev: ce.ModRev, Rev: ce.Rev, Epoch: ce.Epoch}
 	}
 	var re *store.WidReusedError
 	if errors.As(err, &re) {

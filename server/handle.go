@@ -16,25 +16,22 @@ import (
 )
 
 // readLoop reads frames and handles their requests in order until the
-// connection ends. Its error says how: an *errClose, or the read error.
-func (c *conn) readLoop() error {
+// connection ends or the reader parks (errParked). Its error says how: an
+// *errClose, or the read error. first: bytes read with the upgrade request
+// are not in c.br's buffer until the first read, so it does not wait for
+// the socket before it.
+func (c *conn) readLoop(first bool) error {
 	readCtx := c.ctx
 	if c.nc != nil {
-		// The reader waits in waitReadable, which no context interrupts:
-		// cancelling c.ctx closes the socket, which ends a wait, a read
-		// and a close handshake in progress (as drop needs). So ws.Read
-		// needs no context: with one it would register and remove a
-		// cancellation callback for every frame header and payload.
-		stop := context.AfterFunc(c.ctx, func() { _ = c.nc.Close() })
-		defer stop()
+		// Cancelling c.ctx closes the socket (serve), which ends a read.
+		// So ws.Read needs no context: with one it would register and
+		// remove a cancellation callback for every frame header and
+		// payload.
 		readCtx = context.Background()
 	}
-	// Bytes read with the upgrade request are not in c.br's buffer until
-	// the first read: do not wait for the socket before it.
-	first := true
 	for {
-		if !first && c.readIdle() {
-			c.waitReadable()
+		if !first && c.readIdle() && c.waitReadable() {
+			return errParked
 		}
 		first = false
 		if err := c.awaitReplyRoom(); err != nil {

@@ -7,8 +7,11 @@ import (
 	"syscall"
 )
 
-// waitReadable parks the reader until its socket has bytes to read (or is
-// closed), with a shallow stack. The reader of an idle connection waits
+// waitReadable waits until the reader's socket has bytes to read (or is
+// closed), and reports whether it handed the wait to the server's idle
+// poller instead: the reader goroutine must then return at once, and the
+// poller starts another when the socket has bytes (poller_linux.go), so an
+// idle connection holds no goroutine. Without the poller the reader waits
 // here rather than inside the websocket library's read path, whose depth
 // keeps an 8 KiB goroutine stack; at this depth the runtime shrinks it to
 // 4 KiB. It returns at once when the socket is not a plain one (a TLS or
@@ -18,7 +21,7 @@ import (
 // read that follows finds it without a syscall: a message costs a read
 // that finds the socket empty and one that takes it, as a plain Go read
 // does, where a peek took three.
-func (c *conn) waitReadable() {
+func (c *conn) waitReadable() (parked bool) {
 	var sc syscall.Conn
 	switch nc := c.nc.(type) {
 	case *net.TCPConn:
@@ -28,16 +31,42 @@ func (c *conn) waitReadable() {
 	case *net.UnixConn:
 		sc = nc
 	default:
-		return
+		return false
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return
+		return false
 	}
-	// A read that finds the socket empty (EAGAIN) makes RawConn.Read wait
-	// for the poller, which is edge-triggered, so every wait follows a
-	// read that found the socket empty.
-	_ = rc.Read(c.readAhead)
+	// A read that finds the socket empty (EAGAIN) parks it, or makes
+	// RawConn.Read wait for the runtime's poller, which is edge-triggered,
+	// so every wait follows a read that found the socket empty.
+	_ = rc.Read(func(fd uintptr) bool {
+		if c.readAhead(fd) {
+			return true
+		}
+		parked = c.park(rc, fd)
+		return parked
+	})
+	return parked
+}
+
+// park hands the reader's empty socket fd to the idle poller and reports
+// whether the reader goroutine must now return. A reader is woken by the
+// poller's event or by the socket's close (wakeReader): a close that came
+// before parked was set woke no one, so the socket is looked at once more
+// after it is armed.
+func (c *conn) park(rc syscall.RawConn, fd uintptr) bool {
+	p := c.s.poller()
+	if p == nil || (!c.polled && p.register(c, fd) != nil) {
+		return false
+	}
+	c.parked.Store(true)
+	if p.arm(c, fd) != nil || rc.Control(func(uintptr) {}) != nil {
+		// Not parked, or closed meanwhile: go on reading here, unless a
+		// wake-up already started another reader.
+		return !c.parked.CompareAndSwap(true, false)
+	}
+	return true
 }
 
 // readAhead is one look of waitReadable at the socket fd: it reads what

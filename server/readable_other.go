@@ -2,6 +2,18 @@
 
 package server
 
+import "errors"
+
 // waitReadable returns at once: the reader waits inside the websocket
-// read (a larger idle stack; see readable_linux.go).
-func (c *conn) waitReadable() {}
+// read (a larger idle stack, and a goroutine; see readable_linux.go).
+func (c *conn) waitReadable() (parked bool) { return false }
+
+// idlePoller exists on Linux only (poller_linux.go).
+type idlePoller struct{}
+
+func newIdlePoller() (*idlePoller, error) {
+	return nil, errors.New("no idle poller on this platform")
+}
+
+func (p *idlePoller) stop()        {}
+func (p *idlePoller) forget(*conn) {}

@@ -62,6 +62,11 @@ func (s *Server) httpError(err error, c echo.Context) {
 		body["error"].(map[string]any)["column"] = e.Column
 	}
 	if e.Code == wire.CodeConflict {
+		if e.Epoch != "" {
+			// Its revisions are of this epoch: a client tells them from the
+			// same numbers of another (PROTOCOL.md, continuity or reset).
+			setPosition(c, e.Epoch, e.Rev)
+		}
 		body["error"].(map[string]any)["key"] = e.Key
 		body["error"].(map[string]any)["mod_rev"] = e.ModRev
 		body["error"].(map[string]any)["rev"] = e.Rev

@@ -226,6 +226,10 @@ type Server struct {
 
 	draining atomic.Bool // refuse new writes and connections
 	connWG   sync.WaitGroup
+	// idle waits on the sockets of idle connections (poller_linux.go),
+	// started by the first that parks; nil when it could not start.
+	idleOnce sync.Once
+	idle     *idlePoller
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 }
@@ -347,8 +351,26 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		<-done
 	}
+	s.idleOnce.Do(func() {}) // none starts after this
+	if s.idle != nil {
+		s.idle.stop()
+	}
 	s.leases.close()
 	return err
+}
+
+// poller returns the idle poller, starting it on first use; nil where
+// there is none: readers then wait on their own goroutines.
+func (s *Server) poller() *idlePoller {
+	s.idleOnce.Do(func() {
+		p, err := newIdlePoller()
+		if err != nil {
+			s.log.Warn("server: idle connections keep a goroutine each", "err", err)
+			return
+		}
+		s.idle = p
+	})
+	return s.idle
 }
 
 // addConn registers a WebSocket, or refuses it (4004) when the node is

@@ -58,7 +58,7 @@ func (s *Server) validated(ctx context.Context, room string, w store.Write, clai
 	// not asked about a write that cannot commit.
 	for _, c := range w.Conds {
 		if modRevs[c.Key] != c.ModRev {
-			return w, nil, &store.ConflictError{Key: c.Key, ModRev: modRevs[c.Key], Rev: snap.Rev}
+			return w, nil, &store.ConflictError{Key: c.Key, ModRev: modRevs[c.Key], Rev: snap.Rev, Epoch: snap.Epoch}
 		}
 	}
 	checked := withModRevs(w, modRevs)

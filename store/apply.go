@@ -9,12 +9,13 @@ import (
 	"fmt"
 )
 
-// plan turns w into the events it would commit at revision head+1, given
+// plan turns w into the events it would commit at revision head+1 of
+// epoch, given
 // get, which reads a key's current state. It returns a *ConflictError when
 // a condition fails, and no events when w changes nothing. Backends that
 // keep state in Go (memory, file) share it; the caller holds whatever lock
 // makes get and the later commit atomic.
-func plan(w Write, head uint64, get func(key string) (KV, bool, error)) ([]Event, error) {
+func plan(w Write, epoch string, head uint64, get func(key string) (KV, bool, error)) ([]Event, error) {
 	for _, c := range w.Conds {
 		cur, ok, err := get(c.Key)
 		if err != nil {
@@ -25,7 +26,7 @@ func plan(w Write, head uint64, get func(key string) (KV, bool, error)) ([]Event
 			modRev = cur.ModRev
 		}
 		if modRev != c.ModRev {
-			return nil, &ConflictError{Key: c.Key, ModRev: modRev, Rev: head}
+			return nil, &ConflictError{Key: c.Key, ModRev: modRev, Rev: head, Epoch: epoch}
 		}
 	}
 	rev := head + 1

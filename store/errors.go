@@ -41,6 +41,9 @@ type ConflictError struct {
 	Key    string
 	ModRev uint64 // the key's current mod_rev; 0 when it does not exist
 	Rev    uint64 // the room's head revision when the condition was checked
+	// Epoch is the room's epoch that ModRev and Rev are of: after a store
+	// lost writes (a new epoch) the same numbers mean other writes.
+	Epoch string
 }
 
 func (e *ConflictError) Error() string {

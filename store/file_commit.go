@@ -438,7 +438,7 @@ func (f *File) applyOne(c *changes, r *fileReq) (changed bool, fatal error) {
 		r.res, r.err = Result{Epoch: f.epoch, Rev: rev, Dup: dup}, err
 		return false, nil
 	}
-	events, err := plan(r.w, m.head, func(key string) (KV, bool, error) {
+	events, err := plan(r.w, f.epoch, m.head, func(key string) (KV, bool, error) {
 		if kvb == nil {
 			return KV{}, false, nil
 		}

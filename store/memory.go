@@ -124,7 +124,7 @@ func (m *Memory) apply(r *memRoom, room string, w Write) (Result, error) {
 	}); dup || err != nil {
 		return Result{Epoch: m.epoch, Rev: rev, Dup: dup}, err
 	}
-	events, err := plan(w, r.rev, func(k string) (KV, bool, error) {
+	events, err := plan(w, m.epoch, r.rev, func(k string) (KV, bool, error) {
 		kv, ok := r.kv[k]
 		return kv, ok, nil
 	})

@@ -94,7 +94,10 @@ type mnNode struct {
 }
 
 func (n *mnNode) HTTP() string { n.mu.Lock(); defer n.mu.Unlock(); return n.url }
-func (n *mnNode) WS() string   { return "ws" + strings.TrimPrefix(n.HTTP(), "http") + "/v1/ws" }
+func (n *mnNode) WS() string   { return wsURL(n.HTTP()) }
+
+// wsURL is the WebSocket endpoint of the node at httpURL.
+func wsURL(httpURL string) string { return "ws" + strings.TrimPrefix(httpURL, "http") + "/v1/ws" }
 
 // start starts the process and waits until it listens and /readyz is 200.
 func (n *mnNode) start(t testing.TB) {

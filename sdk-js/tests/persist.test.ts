@@ -69,10 +69,12 @@ test('persist: writes queued offline survive the page and are sent by the next o
   ctl.block(true);
 
   const lose = replyLosingWebSocket();
+  lose.block(true); // until the kept write was seen pending: sent at once, it could settle between two looks
   const second = page(storage, { WebSocket: lose.WebSocket });
   const v = second.room(room).watch();
   const rollbacks = record(second, 'rollback');
   await until(() => v.entry('a')?.pending === true, 'the kept write shown as pending');
+  lose.block(false);
   await until(() => second.pendingWrites === 0 && rollbacks.length === 1, 'settled');
   assert.deepEqual([v.get('a'), v.get('taken')], [1, 'theirs']);
   assert.equal((rollbacks[0] as RollbackEvent).error.code, 'conflict');

@@ -134,7 +134,8 @@ func TestSentinelFailoverKeepsAcknowledgedWrites(t *testing.T) {
 // confirm a write in time, the write stays committed on the master but is
 // answered as of unknown outcome (never unavailable, which would say that
 // nothing was written); resent with its write id it finds itself, and is
-// still not acknowledged until the replicas confirm it.
+// still not acknowledged until the replicas confirm it. Lease and session
+// records wait the same way.
 func TestMinReplicasUnconfirmedIsUnknown(t *testing.T) {
 	f := redistest.StartFailover(t, 1, 1, 5*time.Second, redistest.Options{})
 	// Every unconfirmed write waits the whole timeout for the replica that
@@ -157,5 +158,29 @@ func TestMinReplicasUnconfirmedIsUnknown(t *testing.T) {
 	}
 	if _, err := s.GrantLease(bg, "l", "h", time.Minute, 10); err == nil || !strings.Contains(err.Error(), "1 of the 2 replicas") {
 		t.Fatalf("a lease with 1 replica of 2 required: %v; want an error saying 1 of the 2 replicas confirmed it", err)
+	}
+	// Session records too: a new session's record, before its secret is
+	// handed out, its deletion, and its key list's.
+	unconfirmed := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "1 of the 2 replicas") {
+			t.Errorf("%s with 1 replica of 2 required: %v; want an error saying 1 of the 2 replicas confirmed it", what, err)
+		}
+	}
+	rec := store.SessionRecord{ID: "s1", Subject: "alice", ResumeHash: []byte("h"), Lease: "session:s1", Owner: "n1", Listed: true}
+	unconfirmed("SaveSession", s.SaveSession(bg, rec))
+	if got, ok, err := one.Session(bg, "s1"); err != nil || !ok || got.Owner != "n1" {
+		t.Errorf("the record saved unconfirmed: %+v, %v, %v; want it committed on the master", got, ok, err)
+	}
+	if err := one.SaveSession(bg, rec); err != nil {
+		t.Errorf("SaveSession with the 1 replica required: %v", err)
+	}
+	if _, err := one.ListSessionKey(bg, "s1", "r", "k"); err != nil {
+		t.Fatal(err)
+	}
+	unconfirmed("ForgetSessionKeys", s.ForgetSessionKeys(bg, "s1"))
+	unconfirmed("DeleteSession", s.DeleteSession(bg, "s1"))
+	if _, ok, err := one.Session(bg, "s1"); err != nil || ok {
+		t.Errorf("the record deleted unconfirmed: found %v, %v; want it gone on the master", ok, err)
 	}
 }

@@ -25,7 +25,10 @@ import (
 // room named "sessions" does not collide. Times are the Redis server's
 // (TIME), as in the node registry. Scripts that change a record run on
 // the write client, which never retries: a retry after a lost reply
-// would find the record already changed.
+// would find the record already changed. Every change goes through
+// runWrite, so with MinReplicas it is acknowledged only once the replicas
+// hold it: a session's secret is handed out only once its record would
+// survive a failover.
 
 var _ store.SharedSessions = (*Store)(nil)
 
@@ -34,6 +37,21 @@ local function attached(r) return not r.deadline or tonumber(r.deadline) == 0 en
 `
 
 var (
+	// save: KEYS rec, due, owned; ARGV id, record, deadline (0: attached),
+	// owner ('' for none).
+	saveSessionScript = redis.NewScript(`
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if tonumber(ARGV[3]) > 0 then redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1]) else redis.call('ZREM', KEYS[2], ARGV[1]) end
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], ARGV[1], ARGV[4]) else redis.call('HDEL', KEYS[3], ARGV[1]) end
+return 1`)
+	// delete: KEYS rec, due, owned, the session's key list; ARGV id.
+	deleteSessionScript = redis.NewScript(`
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+return redis.call('DEL', KEYS[4])`)
+	// del: KEYS the key to delete.
+	delScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
 	// take: KEYS rec, due, owned; ARGV id, subject, old hash, new hash (base64), node.
 	takeScript = redis.NewScript(sessionScriptHead + `
 local v = redis.call('HGET', KEYS[1], ARGV[1])
@@ -170,22 +188,11 @@ func (s *Store) SaveSession(ctx context.Context, rec store.SessionRecord) error 
 	if err != nil {
 		return err
 	}
-	k := s.sessionKeys()
-	_, err = s.rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, k[0], rec.ID, v)
-		if rec.Deadline > 0 {
-			p.ZAdd(ctx, k[1], redis.Z{Score: float64(rec.Deadline), Member: rec.ID})
-		} else {
-			p.ZRem(ctx, k[1], rec.ID)
-		}
-		if rec.Owner != "" && rec.Deadline == 0 {
-			p.HSet(ctx, k[2], rec.ID, rec.Owner)
-		} else {
-			p.HDel(ctx, k[2], rec.ID)
-		}
-		return nil
-	})
-	return err
+	owner := rec.Owner
+	if rec.Deadline > 0 { // detached: owned by no node
+		owner = ""
+	}
+	return s.runWrite(ctx, saveSessionScript, s.sessionKeys(), rec.ID, v, rec.Deadline, owner).Err()
 }
 
 func (s *Store) Session(ctx context.Context, id string) (store.SessionRecord, bool, error) {
@@ -209,15 +216,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 		return err
 	}
 	defer s.mu.RUnlock()
-	k := s.sessionKeys()
-	_, err := s.rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, k[0], id)
-		p.ZRem(ctx, k[1], id)
-		p.HDel(ctx, k[2], id)
-		p.Del(ctx, s.sessionKeyList()+id)
-		return nil
-	})
-	return err
+	return s.runWrite(ctx, deleteSessionScript, append(s.sessionKeys(), s.sessionKeyList()+id), id).Err()
 }
 
 // ListSessions reads the records in HSCAN pages (one HGETALL of many
@@ -356,7 +355,7 @@ func (s *Store) ForgetSessionKeys(ctx context.Context, id string) error {
 		return err
 	}
 	defer s.mu.RUnlock()
-	return s.wc.Del(ctx, s.sessionKeyList()+id).Err()
+	return s.runWrite(ctx, delScript, []string{s.sessionKeyList() + id}).Err()
 }
 
 func (s *Store) CurrentKeys(ctx context.Context, room string, keys []string) ([]store.KV, error) {

@@ -396,6 +396,20 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 		return ""
 	}
 	rev, _ := strconv.ParseUint(str(2), 10, 64)
+	if st := str(0); st != "OK" && view != nil && before.epoch == str(1) && rev < before.rev {
+		// A refusal or no-op checked against a room Redis holds at a
+		// revision below one this node delivered: Redis lost writes. Its
+		// position names no write of the lost tail: the room starts its
+		// new epoch first, which holds what the reply was checked against.
+		m, err := s.newEpochAfterLoss(ctx, room, view, before, fmt.Sprintf("a write was answered %s at revision %d, below the revision delivered", st, rev))
+		if err != nil {
+			return store.Result{}, fmt.Errorf("store: redis write to room %q: %w", room, err)
+		}
+		if st == "DUP" { // the id's revision is of the lost epoch's log
+			return store.Result{}, fmt.Errorf("store: redis write to room %q (outcome unknown): its write id was found in the history of an epoch that lost writes", room)
+		}
+		reply[1], rev = m.epoch, m.rev
+	}
 	switch str(0) {
 	case "OK":
 		b, err := decodeBatch(str(3))
@@ -410,7 +424,7 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 		return store.Result{Epoch: str(1), Rev: rev}, nil
 	case "CONFLICT":
 		mr, _ := strconv.ParseUint(str(4), 10, 64)
-		return store.Result{}, &store.ConflictError{Key: str(3), ModRev: mr, Rev: rev}
+		return store.Result{}, &store.ConflictError{Key: str(3), ModRev: mr, Rev: rev, Epoch: str(1)}
 	case "DUP":
 		at, _ := strconv.ParseUint(str(3), 10, 64)
 		return store.Result{Epoch: str(1), Rev: at, Dup: true}, nil
@@ -902,18 +916,29 @@ func (s *Store) Close() error {
 // answered at the new epoch's head, so no client is told a revision that
 // names two writes.
 func (s *Store) reusedRev(ctx context.Context, room string, v *view, before viewPos, b batch) (store.Result, error) {
+	m, err := s.newEpochAfterLoss(ctx, room, v, before, fmt.Sprintf("a write committed at revision %d, which this node had delivered for another write", b.Rev))
+	if err != nil {
+		return store.Result{}, fmt.Errorf("store: redis write to room %q (committed; outcome unknown to the client): %w", room, err)
+	}
+	return store.Result{Epoch: m.epoch, Rev: m.rev, Events: b.Events}, nil
+}
+
+// newEpochAfterLoss starts the new epoch of a room whose Redis state is
+// behind what this node delivered of epoch before.epoch (unless another
+// node did already) and returns the room's meta in it.
+func (s *Store) newEpochAfterLoss(ctx context.Context, room string, v *view, before viewPos, why string) (meta, error) {
 	v.mu.Lock()
 	if !v.dead && v.epoch == before.epoch {
-		v.divergedLocked(fmt.Sprintf("a write committed at revision %d, which this node had delivered for another write", b.Rev))
+		v.divergedLocked(why)
 	}
 	v.mu.Unlock()
 	mv, err := s.rc.HMGet(ctx, s.keys(room).meta, metaFields...).Result()
 	if err != nil {
-		return store.Result{}, fmt.Errorf("store: redis write to room %q (committed; outcome unknown to the client): its room lost writes and its new epoch could not be read: %w", room, err)
+		return meta{}, fmt.Errorf("its room lost writes and its new epoch could not be read: %w", err)
 	}
 	m := parseMeta(mv)
-	if m.epoch == b.Epoch {
-		return store.Result{}, fmt.Errorf("store: redis write to room %q (committed; outcome unknown to the client): its room lost writes and no new epoch could be started", room)
+	if m.epoch == before.epoch {
+		return meta{}, errors.New("its room lost writes and no new epoch could be started")
 	}
-	return store.Result{Epoch: m.epoch, Rev: m.rev, Events: b.Events}, nil
+	return m, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -169,6 +170,61 @@ func (f *Failover) wait(timeout time.Duration, cond func() error) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Signal sends sig to the running server: SIGSTOP freezes it (its
+// sockets stay open; it reads, answers and replicates nothing), SIGCONT
+// thaws it. Callers off the test's goroutine may use it.
+func (s *Server) Signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		return fmt.Errorf("redistest: redis-server on port %d is not running", s.Port)
+	}
+	return cmd.Process.Signal(sig)
+}
+
+// WaitReplicated waits until every replica connected to master has
+// acknowledged the master's replication offset as it is when called: it
+// holds everything the master held then.
+func (f *Failover) WaitReplicated(master *Server, timeout time.Duration) error {
+	info, err := Do(master.Addr(), "INFO", "replication")
+	if err != nil {
+		return err
+	}
+	target, ok := infoField(info, "master_repl_offset")
+	if !ok {
+		return fmt.Errorf("redistest: no master_repl_offset in %q", info)
+	}
+	return f.wait(timeout, func() error {
+		info, err := Do(master.Addr(), "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if !strings.HasPrefix(line, "slave") || !strings.Contains(line, "offset=") {
+				continue
+			}
+			_, off, _ := strings.Cut(line, "offset=")
+			off, _, _ = strings.Cut(off, ",")
+			if o, _ := strconv.ParseInt(off, 10, 64); o < target {
+				return fmt.Errorf("redistest: replica %q is behind the master's offset %d", line, target)
+			}
+		}
+		return nil
+	})
+}
+
+// infoField reads an integer field of an INFO reply.
+func infoField(info, name string) (int64, bool) {
+	i := strings.Index(info, name+":")
+	if i < 0 {
+		return 0, false
+	}
+	v, _, _ := strings.Cut(info[i+len(name)+1:], "\r\n")
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n, err == nil
 }
 
 // writeSentinelConf writes a Sentinel's configuration file the first

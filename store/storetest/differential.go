@@ -47,6 +47,10 @@ func runDifferential(t *testing.T, s *suite, seed uint64) {
 			if !errors.As(err, &ce) || !errors.Is(err, store.ErrConflict) {
 				t.Fatalf("step %d: Apply(%+v) = %v, want conflict %v", step, w, err, wantErr)
 			}
+			if ce.Epoch == "" {
+				t.Fatalf("step %d: ConflictError %+v names no epoch", step, *ce)
+			}
+			wantErr.Epoch = ce.Epoch
 			if diff(t, fmt.Sprintf("step %d: ConflictError of %+v", step, w), *wantErr, *ce) {
 				t.FailNow()
 			}

@@ -292,7 +292,10 @@ func wantConflict(t testing.TB, err error, key string, modRev, head uint64) {
 	if !errors.As(err, &ce) {
 		t.Fatalf("got error %T %v, want a *store.ConflictError", err, err)
 	}
-	diff(t, "ConflictError", store.ConflictError{Key: key, ModRev: modRev, Rev: head}, *ce)
+	if ce.Epoch == "" {
+		t.Errorf("ConflictError %+v names no epoch", *ce)
+	}
+	diff(t, "ConflictError", store.ConflictError{Key: key, ModRev: modRev, Rev: head, Epoch: ce.Epoch}, *ce)
 }
 
 // wantCompacted checks that err is a *CompactedError naming oldest.
