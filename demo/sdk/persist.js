@@ -19,6 +19,11 @@ async function tabs(client, subject, locks, o) {
   let n = 0;
   const others = /* @__PURE__ */ new Map();
   let shown = /* @__PURE__ */ new Map();
+  const settling = /* @__PURE__ */ new Map();
+  const behind = (k, rev) => {
+    const [room, key] = k.split("\0");
+    return client._watchesOf(room).some((v) => v._covers(key) && v.rev < rev);
+  };
   const post = (m) => ch.postMessage(m);
   class VSocket {
     constructor(url, protocols) {
@@ -49,6 +54,8 @@ async function tabs(client, subject, locks, o) {
   const refresh = (before, cause) => {
     const next = /* @__PURE__ */ new Map();
     for (const s of others.values()) for (const [k, op] of s) next.set(k, op);
+    for (const [k, [op, rev]] of settling) if (next.has(k) || !behind(k, rev)) settling.delete(k);
+    else next.set(k, op);
     shown = next;
     const byRoom = /* @__PURE__ */ new Map();
     for (const k of /* @__PURE__ */ new Set([...before.keys(), ...next.keys()])) {
@@ -66,7 +73,8 @@ async function tabs(client, subject, locks, o) {
   const publish = () => {
     const list = client._pending;
     const ops = list.flatMap((w) => w.ops.map((op) => [w.room + "\0" + op.key, op]));
-    post({ k: "ops", tab: me, ops, cause: last.some((w) => w.state !== "done" && !list.includes(w)) ? "rollback" : "live" });
+    const done = last.filter((w) => w.state === "done" && !list.includes(w)).flatMap((w) => w.ops.map((op) => [w.room + "\0" + op.key, w.rev]));
+    post({ k: "ops", tab: me, ops, done, cause: last.some((w) => w.state !== "done" && !list.includes(w)) ? "rollback" : "live" });
     last = list;
   };
   client.on("pending", publish);
@@ -93,6 +101,7 @@ async function tabs(client, subject, locks, o) {
         if (m.tab === me) return;
         if (!others.has(m.tab)) whenGone(m.tab, () => forget(m.tab));
         const before = shown;
+        for (const [k, rev] of m.done ?? []) if (shown.has(k)) settling.set(k, [shown.get(k), rev]);
         others.set(m.tab, new Map(m.ops));
         return refresh(before, m.ops.length ? "local" : m.cause);
       }
@@ -226,7 +235,16 @@ async function tabs(client, subject, locks, o) {
   }
   return {
     WebSocket: VSocket,
-    overlay: (room, key) => shown.get(room + "\0" + key)
+    // A done write of another tab shows until this tab's watches reach its revision (as this tab's own do).
+    overlay: (room, key) => {
+      const k = room + "\0" + key;
+      const s = settling.get(k);
+      if (s && !behind(k, s[1])) {
+        settling.delete(k);
+        if (shown.get(k) === s[0]) shown.delete(k);
+      }
+      return shown.get(k);
+    }
   };
 }
 
