@@ -678,7 +678,7 @@ func (c *conn) replyErr(r *wire.Request, e *Error) {
 	m := &wire.Err{T: wire.TErr, ID: r.ID, Code: e.Code, Message: e.Message, Key: e.Key, Line: e.Line, Column: e.Column}
 	switch e.Code {
 	case wire.CodeConflict: // mod_rev 0 means "absent": say it
-		m.ModRev, m.Rev = &e.ModRev, &e.Rev
+		m.ModRev, m.Rev, m.Epoch = &e.ModRev, &e.Rev, e.Epoch
 	case wire.CodeWidReused: // the revision the id committed at
 		m.Rev = &e.Rev
 	}

@@ -470,6 +470,9 @@ func TestWSErrors(t *testing.T) {
 			if m.T != wire.TErr || m.Code != wire.CodeConflict || m.Key != "a" || m.ModRev != 1 || m.Rev != 2 {
 				t.Errorf("conflict = %v, want key a, mod_rev 1, rev 2", m.Raw)
 			}
+			if v, err := e.HTTP.List(servertest.Context(t), room, ""); err != nil || m.Epoch != v.Epoch {
+				t.Errorf("conflict's epoch %q, want the room's (%+v, %v)", m.Epoch, v, err)
+			}
 			m = r.reply(5)
 			if m.T != wire.TErr || m.Code != wire.CodeConflict || m.Key != "zz" || m.ModRev != 0 || m.Rev != 2 {
 				t.Errorf("txn conflict = %v, want key zz, mod_rev 0 (absent), rev 2", m.Raw)

@@ -174,6 +174,9 @@ type Err struct {
 	Key     string  `json:"key,omitempty"`
 	ModRev  *uint64 `json:"mod_rev,omitempty"` // conflict only: always present there, 0 = absent key
 	Rev     *uint64 `json:"rev,omitempty"`     // conflict only
+	// Epoch is the epoch mod_rev and rev count in (conflict only): after
+	// the store lost writes, a new one (see PROTOCOL.md, continuity).
+	Epoch string `json:"epoch,omitempty"`
 	// Line and Column (from 1) point at the fault of an invalid_filter.
 	Line   int `json:"line,omitempty"`
 	Column int `json:"column,omitempty"`
