@@ -58,7 +58,8 @@ bench:
 # checked linearizable with porcupine.
 # TestFailoverSoak: the same check on 3 nodes on a Sentinel-watched master
 # with 2 replicas, the master SIGKILLed twice a round and rejoined as a
-# replica, rounds alternating --redis-min-replicas 1 and 0.
+# replica, and failovers to a replica cut off before the last writes (they are
+# lost), rounds alternating --redis-min-replicas 1 and 0.
 # TestWebhooksUnderReceiverAndNodeFaults: with the webhook receiver down for
 # 30 s (2 s in make test).
 SOAK ?= 3m

@@ -40,7 +40,7 @@ func TestLossyFailover(t *testing.T) {
 			statecastBin(t)
 			f := redistest.StartFailover(t, 1, 1, time.Second, redistest.Options{})
 			urls := startNodesOn(t, 2, f.URL(), "--redis-min-replicas", strconv.Itoa(minReplicas), "--redis-replica-timeout", "300ms")
-			lzCheck(t, urls, "", 4, 0, func(ctx context.Context) { lossyFailover(ctx, t, f, urls, minReplicas > 0) }, lzEpochModel(minReplicas > 0))
+			lzCheck(t, urls, "", 4, 0, func(ctx context.Context) { lossyFailover(ctx, t, f, urls, minReplicas > 0, "") }, lzEpochModel(minReplicas > 0))
 		})
 	}
 }
@@ -48,17 +48,30 @@ func TestLossyFailover(t *testing.T) {
 // lossyFailover is TestLossyFailover's fault, with its checks; ack says
 // that writes wait for the replica. It runs beside the test's goroutine:
 // Errorf, never Fatal.
-func lossyFailover(ctx context.Context, t *testing.T, f *redistest.Failover, urls []string, ack bool) {
+func lossyFailover(ctx context.Context, t *testing.T, f *redistest.Failover, urls []string, ack bool, p string) {
 	if !lzPause(ctx, 300, 500) {
 		return
 	}
-	master, replica := f.Data[0], f.Data[1]
-	keptRev, old, err := epochPut(ctx, urls[0], "kept", "before")
+	// A Sentinel that took part in the last failover starts no other for
+	// twice its failover timeout.
+	if wait := time.Until(f.Promoted.Add(2*f.Timeout + 500*time.Millisecond)); wait > 0 && !lzPause(ctx, int(wait.Milliseconds()), int(wait.Milliseconds())+1) {
+		return
+	}
+	master, err := f.Master()
+	if err != nil {
+		t.Errorf("asking the Sentinel for the master: %v", err)
+		return
+	}
+	replica := f.Data[0]
+	if replica == master {
+		replica = f.Data[1]
+	}
+	keptRev, old, err := epochPut(ctx, urls[0], p+"kept", "before")
 	if err != nil {
 		t.Errorf("writing kept before the failover: %v", err)
 		return
 	}
-	watch, err := watchLossy(ctx, urls[0], nil)
+	watch, err := watchLossy(ctx, urls[0], p, nil)
 	if err != nil {
 		t.Errorf("watching before the failover: %v", err)
 		return
@@ -82,7 +95,7 @@ func lossyFailover(ctx context.Context, t *testing.T, f *redistest.Failover, url
 	}
 	for i := range 4 {
 		value := fmt.Sprint("lost-", i)
-		rev, epoch, err := epochPut(ctx, urls[i%2], "lost", value)
+		rev, epoch, err := epochPut(ctx, urls[i%2], p+"lost", value)
 		var ce *client.Error
 		switch {
 		case !ack && (err != nil || epoch != old || rev <= keptRev):
@@ -92,7 +105,7 @@ func lossyFailover(ctx context.Context, t *testing.T, f *redistest.Failover, url
 		}
 	}
 	// The master committed them and the nodes delivered them.
-	lostAt, err := watch.until(ctx, func(v *client.View) bool { return string(v.Items["lost"].Value) == `"lost-3"` })
+	lostAt, err := watch.until(ctx, func(v *client.View) bool { return string(v.Items[p+"lost"].Value) == `"lost-3"` })
 	if err != nil {
 		t.Errorf("the watcher did not see the writes the replica lacks: %v", err)
 		return
@@ -104,7 +117,7 @@ func lossyFailover(ctx context.Context, t *testing.T, f *redistest.Failover, url
 		t.Error(err)
 		return
 	}
-	probes := probeNewEpoch(ctx, t, urls, old)
+	probes := probeNewEpoch(ctx, t, urls, old, p)
 	m, err := f.WaitPromoted(master, 30*time.Second)
 	if err != nil {
 		probes.stop()
@@ -116,7 +129,7 @@ func lossyFailover(ctx context.Context, t *testing.T, f *redistest.Failover, url
 	// Every node: the new epoch holds what the replica had.
 	var epoch string
 	for _, u := range urls {
-		kept, e, err := waitGet(ctx, u, "kept", 15*time.Second)
+		kept, e, err := waitGet(ctx, u, p+"kept", 15*time.Second)
 		if err != nil || e == old || string(kept.Value) != `"before"` || kept.ModRev != keptRev {
 			t.Errorf("%s: kept after the failover: %+v in epoch %q, %v; want \"before\" at %d in a new epoch (not %q)", u, kept, e, err, keptRev, old)
 		}
@@ -125,7 +138,7 @@ func lossyFailover(ctx context.Context, t *testing.T, f *redistest.Failover, url
 		} else if e != epoch {
 			t.Errorf("%s: epoch %q after the failover, another node's is %q", u, e, epoch)
 		}
-		lost, e, err := epochGet(ctx, u, "lost")
+		lost, e, err := epochGet(ctx, u, p+"lost")
 		if !errors.Is(err, client.ErrNotFound) || e != epoch {
 			t.Errorf("%s: lost after the failover: %+v in epoch %q, %v; want none in epoch %q (the replica never had it)", u, lost, e, err, epoch)
 		}
@@ -141,11 +154,11 @@ func lossyFailover(ctx context.Context, t *testing.T, f *redistest.Failover, url
 	for i, u := range urls {
 		// The node's first write may meet a connection the failover
 		// broke (outcome unknown): it is sent again, as a client would.
-		rev, e, err := epochPut(ctx, u, "after", fmt.Sprint("after-", i))
+		rev, e, err := epochPut(ctx, u, p+"after", fmt.Sprint("after-", i))
 		for try := 0; try < 3 && (errors.Is(err, client.ErrOutcomeUnknown) || errors.Is(err, client.ErrUnavailable)); try++ {
 			t.Logf("%s: a write after the failover: %v; sent again", u, err)
 			pause(ctx, 200*time.Millisecond)
-			rev, e, err = epochPut(ctx, u, "after", fmt.Sprint("after-", i))
+			rev, e, err = epochPut(ctx, u, p+"after", fmt.Sprint("after-", i))
 		}
 		if err != nil || e != epoch || rev <= keptRev || rev <= afterRev {
 			t.Errorf("%s: a write after the failover: rev %d, epoch %q, %v; want a revision after %d in epoch %q", u, rev, e, err, max(keptRev, afterRev), epoch)
@@ -161,12 +174,12 @@ func lossyFailover(ctx context.Context, t *testing.T, f *redistest.Failover, url
 	// The watcher from before: its subscription ends (room reset), never
 	// continued into the new epoch; resumed on either node, it gets the
 	// new epoch's snapshot, never a replay.
-	_, err = watch.until(ctx, func(v *client.View) bool { return v.Items["after"].Value != nil })
+	_, err = watch.until(ctx, func(v *client.View) bool { return v.Items[p+"after"].Value != nil })
 	if !errors.Is(err, client.ErrUnavailable) {
 		t.Errorf("the subscription from before the failover ended with %v (view %+v), want unavailable (room reset) before anything of the new epoch", err, watch.view.Items)
 	}
 	for _, u := range urls {
-		resumed, err := watchLossy(ctx, u, watch.view.Position())
+		resumed, err := watchLossy(ctx, u, p, watch.view.Position())
 		if err != nil {
 			t.Errorf("%s: resuming from %+v: %v", u, watch.view.Position(), err)
 			continue
@@ -179,12 +192,12 @@ func lossyFailover(ctx context.Context, t *testing.T, f *redistest.Failover, url
 		}
 		// The snapshot is of the node's view, which may not have the last
 		// write of another node yet: events bring it.
-		if _, err := resumed.until(ctx, func(v *client.View) bool { return v.Items["after"].ModRev >= afterRev }); err != nil {
+		if _, err := resumed.until(ctx, func(v *client.View) bool { return v.Items[p+"after"].ModRev >= afterRev }); err != nil {
 			t.Errorf("%s: resumed in the new epoch: %v", u, err)
 		}
 		resumed.conn.CloseNow()
 		v := resumed.view
-		if v.Items["lost"].Value != nil || string(v.Items["kept"].Value) != `"before"` || v.Items["after"].ModRev != afterRev {
+		if v.Items[p+"lost"].Value != nil || string(v.Items[p+"kept"].Value) != `"before"` || v.Items[p+"after"].ModRev != afterRev {
 			t.Errorf("%s: the new epoch's snapshot holds %+v; want kept, no lost, after at %d", u, v.Items, afterRev)
 		}
 	}
@@ -201,7 +214,7 @@ type lossyWatch struct {
 
 // watchLossy subscribes on the node at url, from a position or from a
 // snapshot, and reads the first message.
-func watchLossy(ctx context.Context, url string, from *wire.Position) (*lossyWatch, error) {
+func watchLossy(ctx context.Context, url, p string, from *wire.Position) (*lossyWatch, error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := client.Dial(dctx, wsURL(url), nil)
@@ -209,7 +222,7 @@ func watchLossy(ctx context.Context, url string, from *wire.Position) (*lossyWat
 		return nil, err
 	}
 	w := &lossyWatch{conn: conn, view: client.NewView()}
-	if w.sub, err = conn.Subscribe(dctx, "lz", client.SubscribeOptions{Prefixes: []string{"kept", "lost", "after"}, From: from}); err == nil {
+	if w.sub, err = conn.Subscribe(dctx, "lz", client.SubscribeOptions{Prefixes: []string{p + "kept", p + "lost", p + "after"}, From: from}); err == nil {
 		if w.first, err = w.sub.Next(dctx); err == nil {
 			err = w.view.Apply(w.first)
 		}
@@ -248,18 +261,18 @@ type newEpochProbes struct {
 	n, bad int
 }
 
-func probeNewEpoch(ctx context.Context, t *testing.T, urls []string, old string) *newEpochProbes {
+func probeNewEpoch(ctx context.Context, t *testing.T, urls []string, old, prefix string) *newEpochProbes {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &newEpochProbes{cancel: cancel}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		for i := 0; ctx.Err() == nil; i++ {
-			u, key := urls[i%len(urls)], []string{"kept", "lost"}[i/len(urls)%2]
+			u, key := urls[i%len(urls)], prefix+[]string{"kept", "lost"}[i/len(urls)%2]
 			it, epoch, err := epochGet(ctx, u, key)
 			if err == nil || errors.Is(err, client.ErrNotFound) {
 				p.n++
-				if (epoch == old || epoch == "" || key == "lost" && err == nil) && p.bad < 3 {
+				if (epoch == old || epoch == "" || key == prefix+"lost" && err == nil) && p.bad < 3 {
 					p.bad++
 					t.Errorf("%s: %s answered after the master died: %+v (%v) in epoch %q; want nothing of epoch %q nor of its lost tail", u, key, it, err, epoch, old)
 				}

@@ -141,24 +141,33 @@ func TestClusterFailoverLinearizable(t *testing.T) {
 }
 
 // TestFailoverSoak runs failovers in rounds for -soak (make soak), each
-// round on fresh keys, alternating the replica acknowledgement's modes
-// on one group per mode.
+// round on fresh keys, cycling through four groups: SIGKILLed masters
+// (failoverFaults) and failovers that lose writes (lossyFailover, a
+// master and one replica), each with and without the replica
+// acknowledgement.
 func TestFailoverSoak(t *testing.T) {
 	d := soakDuration(t)
 	type group struct {
-		f    *redistest.Failover
-		urls []string
-		ack  bool
+		urls  []string
+		ack   bool
+		fault func(ctx context.Context, prefix string)
 	}
 	var groups []group
 	for _, minReplicas := range []int{1, 0} {
 		f, urls := startFailoverNodes(t, 3, "--redis-min-replicas", strconv.Itoa(minReplicas))
-		groups = append(groups, group{f, urls, minReplicas > 0})
+		groups = append(groups, group{urls, minReplicas > 0, func(ctx context.Context, _ string) { failoverFaults(ctx, t, f, 2) }})
+	}
+	for _, minReplicas := range []int{1, 0} {
+		f := redistest.StartFailover(t, 1, 1, time.Second, redistest.Options{})
+		urls := startNodesOn(t, 2, f.URL(), "--redis-min-replicas", strconv.Itoa(minReplicas), "--redis-replica-timeout", "300ms")
+		ack := minReplicas > 0
+		groups = append(groups, group{urls, ack, func(ctx context.Context, prefix string) { lossyFailover(ctx, t, f, urls, ack, prefix+"lossy/") }})
 	}
 	rounds := 0
 	for end := time.Now().Add(d); time.Now().Before(end); rounds++ {
-		g := groups[rounds%2]
-		lzCheck(t, g.urls, fmt.Sprintf("r%d/", rounds), 6, 0, func(ctx context.Context) { failoverFaults(ctx, t, g.f, 2) }, lzEpochModel(g.ack))
+		g := groups[rounds%len(groups)]
+		prefix := fmt.Sprintf("r%d/", rounds)
+		lzCheck(t, g.urls, prefix, 6, 0, func(ctx context.Context) { g.fault(ctx, prefix) }, lzEpochModel(g.ack))
 	}
 	t.Logf("%d rounds linearizable", rounds)
 }
