@@ -159,13 +159,18 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		var addrs []string
 		var user, pass string
 		var tlsConfig *tls.Config
+		var files tlsFiles
 		for _, a := range strings.Split(cfg.URL, ",") {
 			a = strings.TrimSpace(a)
 			if a == "" {
 				continue
 			}
 			if strings.Contains(a, "://") {
-				o, err := redis.ParseURL(a)
+				clean, f, err := cutTLSParams(a)
+				if err != nil {
+					return nil, err
+				}
+				o, err := redis.ParseURL(clean)
 				if err != nil {
 					return nil, fmt.Errorf("store: redis cluster node %q: %w", a, err)
 				}
@@ -173,11 +178,17 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 				if o.TLSConfig != nil { // rediss://
 					tlsConfig = o.TLSConfig
 				}
+				if f.set() {
+					files = f
+				}
 			}
 			addrs = append(addrs, a)
 		}
 		if len(addrs) == 0 {
 			return nil, errors.New("store: redis cluster needs at least one node address")
+		}
+		if err := files.configure(tlsConfig); err != nil {
+			return nil, err
 		}
 		// The write client must not run a script twice: a cluster client
 		// retries a failed command up to MaxRedirects times (on a reset or
@@ -197,8 +208,16 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		s.cluster = mk(0, 3)
 		s.rc = s.cluster
 	} else if IsSentinelURL(cfg.URL) {
-		o, err := ParseSentinelURL(cfg.URL)
+		clean, files, err := cutTLSParams(cfg.URL)
 		if err != nil {
+			return nil, err
+		}
+		o, err := ParseSentinelURL(clean)
+		if err != nil {
+			return nil, err
+		}
+		// The Sentinels are reached with the same TLS settings.
+		if err := files.configure(o.TLSConfig); err != nil {
 			return nil, err
 		}
 		o.ContextTimeoutEnabled = true
@@ -212,9 +231,16 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		// when they promote another (closing its connections to the old).
 		s.wc, s.rc = redis.NewFailoverClient(&wo), redis.NewFailoverClient(&ro)
 	} else {
-		o, err := redis.ParseURL(cfg.URL)
+		clean, files, err := cutTLSParams(cfg.URL)
+		if err != nil {
+			return nil, err
+		}
+		o, err := redis.ParseURL(clean)
 		if err != nil {
 			return nil, fmt.Errorf("store: redis url: %w", err)
+		}
+		if err := files.configure(o.TLSConfig); err != nil {
+			return nil, err
 		}
 		o.ContextTimeoutEnabled = true
 		o.ReadTimeout, o.WriteTimeout = cfg.WriteTimeout, cfg.WriteTimeout

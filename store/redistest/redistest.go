@@ -64,6 +64,9 @@ type Options struct {
 	ReplicaOf string
 	// Args are extra redis-server arguments.
 	Args []string
+	// TLS, when set, makes the server listen with TLS only, on Port, and
+	// ask clients for a certificate (see NewTLS).
+	TLS *TLS
 
 	sentinel string // the sentinel.conf to start from: a Sentinel (sentinel.go)
 }
@@ -82,8 +85,13 @@ type Server struct {
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)) }
 
-// URL is the server's redis:// URL.
-func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+// URL is the server's redis:// URL (rediss:// with the files of its TLS).
+func (s *Server) URL() string {
+	if s.opts.TLS != nil {
+		return "rediss://" + s.Addr() + "/0?" + s.opts.TLS.Query()
+	}
+	return "redis://" + s.Addr() + "/0"
+}
 
 // CPU is the CPU time the running server has used (from /proc; 0 where
 // that cannot be read), for benchmarks that report Redis CPU per write.
@@ -131,15 +139,18 @@ func (s *Server) args() []string {
 	if s.opts.sentinel != "" {
 		return s.sentinelArgs()
 	}
-	a := []string{
-		"--port", strconv.Itoa(s.Port),
+	a := []string{"--port", strconv.Itoa(s.Port)}
+	if s.opts.TLS != nil {
+		a = s.opts.TLS.args(s.Port)
+	}
+	a = append(a,
 		"--bind", "127.0.0.1",
 		"--dir", s.Dir,
 		"--save", "",
 		"--logfile", "redis.log",
 		"--daemonize", "no",
 		"--maxmemory-policy", "noeviction",
-	}
+	)
 	if s.opts.AOF {
 		a = append(a, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
@@ -157,6 +168,9 @@ func (s *Server) args() []string {
 func (s *Server) start() error {
 	if err := s.writeSentinelConf(); err != nil {
 		return err
+	}
+	if s.opts.TLS != nil {
+		tlsAddrs.Store(s.Addr(), s.opts.TLS.clientConf)
 	}
 	cmd := exec.Command("redis-server", s.args()...)
 	// If the test binary dies, so does the server.
@@ -347,7 +361,7 @@ func portFree(p int) bool {
 // decimal, an array's elements joined by newlines. An error reply is
 // returned as an error.
 func Do(addr string, args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	c, err := dial(addr)
 	if err != nil {
 		return "", err
 	}

@@ -54,7 +54,7 @@ func StartFailover(t testing.TB, replicas, sentinels int, downAfter time.Duratio
 		f.Name, f.Timeout.Milliseconds(),
 		f.Name, replicas)
 	for range sentinels {
-		f.Sentinels = append(f.Sentinels, Start(t, Options{sentinel: conf}))
+		f.Sentinels = append(f.Sentinels, Start(t, Options{sentinel: conf, TLS: opts.TLS}))
 	}
 	if err := f.wait(20*time.Second, func() error { return f.ready(master, replicas, sentinels) }); err != nil {
 		t.Fatalf("redistest: the failover group did not settle: %v", err)
@@ -67,6 +67,9 @@ func (f *Failover) URL() string {
 	var addrs []string
 	for _, s := range f.Sentinels {
 		addrs = append(addrs, s.Addr())
+	}
+	if tc := f.Data[0].opts.TLS; tc != nil {
+		return "rediss+sentinel://" + strings.Join(addrs, ",") + "/" + f.Name + "/0?" + tc.Query()
 	}
 	return "redis+sentinel://" + strings.Join(addrs, ",") + "/" + f.Name + "/0"
 }
@@ -241,13 +244,16 @@ func (s *Server) writeSentinelConf() error {
 }
 
 func (s *Server) sentinelArgs() []string {
-	return []string{filepath.Join(s.Dir, "sentinel.conf"), "--sentinel",
-		"--port", strconv.Itoa(s.Port),
+	port := []string{"--port", strconv.Itoa(s.Port)}
+	if s.opts.TLS != nil {
+		port = s.opts.TLS.args(s.Port)
+	}
+	return append(append([]string{filepath.Join(s.Dir, "sentinel.conf"), "--sentinel"}, port...),
 		"--bind", "127.0.0.1",
 		"--dir", s.Dir,
 		"--logfile", "redis.log",
 		"--daemonize", "no",
-	}
+	)
 }
 
 // Rejoin starts old, a killed member of the group, again as a replica of
