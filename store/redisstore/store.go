@@ -165,21 +165,22 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			if a == "" {
 				continue
 			}
+			// The TLS files may follow any seed, the last one included.
+			a, f, err := cutTLSParams(a)
+			if err != nil {
+				return nil, err
+			}
+			if f.set() {
+				files = f
+			}
 			if strings.Contains(a, "://") {
-				clean, f, err := cutTLSParams(a)
-				if err != nil {
-					return nil, err
-				}
-				o, err := redis.ParseURL(clean)
+				o, err := redis.ParseURL(a)
 				if err != nil {
 					return nil, fmt.Errorf("store: redis cluster node %q: %w", a, err)
 				}
 				a, user, pass = o.Addr, o.Username, o.Password
 				if o.TLSConfig != nil { // rediss://
 					tlsConfig = o.TLSConfig
-				}
-				if f.set() {
-					files = f
 				}
 			}
 			addrs = append(addrs, a)

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -32,8 +33,8 @@ func TestCutTLSParams(t *testing.T) {
 
 // TestTLS: a store on a redis-server that serves TLS only with its own CA
 // and asks for client certificates (redis.conf's default), given the
-// files in its URL; without the client certificate it is refused; and
-// through Sentinels on TLS too, a write acknowledged by a replica survives
+// files in its URL; without the client certificate it is refused; a
+// Cluster of TLS masters; and through Sentinels on TLS too, a write acknowledged by a replica survives
 // the master's death.
 func TestTLS(t *testing.T) {
 	tc := redistest.NewTLS(t)
@@ -63,6 +64,30 @@ func TestTLS(t *testing.T) {
 	if st, err := New(context.Background(), Config{URL: noCert}); err == nil {
 		_ = st.Close()
 		t.Error("a client without a certificate was let in")
+	}
+
+	// A Cluster of 3 TLS masters (its bus on TLS too): rooms over every
+	// master, and the pushes of each.
+	cl := redistest.StartTLSCluster(t, 3, tc)
+	cs := openStore(t, cl.URL(), func(c *Config) { c.Cluster = true })
+	for i := range 6 {
+		room := fmt.Sprint("tls-", i)
+		r := mustApply(t, cs, room, store.Write{Ops: []store.Op{{Type: store.OpPut, Key: "k", Value: []byte(`1`)}}})
+		pushed := make(chan store.Batch, 4)
+		stop, err := cs.Follow(room, func(b store.Batch) { pushed <- b })
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustApply(t, cs, room, store.Write{Ops: []store.Op{{Type: store.OpPut, Key: "k", Value: []byte(`2`)}}})
+		select {
+		case b := <-pushed:
+			if b.Rev != r.Rev+1 {
+				t.Errorf("cluster room %s: batch at %d, want %d", room, b.Rev, r.Rev+1)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("cluster room %s: no batch pushed over TLS", room)
+		}
+		stop()
 	}
 
 	f := redistest.StartFailover(t, 1, 1, time.Second, redistest.Options{TLS: tc})

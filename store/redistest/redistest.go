@@ -161,6 +161,9 @@ func (s *Server) args() []string {
 	}
 	if s.opts.Cluster {
 		a = append(a, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		if s.opts.TLS != nil {
+			a = append(a, "--tls-cluster", "yes")
+		}
 	}
 	return append(a, s.opts.Args...)
 }
@@ -296,14 +299,38 @@ func (c *Cluster) Addrs() []string {
 // ranges.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return startCluster(t, n, Options{Cluster: true})
+}
+
+// StartTLSCluster is StartCluster with every node on TLS only (its bus
+// too), requiring client certificates (see NewTLS).
+func StartTLSCluster(t testing.TB, n int, tc *TLS) *Cluster {
+	t.Helper()
+	return startCluster(t, n, Options{Cluster: true, TLS: tc})
+}
+
+// URL is the cluster's seed URL for a store (with --redis-cluster): every
+// node's address, then the TLS files.
+func (c *Cluster) URL() string {
+	if tc := c.Nodes[0].opts.TLS; tc != nil {
+		return "rediss://" + strings.Join(c.Addrs(), ",") + "?" + tc.Query()
+	}
+	return "redis://" + strings.Join(c.Addrs(), ",")
+}
+
+func startCluster(t testing.TB, n int, opts Options) *Cluster {
+	t.Helper()
 	Require(t)
 	c := &Cluster{}
 	for range n {
-		c.Nodes = append(c.Nodes, Start(t, Options{Cluster: true}))
+		c.Nodes = append(c.Nodes, Start(t, opts))
 	}
 	if n >= 3 {
 		args := append([]string{"--cluster", "create"}, c.Addrs()...)
 		args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+		if tc := opts.TLS; tc != nil {
+			args = append(args, "--tls", "--cacert", tc.CA, "--cert", tc.Cert, "--key", tc.Key)
+		}
 		out, err := exec.Command("redis-cli", args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
