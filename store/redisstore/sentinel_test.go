@@ -38,7 +38,7 @@ func TestParseSentinelURL(t *testing.T) {
 // the failover is in the new master's state (its key at that revision or
 // a later one), and the epoch is unchanged unless a write nobody was told
 // of was lost; a lease granted and a write id committed before the
-// failover are still known after it.
+// failover are still known after it, and so is a session.
 func TestSentinelFailoverKeepsAcknowledgedWrites(t *testing.T) {
 	f := redistest.StartFailover(t, 2, 3, time.Second, redistest.Options{})
 	s := openStore(t, f.URL(), func(c *Config) { c.MinReplicas = 1 })
@@ -46,6 +46,10 @@ func TestSentinelFailoverKeepsAcknowledgedWrites(t *testing.T) {
 	widRes := mustApply(t, s, room, store.Write{Wid: "w-before", Ops: []store.Op{{Type: store.OpPut, Key: "wid", Value: []byte("1")}}})
 	if ok, err := s.GrantLease(bg, "lease-1", "h", time.Minute, 10); !ok || err != nil {
 		t.Fatalf("GrantLease: %v %v", ok, err)
+	}
+	sess := store.SessionRecord{ID: "s_failover", Subject: "u", ResumeHash: []byte("h"), Lease: "session:s_failover", Listed: true}
+	if err := s.SaveSession(bg, sess); err != nil {
+		t.Fatalf("SaveSession: %v", err)
 	}
 
 	var (
@@ -123,6 +127,9 @@ func TestSentinelFailoverKeepsAcknowledgedWrites(t *testing.T) {
 	res, err := s.Apply(bg, room, store.Write{Wid: "w-before", Ops: []store.Op{{Type: store.OpPut, Key: "wid", Value: []byte("1")}}})
 	if snap.Epoch == widRes.Epoch && (err != nil || !res.Dup || res.Rev != widRes.Rev) {
 		t.Errorf("the write id committed at %d before the failover, resent after it: %+v, %v; want a duplicate at %d", widRes.Rev, res, err, widRes.Rev)
+	}
+	if rec, ok, err := s.Session(bg, sess.ID); err != nil || !ok || rec.Subject != sess.Subject || string(rec.ResumeHash) != "h" {
+		t.Errorf("the session saved before the failover, after it: %+v, %v, %v", rec, ok, err)
 	}
 	if ls, err := s.Lease(bg, "lease-1"); err != nil || !ls.Alive {
 		t.Errorf("the lease granted before the failover: %+v, %v; want alive", ls, err)
