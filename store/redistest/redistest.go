@@ -494,3 +494,59 @@ func ReadRESP(r *bufio.Reader, buf []byte) ([]byte, error) {
 	}
 	return buf, fmt.Errorf("resp: unknown type %q", line[0])
 }
+
+// incrAOF is the file the server appends its writes to now (Redis 7's
+// multi-part AOF: the newest appendonlydir/*.incr.aof).
+func (s *Server) incrAOF() (string, error) {
+	files, err := filepath.Glob(filepath.Join(s.Dir, "appendonlydir", "*.incr.aof"))
+	if err != nil || len(files) == 0 {
+		return "", fmt.Errorf("redistest: no incremental AOF in %s (%v)", s.Dir, err)
+	}
+	newest, best := "", -1
+	for _, f := range files {
+		// appendonly.aof.<N>.incr.aof
+		parts := strings.Split(filepath.Base(f), ".")
+		if len(parts) >= 4 {
+			if n, err := strconv.Atoi(parts[len(parts)-3]); err == nil && n > best {
+				newest, best = f, n
+			}
+		}
+	}
+	if newest == "" {
+		return "", fmt.Errorf("redistest: no numbered incremental AOF among %v", files)
+	}
+	return newest, nil
+}
+
+// AOFSize is the size of the AOF the server appends to now.
+func (s *Server) AOFSize() (int64, error) {
+	f, err := s.incrAOF()
+	if err != nil {
+		return 0, err
+	}
+	st, err := os.Stat(f)
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+// CutAOF cuts the AOF of a killed server back to size (an AOFSize taken
+// earlier), as an OS crash under appendfsync everysec loses the writes
+// of the last second, and returns how many bytes it cut. Redis loads a
+// file whose last command is cut short (aof-load-truncated, its
+// default).
+func (s *Server) CutAOF(size int64) (int64, error) {
+	f, err := s.incrAOF()
+	if err != nil {
+		return 0, err
+	}
+	st, err := os.Stat(f)
+	if err != nil {
+		return 0, err
+	}
+	if st.Size() < size {
+		return 0, fmt.Errorf("redistest: %s is %d bytes, below the %d to cut back to", f, st.Size(), size)
+	}
+	return st.Size() - size, os.Truncate(f, size)
+}
