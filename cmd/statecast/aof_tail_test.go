@@ -16,7 +16,7 @@ import (
 // been acknowledged and delivered; the nodes must start the room's new
 // epoch before they answer anything of it, so the history, checked with
 // lzEpochModel, has no stale read and no revision reused within an
-// epoch (about 10 s).
+// epoch (a few seconds).
 func TestAOFTailLossLinearizable(t *testing.T) {
 	c := startCluster(t, 3, mnOptions{AOF: true})
 	urls := c.httpURLs()
