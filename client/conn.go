@@ -486,8 +486,14 @@ type WriteOption func(*wire.Request)
 func IfRev(n uint64) WriteOption { return func(r *wire.Request) { r.IfRev = &n } }
 
 // WithLease binds a put to a lease: "session" for this session's lease, or
-// a TTL lease id from HTTP.GrantLease.
+// a TTL lease id from HTTP.GrantLease; KeepLease for the key's current one.
+// A put without a lease option unbinds the key from its lease.
 func WithLease(id string) WriteOption { return func(r *wire.Request) { r.Lease = id } }
+
+// KeepLease is the lease id that keeps a key's current lease binding (none
+// for a key without one): WithLease(KeepLease), HTTP.Put's lease, or a
+// wire.TxnOp's Lease.
+const KeepLease = "keep"
 
 // Put writes value to key and returns the revision it committed at. A
 // wire.Value or json.RawMessage is sent as is (it must be valid JSON);

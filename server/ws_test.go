@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -1616,5 +1617,63 @@ func testOwnWriteByItsOK(t *testing.T, e *servertest.Node) {
 				}
 			}
 		}
+	}
+}
+
+// TestWSPutKeepsLease: a put with "lease":"keep" (WebSocket put or txn
+// op, HTTP put) rewrites a key and keeps it bound to its lease, so the
+// key still ends with its session or TTL lease; on an unleased key it
+// binds none.
+func TestWSPutKeepsLease(t *testing.T) {
+	const grace = 200 * time.Millisecond
+	e := servertest.Start(t, servertest.Options{Server: server.Config{LeaseGrace: grace}})
+	ctx, room := servertest.Context(t), "keep"
+	owner := dialCodec(t, e, "json")
+	if _, err := owner.Put(ctx, room, "presence/me", 0, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.HTTP.GrantLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.HTTP.Put(ctx, room, "games/1", json.RawMessage(`0`), nil, id); err != nil {
+		t.Fatal(err)
+	}
+	keep := client.WithLease(client.KeepLease)
+	for i, codec := range codecs {
+		c := dialCodec(t, e, codec)
+		if _, err := c.Put(ctx, room, "presence/me", i+1, keep); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Txn(ctx, room, nil, []wire.TxnOp{
+			{Type: "put", Key: "games/1", Value: wire.Value(strconv.Itoa(i + 1)), Lease: client.KeepLease},
+			{Type: "put", Key: "plain", Value: wire.Value(`1`), Lease: client.KeepLease}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.HTTP.Put(ctx, room, "presence/me", json.RawMessage(`"http"`), nil, client.KeepLease); err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.HTTP.List(ctx, room, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range l.Items {
+		if it.Lease != (it.Key != "plain") || it.Version == 1 && it.Key != "plain" {
+			t.Fatalf("item %+v: a kept lease was lost or one was bound", it)
+		}
+	}
+	if err := e.HTTP.Revoke(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	owner.CloseNow()
+	for _, key := range []string{"games/1", "presence/me"} {
+		waitFor(t, 5*time.Second, key+"'s delete with its lease", func() bool {
+			_, _, err := e.HTTP.Get(ctx, room, key)
+			return errors.Is(err, client.ErrNotFound)
+		})
+	}
+	if _, _, err := e.HTTP.Get(ctx, room, "plain"); err != nil {
+		t.Fatalf("unleased key: %v", err)
 	}
 }
