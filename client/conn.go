@@ -486,8 +486,14 @@ type WriteOption func(*wire.Request)
 func IfRev(n uint64) WriteOption { return func(r *wire.Request) { r.IfRev = &n } }
 
 // WithLease binds a put to a lease: "session" for this session's lease, or
-// a TTL lease id from HTTP.GrantLease.
+// a TTL lease id from HTTP.GrantLease; KeepLease for the key's current one.
+// A put without a lease option unbinds the key from its lease.
 func WithLease(id string) WriteOption { return func(r *wire.Request) { r.Lease = id } }
+
+// KeepLease is the lease id that keeps a key's current lease binding (none
+// for a key without one): WithLease(KeepLease), HTTP.Put's lease, or a
+// wire.TxnOp's Lease.
+const KeepLease = "keep"
 
 // Put writes value to key and returns the revision it committed at. A
 // wire.Value or json.RawMessage is sent as is (it must be valid JSON);
@@ -592,8 +598,12 @@ func (c *Conn) sendPing(ctx context.Context, ch chan struct{}) error {
 
 // SubscribeOptions says what a subscription receives.
 type SubscribeOptions struct {
-	// Prefixes are the key prefixes to receive; none means the whole room.
+	// Prefixes are the key prefixes to receive; none (and no Keys) means
+	// the whole room.
 	Prefixes []string
+	// Keys are exact keys to receive besides: a key they only start is
+	// not sent.
+	Keys []string
 	// From resumes at a position (the last message's epoch, rev + 1; see
 	// View.Position); nil means a snapshot, then live events.
 	From *wire.Position
@@ -617,7 +627,7 @@ func (c *Conn) Subscribe(ctx context.Context, room string, opts SubscribeOptions
 	}
 	c.subs[s.id] = s
 	c.mu.Unlock()
-	req := &wire.Request{T: wire.TSub, ID: s.id, Room: room, Prefixes: opts.Prefixes, From: opts.From, Prev: opts.Prev, Filter: opts.Filter}
+	req := &wire.Request{T: wire.TSub, ID: s.id, Room: room, Prefixes: opts.Prefixes, Keys: opts.Keys, From: opts.From, Prev: opts.Prev, Filter: opts.Filter}
 	_, err := c.roundTrip(ctx, req, false)
 	if err == nil {
 		return s, nil

@@ -253,7 +253,8 @@ func (h *HTTP) GetWith(ctx context.Context, room, key string, o ReadOptions) (wi
 
 // Put writes value (one JSON value) to key. ifRev, when set, is the
 // mod_rev the key must have (0: must not exist), else ErrConflict; lease
-// is a TTL lease id or "".
+// is a TTL lease id, KeepLease (the key keeps its current lease), or ""
+// (the key is bound to no lease).
 func (h *HTTP) Put(ctx context.Context, room, key string, value json.RawMessage, ifRev *uint64, lease string) (uint64, error) {
 	var q url.Values
 	if lease != "" {

@@ -67,7 +67,8 @@ func (h *HTTP) Watch(ctx context.Context, room string, prefixes []string, from u
 
 // WatchOptions say what a watch covers and where it starts.
 type WatchOptions struct {
-	Prefixes []string // none: the whole room
+	Prefixes []string // none (and no Keys): the whole room
+	Keys     []string // exact keys besides: a key they only start is not sent
 	// Filter narrows the keys to those whose value passes this CEL
 	// expression; a key that stops passing arrives as a "leave" event.
 	Filter string
@@ -76,7 +77,7 @@ type WatchOptions struct {
 
 // WatchWith is Watch with a filter.
 func (h *HTTP) WatchWith(ctx context.Context, room string, o WatchOptions, fn func(SSEEvent) error) error {
-	w := &sseWatch{h: h, room: room, prefixes: o.Prefixes, filter: o.Filter, from: o.From, fn: fn, retry: time.Second}
+	w := &sseWatch{h: h, room: room, prefixes: o.Prefixes, keys: o.Keys, filter: o.Filter, from: o.From, fn: fn, retry: time.Second}
 	fails := 0 // consecutive requests that were not accepted
 	for {
 		established, err := w.stream(ctx)
@@ -119,6 +120,7 @@ type sseWatch struct {
 	h            *HTTP
 	room         string
 	prefixes     []string
+	keys         []string
 	filter       string
 	from         uint64
 	fn           func(SSEEvent) error
@@ -142,6 +144,9 @@ func (w *sseWatch) stream(ctx context.Context) (established bool, err error) {
 	idle := time.AfterFunc(sseIdleTimeout, cancel)
 	defer idle.Stop()
 	q := url.Values{}
+	for _, k := range w.keys {
+		q.Add("key", k)
+	}
 	for _, p := range w.prefixes {
 		q.Add("prefix", p)
 	}

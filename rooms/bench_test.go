@@ -7,6 +7,8 @@ package rooms
 //	BenchmarkMatch             prefix index vs scan of all watchers (target <= 2.1 µs and >= 50x at 100k)
 //	BenchmarkFanout            Apply + fan-out + encode of one event to N watchers (encodes/op == 1)
 //	BenchmarkIdleWatcherMemory heap bytes per idle live watcher (target < 1 KiB)
+//	BenchmarkExactKeyWrite     a write to a key watched exactly, among 10 vs 10,000 watchers of
+//	                           other exact keys (target: flat, ratio <= 1.5)
 //
 // Run: go test ./rooms -run '^$' -bench . -benchmem -count 3
 // CI smoke: go test -race ./rooms -run '^$' -bench . -benchtime 1x
@@ -544,7 +546,7 @@ func BenchmarkUnwatchManyPrefixes(b *testing.B) {
 			for i := range ps {
 				ps[i] = fmt.Sprintf("k%07d/", i)
 			}
-			ps = normalizePrefixes(ps)
+			ps = normalizePrefixes(ps, nil)
 			x := newIndex()
 			for range 100 {
 				w := &Watcher{prefixes: ps, pos: make([]int32, len(ps))}
@@ -565,4 +567,65 @@ func BenchmarkUnwatchManyPrefixes(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*p), "ns/prefix")
 		})
 	}
+}
+
+// BenchmarkExactKeyWrite: a write to games/7, watched by one exact-key
+// watcher, in a room whose other watchers (10, or 10,000) each watch one
+// other exact key (games/8, games/9, games/10, …, many of them starting
+// with games/7, all lengths from 7 to 11 bytes). The index finds a key's
+// exact watchers with one lookup, so the write costs the same in both
+// rooms: the two run interleaved in the same iterations, and ratio is
+// the 10,000 room's time per write over the 10 room's.
+func BenchmarkExactKeyWrite(b *testing.B) {
+	type fixture struct {
+		r     *room
+		w     *Watcher
+		epoch string
+		rev   uint64
+	}
+	ctx := context.Background()
+	setup := func(others int) *fixture {
+		e := newBenchEngine(b, Config{}, store.RetentionPolicy{Default: store.Retention{MaxEvents: 1000}})
+		r := loadBenchRoom(b, e)
+		for i := range others {
+			key := fmt.Sprintf("games/%d", i+8)
+			if _, err := e.Watch(ctx, benchRoomName, WatchOptions{Keys: []string{key}, From: &Position{Rev: 1}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		w, err := e.Watch(ctx, benchRoomName, WatchOptions{Keys: []string{"games/7"}, From: &Position{Rev: 1}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.mu.Lock()
+		f := &fixture{r: r, w: w, epoch: r.epoch, rev: r.head}
+		r.mu.Unlock()
+		return f
+	}
+	val := []byte(`{"players":3}`)
+	now := time.Now()
+	var buf []Message
+	write := func(f *fixture) {
+		f.rev++
+		kv := store.KV{Key: "games/7", Value: val, CreateRev: 1, ModRev: f.rev, Version: f.rev}
+		f.r.onBatch(store.Batch{Epoch: f.epoch, Rev: f.rev, Time: now, Events: []store.Event{{Type: store.OpPut, KV: kv}}})
+		var err error
+		if buf, err = f.w.Drain(buf[:0]); err != nil || len(buf) == 0 {
+			b.Fatalf("the watcher of games/7 got %d messages, %v", len(buf), err)
+		}
+	}
+	few, many := setup(10), setup(10_000)
+	b.ReportAllocs()
+	var tFew, tMany time.Duration
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		write(few)
+		t1 := time.Now()
+		write(many)
+		tFew += t1.Sub(t0)
+		tMany += time.Since(t1)
+	}
+	b.ReportMetric(float64(tFew.Nanoseconds())/float64(b.N), "ns/write-10")
+	b.ReportMetric(float64(tMany.Nanoseconds())/float64(b.N), "ns/write-10k")
+	b.ReportMetric(float64(tMany)/float64(tFew), "ratio")
 }

@@ -287,7 +287,7 @@ func (e *Engine) Watch(ctx context.Context, room string, opts WatchOptions) (*Wa
 		return nil, err
 	}
 	defer r.mu.Unlock()
-	prefixes := normalizePrefixes(opts.Prefixes)
+	prefixes := normalizePrefixes(opts.Prefixes, opts.Keys)
 	w := &Watcher{room: r, prefixes: prefixes, filter: opts.Filter, pos: make([]int32, len(prefixes)), notify: opts.Notify}
 	if w.notify == nil {
 		w.ready = make(chan struct{}, 1)

@@ -386,10 +386,7 @@ func (m *snapMemo) snapshot(view *btree.BTreeG[store.KV], prefixes []string, f F
 	}
 	var out []store.KV
 	for _, p := range prefixes { // sorted, disjoint: items come out sorted
-		view.AscendGreaterOrEqual(store.KV{Key: p}, func(kv store.KV) bool {
-			if !strings.HasPrefix(kv.Key, p) {
-				return false
-			}
+		ascend(view, p, func(kv store.KV) bool {
 			var pass bool
 			if kv.ModRev <= m.rev {
 				_, pass = m.in[kv.Key]

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +27,14 @@ func TestIndexAddRemoveKeepsPositions(t *testing.T) {
 				n++
 			}
 		}
+		for key, es := range x.byKey {
+			for i, e := range es {
+				if e.w.prefixes[e.k] != exactSelector(key) || e.w.pos[e.k] != int32(i) {
+					t.Fatalf("key bucket %q[%d]: watcher selector %q at pos %d", key, i, e.w.prefixes[e.k], e.w.pos[e.k])
+				}
+				n++
+			}
+		}
 		want := 0
 		for _, w := range live {
 			want += len(w.prefixes)
@@ -33,7 +42,7 @@ func TestIndexAddRemoveKeepsPositions(t *testing.T) {
 		if n != want {
 			t.Fatalf("%d entries in the index, want %d", n, want)
 		}
-		for _, key := range []string{"a", "ab", "abc", "b7", "c/1/2", "zz"} {
+		for _, key := range []string{"a", "ab", "abc", "b7", "c/1/2", "zz", "a1/", "b2/", "c3/", "a1/x"} {
 			var got, scan []*Watcher
 			x.match(key, func(w *Watcher) { got = append(got, w) })
 			for _, w := range live {
@@ -41,7 +50,7 @@ func TestIndexAddRemoveKeepsPositions(t *testing.T) {
 					scan = append(scan, w)
 				}
 			}
-			less := func(a, b *Watcher) int { return slices.Compare(a.prefixes, b.prefixes) }
+			less := func(a, b *Watcher) int { return strings.Compare(fmt.Sprintf("%p", a), fmt.Sprintf("%p", b)) }
 			slices.SortFunc(got, less)
 			slices.SortFunc(scan, less)
 			if !slices.Equal(got, scan) {
@@ -58,11 +67,14 @@ func TestIndexAddRemoveKeepsPositions(t *testing.T) {
 			}
 			live = slices.Delete(live, i, i+1)
 		} else {
-			var ps []string
+			var ps, keys []string
 			for range 1 + rng.IntN(20) {
 				ps = append(ps, fmt.Sprintf("%c%d/", 'a'+rng.IntN(3), rng.IntN(30)))
 			}
-			ps = normalizePrefixes(ps)
+			for range rng.IntN(10) { // exact keys, some covered by a prefix
+				keys = append(keys, fmt.Sprintf("%c%d/", 'a'+rng.IntN(3), rng.IntN(30)))
+			}
+			ps = normalizePrefixes(ps[:rng.IntN(len(ps)+1)], keys)
 			w := &Watcher{prefixes: ps, pos: make([]int32, len(ps))}
 			for k := range ps {
 				x.add(w, k)

@@ -63,6 +63,8 @@ func setDefaultFlag(name, value string) {
 var (
 	propKeys     = []string{"a/1", "a/2", "a/b/1", "a/b/2", "b/1", "b/2", "c"}
 	propPrefixes = []string{"", "a/", "a/b/", "b/", "c", "zz/"}
+	// Exact keys to watch: "a" and "a/" are prefixes of keys, not keys.
+	propExact = []string{"a", "a/", "a/1", "a/b/2", "c"}
 )
 
 type model struct {
@@ -76,6 +78,7 @@ type model struct {
 
 type sub struct {
 	prefixes []string
+	keys     []string       // exact keys, besides prefixes
 	f        *valueFilter   // nil: none
 	w        *rooms.Watcher // nil while disconnected
 	c        *client
@@ -114,7 +117,7 @@ func (f *valueFilter) String() string { return f.cel.String() }
 
 // watchOptions is what s watches, from from.
 func (s *sub) watchOptions(from *rooms.Position) rooms.WatchOptions {
-	o := rooms.WatchOptions{Prefixes: s.prefixes, From: from}
+	o := rooms.WatchOptions{Prefixes: s.prefixes, Keys: s.keys, From: from}
 	if s.f != nil {
 		o.Filter = s.f.cel
 	}
@@ -123,7 +126,7 @@ func (s *sub) watchOptions(from *rooms.Position) rooms.WatchOptions {
 
 // selected is the part of state s sees.
 func (s *sub) selected(state map[string]string) map[string]string {
-	out := filter(state, s.prefixes)
+	out := filter(state, s.prefixes, s.keys)
 	if s.f != nil {
 		maps.DeleteFunc(out, func(_, v string) bool { return !s.f.Match(v) })
 	}
@@ -133,7 +136,7 @@ func (s *sub) selected(state map[string]string) map[string]string {
 // expected is what s receives of the events evs of one revision, made on
 // before (the state at the revision before).
 func (s *sub) expected(evs []store.Event, before map[string]string) []store.Event {
-	evs = matching(evs, s.prefixes)
+	evs = matching(evs, s.prefixes, s.keys)
 	if s.f == nil {
 		return evs
 	}
@@ -226,8 +229,12 @@ func (m *model) write(rt *rapid.T) {
 }
 
 func (m *model) watch(rt *rapid.T) {
-	prefixes := rapid.SliceOfN(rapid.SampledFrom(propPrefixes), 1, 2).Draw(rt, "prefixes")
-	s := &sub{prefixes: prefixes, c: newClient()}
+	prefixes := rapid.SliceOfN(rapid.SampledFrom(propPrefixes), 0, 2).Draw(rt, "prefixes")
+	keys := rapid.SliceOfN(rapid.SampledFrom(propExact), 0, 2).Draw(rt, "exactKeys")
+	if len(prefixes) == 0 && len(keys) == 0 {
+		prefixes = []string{""} // the whole room, as rooms takes none
+	}
+	s := &sub{prefixes: prefixes, keys: keys, c: newClient()}
 	if rapid.Bool().Draw(rt, "filtered") {
 		s.f = drawFilter(rt)
 	}
@@ -364,24 +371,24 @@ func (m *model) finish(rt *rapid.T) {
 	}
 }
 
-func matchesAny(key string, prefixes []string) bool {
-	return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(key, p) })
+func matchesAny(key string, prefixes, keys []string) bool {
+	return slices.Contains(keys, key) || slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(key, p) })
 }
 
-func filter(state map[string]string, prefixes []string) map[string]string {
+func filter(state map[string]string, prefixes, keys []string) map[string]string {
 	out := map[string]string{}
 	for k, v := range state {
-		if matchesAny(k, prefixes) {
+		if matchesAny(k, prefixes, keys) {
 			out[k] = v
 		}
 	}
 	return out
 }
 
-func matching(evs []store.Event, prefixes []string) []store.Event {
+func matching(evs []store.Event, prefixes, keys []string) []store.Event {
 	var out []store.Event
 	for _, ev := range evs {
-		if matchesAny(ev.KV.Key, prefixes) {
+		if matchesAny(ev.KV.Key, prefixes, keys) {
 			out = append(out, ev)
 		}
 	}

@@ -1,7 +1,6 @@
 package rooms
 
 import (
-	"strings"
 	"sync"
 	"time"
 	"weak"
@@ -320,10 +319,7 @@ func collect(view *btree.BTreeG[store.KV], prefixes []string) []store.KV {
 		items = make([]store.KV, 0, view.Len()) // the whole room: no copies while it grows
 	}
 	for _, p := range prefixes { // sorted, disjoint: items come out sorted
-		view.AscendGreaterOrEqual(store.KV{Key: p}, func(kv store.KV) bool {
-			if !strings.HasPrefix(kv.Key, p) {
-				return false
-			}
+		ascend(view, p, func(kv store.KV) bool {
 			items = append(items, kv)
 			return true
 		})

@@ -18,8 +18,12 @@ type Position struct {
 
 // WatchOptions says what a watch covers and where it starts.
 type WatchOptions struct {
-	// Prefixes selects the keys; none means the whole room.
+	// Prefixes selects the keys; none (and no Keys) means the whole room.
 	Prefixes []string
+	// Keys selects these exact keys too: a key that merely starts with
+	// one is not sent (the watcher index finds their watchers with one
+	// lookup, however many watch other keys).
+	Keys []string
 	// Filter, when set, narrows the keys to those whose value passes it
 	// (see Filter for what the watcher then receives).
 	Filter Filter
@@ -77,8 +81,21 @@ type Watcher struct {
 func (w *Watcher) Ready() <-chan struct{} { return w.ready }
 
 // Prefixes returns the watcher's key prefixes (normalized: none is a
-// prefix of another).
-func (w *Watcher) Prefixes() []string { return w.prefixes }
+// prefix of another, nor of one of its Keys).
+func (w *Watcher) Prefixes() []string {
+	return slices.DeleteFunc(slices.Clone(w.prefixes), func(p string) bool { _, ok := selectorKey(p); return ok })
+}
+
+// Keys returns the exact keys the watcher selects besides its Prefixes.
+func (w *Watcher) Keys() []string {
+	var keys []string
+	for _, p := range w.prefixes {
+		if k, ok := selectorKey(p); ok {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
 
 // Filter returns the watcher's filter, nil for none.
 func (w *Watcher) Filter() Filter { return w.filter }
@@ -371,13 +388,17 @@ func eventOf(s *slot) store.Event {
 	panic("rooms: history slot without its event")
 }
 
-// normalizePrefixes sorts and dedupes prefixes and drops any covered by a
-// shorter one, so a key matches at most one prefix of a watcher.
-func normalizePrefixes(ps []string) []string {
-	if len(ps) == 0 {
+// normalizePrefixes returns the selectors of prefixes and exact keys,
+// sorted and deduped, without any covered by a shorter prefix, so a key
+// matches at most one selector of a watcher.
+func normalizePrefixes(prefixes, keys []string) []string {
+	if len(prefixes) == 0 && len(keys) == 0 {
 		return []string{""}
 	}
-	ps = slices.Clone(ps)
+	ps := slices.Clone(prefixes)
+	for _, k := range keys {
+		ps = append(ps, exactSelector(k))
+	}
 	slices.Sort(ps)
 	out := ps[:0]
 	for _, p := range ps {

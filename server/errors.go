@@ -16,7 +16,7 @@ import (
 type Error struct {
 	Code    string
 	Message string
-	Key     string // conflict: the failing key
+	Key     string // conflict: the failing key; not_found: the missing key
 	ModRev  uint64 // conflict: its current mod_rev
 	Rev     uint64 // conflict: the room's head
 	Epoch   string // conflict: the epoch of ModRev and Rev (HTTP: a header)
@@ -58,6 +58,10 @@ func errorOf(err error, write bool) *Error {
 	if errors.As(err, &re) {
 		return &Error{Code: wire.CodeWidReused, Rev: re.Rev, Message: fmt.Sprintf(
 			"this write id already committed at revision %d with other conditions or operations; nothing was written (a resend must repeat the write exactly; a new write needs a new id)", re.Rev)}
+	}
+	var ke *store.KeyNotFoundError
+	if errors.As(err, &ke) {
+		return &Error{Code: wire.CodeNotFound, Message: ke.Error(), Key: ke.Key}
 	}
 	if fe, ok := filter.AsError(err); ok {
 		return &Error{Code: wire.CodeInvalidFilter, Message: fe.Error(), Line: fe.Line, Column: fe.Column}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/coder/websocket"
@@ -225,21 +226,11 @@ func (c *conn) subscribe(ctx context.Context, r *wire.Request) {
 		return
 	}
 	claims := c.claims.Load()
-	if err := c.s.checkPrefixes(r.Prefixes); err != nil {
+	if err := c.s.checkWatch(claims, r.Room, r.Prefixes, r.Keys); err != nil {
 		c.replyErr(r, errorOf(err, false))
 		return
 	}
-	prefixes := r.Prefixes
-	if len(prefixes) == 0 {
-		prefixes = []string{""}
-	}
-	for _, p := range prefixes {
-		if !claims.CanRead(r.Room, p) {
-			c.replyErr(r, newError(wire.CodeForbidden, fmt.Sprintf("the token does not allow reading %q in room %q", p, r.Room)))
-			return
-		}
-	}
-	s := &sub{id: r.ID, room: r.Room, prev: r.Prev, nprefix: len(prefixes)}
+	s := &sub{id: r.ID, room: r.Room, prev: r.Prev, nprefix: max(len(r.Prefixes)+len(r.Keys), 1)}
 	if r.Filter != "" {
 		s.nfilter = 1
 	}
@@ -284,7 +275,7 @@ func (c *conn) subscribe(ctx context.Context, r *wire.Request) {
 		refuse(err)
 		return
 	}
-	opts := rooms.WatchOptions{Prefixes: prefixes, Filter: f, Notify: func() { c.markReady(s) }}
+	opts := rooms.WatchOptions{Prefixes: r.Prefixes, Keys: r.Keys, Filter: f, Notify: func() { c.markReady(s) }}
 	if r.From != nil {
 		opts.From = &rooms.Position{Epoch: r.From.Epoch, Rev: r.From.Rev}
 	}
@@ -331,17 +322,32 @@ func (s *Server) compileFilter(src string) (rooms.Filter, error) {
 	return f, nil
 }
 
-// checkPrefixes validates the key prefixes of a watch: at most
-// MaxPrefixes, each a valid key ("" = the whole room). Without the bound
-// one request could make every later event and replay of the room test
-// thousands of prefixes.
-func (s *Server) checkPrefixes(prefixes []string) error {
-	if len(prefixes) > s.cfg.MaxPrefixes {
-		return newError(wire.CodeTooLarge, fmt.Sprintf("a watch may name at most %d key prefixes, got %d", s.cfg.MaxPrefixes, len(prefixes)))
+// checkWatch validates what a watch of room selects: its key prefixes
+// ("" = the whole room) and exact keys, at most MaxPrefixes together, each
+// a valid key, all of them readable with claims; none of either is the
+// whole room. Without the bound one request could make every later event
+// and replay of the room test thousands of prefixes.
+func (s *Server) checkWatch(claims *auth.Claims, room string, prefixes, keys []string) error {
+	if n := len(prefixes) + len(keys); n > s.cfg.MaxPrefixes {
+		return newError(wire.CodeTooLarge, fmt.Sprintf("a watch may name at most %d key prefixes (exact keys count as prefixes), got %d", s.cfg.MaxPrefixes, n))
 	}
 	for _, p := range prefixes {
 		if err := s.checkPrefixParam(p); err != nil {
 			return err
+		}
+	}
+	for _, k := range keys {
+		if err := s.storeLimits().ValidKey(k); err != nil {
+			return newError(wire.CodeInvalidKey, "key: "+err.Error())
+		}
+	}
+	readable := append(slices.Clone(prefixes), keys...)
+	if len(readable) == 0 {
+		readable = []string{""}
+	}
+	for _, p := range readable {
+		if !claims.CanRead(room, p) {
+			return forbiddenRead(room, p)
 		}
 	}
 	return nil

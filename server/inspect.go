@@ -55,6 +55,7 @@ type InspectWatch struct {
 	Sub      uint64   `json:"sub"`
 	Room     string   `json:"room"`
 	Prefixes []string `json:"prefixes"`
+	Keys     []string `json:"keys,omitempty"`   // the exact keys it watches besides
 	Filter   string   `json:"filter,omitempty"` // the sub's filter expression
 	State    string   `json:"state"`
 	Head     uint64   `json:"head"`
@@ -172,7 +173,7 @@ func (c *conn) inspect() (InspectClient, bool) {
 	}
 	for _, s := range subs {
 		st := s.w.Stats()
-		iw := InspectWatch{Sub: s.id, Room: s.room, Prefixes: s.w.Prefixes(),
+		iw := InspectWatch{Sub: s.id, Room: s.room, Prefixes: s.w.Prefixes(), Keys: s.w.Keys(),
 			State: st.State, Head: st.Head, Lag: st.Behind, Queued: st.Queued}
 		if f, ok := s.w.Filter().(fmt.Stringer); ok {
 			iw.Filter = f.String()

@@ -50,18 +50,9 @@ func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 	if err != nil {
 		return err
 	}
-	prefixes := c.QueryParams()["prefix"]
-	if err := s.checkPrefixes(prefixes); err != nil {
+	prefixes, keys := c.QueryParams()["prefix"], c.QueryParams()["key"]
+	if err := s.checkWatch(claims, room, prefixes, keys); err != nil {
 		return err
-	}
-	readable := prefixes
-	if len(readable) == 0 {
-		readable = []string{""} // the whole room
-	}
-	for _, p := range readable {
-		if !claims.CanRead(room, p) {
-			return forbiddenRead(room, p)
-		}
 	}
 	from, err := watchFrom(c)
 	if err != nil {
@@ -73,7 +64,7 @@ func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 	}
 	ctx := c.Request().Context()
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-	w, err := s.engine.Watch(wctx, room, rooms.WatchOptions{Prefixes: prefixes, Filter: f, From: from})
+	w, err := s.engine.Watch(wctx, room, rooms.WatchOptions{Prefixes: prefixes, Keys: keys, Filter: f, From: from})
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {

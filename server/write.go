@@ -118,6 +118,9 @@ func toOp(o wire.TxnOp, session string) (store.Op, error) {
 		if o.Value == nil {
 			return store.Op{}, newError(wire.CodeBadRequest, fmt.Sprintf("put of %q needs a value", o.Key))
 		}
+		if o.Lease == keepLease {
+			return store.Op{Type: store.OpPut, Key: o.Key, Value: o.Value, KeepLease: true}, nil
+		}
 		lease, err := leaseOf(o.Lease, session)
 		if err != nil {
 			return store.Op{}, err
@@ -145,6 +148,13 @@ func opType(o wire.TxnOp) (string, error) {
 	return "", newError(wire.CodeBadRequest, fmt.Sprintf(`unknown txn op %q (want "put" or "del"; or "type": "put" or "delete")`, o.Op))
 }
 
+// keepLease, as a put's lease, keeps the key's current lease binding
+// (none for a key without one, or a new key). The store reads the binding
+// in the write's atomic step. Keeping a binding needs no right on its
+// lease, whoever holds it: it neither lengthens the lease nor binds
+// anything new to it (PROTOCOL.md §7).
+const keepLease = "keep"
+
 // leaseOf resolves the lease a put names. "session" is the writing
 // WebSocket session's own lease (there is none over HTTP); any other id
 // must be a TTL lease, so a write can never bind a key to another
@@ -156,7 +166,7 @@ func leaseOf(l, session string) (string, error) {
 	case l == "session" && session != "":
 		return session, nil
 	}
-	return "", newError(wire.CodeNotFound, fmt.Sprintf(`no lease %q: a put takes a TTL lease id from POST /v1/leases, or "session" over a WebSocket`, l))
+	return "", newError(wire.CodeNotFound, fmt.Sprintf(`no lease %q: a put takes a TTL lease id from POST /v1/leases, "session" over a WebSocket, or "keep"`, l))
 }
 
 // apply checks permissions and leases, asks the validation hook when one

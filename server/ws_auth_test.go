@@ -395,6 +395,11 @@ func TestWSAuthLeaseOwner(t *testing.T) {
 	if l, err := alice.List(ctx, "r", ""); err != nil || len(l.Items) != 1 || l.Items[0].Key != "presence/alice" {
 		t.Fatalf("after bob's attempts: %+v, %v; want alice's key alone", l, err)
 	}
+	// Keeping the binding is not writing under the lease: bob may write
+	// the key (his token grants it) and it still ends with alice's lease.
+	if _, err := bobWS.Put(ctx, "r", "presence/alice", "bob", client.WithLease(client.KeepLease)); err != nil {
+		t.Fatalf("bob's put keeping alice's lease: %v", err)
+	}
 	aliceWS := dial(t, e, &client.Options{Token: alice.Token})
 	if _, err := aliceWS.Put(ctx, "r", "presence/alice2", 1, client.WithLease(id)); err != nil {
 		t.Fatal(err)

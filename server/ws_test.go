@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -1620,4 +1621,156 @@ func testOwnWriteByItsOK(t *testing.T, e *servertest.Node) {
 			}
 		}
 	}
+}
+
+// TestWSPutKeepsLease: a put with "lease":"keep" (WebSocket put or txn
+// op, HTTP put) rewrites a key and keeps it bound to its lease, so the
+// key still ends with its session or TTL lease; on an unleased key it
+// binds none.
+func TestWSPutKeepsLease(t *testing.T) {
+	const grace = 200 * time.Millisecond
+	e := servertest.Start(t, servertest.Options{Server: server.Config{LeaseGrace: grace}})
+	ctx, room := servertest.Context(t), "keep"
+	owner := dialCodec(t, e, "json")
+	if _, err := owner.Put(ctx, room, "presence/me", 0, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.HTTP.GrantLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.HTTP.Put(ctx, room, "games/1", json.RawMessage(`0`), nil, id); err != nil {
+		t.Fatal(err)
+	}
+	keep := client.WithLease(client.KeepLease)
+	for i, codec := range codecs {
+		c := dialCodec(t, e, codec)
+		if _, err := c.Put(ctx, room, "presence/me", i+1, keep); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Txn(ctx, room, nil, []wire.TxnOp{
+			{Type: "put", Key: "games/1", Value: wire.Value(strconv.Itoa(i + 1)), Lease: client.KeepLease},
+			{Type: "put", Key: "plain", Value: wire.Value(`1`), Lease: client.KeepLease}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.HTTP.Put(ctx, room, "presence/me", json.RawMessage(`"http"`), nil, client.KeepLease); err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.HTTP.List(ctx, room, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range l.Items {
+		if it.Lease != (it.Key != "plain") || it.Version == 1 && it.Key != "plain" {
+			t.Fatalf("item %+v: a kept lease was lost or one was bound", it)
+		}
+	}
+	if err := e.HTTP.Revoke(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	owner.CloseNow()
+	for _, key := range []string{"games/1", "presence/me"} {
+		waitFor(t, 5*time.Second, key+"'s delete with its lease", func() bool {
+			_, _, err := e.HTTP.Get(ctx, room, key)
+			return errors.Is(err, client.ErrNotFound)
+		})
+	}
+	if _, _, err := e.HTTP.Get(ctx, room, "plain"); err != nil {
+		t.Fatalf("unleased key: %v", err)
+	}
+}
+
+// TestWSSubExactKeys: a sub with "keys" gets those keys alone (never a
+// key they only start), in its snapshot, live and in a replay on resume,
+// over each codec; over SSE, key= does the same.
+func TestWSSubExactKeys(t *testing.T) {
+	e := servertest.Start(t, servertest.Options{})
+	ctx := servertest.Context(t)
+	writeAll := func(room string, n int) {
+		t.Helper()
+		for _, k := range []string{"games/70", "games/7", "games/7/x", "games/6"} {
+			if _, err := e.HTTP.Put(ctx, room, k, json.RawMessage(strconv.Itoa(n)), nil, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	keysOf := func(m wire.Message) []string {
+		var keys []string
+		for _, it := range m.Items {
+			keys = append(keys, it.Key)
+		}
+		for _, ev := range m.Events {
+			keys = append(keys, ev.Key)
+		}
+		return keys
+	}
+	for _, codec := range codecs {
+		t.Run(codec, func(t *testing.T) {
+			room := "exact-" + codec
+			writeAll(room, 1)
+			c := dialCodec(t, e, codec)
+			sub, err := c.Subscribe(ctx, room, client.SubscribeOptions{Keys: []string{"games/7"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := nextMsg(t, sub)
+			if m.T != wire.TSnapshot || fmt.Sprint(keysOf(m)) != "[games/7]" {
+				t.Fatalf("snapshot %+v: keys %v, want [games/7]", m, keysOf(m))
+			}
+			writeAll(room, 2)
+			m = nextMsg(t, sub)
+			if m.T != wire.TEvents || fmt.Sprint(keysOf(m)) != "[games/7]" || m.Rev != 6 {
+				t.Fatalf("events %+v: keys %v, want [games/7] at 6", m, keysOf(m))
+			}
+			writeAll(room, 3)
+			resumed, err := c.Subscribe(ctx, room, client.SubscribeOptions{Keys: []string{"games/7"}, From: &wire.Position{Epoch: m.Epoch, Rev: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for {
+				m := nextMsg(t, resumed)
+				if m.T == wire.TSynced {
+					break
+				}
+				got = append(got, keysOf(m)...)
+			}
+			if fmt.Sprint(got) != "[games/7 games/7 games/7]" {
+				t.Fatalf("replay sent %v, want games/7's three revisions alone", got)
+			}
+		})
+	}
+	t.Run("sse", func(t *testing.T) {
+		const room = "exact-sse"
+		writeAll(room, 1)
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var got []string
+		err := e.HTTP.WatchWith(wctx, room, client.WatchOptions{Keys: []string{"games/7"}, From: 1}, func(ev client.SSEEvent) error {
+			if ev.Event == "synced" {
+				cancel()
+				return nil
+			}
+			m, err := ev.Message()
+			if err != nil {
+				return err
+			}
+			got = append(got, keysOf(m)...)
+			return nil
+		})
+		if err != nil && wctx.Err() == nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != "[games/7]" {
+			t.Fatalf("SSE replay sent %v, want [games/7]", got)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		c := dialCodec(t, e, "json")
+		var ce *client.Error
+		if _, err := c.Subscribe(ctx, "r", client.SubscribeOptions{Keys: []string{""}}); !errors.As(err, &ce) || ce.Code != wire.CodeInvalidKey {
+			t.Fatalf("an empty exact key: %v, want invalid_key", err)
+		}
+	})
 }

@@ -43,9 +43,18 @@ func plan(w Write, epoch string, head uint64, get func(key string) (KV, bool, er
 		}
 		switch op.Type {
 		case OpPut:
+			if !ok && (op.MustExist || op.KeepValue) {
+				return nil, &KeyNotFoundError{Key: op.Key}
+			}
 			kv := KV{Key: op.Key, Value: op.Value, CreateRev: rev, ModRev: rev, Version: 1, Lease: op.Lease}
 			if ok {
 				kv.CreateRev, kv.Version = cur.CreateRev, cur.Version+1
+				if op.KeepLease {
+					kv.Lease = cur.Lease
+				}
+				if op.KeepValue {
+					kv.Value = cur.Value
+				}
 			}
 			events = append(events, Event{Type: OpPut, KV: kv, Prev: prev, Wid: w.Wid})
 		case OpDelete:
@@ -106,7 +115,8 @@ func fingerprint(w Write) string {
 }
 
 // FingerprintOf identifies w's content for its write id: its conditions
-// and its operations (type, key, value), in order; not its leases, which
+// and its operations (type, key, value, and whether a put keeps its value
+// or must find its key), in order; not its leases (named or kept), which
 // a retry on a new connection may name differently, nor its id or since.
 // 96 bits of SHA-256, in base64url (16 bytes).
 func FingerprintOf(w Write) string {
@@ -124,6 +134,11 @@ func FingerprintOf(w Write) string {
 	}
 	for _, op := range w.Ops {
 		b = append(b[:0], 'o', byte(op.Type))
+		// A put that keeps its value or must find its key is marked 'O'
+		// with its flags; other ops as an older build remembered them.
+		if f := opFlags(op); f != 0 {
+			b = append(b[:0], 'O', byte(op.Type), f)
+		}
 		str([]byte(op.Key))
 		h.Write(b)
 		if op.Type == OpPut {
@@ -134,6 +149,18 @@ func FingerprintOf(w Write) string {
 	}
 	var sum [sha256.Size]byte
 	return base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:12])
+}
+
+// opFlags is what a put's KeepValue and MustExist add to its content.
+func opFlags(op Op) byte {
+	var f byte
+	if op.KeepValue {
+		f |= 1
+	}
+	if op.MustExist {
+		f |= 2
+	}
+	return f
 }
 
 // NewEpoch returns a fresh random epoch id.

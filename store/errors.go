@@ -18,6 +18,8 @@ var (
 	ErrEmptyWrite    = errors.New("store: write has no operations and no conditions")
 	ErrInvalidWid    = errors.New("store: invalid write id")
 	ErrClosed        = errors.New("store: closed")
+	// ErrKeyNotFound matches any *KeyNotFoundError.
+	ErrKeyNotFound = errors.New("store: key not found")
 	// ErrUnavailable: the store could not be reached, so the write was
 	// not sent and nothing was written (unlike a write that failed in
 	// flight, whose outcome is unknown).
@@ -51,6 +53,16 @@ func (e *ConflictError) Error() string {
 }
 
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// KeyNotFoundError reports a put that must find its key (Op.MustExist,
+// Op.KeepValue) and did not. Nothing was written.
+type KeyNotFoundError struct{ Key string }
+
+func (e *KeyNotFoundError) Error() string {
+	return fmt.Sprintf("store: key %q not found (a put keeping its value or lease needs one)", e.Key)
+}
+
+func (e *KeyNotFoundError) Is(target error) bool { return target == ErrKeyNotFound }
 
 // CompactedError reports that a requested revision is no longer retained.
 type CompactedError struct {

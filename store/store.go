@@ -94,6 +94,17 @@ type Op struct {
 	// Lease, on a Put, binds the key to a lease: whoever ends the lease
 	// deletes the key. Opaque to the store, which only keeps it on the KV.
 	Lease string
+	// KeepLease, on a Put, keeps the key's current lease binding instead
+	// of naming one (Lease must be ""): a key bound to none, or created by
+	// the put, is bound to none. The store reads the binding in the
+	// write's atomic step, so a concurrent write cannot make it lose one.
+	KeepLease bool
+	// KeepValue, on a Put, keeps the key's current value (Value must be
+	// empty): the put changes the key's lease only. The key must exist.
+	KeepValue bool
+	// MustExist, on a Put, fails the write with ErrKeyNotFound when the
+	// key does not exist (etcd's ignore_lease and ignore_value).
+	MustExist bool
 }
 
 // Cond makes a Write conditional on the current mod_rev of a key.

@@ -167,7 +167,16 @@ func (l Limits) Validate(room string, w Write) error {
 			if len(op.Value) > l.MaxValueBytes {
 				return fmt.Errorf("%w: %d bytes exceeds the limit of %d", ErrValueTooLarge, len(op.Value), l.MaxValueBytes)
 			}
+			if op.KeepLease && op.Lease != "" {
+				return fmt.Errorf("%w: a put of %q keeps its lease and names one", ErrInvalidOp, op.Key)
+			}
+			if op.KeepValue && len(op.Value) > 0 {
+				return fmt.Errorf("%w: a put of %q keeps its value and gives one", ErrInvalidOp, op.Key)
+			}
 		case OpDelete:
+			if op.KeepLease || op.KeepValue || op.MustExist {
+				return fmt.Errorf("%w: a delete of %q keeps nothing", ErrInvalidOp, op.Key)
+			}
 		default:
 			return fmt.Errorf("%w: unknown op type %d", ErrInvalidOp, op.Type)
 		}

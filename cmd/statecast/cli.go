@@ -29,7 +29,7 @@ var cliUsage = map[string]string{
 	"get":   "statecast get ROOM [KEY] [--prefix P] [--filter EXPR] [--consistency l|s] [-w json]",
 	"put":   "statecast put ROOM KEY VALUE [--if-rev N] [--lease-ttl D] [-w json]",
 	"del":   "statecast del ROOM KEY [--if-rev N] [-w json]",
-	"watch": "statecast watch ROOM [--prefix P]... [--filter EXPR] [--from N] [-v] [-w json]",
+	"watch": "statecast watch ROOM [--prefix P]... [--key K]... [--filter EXPR] [--from N] [-v] [-w json]",
 }
 
 // runClient runs a client command until it is done or, for watch and put
@@ -44,7 +44,7 @@ func runClient(cmd string, args []string, out io.Writer) error {
 type cliFlags struct {
 	url, token, output string
 	filter             string
-	prefixes           flags.List
+	prefixes, keys     flags.List
 	ifRev              optUint
 	leaseTTL           time.Duration
 	from               uint64
@@ -77,6 +77,7 @@ func runClientCtx(ctx context.Context, cmd string, args []string, out, errOut io
 		fs.Var(&f.ifRev, "if-rev", "delete only if the key's mod_rev is N")
 	case "watch":
 		fs.Var(&f.prefixes, "prefix", "watch only keys under this prefix (repeatable)")
+		fs.Var(&f.keys, "key", "watch this exact key, not the keys it starts (repeatable)")
 		fs.StringVar(&f.filter, "filter", "", "watch only the keys whose value passes this CEL expression (keys entering and leaving it live)")
 		fs.Uint64Var(&f.from, "from", 0, "start at revision N: replay what followed, then live (0: current state, then live)")
 		fs.BoolVar(&f.verbose, "v", false, "also print progress marks")
@@ -334,7 +335,7 @@ func (c *cli) watch(ctx context.Context, pos []string) error {
 	if err := c.args(pos, 1, 1, "watch"); err != nil {
 		return err
 	}
-	err := c.h.WatchWith(ctx, pos[0], client.WatchOptions{Prefixes: c.f.prefixes, Filter: c.f.filter, From: c.f.from}, c.printEvent)
+	err := c.h.WatchWith(ctx, pos[0], client.WatchOptions{Prefixes: c.f.prefixes, Keys: c.f.keys, Filter: c.f.filter, From: c.f.from}, c.printEvent)
 	if ctx.Err() != nil {
 		return nil // interrupted: the normal end of a watch
 	}

@@ -266,6 +266,17 @@ func TestCLIWatch(t *testing.T) {
 	if len(lines) != 2 || json.Unmarshal([]byte(lines[0]), &first) != nil || first.ID != "7" || first.Event != "txn" {
 		t.Fatalf("watch -w json printed\n%s", out)
 	}
+
+	// --key: the exact key alone, never the keys it starts.
+	mustRun(t, url, "put", "r", "g/33", "33") // 8
+	out, _, stop = startCLI(t, url, "watch", "--from", "1", "r", "--key", "g/3", "-v")
+	waitFor(t, out, "SYNCED")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if want := "7 PUT g/3 = 3\n8 SYNCED\n"; out.String() != want {
+		t.Fatalf("watch --key g/3 printed\n%s\nwant\n%s", out, want)
+	}
 }
 
 // TestCLIWatchFilter: watch --filter prints the filtered view: keys

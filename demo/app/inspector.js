@@ -33,7 +33,7 @@ function clientRows(c) {
     h('td', {}, i ? '' : c.subject || 'anonymous'),
     h('td', { class: 'muted' }, i ? '' : c.codec.replace('statecast.', '')),
     h('td', { class: 'mono' }, w ? w.room : 'no watches'),
-    h('td', { class: 'mono' }, w ? w.prefixes.map((p) => p || '(all)').join(' ') : '',
+    h('td', { class: 'mono' }, w ? [...w.prefixes.map((p) => p || '(all)'), ...(w.keys ?? []).map((k) => `=${k}`)].join(' ') : '', // =key: an exact key
       w?.filter ? h('div', { class: 'muted filter-text', 'data-testid': 'watch-filter' }, `where ${w.filter}`) : null),
     h('td', {}, w ? h('span', { class: 'state', 'data-state': w.state }, w.state) : ''),
     h('td', { class: 'num' }, w ? h('span', { class: w.lag ? 'lagN' : 'lag0' }, String(w.lag)) : ''),

@@ -262,7 +262,7 @@ function persist(opts = {}) {
   const views = /* @__PURE__ */ new Map();
   const watches = /* @__PURE__ */ new Set();
   const flushes = /* @__PURE__ */ new Set();
-  const vkey = (w) => `${part}v\0${w.room}\0${w.prefixes.join("")}\0${w.where ?? ""}`;
+  const vkey = (w) => `${part}v\0${w.room}\0${w.exact ? "=" : ""}${w.prefixes.join("")}\0${w.where ?? ""}`;
   const later = (fn) => {
     let t;
     const run = () => {

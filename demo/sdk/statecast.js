@@ -626,13 +626,12 @@ var Room = class {
     this.name = name;
   }
   /**
-   * Watches the keys under `prefixes` (none: the whole room), with `where`
-   * only those a filter selects. The watch starts with a snapshot, then
+   * Watches the keys under `prefixes` (none: the whole room), with `exact`
+   * those keys alone, with `where` only those a filter selects. The watch starts with a snapshot, then
    * follows every change; it survives reconnects. Close it when done.
    */
   watch(prefixes, opts = {}) {
-    const list2 = prefixes === void 0 ? [] : typeof prefixes === "string" ? [prefixes] : [...prefixes];
-    return this.client._watch(this.name, list2, opts.where);
+    return this.client._watch(this.name, [prefixes ?? []].flat(), opts);
   }
   /**
    * Writes `value` (a JSON value: see {@link InvalidValueError} for what is
@@ -640,7 +639,7 @@ var Room = class {
    * a rejection with a typed error.
    */
   put(key, value, opts = {}) {
-    return this.write(() => (checkValue(value, "value"), { t: "put", key, value, if_rev: opts.ifModRev, lease: opts.lease }), opts);
+    return this.write(() => (checkValue(value, "value"), { t: "put", key, value, if_rev: opts.ifModRev, lease: lease(opts.lease) }), opts);
   }
   /** Deletes `key`. Deleting a missing key writes nothing and resolves with the current revision. */
   delete(key, opts = {}) {
@@ -651,7 +650,7 @@ var Room = class {
     return this.write(() => {
       if (!Array.isArray(txn?.ops)) throw new InvalidValueError("txn.ops", "not an array");
       const ops = txn.ops.map(
-        (o, i) => o.type === "put" ? (checkValue(o.value, `txn.ops[${i}].value`), { type: "put", key: o.key, value: o.value, lease: o.lease }) : { type: "delete", key: o.key }
+        (o, i) => o.type === "put" ? (checkValue(o.value, `txn.ops[${i}].value`), { type: "put", key: o.key, value: o.value, lease: lease(o.lease) }) : { type: "delete", key: o.key }
       );
       const conds = txn.if?.map((c) => ({ key: c.key, mod_rev: c.modRev }));
       return { t: "txn", if: conds, ops };
@@ -701,12 +700,13 @@ function checkValue(v, path, seen = []) {
   }
   throw new InvalidValueError(path, v === void 0 ? "undefined" : `a ${typeof v}`);
 }
+var lease = (l = "keep") => l;
 
 // src/watch.ts
 var shownOps = /* @__PURE__ */ new WeakMap();
 var Watch = class extends Emitter {
   /** @internal Use `room.watch()`. */
-  constructor(owner, room, prefixes, where) {
+  constructor(owner, room, prefixes, { where, exact }) {
     super();
     this.owner = owner;
     this.st = "pending";
@@ -727,6 +727,7 @@ var Watch = class extends Emitter {
     this._retries = 0;
     this.room = room;
     this.prefixes = prefixes;
+    this.exact = exact;
     this.where = where;
   }
   /** The watch's status. */
@@ -803,7 +804,7 @@ var Watch = class extends Emitter {
   }
   /** @internal Whether the watch's prefixes cover `key`. */
   _covers(key) {
-    return !this.prefixes.length || this.prefixes.some((p) => key.startsWith(p));
+    return !this.prefixes.length || this.prefixes.some((p) => this.exact ? key == p : key.startsWith(p));
   }
   /**
    * @internal The keys of `ops` (a write's) whose settling needs no event on
@@ -814,7 +815,7 @@ var Watch = class extends Emitter {
    */
   _silent(ops) {
     const mine = ops.filter((o) => this._covers(o.key));
-    if (this.where !== void 0 || mine.length && mine.every((o) => o.type === "delete")) return mine.map((o) => o.key);
+    if (this.where || mine.length && mine.every((o) => o.type === "delete")) return mine.map((o) => o.key);
     return void 0;
   }
   /** @internal The confirmed entry of `key`, without pending writes. */
@@ -825,9 +826,12 @@ var Watch = class extends Emitter {
   _local(keys, cause) {
     if (this.st !== "closed") this.deliver(this.update(keys, this.r, cause), this.r, cause);
   }
-  /** @internal Where a new subscription resumes (undefined: ask for a snapshot). */
-  _position() {
-    return this.started ? { epoch: this.ep, rev: this.r + 1 } : void 0;
+  /**
+   * @internal The request of subscription `id`: it resumes where the view
+   * is, or asks for a snapshot. Empty prefixes (or keys) are the whole room.
+   */
+  _req(id) {
+    return { t: "sub", id, room: this.room, [this.exact ? "keys" : "prefixes"]: this.prefixes, filter: this.where, from: this.started ? { epoch: this.ep, rev: this.r + 1 } : void 0 };
   }
   /** @internal A subscription was sent with id `sub`. */
   _subscribed(sub) {
@@ -918,7 +922,7 @@ var Watch = class extends Emitter {
       keys.push(ev.key);
       if (ev.wid) {
         const w = wids.get(ev.wid) ?? { rev: 0, keys: [] };
-        w.rev = Math.max(w.rev, ev.mod_rev);
+        w.rev = ev.mod_rev;
         w.keys.push(ev.key);
         wids.set(ev.wid, w);
       }
@@ -944,7 +948,7 @@ var Watch = class extends Emitter {
   }
   /** Why `key` is no longer shown: on a filtered watch it left the view, unless this client's pending write deletes it. */
   gone(key) {
-    return this.where !== void 0 && this.owner._overlay(this.room, key)?.type !== "delete" ? "leave" : "delete";
+    return this.where && this.owner._overlay(this.room, key)?.type !== "delete" ? "leave" : "delete";
   }
   /**
    * What `key` shows: the last pending write of it over the confirmed entry.
@@ -955,10 +959,10 @@ var Watch = class extends Emitter {
   shown(key) {
     const op = this.owner._overlay(this.room, key);
     const b = this._base.get(key);
-    if (!op || this.where !== void 0 && !b) return b;
+    if (!op || this.where && !b) return b;
     if (op.type === "delete") return void 0;
     let e = shownOps.get(op);
-    if (!e) shownOps.set(op, e = Object.freeze({ key, value: op.value, createRev: b?.createRev ?? 0, modRev: b?.modRev ?? 0, version: b?.version ?? 0, lease: !!op.lease, pending: true }));
+    if (!e) shownOps.set(op, e = Object.freeze({ key, value: op.value, createRev: b?.createRev ?? 0, modRev: b?.modRev ?? 0, version: b?.version ?? 0, lease: !!(op.lease == "keep" ? b?.lease : op.lease), pending: true }));
     return e;
   }
   deliver(changes, rev, cause) {
@@ -1184,8 +1188,8 @@ var Client = class extends Emitter {
     }
   }
   /** @internal Creates a watch (Room.watch). */
-  _watch(room, prefixes, where) {
-    const w = new Watch(this, room, prefixes, where);
+  _watch(room, prefixes, opts) {
+    const w = new Watch(this, room, prefixes, opts);
     w._local(this.writes.keys(room), "local");
     this.o.persist?.watch(w);
     this.watches.add(w);
@@ -1308,7 +1312,7 @@ var Client = class extends Emitter {
   subscribe(w) {
     if (this.st !== "connected") return;
     const id = this.nextId++;
-    const frame = this.codec.encode({ t: "sub", id, room: w.room, prefixes: w.prefixes.length ? w.prefixes : void 0, filter: w.where, from: w._position() });
+    const frame = this.codec.encode(w._req(id));
     this.subs.set(id, w);
     w._subscribed(id);
     const fail = (e) => {
@@ -1423,11 +1427,7 @@ var Client = class extends Emitter {
         w._sub = 0;
         return this.resubscribeLater(w);
       }
-      case "snapshot":
-      case "events":
-      case "coalesced":
-      case "synced":
-      case "progress":
+      default:
         return this.subs.get(m.s)?._apply(m);
     }
   }

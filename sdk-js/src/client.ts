@@ -15,7 +15,7 @@ import {
 } from './errors.js';
 import { Writes, type Op, type Write } from './pending.js';
 import type { ServerMessage, SubMessage } from './protocol.js';
-import { Room, type WriteOptions, type WriteResult } from './room.js';
+import { Room, type WatchOptions, type WriteOptions, type WriteResult } from './room.js';
 import type {
   ClientEvents,
   ClientOptions,
@@ -236,8 +236,8 @@ export class Client extends Emitter<ClientEvents> {
   }
 
   /** @internal Creates a watch (Room.watch). */
-  _watch<V>(room: string, prefixes: string[], where?: string): Watch<V> {
-    const w = new Watch<V>(this, room, prefixes, where);
+  _watch<V>(room: string, prefixes: string[], opts: WatchOptions): Watch<V> {
+    const w = new Watch<V>(this, room, prefixes, opts);
     w._local(this.writes.keys(room), 'local');
     this.o.persist?.watch(w);
     this.watches.add(w);
@@ -380,7 +380,7 @@ export class Client extends Emitter<ClientEvents> {
   private subscribe(w: Watch<any>): void {
     if (this.st !== 'connected') return;
     const id = this.nextId++;
-    const frame = this.codec.encode({ t: 'sub', id, room: w.room, prefixes: w.prefixes.length ? w.prefixes : undefined, filter: w.where, from: w._position() });
+    const frame = this.codec.encode(w._req(id));
     this.subs.set(id, w);
     w._subscribed(id);
     const fail = (e: StatecastError) => {
@@ -502,11 +502,7 @@ export class Client extends Emitter<ClientEvents> {
         w._sub = 0;
         return this.resubscribeLater(w);
       }
-      case 'snapshot':
-      case 'events':
-      case 'coalesced':
-      case 'synced':
-      case 'progress':
+      default: // a subscription's (snapshot, events, coalesced, synced, progress): Watch._apply ignores another type
         return this.subs.get(m.s!)?._apply(m as SubMessage);
     }
   }

@@ -29,7 +29,7 @@ export type {
 } from './types.js';
 export type { WriteOp } from './pending.js';
 export { Room } from './room.js';
-export type { WatchOptions, WriteResult, WriteOptions, PutOptions, DeleteOptions, Txn, TxnOp } from './room.js';
+export type { WatchOptions, WriteResult, WriteOptions, PutOptions, Lease, DeleteOptions, Txn, TxnOp } from './room.js';
 export { Watch } from './watch.js';
 export type { Entry, ChangeEvent, ChangeBatch, ChangeCause, SyncEvent, WatchStatus, WatchEvents } from './watch.js';
 export { Presence, PRESENCE_PREFIX } from './presence.js';

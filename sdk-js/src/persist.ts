@@ -82,7 +82,7 @@ export function persist(opts: PersistOptions = {}): Persistence {
   const views = new Map<string, SavedView>();
   const watches = new Set<Watch<any>>();
   const flushes = new Set<() => void>();
-  const vkey = (w: Watch<any>) => `${part}v\0${w.room}\0${w.prefixes.join('\u0001')}\0${w.where ?? ''}`;
+  const vkey = (w: Watch<any>) => `${part}v\0${w.room}\0${w.exact ? '=' : ''}${w.prefixes.join('\u0001')}\0${w.where ?? ''}`;
 
   /** Calls `fn` at most once per `delay`; `flushes` runs the pending ones now (page hidden). */
   const later = (fn: () => void) => {

@@ -16,7 +16,7 @@
  * Nothing connects or subscribes during render: the provider connects in an
  * effect, and a hook's server subscription is taken when React subscribes
  * (an effect). Server rendering renders the loading state. Subscriptions are
- * shared per (room, prefix) and counted; the last release ends one only
+ * shared per (room, prefix or exact key, filter) and counted; the last release ends one only
  * after `lingerMs`, so StrictMode's subscribe → unsubscribe → subscribe (and
  * a quick remount) never reaches the server.
  * @packageDocumentation
@@ -162,8 +162,9 @@ export interface RoomHooks<W, R> {
   useWatch<P extends string, T>(prefix: P, select: (entries: readonly Entry<ValuesUnder<R, P>>[]) => T, isEqual?: (a: T, b: T) => boolean): T | undefined;
   /**
    * The entry at `key` (the same object while the key is unchanged), null
-   * when absent, undefined while loading. It subscribes to `key` as a prefix:
-   * for many keys, `useWatch` their common prefix instead.
+   * when absent, undefined while loading. It subscribes to `key` alone (an
+   * exact-key watch: never `key` + anything): for many keys, `useWatch`
+   * their common prefix instead.
    */
   useEntry<K extends string>(key: K): Entry<ValueAt<R, K>> | null | undefined;
   /**
@@ -209,7 +210,7 @@ export function createRoomHooks<W, R>(type: RoomType<W, R>): RoomHooks<W, R> {
     },
     useEntry(key: string) {
       const read = useCallback((w: Watch<unknown>) => type.view(w).entry(key) ?? null, [key]);
-      return useSyncExternalStore(...useWatchStore(key, read), serverSnapshot);
+      return useSyncExternalStore(...useWatchStore(key, read, undefined, true), serverSnapshot);
     },
   } as RoomHooks<W, R>;
 }
@@ -220,21 +221,21 @@ export function createRoomHooks<W, R>(type: RoomType<W, R>): RoomHooks<W, R> {
  * component holds it), and its error thrown if the server refused it before
  * it had one.
  */
-function useWatchStore<T>(prefix: string, read: (w: Watch<unknown>) => T, where?: string): [(cb: () => void) => () => void, () => T | undefined] {
+function useWatchStore<T>(prefix: string, read: (w: Watch<unknown>) => T, where?: string, exact?: boolean): [(cb: () => void) => () => void, () => T | undefined] {
   const room = useRoom();
   const { lingerMs } = useClientContext();
   const subscribe = useCallback(
     (cb: () => void) => {
-      const [w, release] = hold(room, prefix, lingerMs, where);
+      const [w, release] = hold(room, prefix, lingerMs, where, exact);
       return all([w.on('changes', cb), w.on('status', cb), release]);
     },
-    [room, prefix, where, lingerMs],
+    [room, prefix, where, lingerMs, exact],
   );
   const get = useCallback(() => {
-    const w = peek(room, prefix, where);
+    const w = peek(room, prefix, where, exact);
     if (w && !loaded(w) && w.error) throw w.error;
     return w && loaded(w) ? read(w) : undefined;
-  }, [room, prefix, where, read]);
+  }, [room, prefix, where, read, exact]);
   return [subscribe, get];
 }
 
@@ -408,9 +409,12 @@ interface Held {
 
 const held = new WeakMap<Room, Map<string, Held>>();
 
-/** The name a watch of `prefix` filtered by `where` is held under: never PRESENCE, never another prefix's. */
-function heldName(name: string, where: string | undefined): string {
-  return where === undefined ? name : `${name}\0?${where}`;
+/**
+ * The name a watch of `prefix` filtered by `where` (or of the exact key) is
+ * held under: never PRESENCE, never another prefix's or key's.
+ */
+function heldName(name: string, where: string | undefined, exact?: boolean): string {
+  return (exact ? '\0=' : '') + (where === undefined ? name : `${name}\0?${where}`);
 }
 
 /**
@@ -419,12 +423,12 @@ function heldName(name: string, where: string | undefined): string {
  * reference meanwhile keeps it: the server never sees a subscription end
  * and start again for StrictMode's double mount or a quick remount.
  */
-function hold<N extends HeldName>(room: Room, name: N, lingerMs: number, where?: string): [Holdable<N>, () => void] {
+function hold<N extends HeldName>(room: Room, name: N, lingerMs: number, where?: string, exact?: boolean): [Holdable<N>, () => void] {
   const byName = cached(held, room, () => new Map<string, Held>());
-  const key = heldName(name, where);
+  const key = heldName(name, where, exact);
   const h: Held = cached(byName, key, () => {
     if (name === PRESENCE) return { value: room.presence(), refs: 0 };
-    const w = room.watch(name, { where });
+    const w = room.watch(name, { where, exact });
     w.on('sync', (ev) => syncs.set(w, ev)); // before the hooks' listeners: useSync reads it
     return { value: w, refs: 0 };
   });
@@ -445,6 +449,6 @@ function hold<N extends HeldName>(room: Room, name: N, lingerMs: number, where?:
 }
 
 /** What hold() holds now, without taking it (for reading during render). */
-function peek<N extends HeldName>(room: Room, name: N, where?: string): Holdable<N> | undefined {
-  return held.get(room)?.get(heldName(name, where))?.value as Holdable<N> | undefined;
+function peek<N extends HeldName>(room: Room, name: N, where?: string, exact?: boolean): Holdable<N> | undefined {
+  return held.get(room)?.get(heldName(name, where, exact))?.value as Holdable<N> | undefined;
 }

@@ -21,6 +21,11 @@ export interface WatchOptions {
    * cannot compile closes the watch with {@link InvalidFilterError}.
    */
   where?: string;
+  /**
+   * The strings are exact keys, not prefixes: `room.watch('games/7', { exact: true })`
+   * holds `games/7` alone, never `games/70` nor `games/7/x` (the server sends it nothing else).
+   */
+  exact?: boolean;
 }
 
 /** Options of every write. */
@@ -41,12 +46,17 @@ export interface PutOptions extends WriteOptions {
   /** Apply only if the key's current `mod_rev` is this (0: the key must not exist); else ConflictError. */
   ifModRev?: number;
   /**
-   * Bind the key to a lease: `'session'` deletes it shortly after this
-   * client's session ends (its socket closed and not resumed within the
-   * server's lease grace); another string is a TTL lease id from the HTTP API.
+   * The key's lease. By default (`'keep'`) a put keeps whatever lease the key
+   * is bound to (none for a new key). `'session'` binds it to this client's
+   * session: it is deleted shortly after the session ends (its socket closed
+   * and not resumed within the server's lease grace); another string is a TTL
+   * lease id from the HTTP API; `null` unbinds the key from its lease.
    */
-  lease?: 'session' | (string & {});
+  lease?: Lease;
 }
+
+/** A put's lease: see {@link PutOptions.lease}. */
+export type Lease = 'keep' | 'session' | null | (string & {});
 
 /** Options of a delete. */
 export interface DeleteOptions extends WriteOptions {
@@ -56,7 +66,7 @@ export interface DeleteOptions extends WriteOptions {
 
 /** One operation of a transaction. */
 export type TxnOp =
-  | { type: 'put'; key: string; value: unknown; lease?: 'session' | (string & {}) }
+  | { type: 'put'; key: string; value: unknown; lease?: Lease }
   | { type: 'delete'; key: string };
 
 /** A transaction: all of `ops` at one revision, if every condition holds. */
@@ -84,13 +94,12 @@ export class Room {
   }
 
   /**
-   * Watches the keys under `prefixes` (none: the whole room), with `where`
-   * only those a filter selects. The watch starts with a snapshot, then
+   * Watches the keys under `prefixes` (none: the whole room), with `exact`
+   * those keys alone, with `where` only those a filter selects. The watch starts with a snapshot, then
    * follows every change; it survives reconnects. Close it when done.
    */
   watch<V = unknown>(prefixes?: string | readonly string[], opts: WatchOptions = {}): Watch<V> {
-    const list = prefixes === undefined ? [] : typeof prefixes === 'string' ? [prefixes] : [...prefixes];
-    return this.client._watch<V>(this.name, list, opts.where);
+    return this.client._watch<V>(this.name, [prefixes ?? []].flat(), opts); // a copy: the caller's array may change
   }
 
   /**
@@ -99,7 +108,7 @@ export class Room {
    * a rejection with a typed error.
    */
   put(key: string, value: unknown, opts: PutOptions = {}): Promise<WriteResult> {
-    return this.write(() => (checkValue(value, 'value'), { t: 'put', key, value, if_rev: opts.ifModRev, lease: opts.lease }), opts);
+    return this.write(() => (checkValue(value, 'value'), { t: 'put', key, value, if_rev: opts.ifModRev, lease: lease(opts.lease) }), opts);
   }
 
   /** Deletes `key`. Deleting a missing key writes nothing and resolves with the current revision. */
@@ -112,7 +121,7 @@ export class Room {
     return this.write(() => {
       if (!Array.isArray(txn?.ops)) throw new InvalidValueError('txn.ops', 'not an array');
       const ops = txn.ops.map((o, i) =>
-        o.type === 'put' ? (checkValue(o.value, `txn.ops[${i}].value`), { type: 'put', key: o.key, value: o.value, lease: o.lease }) : { type: 'delete', key: o.key },
+        o.type === 'put' ? (checkValue(o.value, `txn.ops[${i}].value`), { type: 'put', key: o.key, value: o.value, lease: lease(o.lease) }) : { type: 'delete', key: o.key },
       );
       const conds = txn.if?.map((c) => ({ key: c.key, mod_rev: c.modRev }));
       return { t: 'txn', if: conds, ops };
@@ -172,3 +181,6 @@ export function checkValue(v: unknown, path: string, seen: object[] = []): void 
   }
   throw new InvalidValueError(path, v === undefined ? 'undefined' : `a ${typeof v}`);
 }
+
+/** What a put sends as its lease: the key's own unless told (`null` unbinds it: the server reads null as no lease). */
+const lease = (l: Lease = 'keep') => l;

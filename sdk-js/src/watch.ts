@@ -1,6 +1,7 @@
 import { Emitter } from './emitter.js';
 import { NotConnectedError, StatecastError } from './errors.js';
 import type { Op } from './pending.js';
+import type { WatchOptions } from './room.js';
 import type { SubMessage, WireEvent, WireItem } from './protocol.js';
 
 /** A key with its value and revisions (etcd's KeyValue). */
@@ -136,8 +137,10 @@ const shownOps = new WeakMap<Op, Entry<any>>();
 export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   /** The room watched. */
   readonly room: string;
-  /** Key prefixes watched (empty: the whole room). */
+  /** Key prefixes watched (empty: the whole room); with `exact`, the keys watched. */
   readonly prefixes: readonly string[];
+  /** Whether `prefixes` are exact keys (`room.watch`'s `exact`). */
+  readonly exact: boolean | undefined;
   /** The filter the server applies (`where` of `room.watch`), if any. */
   readonly where: string | undefined;
   private st: WatchStatus = 'pending';
@@ -166,11 +169,12 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     private readonly owner: WatchOwner,
     room: string,
     prefixes: readonly string[],
-    where?: string,
+    { where, exact }: WatchOptions,
   ) {
     super();
     this.room = room;
     this.prefixes = prefixes;
+    this.exact = exact;
     this.where = where;
   }
 
@@ -251,7 +255,7 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
 
   /** @internal Whether the watch's prefixes cover `key`. */
   _covers(key: string): boolean {
-    return !this.prefixes.length || this.prefixes.some((p) => key.startsWith(p));
+    return !this.prefixes.length || this.prefixes.some((p) => (this.exact ? key == p : key.startsWith(p)));
   }
 
   /**
@@ -263,7 +267,7 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
    */
   _silent(ops: readonly Op[]): string[] | undefined {
     const mine = ops.filter((o) => this._covers(o.key));
-    if (this.where !== undefined || (mine.length && mine.every((o) => o.type === 'delete'))) return mine.map((o) => o.key);
+    if (this.where || (mine.length && mine.every((o) => o.type === 'delete'))) return mine.map((o) => o.key);
     return undefined;
   }
 
@@ -277,9 +281,12 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
     if (this.st !== 'closed') this.deliver(this.update(keys, this.r, cause), this.r, cause);
   }
 
-  /** @internal Where a new subscription resumes (undefined: ask for a snapshot). */
-  _position(): { epoch: string; rev: number } | undefined {
-    return this.started ? { epoch: this.ep!, rev: this.r + 1 } : undefined;
+  /**
+   * @internal The request of subscription `id`: it resumes where the view
+   * is, or asks for a snapshot. Empty prefixes (or keys) are the whole room.
+   */
+  _req(id: number): object {
+    return { t: 'sub', id, room: this.room, [this.exact ? 'keys' : 'prefixes']: this.prefixes, filter: this.where, from: this.started ? { epoch: this.ep!, rev: this.r + 1 } : undefined };
   }
 
   /** @internal A subscription was sent with id `sub`. */
@@ -383,7 +390,7 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
       keys.push(ev.key);
       if (ev.wid) {
         const w = wids.get(ev.wid) ?? { rev: 0, keys: [] };
-        w.rev = Math.max(w.rev, ev.mod_rev);
+        w.rev = ev.mod_rev; // events come sorted by mod_rev (PROTOCOL.md §5): the last is the latest
         w.keys.push(ev.key);
         wids.set(ev.wid, w);
       }
@@ -412,7 +419,7 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
 
   /** Why `key` is no longer shown: on a filtered watch it left the view, unless this client's pending write deletes it. */
   private gone(key: string): 'delete' | 'leave' {
-    return this.where !== undefined && this.owner._overlay(this.room, key)?.type !== 'delete' ? 'leave' : 'delete';
+    return this.where && this.owner._overlay(this.room, key)?.type !== 'delete' ? 'leave' : 'delete';
   }
 
   /**
@@ -424,10 +431,10 @@ export class Watch<V = unknown> extends Emitter<WatchEvents<V>> {
   private shown(key: string): Entry<V> | undefined {
     const op = this.owner._overlay(this.room, key);
     const b = this._base.get(key);
-    if (!op || (this.where !== undefined && !b)) return b;
+    if (!op || (this.where && !b)) return b; // (an empty filter is none: the server sends every key)
     if (op.type === 'delete') return undefined;
     let e = shownOps.get(op);
-    if (!e) shownOps.set(op, (e = Object.freeze({ key, value: op.value, createRev: b?.createRev ?? 0, modRev: b?.modRev ?? 0, version: b?.version ?? 0, lease: !!op.lease, pending: true as const })));
+    if (!e) shownOps.set(op, (e = Object.freeze({ key, value: op.value, createRev: b?.createRev ?? 0, modRev: b?.modRev ?? 0, version: b?.version ?? 0, lease: !!(op.lease == 'keep' ? b?.lease : op.lease), pending: true as const })));
     return e;
   }
 

@@ -349,7 +349,7 @@ test('client: ready() resolves when connected; room() is cached; one socket serv
     c.room('b').watch(['x/', 'y/']);
     const s1 = await conn.next('sub');
     const s2 = await conn.next('sub');
-    assert.deepEqual([s1.room, s1.prefixes, s2.room, s2.prefixes], ['a', undefined, 'b', ['x/', 'y/']]);
+    assert.deepEqual([s1.room, s1.prefixes, s2.room, s2.prefixes], ['a', [], 'b', ['x/', 'y/']], 'no prefixes: [], the whole room');
     assert.notEqual(s1.id, s2.id);
     assert.equal(srv.conns.length, 1);
   } finally {

@@ -189,6 +189,46 @@ test('integration: presence join, update and leave across two clients (JSON and 
   assert.equal(pa.others.size, 0);
 });
 
+for (const [name, codec] of codecs) {
+  test(`integration (${name}): room.put keeps a session-leased key bound (deleted when that session ends); lease null unbinds`, async () => {
+    const a = client({ codec });
+    const b = client({ codec });
+    const room = roomName('keep:');
+    await a.room(room).put('presence/a', { typing: false }, { lease: 'session' });
+    await a.room(room).put('games/a', 1, { lease: 'session' });
+    const wb = b.room(room).watch();
+    await wb.ready();
+    // Rewritten by a plain put, by the session's own client and by another one, in a txn too.
+    await a.room(room).put('presence/a', { typing: true });
+    await b.room(room).put('presence/a', { typing: 'b' });
+    await b.room(room).txn({ ops: [{ type: 'put', key: 'games/a', value: 2 }, { type: 'put', key: 'plain', value: 1 }] });
+    await b.room(room).put('games/a', 3, { lease: null });
+    await until(() => wb.get('games/a') === 3, 'the writes');
+    assert.equal(wb.entry('presence/a')?.lease, true, 'still bound after plain puts');
+    assert.equal(wb.entry('games/a')?.lease, false, 'lease null unbound it');
+    assert.equal(wb.entry('plain')?.lease, false, 'a new key bound to none');
+    a.close(); // its session ends after the grace: the kept key with it
+    await until(() => !wb.has('presence/a'), 'the kept key deleted with its session', 5000);
+    assert.ok(wb.has('games/a') && wb.has('plain'), 'the unbound keys stay');
+  });
+}
+
+test('integration: a watch of an exact key (useEntry) never receives the keys it starts', async () => {
+  const a = client();
+  const room = roomName('exact:');
+  const r = a.room(room);
+  await r.put('games/70', 0);
+  await r.put('games/7', 0);
+  const w = r.watch('games/7', { exact: true });
+  const seen = record(w, 'change');
+  await w.ready();
+  await r.txn({ ops: [{ type: 'put', key: 'games/7/x', value: 1 }, { type: 'put', key: 'games/7', value: 1 }, { type: 'put', key: 'games/71', value: 1 }] });
+  await r.put('games/70', 2);
+  await r.put('games/7', 2, { waitFor: w });
+  assert.deepEqual([...w.entries()].map((e) => e.key), ['games/7']);
+  assert.ok(seen.length >= 3 && seen.every((c) => c.key === 'games/7'), `changes of ${seen.map((c) => c.key)}`);
+});
+
 test('integration: a session-leased entry survives a quick reconnect and ends after the grace', async () => {
   const ctl = controlledWebSocket();
   const a = client({ WebSocket: ctl.WebSocket });

@@ -90,8 +90,8 @@ test('optimistic: a conflict rolls back to the confirmed state, a remote change 
     assert.deepEqual(
       rollbacks.map((r) => [r.room, r.keys, r.ops, r.error]),
       [
-        ['doc', ['k'], [{ type: 'put', key: 'k', value: 'A', lease: undefined }], e1],
-        ['doc', ['k'], [{ type: 'put', key: 'k', value: 'C', lease: undefined }], e2],
+        ['doc', ['k'], [{ type: 'put', key: 'k', value: 'A', lease: 'keep' }], e1],
+        ['doc', ['k'], [{ type: 'put', key: 'k', value: 'C', lease: 'keep' }], e2],
       ],
     );
     assert.equal(rollbacks[0]!.wid, m1.wid);

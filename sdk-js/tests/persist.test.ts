@@ -79,6 +79,7 @@ test('persist: writes queued offline survive the page and are sent by the next o
   assert.deepEqual([v.get('a'), v.get('taken')], [1, 'theirs']);
   assert.equal((rollbacks[0] as RollbackEvent).error.code, 'conflict');
   assert.deepEqual(lose.sent.filter((m) => m.wid).map((m) => m.wid), wids, 'sent with their original write ids');
+  assert.ok(lose.sent.filter((m) => m.wid).every((m) => m.lease === 'keep'), 'a kept put keeps the key\'s lease, as when it was made');
   // Exactly once: the put of `a` made one revision.
   assert.equal(v.entry('a')!.version, 1);
   await until(() => ![...storage.m.keys()].some((k) => k.includes('\0w\0')), 'nothing left to send');

@@ -34,7 +34,7 @@ test('react typed: useWatch and useEntry of a typed room leave out what the sche
     }
     const m = mount(tree(c, [h(Todos, { key: 'a' }), h(Bad, { key: 'b' })]));
     const snapshot = async (prefix: string, items: unknown[]) => {
-      const sub = await conn.next('sub', (m) => m.prefixes?.[0] === prefix);
+      const sub = await conn.next('sub', (m) => (m.prefixes ?? m.keys)?.[0] === prefix); // useEntry's is of keys
       conn.send({ t: 'ok', id: sub.id }, { t: 'snapshot', s: sub.id, epoch: 'e1', rev: 2, reason: 'initial', items });
     };
     await snapshot('todo/', [item('todo/1', { text: 'milk', done: false }, 1), item('todo/2', { text: 2 }, 2)]);

@@ -141,7 +141,7 @@ test('react: snapshots keep their identity — a component re-renders only when 
       c,
       room,
       h(probe(() => useEntry('todo/1'), entries)),
-      h(probe(() => useWatch('todo/1'), under1)), // the same watch as useEntry('todo/1')
+      h(probe(() => useWatch('todo/1'), under1)), // a prefix: todo/1 and todo/10
       h(probe(() => useWatch('todo/', keysOf, sameKeys), keys)),
       h(probe(() => useWatch('todo/'), all)), // the same watch as the keys
     ),
@@ -151,7 +151,7 @@ test('react: snapshots keep their identity — a component re-renders only when 
   const listed = last(all)![0];
   assert.equal(entry.value, 'milk');
 
-  // todo/10 is under todo/1 (the entry's watch) but is not the entry: it does not re-render.
+  // todo/10 is under the prefix todo/1, not the entry's key: the entry does not re-render.
   const entryRenders = entries.length;
   await c.room(room).put('todo/10', 'a');
   await until(() => last(under1)?.length === 2 && last(all)?.length === 2, 'todo/10 shown');
@@ -165,6 +165,38 @@ test('react: snapshots keep their identity — a component re-renders only when 
   assert.equal(keys.length, keyRenders, 'the keys did not re-render');
   assert.equal(last(all)![0], listed, 'the unchanged entry is the same object in the new list');
   assert.equal(last(entries), entry);
+  m.unmount();
+});
+
+test('react: useEntry watches its key alone — never games/70 — and two components share one exact-key subscription (StrictMode)', async () => {
+  const frames: string[] = [];
+  class Recording extends WebSocket {
+    constructor(url: string, protocols?: string | string[]) {
+      super(url, protocols);
+      this.on('message', (d) => frames.push(String(d)));
+    }
+  }
+  const c = createClient({ url: srv.ws, WebSocket: Recording as unknown as typeof WebSocket, sessionStore: false });
+  clients.push(c);
+  const room = roomName();
+  await c.room(room).put('games/70', 'other');
+  await c.room(room).put('games/7', 'mine');
+  const a: (Entry | null | undefined)[] = [];
+  const b: (Entry | null | undefined)[] = [];
+  const m = mount(tree(c, room, h(probe(() => useEntry('games/7'), a)), h(probe(() => useEntry('games/7'), b))));
+  await until(() => last(a)?.value === 'mine' && last(b)?.value === 'mine', 'loaded');
+  const watches = await watchesOf(c, room);
+  assert.deepEqual(
+    watches.map((w) => [w.prefixes, (w as { keys?: string[] }).keys]),
+    [[[], ['games/7']]],
+    'one subscription, of the key games/7',
+  );
+  await c.room(room).put('games/70', 'other 2');
+  await c.room(room).put('games/7/x', 'under');
+  await c.room(room).put('games/7', 'mine 2');
+  await until(() => last(a)?.value === 'mine 2', 'the new value');
+  const sent = frames.filter((f) => /"s":/.test(f)); // the subscription's messages
+  assert.ok(sent.length > 0 && sent.every((f) => !f.includes('games/70') && !f.includes('games/7/x')), `the server sent only games/7: ${sent.join(' | ')}`);
   m.unmount();
 });
 

@@ -37,7 +37,7 @@ test('writes: put, delete, conditional put and txn on the wire; resolve with the
   try {
     const p1 = room.put('k', { a: 1 });
     const m1 = await conn.next('put');
-    assert.deepEqual({ ...m1, id: 0, wid: '' }, { t: 'put', id: 0, room: 'r', key: 'k', value: { a: 1 }, wid: '' });
+    assert.deepEqual({ ...m1, id: 0, wid: '' }, { t: 'put', id: 0, room: 'r', key: 'k', value: { a: 1 }, lease: 'keep', wid: '' }, 'a put keeps the lease by default');
     assert.match(m1.wid, /^[!-~]{1,64}$/, 'a write id: 1..64 printable ASCII bytes');
     conn.send({ t: 'ok', id: m1.id, rev: 4 });
     assert.deepEqual(await p1, { rev: 4 });
@@ -55,15 +55,21 @@ test('writes: put, delete, conditional put and txn on the wire; resolve with the
     conn.send({ t: 'ok', id: m3.id, rev: 5 });
     await p3;
 
-    const p4 = room.txn({ if: [{ key: 'a', modRev: 3 }], ops: [{ type: 'put', key: 'a', value: 1, lease: 'session' }, { type: 'delete', key: 'b' }] });
+    const p4 = room.txn({ if: [{ key: 'a', modRev: 3 }], ops: [{ type: 'put', key: 'a', value: 1, lease: 'session' }, { type: 'delete', key: 'b' }, { type: 'put', key: 'c', value: 2 }, { type: 'put', key: 'd', value: 3, lease: null }] });
     const m4 = await conn.next('txn');
     assert.deepEqual(m4.if, [{ key: 'a', mod_rev: 3 }]);
-    assert.deepEqual(m4.ops, [{ type: 'put', key: 'a', value: 1, lease: 'session' }, { type: 'delete', key: 'b' }]);
+    assert.deepEqual(m4.ops, [{ type: 'put', key: 'a', value: 1, lease: 'session' }, { type: 'delete', key: 'b' }, { type: 'put', key: 'c', value: 2, lease: 'keep' }, { type: 'put', key: 'd', value: 3, lease: null }]);
     conn.send({ t: 'ok', id: m4.id, rev: 6 });
     assert.deepEqual(await p4, { rev: 6 });
-    const wids = [m1, m2, m3, m4].map((m) => m.wid);
-    assert.equal(new Set(wids).size, 4, 'every write has its own id');
-    assert.ok([m1, m2, m3, m4].every((m) => m.since === undefined), 'since only on a write sent again');
+
+    const p5 = room.put('k', 3, { lease: null });
+    const m5 = await conn.next('put');
+    assert.equal(m5.lease, null, 'lease null unbinds: sent as null, which the server reads as no lease');
+    conn.send({ t: 'ok', id: m5.id, rev: 7 });
+    await p5;
+    const wids = [m1, m2, m3, m4, m5].map((m) => m.wid);
+    assert.equal(new Set(wids).size, 5, 'every write has its own id');
+    assert.ok([m1, m2, m3, m4, m5].every((m) => m.since === undefined), 'since only on a write sent again');
 
     await assert.rejects(room.put('k', undefined), InvalidValueError);
   } finally {

@@ -577,7 +577,10 @@ func grpcError(err error) error {
 	if errors.As(err, &pe) {
 		switch pe.Code {
 		case wire.CodeNotFound:
-			return rpctypes.ErrGRPCLeaseNotFound // the only thing these requests do not find
+			if pe.Key != "" { // a put with ignore_lease or ignore_value
+				return rpctypes.ErrGRPCKeyNotFound
+			}
+			return rpctypes.ErrGRPCLeaseNotFound // the only other thing these requests do not find
 		case wire.CodeQuotaExceeded:
 			return rpctypes.ErrGRPCNoSpace // a room over its quota, as etcd over its own
 		}

@@ -965,3 +965,62 @@ func TestRoomQuotaIsNoSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIgnoreLeaseAndValue: etcd's ignore_lease rewrites a key and keeps
+// its lease, ignore_value changes the lease and keeps the value; either
+// on a missing key is "key not found", with a lease or a value given it
+// is refused, and a txn with such a put writes nothing.
+func TestIgnoreLeaseAndValue(t *testing.T) {
+	_, _, cli := start(t, servertest.Options{})
+	ctx := ctxOf(t)
+	l, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "/i/k", "v1", clientv3.WithLease(l.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "/i/k", "v2", clientv3.WithIgnoreLease()); err != nil {
+		t.Fatal(err)
+	}
+	if get, err := cli.Get(ctx, "/i/k"); err != nil || string(get.Kvs[0].Value) != "v2" || get.Kvs[0].Lease != int64(l.ID) || get.Kvs[0].Version != 2 {
+		t.Fatalf("after a put with ignore_lease: %v, %v; want v2 under lease %x", get, err, l.ID)
+	}
+	if _, err := cli.Put(ctx, "/i/plain", "p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "/i/plain", "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if get, err := cli.Get(ctx, "/i/plain"); err != nil || string(get.Kvs[0].Value) != "p" || get.Kvs[0].Lease != int64(l.ID) {
+		t.Fatalf("after a put with ignore_value: %v, %v; want p under lease %x", get, err, l.ID)
+	}
+	for name, err := range map[string]error{
+		"ignore_lease": func() error { _, err := cli.Put(ctx, "/i/missing", "x", clientv3.WithIgnoreLease()); return err }(),
+		"ignore_value": func() error { _, err := cli.Put(ctx, "/i/missing", "", clientv3.WithIgnoreValue()); return err }(),
+		"txn": func() error {
+			_, err := cli.Txn(ctx).Then(clientv3.OpPut("/i/other", "x"), clientv3.OpPut("/i/missing", "x", clientv3.WithIgnoreLease())).Commit()
+			return err
+		}(),
+	} {
+		if !errors.Is(err, rpctypes.ErrKeyNotFound) {
+			t.Errorf("%s on a missing key: %v, want key not found", name, err)
+		}
+	}
+	if _, err := cli.Put(ctx, "/i/k", "x", clientv3.WithIgnoreLease(), clientv3.WithLease(l.ID)); !errors.Is(err, rpctypes.ErrLeaseProvided) {
+		t.Errorf("ignore_lease with a lease: %v, want lease is provided", err)
+	}
+	if _, err := cli.Put(ctx, "/i/k", "x", clientv3.WithIgnoreValue()); !errors.Is(err, rpctypes.ErrValueProvided) {
+		t.Errorf("ignore_value with a value: %v, want value is provided", err)
+	}
+	if get, err := cli.Get(ctx, "/i/", clientv3.WithPrefix()); err != nil || len(get.Kvs) != 2 {
+		t.Fatalf("after refused puts: %v, %v; want /i/k and /i/plain", get, err)
+	}
+	// Both keys end with the lease, written under it or kept.
+	if _, err := cli.Revoke(ctx, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	if get, err := cli.Get(ctx, "/i/", clientv3.WithPrefix()); err != nil || len(get.Kvs) != 0 {
+		t.Fatalf("after the lease's revoke: %v, %v; want no key", get, err)
+	}
+}

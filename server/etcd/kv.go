@@ -209,8 +209,20 @@ func (s *Server) putOp(r *pb.PutRequest) (span, store.Op, error) {
 	if sp.lo == "" {
 		return sp, store.Op{}, status.Errorf(codes.InvalidArgument, "statecast: key %q names a room and no key in it: /<room>/<key>", r.Key)
 	}
-	if r.IgnoreValue || r.IgnoreLease {
-		return sp, store.Op{}, status.Error(codes.InvalidArgument, "statecast: ignore_value and ignore_lease are not supported")
+	// etcd's checks and semantics: either flag needs the key to exist
+	// (checked in the store's atomic step: MustExist).
+	switch {
+	case r.IgnoreValue && len(r.Value) > 0:
+		return sp, store.Op{}, rpctypes.ErrGRPCValueProvided
+	case r.IgnoreLease && r.Lease != 0:
+		return sp, store.Op{}, rpctypes.ErrGRPCLeaseProvided
+	}
+	op := store.Op{Type: store.OpPut, Key: sp.lo, KeepLease: r.IgnoreLease, KeepValue: r.IgnoreValue, MustExist: r.IgnoreLease || r.IgnoreValue}
+	if r.Lease != 0 {
+		op.Lease = leaseName(r.Lease)
+	}
+	if r.IgnoreValue {
+		return sp, op, nil
 	}
 	v, err := toValue(r.Value)
 	if err != nil {
@@ -222,10 +234,7 @@ func (s *Server) putOp(r *pb.PutRequest) (span, store.Op, error) {
 		return sp, store.Op{}, status.Errorf(codes.InvalidArgument,
 			"statecast: a value of %d bytes takes %d bytes as a room's JSON value, more than the %d a value may take (serve --max-value raises it)", len(r.Value), len(v), limit)
 	}
-	op := store.Op{Type: store.OpPut, Key: sp.lo, Value: v}
-	if r.Lease != 0 {
-		op.Lease = leaseName(r.Lease)
-	}
+	op.Value = v
 	return sp, op, nil
 }
 

@@ -152,8 +152,8 @@ func badStringError(path []string) error {
 	switch field {
 	case "value":
 		return invalid("a string in the value is not valid Unicode (invalid UTF-8 or a lone surrogate escape)")
-	case "key", "prefixes":
-		return fmt.Errorf("%w: a %s is not valid Unicode (invalid UTF-8 or a lone surrogate escape)", ErrInvalidKey, strings.TrimSuffix(field, "es"))
+	case "key", "keys", "prefixes":
+		return fmt.Errorf("%w: a %s is not valid Unicode (invalid UTF-8 or a lone surrogate escape)", ErrInvalidKey, strings.TrimSuffix(strings.TrimSuffix(field, "es"), "s"))
 	case "t", "token", "session", "resume", "room", "lease", "from", "if", "ops", "type", "op", "filter":
 		return fmt.Errorf("%w: field %q is not valid Unicode", ErrDecode, field)
 	}
@@ -161,7 +161,7 @@ func badStringError(path []string) error {
 }
 
 // requestFields are the request fields whose strings are checked.
-var requestFields = []string{"value", "key", "prefixes", "t", "token", "session", "resume", "room", "lease", "from", "if", "ops", "type", "op", "filter"}
+var requestFields = []string{"value", "key", "keys", "prefixes", "t", "token", "session", "resume", "room", "lease", "from", "if", "ops", "type", "op", "filter"}
 
 // requestField returns the request field a JSON object's field name
 // fills: encoding/json matches names case-insensitively, with Unicode

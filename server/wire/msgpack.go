@@ -94,7 +94,7 @@ func (c msgpackCodec) checkRequest(msg []byte, r *Request) error {
 			return err
 		}
 	}
-	keys := append([]string{r.Key}, r.Prefixes...)
+	keys := append(append([]string{r.Key}, r.Prefixes...), r.Keys...)
 	// Not wid: any byte outside printable ASCII there is bad_request, as
 	// in JSON (store.ValidWid).
 	others := []string{r.T, r.Token, r.Session, r.Resume, r.Room, r.Lease, r.Filter}

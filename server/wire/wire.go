@@ -27,6 +27,7 @@ type Request struct {
 	IfRev    *uint64   `json:"if_rev,omitempty"`
 	Lease    string    `json:"lease,omitempty"`
 	Prefixes []string  `json:"prefixes,omitempty"`
+	Keys     []string  `json:"keys,omitempty"` // sub: exact keys, besides prefixes
 	From     *Position `json:"from,omitempty"`
 	Prev     bool      `json:"prev,omitempty"`
 	Filter   string    `json:"filter,omitempty"` // sub: a CEL expression over each key's value

@@ -402,6 +402,16 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 		if op.Type == store.OpDelete {
 			t = "D"
 		}
+		// A put's flags follow its type (apply.lua).
+		if op.KeepLease {
+			t += "l"
+		}
+		if op.KeepValue {
+			t += "v"
+		}
+		if op.MustExist {
+			t += "e"
+		}
 		start := len(slab)
 		slab = append(slab, op.Value...)
 		args = append(args, t, op.Key, slab[start:len(slab):len(slab)], op.Lease)
@@ -460,6 +470,8 @@ func (s *Store) Apply(ctx context.Context, room string, w store.Write) (store.Re
 		return store.Result{}, &store.WidReusedError{Rev: at}
 	case "UNKNOWN":
 		return store.Result{}, fmt.Errorf("%w (oldest retained revision %s, write first sent after %s)", store.ErrWidCompacted, str(3), since)
+	case "MISSING":
+		return store.Result{}, &store.KeyNotFoundError{Key: str(3)}
 	case "QUOTA":
 		keys, _ := strconv.ParseInt(str(3), 10, 64)
 		n, _ := strconv.ParseInt(str(4), 10, 64)

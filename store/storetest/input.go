@@ -126,6 +126,9 @@ func testBadInput(t *testing.T, s *suite) {
 		{"DuplicateKeyPutDelete", room, txn(opPut("d", "1"), opDel("d")), store.ErrDuplicateKey},
 		{"UnknownOpTypeZero", room, txn(okPut, store.Op{Key: "z"}), store.ErrInvalidOp},
 		{"UnknownOpType99", room, txn(store.Op{Type: 99, Key: "z"}), store.ErrInvalidOp},
+		{"KeepLeaseAndALease", room, txn(store.Op{Type: store.OpPut, Key: "k", Value: []byte("1"), Lease: "L", KeepLease: true}), store.ErrInvalidOp},
+		{"KeepValueAndAValue", room, txn(store.Op{Type: store.OpPut, Key: "k", Value: []byte("1"), KeepValue: true}), store.ErrInvalidOp},
+		{"DeleteThatKeeps", room, txn(store.Op{Type: store.OpDelete, Key: "k", KeepLease: true}), store.ErrInvalidOp},
 		{"EmptyWrite", room, store.Write{}, store.ErrEmptyWrite},
 		{"EmptyWriteWithEmptySlices", room, store.Write{Ops: []store.Op{}, Conds: []store.Cond{}}, store.ErrEmptyWrite},
 	}

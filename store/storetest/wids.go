@@ -50,6 +50,7 @@ func testWids(t *testing.T, s *suite) {
 			// (a retry on a new connection names its own).
 			w := withWid(txn(opPut("a", "1"), opPut("b", "2")), "c1-7", revPtr(1))
 			w.Ops[0].Lease = "another-connection"
+			w.Ops[1].KeepLease = true // a kept lease is a lease too
 			for range 2 {
 				res, err := st.Apply(bg, room, w)
 				if err != nil {

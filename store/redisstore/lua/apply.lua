@@ -25,7 +25,9 @@
 --   the id as an older build stored it (looked up, never stored; '' = none),
 --   the number of
 --   conditions and that many (key, mod_rev), the number of ops and that
---   many (type 'P'|'D', key, value, lease)
+--   many (type 'P'|'D', key, value, lease); a put's type may be followed
+--   by flags: 'l' keeps the key's lease (none for a new key), 'v' keeps
+--   its value, 'e' (and 'v') refuses a key that does not exist
 -- ARGV[8], ARGV[9] the room's quota: keys, bytes of keys and values; a
 --   write that grows either past it is refused
 --
@@ -38,7 +40,8 @@
 -- | {'DUP', epoch, rev, the id's revision}
 -- | {'REUSED', epoch, rev, the id's revision} (the id committed another write)
 -- | {'UNKNOWN', epoch, rev, oldest logged revision} | {'ERR', message}
--- | {'QUOTA', epoch, rev, keys, bytes the write would have made}.
+-- | {'QUOTA', epoch, rev, keys, bytes the write would have made}
+-- | {'MISSING', epoch, rev, key} (a put that must find its key did not).
 local meta, kv, log, wids = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function fmt(n) return string.format('%d', n) end
 
@@ -63,6 +66,14 @@ local quotakeys, quotabytes = tonumber(ARGV[8]), tonumber(ARGV[9])
 local function vlen(rec)
   local ll, p = string.match(rec, '^%d+,%d+,%d+,(%d+):()')
   return tonumber(string.match(rec, '^(%d+):', p + tonumber(ll)))
+end
+
+-- The lease and the value of a kv record.
+local function leaseval(rec)
+  local ll, p = string.match(rec, '^%d+,%d+,%d+,(%d+):()')
+  local q = p + tonumber(ll)
+  local vl, r = string.match(rec, '^(%d+):()', q)
+  return string.sub(rec, p, q - 1), string.sub(rec, r, r + tonumber(vl) - 1)
 end
 
 -- The room's usage, trusted when counted at its revision; else (a room
@@ -154,11 +165,20 @@ local function one(a)
   for _ = 1, nops do
     local op, key, val, lease = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]; a = a + 4
     local prev = cur(key)
-    if op == 'P' then
+    local kind, flags = string.sub(op, 1, 1), string.sub(op, 2)
+    if kind == 'P' and not prev and string.find(flags, '[ve]') then
+      return {'MISSING', epoch, fmt(rev), key}
+    end
+    if kind == 'P' then
       local create, ver = newrev, 1
       if prev then
         local c, v = string.match(prev, '^%d+,(%d+),(%d+),')
         create, ver = tonumber(c), tonumber(v) + 1
+        if flags ~= '' then
+          local l, pv = leaseval(prev)
+          if string.find(flags, 'l', 1, true) then lease = l end
+          if string.find(flags, 'v', 1, true) then val = pv end
+        end
       end
       local rec = nr .. ',' .. fmt(create) .. ',' .. fmt(ver) .. ',' ..
         fmt(#lease) .. ':' .. lease .. fmt(#val) .. ':' .. val
@@ -171,7 +191,7 @@ local function one(a)
       dk, db = dk - 1, db - #key - vlen(prev)
       body[#body + 1] = 'D' .. fmt(#key) .. ':' .. key .. nr .. ';'
     end
-    if op == 'P' or prev then
+    if kind == 'P' or prev then
       n = n + 1
       if prev then body[#body + 1] = 'p' .. prev else body[#body + 1] = 'x' end
     end
