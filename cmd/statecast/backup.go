@@ -127,6 +127,12 @@ func backup(ctx context.Context, url, token, file string, errOut io.Writer) erro
 		return err
 	}
 	defer os.Remove(tmp) // gone after the rename
+	// It holds sessions' resume hashes: owner only, even when a partial
+	// one of another mode was left behind.
+	if err := out.Chmod(0o600); err != nil {
+		out.Close()
+		return err
+	}
 	n, err := io.Copy(out, resp.Body)
 	if err == nil {
 		err = out.Sync()
