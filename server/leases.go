@@ -461,12 +461,18 @@ func (l *lessor) loadTTL(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	l.log.Info("server: loaded the TTL leases of a process that is gone; each ends at its deadline unless kept alive", "leases", len(recs))
+	return eachRecord(ctx, recs, func(ctx context.Context, rec store.LeaseRecord) error { return lk.DeleteLeaseRecord(ctx, rec.ID) })
+}
+
+// eachRecord runs fn on every record, many at a time: a file store's
+// group commit takes them in few fsyncs.
+func eachRecord(ctx context.Context, recs []store.LeaseRecord, fn func(context.Context, store.LeaseRecord) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(128) // a group commit's size
 	for _, rec := range recs {
-		if err := lk.DeleteLeaseRecord(ctx, rec.ID); err != nil {
-			return err
-		}
+		g.Go(func() error { return fn(ctx, rec) })
 	}
-	return nil
+	return g.Wait()
 }
 
 // ttlRecords returns this node's TTL leases as records (those a store
@@ -494,12 +500,7 @@ func (l *lessor) keepTTL() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(128) // a group commit's size: few fsyncs for many leases
-	for _, rec := range l.ttlRecords() {
-		g.Go(func() error { return lk.SaveLeaseRecord(ctx, rec) })
-	}
-	if err := g.Wait(); err != nil {
+	if err := eachRecord(ctx, l.ttlRecords(), lk.SaveLeaseRecord); err != nil {
 		l.log.Warn("server: cannot keep the TTL leases for the next start; their keys end after the grace then", "err", err)
 	}
 }
