@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/store"
 )
@@ -417,6 +419,9 @@ func (l *lessor) recover(ctx context.Context, grace time.Duration) error {
 		l.log.Info("server: adopted leases of a process that is gone; they end after the grace", "leases", n, "grace", grace)
 	}
 	l.mu.Unlock()
+	if err == nil {
+		err = l.loadTTL(ctx)
+	}
 	l.signal()
 	if l.nodes != nil && err == nil {
 		l.wg.Add(1)
@@ -426,6 +431,78 @@ func (l *lessor) recover(ctx context.Context, grace time.Duration) error {
 		l.startShared()
 	}
 	return err
+}
+
+// loadTTL gives back the TTL leases a graceful shutdown wrote (a store
+// of one node at a time that keeps them, store.LeaseKeeper): each has its
+// holder again and ends at its deadline unless kept alive, one whose
+// deadline passed while no server ran at once. The records are deleted
+// once loaded: the leases live in this process now, and a crash must not
+// bring back one revoked meanwhile.
+func (l *lessor) loadTTL(ctx context.Context) error {
+	lk, ok := l.st.(store.LeaseKeeper)
+	if !ok || l.nodes != nil {
+		return nil
+	}
+	recs, err := lk.LeaseRecords(ctx)
+	if err != nil || len(recs) == 0 {
+		return err
+	}
+	l.mu.Lock()
+	for _, rec := range recs {
+		ls := l.leases[rec.ID]
+		if ls == nil {
+			ls = &lease{keys: make(map[roomKey]uint64)}
+			l.leases[rec.ID] = ls
+		}
+		ls.adopted, ls.owner = false, rec.Holder
+		ls.ttl, ls.deadline = time.Duration(rec.TTLms)*time.Millisecond, time.UnixMilli(rec.Deadline)
+		l.owned[rec.Holder]++
+	}
+	l.mu.Unlock()
+	l.log.Info("server: loaded the TTL leases of a process that is gone; each ends at its deadline unless kept alive", "leases", len(recs))
+	return eachRecord(ctx, recs, func(ctx context.Context, rec store.LeaseRecord) error { return lk.DeleteLeaseRecord(ctx, rec.ID) })
+}
+
+// eachRecord runs fn on every record, many at a time: a file store's
+// group commit takes them in few fsyncs.
+func eachRecord(ctx context.Context, recs []store.LeaseRecord, fn func(context.Context, store.LeaseRecord) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(128) // a group commit's size
+	for _, rec := range recs {
+		g.Go(func() error { return fn(ctx, rec) })
+	}
+	return g.Wait()
+}
+
+// ttlRecords returns this node's TTL leases as records (those a store
+// several nodes share keeps are not here).
+func (l *lessor) ttlRecords() []store.LeaseRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []store.LeaseRecord
+	for id, ls := range l.leases {
+		if ls.ttl > 0 && !ls.adopted {
+			out = append(out, store.LeaseRecord{ID: id, Holder: ls.owner, TTLms: ls.ttl.Milliseconds(), Deadline: ls.deadline.UnixMilli()})
+		}
+	}
+	return out
+}
+
+// keepTTL writes this node's TTL leases to a store that keeps them
+// between processes, at a graceful shutdown (after close): the next
+// start gives them back (loadTTL). A crash writes none: their keys are
+// adopted and end after the grace, as before.
+func (l *lessor) keepTTL() {
+	lk, ok := l.st.(store.LeaseKeeper)
+	if !ok || l.nodes != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := eachRecord(ctx, l.ttlRecords(), lk.SaveLeaseRecord); err != nil {
+		l.log.Warn("server: cannot keep the TTL leases for the next start; their keys end after the grace then", "err", err)
+	}
 }
 
 // beat keeps this node registered, claims the nodes that stopped beating

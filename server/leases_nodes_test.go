@@ -161,34 +161,79 @@ func TestLeaseStoredUnderNode(t *testing.T) {
 	}
 }
 
-// TestLeaseRecoveredHasNoOwner: the store keeps no lease owner, so a TTL
-// lease adopted by the next start on the same file can no longer be kept
-// alive, revoked or written to (not found, as an ended lease: its writer
-// grants a new one); its keys end after the grace.
-func TestLeaseRecoveredHasNoOwner(t *testing.T) {
+// TestLeaseKeptAcrossRestart: a graceful shutdown writes the node's TTL
+// leases to the file store, and the next start gives each back to its
+// holder with its deadline: kept alive and written to as before, or ended
+// at once when its deadline passed while no server ran. A lease without a
+// record (the state a crash leaves) is adopted with no owner: it can no
+// longer be kept alive, revoked or written to (not found, as an ended
+// lease: its writer grants a new one), and its keys end after the grace.
+func TestLeaseKeptAcrossRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "statecast.db")
 	ctx := servertest.Context(t)
 	e1 := servertest.Start(t, servertest.Options{File: path})
-	id, err := e1.HTTP.GrantLease(ctx, time.Minute)
+	grant := func(ttl time.Duration, room string) string {
+		t.Helper()
+		id, err := e1.HTTP.GrantLease(ctx, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e1.HTTP.Put(ctx, room, "k", json.RawMessage(`1`), nil, id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	kept, lapsed, crashed := grant(time.Minute, "kept"), grant(time.Second, "lapsed"), grant(time.Minute, "crashed")
+	lapsedDue := time.Now().Add(time.Second)
+	e1.Stop()
+	f, err := store.OpenFile(store.FileConfig{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e1.HTTP.Put(ctx, "r", "k", json.RawMessage(`1`), nil, id); err != nil {
+	recs, err := f.LeaseRecords(ctx)
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("lease records after a graceful shutdown: %+v, %v; want 3", recs, err)
+	}
+	if err := f.DeleteLeaseRecord(ctx, crashed); err != nil {
 		t.Fatal(err)
 	}
-	e1.Stop()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(lapsedDue))
 
-	e2 := servertest.Start(t, servertest.Options{File: path, Server: server.Config{LeaseGrace: 200 * time.Millisecond}})
-	if err := e2.HTTP.KeepAlive(ctx, id); !errors.Is(err, client.ErrNotFound) {
+	const grace = 4 * time.Second
+	started := time.Now() // before recover: the adopted lease's grace starts after
+	e2 := servertest.Start(t, servertest.Options{File: path, Server: server.Config{LeaseGrace: grace}})
+	if err := e2.HTTP.KeepAlive(ctx, kept); err != nil {
+		t.Errorf("keep-alive of a lease kept across the restart: %v", err)
+	}
+	if _, err := e2.HTTP.Put(ctx, "kept", "k2", json.RawMessage(`1`), nil, kept); err != nil {
+		t.Errorf("put under a lease kept across the restart: %v", err)
+	}
+	if err := e2.HTTP.KeepAlive(ctx, lapsed); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("keep-alive of a lease whose deadline passed while no server ran: %v, want not found", err)
+	}
+	if err := e2.HTTP.KeepAlive(ctx, crashed); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("keep-alive of an adopted lease: %v, want not found", err)
 	}
-	if _, err := e2.HTTP.Put(ctx, "r", "k2", json.RawMessage(`1`), nil, id); !errors.Is(err, client.ErrNotFound) {
+	if _, err := e2.HTTP.Put(ctx, "crashed", "k2", json.RawMessage(`1`), nil, crashed); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("put under an adopted lease: %v, want not found", err)
 	}
-	waitFor(t, 10*time.Second, "the adopted lease's key to be deleted", func() bool {
-		l, err := e2.HTTP.List(ctx, "r", "")
-		return err == nil && len(l.Items) == 0
-	})
+	empty := func(room string) func() bool {
+		return func() bool {
+			l, err := e2.HTTP.List(ctx, room, "")
+			return err == nil && len(l.Items) == 0
+		}
+	}
+	waitFor(t, grace/2, "the lapsed lease's key to be deleted at the start, not a grace later", empty("lapsed"))
+	waitFor(t, 10*time.Second, "the adopted lease's key to be deleted", empty("crashed"))
+	if d := time.Since(started); d < grace {
+		t.Errorf("the adopted lease's key was deleted %v after the start, before the grace", d)
+	}
+	if l, err := e2.HTTP.List(ctx, "kept", ""); err != nil || len(l.Items) != 2 {
+		t.Errorf("keys of the lease kept across the restart: %+v, %v", l, err)
+	}
 }
 
 // TestSessionResumedOnAnotherNode: on a store several nodes share, a

@@ -356,6 +356,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.idle.stop()
 	}
 	s.leases.close()
+	s.leases.keepTTL()
 	return err
 }
 

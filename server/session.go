@@ -270,6 +270,9 @@ func (ss *sessions) load(ctx context.Context) error {
 			copy(s.prev[:], rec.PrevHash)
 		}
 		deadline := ss.leases.restoreSession(s.lease, ss.grace)
+		if rec.Deadline > 0 { // a restored backup's: its grace ran from the backup
+			deadline = time.UnixMilli(rec.Deadline)
+		}
 		s.timer = time.AfterFunc(time.Until(deadline), func() { ss.expire(s) })
 		ss.m[s.id] = s
 	}

@@ -166,6 +166,7 @@ func (ss *sessions) sweep() {
 	defer ss.wg.Done()
 	t := time.NewTicker(ss.every)
 	defer t.Stop()
+	ss.releaseDead() // sessions a migration brought, or whose node died while none ran
 	for tick := 1; ; tick++ {
 		select {
 		case <-ss.stop:
@@ -253,10 +254,9 @@ func (ss *sessions) release(dead []string) {
 	}
 }
 
-// sweepOrphans releases the sessions of owners that are not alive (their
-// claimer died before releasing them) and deletes the keys of session
-// leases whose record is gone (their ender died before deleting them).
-func (ss *sessions) sweepOrphans() {
+// releaseDead starts the grace of the sessions whose owner is not alive;
+// false when the store could not say.
+func (ss *sessions) releaseDead() bool {
 	l := ss.leases
 	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
 	defer cancel()
@@ -264,11 +264,11 @@ func (ss *sessions) sweepOrphans() {
 	// a session, so an owner not alive in the later read is dead.
 	owners, err := ss.shared.SessionOwners(ctx)
 	if err != nil {
-		return
+		return false
 	}
 	alive, _, err := l.nodes.Registered(ctx, l.nodeTimeout)
 	if err != nil {
-		return
+		return false
 	}
 	var dead []string
 	for _, o := range owners {
@@ -278,6 +278,19 @@ func (ss *sessions) sweepOrphans() {
 	}
 	if len(dead) > 0 {
 		ss.release(dead)
+	}
+	return true
+}
+
+// sweepOrphans releases the sessions of owners that are not alive (their
+// claimer died before releasing them) and deletes the keys of session
+// leases whose record is gone (their ender died before deleting them).
+func (ss *sessions) sweepOrphans() {
+	l := ss.leases
+	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
+	defer cancel()
+	if !ss.releaseDead() {
+		return
 	}
 	// A record is written before its session can bind a key.
 	l.sweepEnded(ctx, "deleting the keys of sessions that ended", l.sharedSession, func(ctx context.Context) ([]string, error) {

@@ -16,13 +16,15 @@ import (
 
 // A backup is a store-independent image of a store's rooms
 // (docs/BACKUP.md): JSON lines, a header, then per room a room line, its
-// keys and its retained history batches, then a trailer with the SHA-256
-// of every byte before it. It is written and read one room at a time.
+// keys and its retained history batches, then (version 2) a line per
+// session and per TTL lease, then a trailer with the SHA-256 of every
+// byte before it. It is written and read one room at a time.
 
 // BackupFormat and BackupVersion name the format in a backup's header.
+// Version 1 (rooms only) is still read.
 const (
 	BackupFormat  = "statecast-backup"
-	BackupVersion = 1
+	BackupVersion = 2
 )
 
 // RoomImage is one room as a backup holds it: its keys and retained
@@ -104,6 +106,11 @@ type (
 		Fingerprint string        `json:"f,omitempty"`
 		Events      []backupEvent `json:"e"`
 	}
+	// A record line: one of the two is set.
+	backupRecord struct {
+		Session *SessionRecord `json:"session,omitempty"`
+		Lease   *LeaseRecord   `json:"lease,omitempty"`
+	}
 	backupTrailer struct {
 		End    bool   `json:"end"`
 		Rooms  int    `json:"rooms"`
@@ -164,6 +171,24 @@ func (b *BackupWriter) Room(img *RoomImage) error {
 	return err
 }
 
+// Records writes the session and TTL lease records, after the rooms. A
+// session's Deadline is unix ms of the wall clock; its Owner, Gen and
+// Listed are the source's and are not written.
+func (b *BackupWriter) Records(sessions []SessionRecord, leases []LeaseRecord) error {
+	for _, rec := range sessions {
+		rec.Owner, rec.Gen, rec.Listed = "", 0, false
+		if err := b.enc.Encode(backupRecord{Session: &rec}); err != nil {
+			return err
+		}
+	}
+	for _, rec := range leases {
+		if err := b.enc.Encode(backupRecord{Lease: &rec}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Close writes the trailer and flushes; it does not close the writer.
 func (b *BackupWriter) Close() error {
 	t := backupTrailer{End: true, Rooms: b.rooms, SHA256: hex.EncodeToString(b.sum.Sum(nil))}
@@ -194,6 +219,10 @@ type BackupReader struct {
 	Header BackupHeader
 	rooms  int
 	line   int
+	// Sessions and Leases are the records read so far: all of them once
+	// Next has returned io.EOF (they follow the rooms).
+	Sessions []SessionRecord
+	Leases   []LeaseRecord
 }
 
 // NewBackupReader reads the header of the backup in r.
@@ -205,7 +234,7 @@ func NewBackupReader(r io.Reader) (*BackupReader, error) {
 	if b.Header.Format != BackupFormat {
 		return nil, fmt.Errorf("not a statecast backup (format %q)", b.Header.Format)
 	}
-	if b.Header.Version != BackupVersion {
+	if b.Header.Version != 1 && b.Header.Version != BackupVersion {
 		return nil, fmt.Errorf("backup format version %d not supported (want %d)", b.Header.Version, BackupVersion)
 	}
 	return b, nil
@@ -240,6 +269,12 @@ func (b *BackupReader) next(v any) error {
 // matches.
 func (b *BackupReader) Next() (*RoomImage, error) {
 	line, err := b.readLine()
+	for err == nil && (bytes.HasPrefix(line, []byte(`{"session":`)) || bytes.HasPrefix(line, []byte(`{"lease":`))) {
+		b.sum.Write(line)
+		if err = b.record(line); err == nil {
+			line, err = b.readLine()
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -301,17 +336,40 @@ func (b *BackupReader) Next() (*RoomImage, error) {
 	return img, nil
 }
 
-// VerifyBackup reads the backup in r through and checks its checksum.
-func VerifyBackup(r io.Reader) (BackupHeader, int, error) {
+// record reads a session or lease line.
+func (b *BackupReader) record(line []byte) error {
+	var rec backupRecord
+	if err := json.Unmarshal(line, &rec); err != nil {
+		return fmt.Errorf("line %d: %w", b.line, err)
+	}
+	switch {
+	case b.Header.Version < 2:
+		return fmt.Errorf("line %d: a record in a version %d backup", b.line, b.Header.Version)
+	case rec.Session != nil && rec.Session.ID != "" && rec.Session.Lease != "":
+		b.Sessions = append(b.Sessions, *rec.Session)
+	case rec.Lease != nil && rec.Lease.ID != "" && rec.Lease.TTLms > 0:
+		b.Leases = append(b.Leases, *rec.Lease)
+	default:
+		return fmt.Errorf("line %d: bad session or lease record", b.line)
+	}
+	return nil
+}
+
+// VerifyBackup reads the backup in r through and checks its checksum. The
+// reader it returns has the header, the records and the rooms counted.
+func VerifyBackup(r io.Reader) (*BackupReader, error) {
 	br, err := NewBackupReader(r)
 	if err != nil {
-		return BackupHeader{}, 0, err
+		return nil, err
 	}
 	for {
 		if _, err := br.Next(); err == io.EOF {
-			return br.Header, br.rooms, nil
+			return br, nil
 		} else if err != nil {
-			return br.Header, br.rooms, err
+			return br, err
 		}
 	}
 }
+
+// Rooms is how many rooms have been read.
+func (b *BackupReader) Rooms() int { return b.rooms }

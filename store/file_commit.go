@@ -16,9 +16,9 @@ import (
 type fileReq struct {
 	room  string
 	w     Write
-	sess  *sessionWrite // instead of room and w: a session record to write
-	flush bool          // instead of a write: a reader waiting for a checkpoint
-	size  int           // bytes it adds to a group
+	sess  *recordWrite // instead of room and w: a session or lease record to write
+	flush bool         // instead of a write: a reader waiting for a checkpoint
+	size  int          // bytes it adds to a group
 	state groupcommit.Handover
 	done  chan struct{}
 

@@ -13,18 +13,19 @@ var bucketSessions = []byte("sessions")
 
 var _ Sessions = (*File)(nil)
 
-// sessionWrite is a session record's put (rec set) or delete (rec nil).
-// It goes through the committer like a room write, so the records of a
-// thousand clients resuming at once share the group commits (one fsync
-// per group) instead of paying an fsync each.
-type sessionWrite struct {
-	id  string
-	rec []byte
+// recordWrite is a session or lease record's put (rec set) or delete
+// (rec nil) in bucket. It goes through the committer like a room write,
+// so the records of a thousand clients resuming at once share the group
+// commits (one fsync per group) instead of paying an fsync each.
+type recordWrite struct {
+	bucket []byte
+	id     string
+	rec    []byte
 }
 
-func (sw *sessionWrite) apply(c *changes) (changed bool, fatal error) {
-	path := [][]byte{bucketSessions}
-	b := c.tx.Bucket(bucketSessions)
+func (sw *recordWrite) apply(c *changes) (changed bool, fatal error) {
+	path := [][]byte{sw.bucket}
+	b := c.tx.Bucket(sw.bucket)
 	if sw.rec == nil {
 		if b == nil || b.Get([]byte(sw.id)) == nil {
 			return false, nil
@@ -35,7 +36,7 @@ func (sw *sessionWrite) apply(c *changes) (changed bool, fatal error) {
 		return true, nil
 	}
 	if b == nil {
-		if _, err := c.createBucket(nil, bucketSessions); err != nil {
+		if _, err := c.createBucket(nil, sw.bucket); err != nil {
 			return false, &fatalError{err}
 		}
 	}
@@ -45,9 +46,9 @@ func (sw *sessionWrite) apply(c *changes) (changed bool, fatal error) {
 	return true, nil
 }
 
-func (f *File) writeSession(ctx context.Context, sw *sessionWrite) error {
+func (f *File) writeRecord(ctx context.Context, sw *recordWrite) error {
 	if sw.id == "" || len(sw.id) > bolt.MaxKeySize {
-		return errors.New("store: session id must be 1 to 32768 bytes")
+		return errors.New("store: a session or lease id must be 1 to 32768 bytes")
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -61,15 +62,15 @@ func (f *File) SaveSession(ctx context.Context, rec SessionRecord) error {
 	if err != nil {
 		return err
 	}
-	return f.writeSession(ctx, &sessionWrite{id: rec.ID, rec: v})
+	return f.writeRecord(ctx, &recordWrite{bucket: bucketSessions, id: rec.ID, rec: v})
 }
 
 func (f *File) DeleteSession(ctx context.Context, id string) error {
-	return f.writeSession(ctx, &sessionWrite{id: id})
+	return f.writeRecord(ctx, &recordWrite{bucket: bucketSessions, id: id})
 }
 
 func (f *File) Session(ctx context.Context, id string) (rec SessionRecord, ok bool, err error) {
-	err = f.readSessions(ctx, func(b *bolt.Bucket) error {
+	err = f.readRecords(ctx, bucketSessions, func(b *bolt.Bucket) error {
 		v := b.Get([]byte(id))
 		if v == nil {
 			return nil
@@ -83,7 +84,7 @@ func (f *File) Session(ctx context.Context, id string) (rec SessionRecord, ok bo
 
 func (f *File) ListSessions(ctx context.Context) ([]SessionRecord, error) {
 	var out []SessionRecord
-	err := f.readSessions(ctx, func(b *bolt.Bucket) error {
+	err := f.readRecords(ctx, bucketSessions, func(b *bolt.Bucket) error {
 		return b.ForEach(func(_, v []byte) error {
 			rec, err := decodeSession(v)
 			if err != nil {
@@ -96,9 +97,9 @@ func (f *File) ListSessions(ctx context.Context) ([]SessionRecord, error) {
 	return out, err
 }
 
-// readSessions runs fn on the sessions bucket, if there is one, in a read
-// transaction that sees only fsynced commits.
-func (f *File) readSessions(ctx context.Context, fn func(*bolt.Bucket) error) error {
+// readRecords runs fn on bucket, if there is one, in a read transaction
+// that sees only fsynced commits.
+func (f *File) readRecords(ctx context.Context, bucket []byte, fn func(*bolt.Bucket) error) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.closed {
@@ -108,7 +109,7 @@ func (f *File) readSessions(ctx context.Context, fn func(*bolt.Bucket) error) er
 		return err
 	}
 	return f.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSessions)
+		b := tx.Bucket(bucket)
 		if b == nil {
 			return nil
 		}

@@ -127,6 +127,12 @@ func backup(ctx context.Context, url, token, file string, errOut io.Writer) erro
 		return err
 	}
 	defer os.Remove(tmp) // gone after the rename
+	// It holds sessions' resume hashes: owner only, even when a partial
+	// one of another mode was left behind.
+	if err := out.Chmod(0o600); err != nil {
+		out.Close()
+		return err
+	}
 	n, err := io.Copy(out, resp.Body)
 	if err == nil {
 		err = out.Sync()
@@ -137,24 +143,25 @@ func backup(ctx context.Context, url, token, file string, errOut io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
-	h, rooms, err := verifyFile(tmp)
+	br, err := verifyFile(tmp)
 	if err != nil {
 		return fmt.Errorf("backup: the server's backup is incomplete (see its log): %w", err)
 	}
+	h, rooms := br.Header, br.Rooms()
 	if err := os.Rename(tmp, file); err != nil {
 		return err
 	}
 	if err := syncDir(filepath.Dir(file)); err != nil {
 		return err
 	}
-	fmt.Fprintf(errOut, "backup: %s store, %d rooms, %s %s\n", h.Store, rooms, sizeRate(n, time.Since(start)), roomRate(rooms, time.Since(start)))
+	fmt.Fprintf(errOut, "backup: %s store, %d rooms, %d sessions, %d TTL leases, %s %s\n", h.Store, rooms, len(br.Sessions), len(br.Leases), sizeRate(n, time.Since(start)), roomRate(rooms, time.Since(start)))
 	return nil
 }
 
-func verifyFile(path string) (store.BackupHeader, int, error) {
+func verifyFile(path string) (*store.BackupReader, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return store.BackupHeader{}, 0, err
+		return nil, err
 	}
 	defer f.Close()
 	return store.VerifyBackup(f)
@@ -345,10 +352,12 @@ func (im *importer) wait() error {
 // epoch: clients that saw the source get a snapshot, never a replay of
 // revisions that may differ from what they saw.
 func restore(ctx context.Context, spec storeSpec, file string, errOut io.Writer) error {
-	h, n, err := verifyFile(file)
+	v, err := verifyFile(file)
 	if err != nil {
 		return fmt.Errorf("restore: %s: %w", file, err)
 	}
+	h, n := v.Header, v.Rooms()
+	rec := carry(v.Sessions, v.Leases)
 	st, err := spec.open(ctx)
 	if err != nil {
 		return err
@@ -396,6 +405,7 @@ func restore(ctx context.Context, spec storeSpec, file string, errOut io.Writer)
 		}
 		if err == nil {
 			img.Epoch = epoch
+			store.CarryLeases(img, rec.names, rec.keys)
 			err = im.put(img)
 		}
 		if err != nil {
@@ -407,6 +417,9 @@ func restore(ctx context.Context, spec storeSpec, file string, errOut io.Writer)
 		return fmt.Errorf("restore: %w", err)
 	}
 	p.report()
+	if err := rec.write(ctx, "restore", st, errOut); err != nil {
+		return err
+	}
 	return st.Close()
 }
 
@@ -450,6 +463,10 @@ func migrate(ctx context.Context, fromSpec, toSpec storeSpec, force bool, errOut
 	if foreign > 0 && !force {
 		return fmt.Errorf("migrate: the destination holds %d rooms that are not from this source (use --force to replace them)", foreign)
 	}
+	rec, err := sourceRecords(ctx, src)
+	if err != nil {
+		return fmt.Errorf("migrate: --from: %w", err)
+	}
 	fmt.Fprintf(errOut, "migrate: %d rooms from %s to %s (%d already there)\n", len(srcHeads), src.BackupHeader().Store, dst.BackupHeader().Store, len(dstHeads)-foreign)
 	p := &progress{what: "migrate", out: errOut, start: time.Now(), last: time.Now()}
 	// A pause per room copied, for the tests that cut a migration halfway.
@@ -457,6 +474,7 @@ func migrate(ctx context.Context, fromSpec, toSpec storeSpec, force bool, errOut
 	im := newImporter(ctx, dst, p)
 	err = src.Export(ctx, func(img *store.RoomImage) error {
 		time.Sleep(pause)
+		store.CarryLeases(img, rec.names, rec.keys)
 		if h, ok := dstHeads[img.Room]; ok && h.epoch == img.Epoch && h.head == img.Head {
 			im.skip(img)
 			return nil
@@ -470,5 +488,86 @@ func migrate(ctx context.Context, fromSpec, toSpec storeSpec, force bool, errOut
 		return fmt.Errorf("migrate: %w", err)
 	}
 	p.report()
+	if err := rec.write(ctx, "migrate", dst, errOut); err != nil {
+		return err
+	}
 	return dst.Close()
+}
+
+// records are the sessions and TTL leases a restore or a migration
+// carries, and the keys bound to them in the rooms carried.
+type records struct {
+	sessions []store.SessionRecord
+	leases   []store.LeaseRecord
+	names    map[string]bool             // their lease names
+	keys     map[string][]store.LeaseKey // lease id → its keys
+}
+
+func carry(sessions []store.SessionRecord, leases []store.LeaseRecord) *records {
+	r := &records{sessions: sessions, leases: leases, names: map[string]bool{}, keys: map[string][]store.LeaseKey{}}
+	for _, s := range sessions {
+		r.names[s.Lease] = true
+	}
+	for _, l := range leases {
+		r.names[l.ID] = true
+	}
+	return r
+}
+
+// sourceRecords reads the sessions and TTL leases of a migration's source.
+// Each session's grace starts again when the first server starts on the
+// destination, as after a restart of the file store: the source's
+// servers are stopped, and their clients come back to the destination's.
+// A lease keeps its deadline.
+func sourceRecords(ctx context.Context, src backupStore) (*records, error) {
+	var sessions []store.SessionRecord
+	if ss, ok := src.(store.Sessions); ok {
+		var err error
+		if sessions, err = ss.ListSessions(ctx); err != nil {
+			return nil, err
+		}
+	}
+	for i := range sessions {
+		sessions[i].Owner, sessions[i].Gen, sessions[i].Deadline, sessions[i].Listed = "", 0, 0, false
+	}
+	var leases []store.LeaseRecord
+	if lk, ok := src.(interface {
+		LeaseRecords(context.Context) ([]store.LeaseRecord, error)
+	}); ok {
+		var err error
+		if leases, err = lk.LeaseRecords(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return carry(sessions, leases), nil
+}
+
+// write imports the records into dst, after the rooms, and says what will
+// become of them.
+func (r *records) write(ctx context.Context, what string, dst backupStore, errOut io.Writer) error {
+	if len(r.sessions) == 0 && len(r.leases) == 0 {
+		return nil
+	}
+	ri, ok := dst.(store.RecordImporter)
+	if !ok {
+		return fmt.Errorf("%s: the destination cannot keep sessions and leases", what)
+	}
+	if err := ri.ImportRecords(ctx, r.sessions, r.leases, r.keys); err != nil {
+		return fmt.Errorf("%s: sessions and leases: %w", what, err)
+	}
+	now := time.Now().UnixMilli()
+	ended, endedLeases := 0, 0
+	for _, s := range r.sessions {
+		if s.Deadline != 0 && s.Deadline <= now {
+			ended++
+		}
+	}
+	for _, l := range r.leases {
+		if l.Deadline <= now {
+			endedLeases++
+		}
+	}
+	fmt.Fprintf(errOut, "%s: %d sessions (%d past their grace: they end when a server starts), %d TTL leases (%d past their deadline: they end when a server starts)\n",
+		what, len(r.sessions), ended, len(r.leases), endedLeases)
+	return nil
 }

@@ -23,9 +23,9 @@ import (
 )
 
 // fileNode starts `statecast serve` on the file store in dir.
-func fileNode(t *testing.T, name, dir string) *mnNode {
+func fileNode(t *testing.T, name, dir string, extra ...string) *mnNode {
 	t.Helper()
-	n := &mnNode{name: name, redisURL: "file", extra: []string{"--data", dir}}
+	n := &mnNode{name: name, redisURL: "file", extra: append([]string{"--data", dir}, extra...)}
 	n.start(t)
 	t.Cleanup(func() {
 		n.kill()
@@ -37,9 +37,9 @@ func fileNode(t *testing.T, name, dir string) *mnNode {
 }
 
 // redisNode starts `statecast serve` on the Redis at url.
-func redisNode(t *testing.T, name, url string) *mnNode {
+func redisNode(t *testing.T, name, url string, extra ...string) *mnNode {
 	t.Helper()
-	n := &mnNode{name: name, redisURL: url}
+	n := &mnNode{name: name, redisURL: url, extra: extra}
 	n.start(t)
 	t.Cleanup(func() {
 		n.kill()

@@ -45,8 +45,8 @@ func testBackup(t *testing.T, s *suite) {
 		if err := bw.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, n, err := store.VerifyBackup(bytes.NewReader(buf.Bytes())); err != nil || n != 3 {
-			t.Fatalf("VerifyBackup: %d rooms, %v (want 3 rooms)", n, err)
+		if br, err := store.VerifyBackup(bytes.NewReader(buf.Bytes())); err != nil || br.Rooms() != 3 {
+			t.Fatalf("VerifyBackup: %v (want 3 rooms)", err)
 		}
 		br, err := store.NewBackupReader(&buf)
 		if err != nil {
@@ -156,10 +156,10 @@ func testBackup(t *testing.T, s *suite) {
 			}
 			b := buf.Bytes()
 			flipped := bytes.Replace(b, []byte(`"k":"y"`), []byte(`"k":"Y"`), 1)
-			if _, _, err := store.VerifyBackup(bytes.NewReader(flipped)); !errors.Is(err, store.ErrBackupChecksum) {
+			if _, err := store.VerifyBackup(bytes.NewReader(flipped)); !errors.Is(err, store.ErrBackupChecksum) {
 				t.Errorf("a changed key: %v, want ErrBackupChecksum", err)
 			}
-			if _, _, err := store.VerifyBackup(bytes.NewReader(b[:len(b)-20])); err == nil {
+			if _, err := store.VerifyBackup(bytes.NewReader(b[:len(b)-20])); err == nil {
 				t.Error("a truncated backup verified")
 			}
 		}},
