@@ -343,9 +343,17 @@ func (r *scaleRun) fail(format string, a ...any) {
 // connection ends, and starts over on another node.
 func (r *scaleRun) run(c *scaleConn) {
 	defer r.wg.Done()
-	backoff := time.Duration(0)
-	node := int(c.first)
-	tries := 0
+	n := len(r.nodes)
+	node, tries, backoff := int(c.first), 0, time.Duration(0)
+	// failed moves on to the next node, with a growing pause after each
+	// round of them.
+	failed := func() {
+		r.dialFails.Add(1)
+		node = (node + 1) % n
+		if tries++; tries%n == 0 {
+			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
+		}
+	}
 	for !r.closing.Load() {
 		if backoff > 0 {
 			select {
@@ -356,36 +364,38 @@ func (r *scaleRun) run(c *scaleConn) {
 		}
 		ws, err := r.dial(c, node)
 		if err != nil {
-			if r.closing.Load() {
-				return
-			}
-			r.dialFails.Add(1)
-			// The next node, and after a round of them a growing pause.
-			node = (node + 1) % len(r.nodes)
-			if tries++; tries%len(r.nodes) == 0 {
-				backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
-			}
+			failed()
 			continue
 		}
-		tries, backoff = 0, 0
 		r.read(c, ws)
 		if r.closing.Load() {
 			return
 		}
-		// Lost: resume elsewhere. A node's clients spread over the others
-		// rather than all falling on the next one.
 		if c.ready {
 			c.ready = false
 			r.ready.Add(-1)
 		}
-		now := time.Now().UnixNano()
-		if c.lostAt == 0 {
+		if now := time.Now().UnixNano(); c.based && c.lostAt == 0 {
 			c.lostAt = now
 			r.losses.Add(1)
 			casMin(&r.firstLostNs, now)
 		}
-		if n := len(r.nodes); n > 1 {
-			node = (node + 1 + c.idx%(n-1)) % n
+		if !c.subscribed {
+			// Refused (a full node closes with 4004) or lost before its
+			// sub was answered.
+			failed()
+			continue
+		}
+		// Lost: resume at once elsewhere. A node's clients spread over
+		// the others rather than all falling on the next one; with
+		// --placement room, a room's stay together.
+		tries, backoff = 0, 0
+		key := c.idx
+		if r.cfg.placement == "room" {
+			key = int(c.room)
+		}
+		if n > 1 {
+			node = (node + 1 + key%(n-1)) % n
 		}
 	}
 }
@@ -738,7 +748,7 @@ type scaleReport struct {
 	FirstLostNs    int64    `json:"first_lost_unix_ns,omitempty"`
 	LastResumedNs  int64    `json:"last_resumed_unix_ns,omitempty"`
 	ResumeLatency  histJSON `json:"resume_latency"`
-	DialFailures   int64    `json:"dial_failures"`
+	DialFailures   int64    `json:"dial_failures"` // connections refused or lost before subscribing
 	Gaps           int64    `json:"gaps"`
 	Errors         int64    `json:"errors"`
 	FirstError     string   `json:"first_error,omitempty"`
@@ -894,22 +904,52 @@ func runScaleMerge(in io.Reader, out io.Writer) error {
 }
 
 // runScaleMark makes one marked write to each of --rooms rooms through
-// --url and prints when they were sent and answered.
+// --url (or, when that node refuses, through the next --sub-url) and
+// prints when they were sent and answered.
 func runScaleMark(ctx context.Context, cfg *config, out io.Writer) error {
-	ws := wsURL(cfg.url)
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, ws, &websocket.DialOptions{HTTPClient: sourceClient(netip.Addr{}),
+	var err error
+	for _, u := range append([]string{cfg.url}, cfg.subURLs...) {
+		var c *websocket.Conn
+		if c, err = markConn(ctx, u); err != nil {
+			continue // a full node (4004), or a dead one
+		}
+		// Once a write may have been sent, the run goes on nowhere else:
+		// a room would get two.
+		defer c.CloseNow()
+		first := time.Now()
+		if err := markRooms(ctx, c, cfg); err != nil {
+			return err
+		}
+		return json.NewEncoder(out).Encode(map[string]any{"writes": cfg.rooms, "url": u, "sent_unix_ns": first.UnixNano(),
+			"answered_ms": float64(time.Since(first)) / 1e6})
+	}
+	return fmt.Errorf("bench scale-mark: no node took a connection: %w", err)
+}
+
+// markConn opens a connection to node u, connected.
+func markConn(ctx context.Context, u string) (*websocket.Conn, error) {
+	c, _, err := websocket.Dial(ctx, wsURL(u), &websocket.DialOptions{HTTPClient: sourceClient(netip.Addr{}),
 		Subprotocols: []string{"statecast.v2.json"}, CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer c.CloseNow()
 	if err := c.Write(ctx, websocket.MessageText, []byte(`{"t":"connect"}`)); err != nil {
-		return err
+		c.CloseNow()
+		return nil, err
 	}
-	first := time.Now()
-	// In frames of 100 puts: each value carries the time its frame was sent.
+	_, data, err := c.Read(ctx)
+	if err != nil || !bytes.Contains(data, []byte(`"t":"connected"`)) {
+		c.CloseNow()
+		return nil, fmt.Errorf("%s: no connected (%v): %s", u, err, clip(data))
+	}
+	return c, nil
+}
+
+// markRooms writes the marked writes on c, in frames of 100 puts, each
+// value carrying the time its frame was sent, and reads the replies.
+func markRooms(ctx context.Context, c *websocket.Conn, cfg *config) error {
 	for lo := 0; lo < cfg.rooms; lo += 100 {
 		var b []byte
 		sent := time.Now().UnixNano()
@@ -926,8 +966,7 @@ func runScaleMark(ctx context.Context, cfg *config, out io.Writer) error {
 			return err
 		}
 	}
-	acked := 0
-	for acked < cfg.rooms {
+	for acked := 0; acked < cfg.rooms; {
 		_, data, err := c.Read(ctx)
 		if err != nil {
 			return fmt.Errorf("bench scale-mark: %d of %d writes answered: %w", acked, cfg.rooms, err)
@@ -941,6 +980,5 @@ func runScaleMark(ctx context.Context, cfg *config, out io.Writer) error {
 			}
 		}
 	}
-	return json.NewEncoder(out).Encode(map[string]any{"writes": cfg.rooms, "sent_unix_ns": first.UnixNano(),
-		"answered_ms": float64(time.Since(first)) / 1e6})
+	return nil
 }
