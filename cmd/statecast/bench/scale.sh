@@ -176,7 +176,7 @@ for i in "${!NPIDS[@]}"; do RSS0[i]=$(rss_kb "${NPIDS[$i]}"); done
 REDIS_RSS0=$(rss_kb "$RPID")
 start_clients
 wait_all "subscribed" || exit 1
-row "all subscribed" "in $(m '.subscribed_s * 100 | round / 100') s"
+row "all subscribed" "in $(m '.subscribed_s * 100 | round / 100') s (refused or failed dials $(m .dial_failures))"
 ON=($(m '.conns_on_node[]'))
 per=()
 for i in "${!NPIDS[@]}"; do
