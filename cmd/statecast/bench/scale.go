@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -21,6 +22,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/statecast/statecast/server/wire"
 )
 
 // The scale scenario: one of several load-tool processes that together
@@ -79,6 +82,7 @@ type scaleConn struct {
 	leased          bool // the session-leased key was written
 	subscribed      bool // this connection's sub was answered
 	ready           bool // counted in scaleRun.ready
+	wasReady        bool // ready once: a loss from now on is resumed
 	lostAt          int64
 	replayed        int
 }
@@ -116,7 +120,7 @@ type scaleRun struct {
 	dialFails, gaps        atomic.Int64
 	errs                   atomic.Int64
 	errMu                  sync.Mutex
-	firstErr               string
+	firstErr, firstDialErr string
 }
 
 // parsePart parses --part I/N.
@@ -344,30 +348,38 @@ func (r *scaleRun) fail(format string, a ...any) {
 func (r *scaleRun) run(c *scaleConn) {
 	defer r.wg.Done()
 	n := len(r.nodes)
-	node, tries, backoff := int(c.first), 0, time.Duration(0)
-	// failed moves on to the next node, with a growing pause after each
-	// round of them.
-	failed := func() {
+	node, backoff := int(c.first), time.Duration(0)
+	// failed pauses before the next try, longer each time (50 ms to 2 s,
+	// jittered: a node that refused many at once is not hit by all of
+	// them again at once); a node that is down or full (4004) is left for
+	// the next, while one that could not serve this connection (1011: it
+	// could not save the session) is tried again.
+	failed := func(err error, down bool) {
 		r.dialFails.Add(1)
-		node = (node + 1) % n
-		if tries++; tries%n == 0 {
-			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
+		r.errMu.Lock()
+		if r.firstDialErr == "" {
+			r.firstDialErr = fmt.Sprintf("connection %d to %s: %v", c.idx, r.nodes[node], err)
 		}
+		r.errMu.Unlock()
+		if down || websocket.CloseStatus(err) == wire.CloseServerFull {
+			node = (node + 1) % n
+		}
+		backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
 	}
 	for !r.closing.Load() {
 		if backoff > 0 {
 			select {
 			case <-r.stop:
 				return
-			case <-time.After(backoff):
+			case <-time.After(backoff/2 + rand.N(backoff/2)):
 			}
 		}
 		ws, err := r.dial(c, node)
 		if err != nil {
-			failed()
+			failed(err, true)
 			continue
 		}
-		r.read(c, ws)
+		err = r.read(c, ws)
 		if r.closing.Load() {
 			return
 		}
@@ -375,21 +387,21 @@ func (r *scaleRun) run(c *scaleConn) {
 			c.ready = false
 			r.ready.Add(-1)
 		}
-		if now := time.Now().UnixNano(); c.based && c.lostAt == 0 {
+		if now := time.Now().UnixNano(); c.wasReady && c.lostAt == 0 {
 			c.lostAt = now
 			r.losses.Add(1)
 			casMin(&r.firstLostNs, now)
 		}
-		if !c.subscribed {
-			// Refused (a full node closes with 4004) or lost before its
-			// sub was answered.
-			failed()
+		if !c.subscribed || !c.wasReady {
+			// Refused, or lost before its sub (or first lease write) was
+			// answered.
+			failed(err, false)
 			continue
 		}
 		// Lost: resume at once elsewhere. A node's clients spread over
 		// the others rather than all falling on the next one; with
 		// --placement room, a room's stay together.
-		tries, backoff = 0, 0
+		backoff = 0
 		key := c.idx
 		if r.cfg.placement == "room" {
 			key = int(c.room)
@@ -469,8 +481,8 @@ func (r *scaleRun) dial(c *scaleConn, node int) (*websocket.Conn, error) {
 // only while it parses a frame.
 var scaleBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
-// read reads ws until it ends.
-func (r *scaleRun) read(c *scaleConn, ws *websocket.Conn) {
+// read reads ws until it ends, and says why.
+func (r *scaleRun) read(c *scaleConn, ws *websocket.Conn) error {
 	defer func() {
 		r.pinger.remove(ws)
 		c.mu.Lock()
@@ -481,7 +493,7 @@ func (r *scaleRun) read(c *scaleConn, ws *websocket.Conn) {
 	for {
 		_, rd, err := ws.Reader(context.Background())
 		if err != nil {
-			return
+			return err
 		}
 		bp := scaleBufs.Get().(*[]byte)
 		buf, err := readFrame(rd, (*bp)[:0])
@@ -500,8 +512,11 @@ func (r *scaleRun) read(c *scaleConn, ws *websocket.Conn) {
 			*bp = buf
 			scaleBufs.Put(bp)
 		}
-		if err != nil || !keep {
-			return
+		if err != nil {
+			return err
+		}
+		if !keep {
+			return errors.New("the server refused the sub or the lease write")
 		}
 	}
 }
@@ -578,6 +593,13 @@ func (r *scaleRun) resumed(c *scaleConn, now int64, kind *atomic.Int64) {
 	}
 	c.ready = true
 	r.ready.Add(1)
+	if !c.wasReady {
+		c.wasReady, c.lostAt = true, 0
+		if r.firstReady.Add(1) == int64(len(r.conns)) {
+			r.subscribedNs.Store(now)
+		}
+		return
+	}
 	if c.lostAt != 0 {
 		r.resumes.Add(1)
 		if kind != nil {
@@ -586,10 +608,6 @@ func (r *scaleRun) resumed(c *scaleConn, now int64, kind *atomic.Int64) {
 		r.resumeLat.Record(time.Duration(now - c.lostAt))
 		casMax(&r.lastResNs, now)
 		c.lostAt = 0
-		return
-	}
-	if r.firstReady.Add(1) == int64(len(r.conns)) {
-		r.subscribedNs.Store(now)
 	}
 }
 
@@ -749,6 +767,7 @@ type scaleReport struct {
 	LastResumedNs  int64    `json:"last_resumed_unix_ns,omitempty"`
 	ResumeLatency  histJSON `json:"resume_latency"`
 	DialFailures   int64    `json:"dial_failures"` // connections refused or lost before subscribing
+	FirstDialError string   `json:"first_dial_error,omitempty"`
 	Gaps           int64    `json:"gaps"`
 	Errors         int64    `json:"errors"`
 	FirstError     string   `json:"first_error,omitempty"`
@@ -788,7 +807,7 @@ func (r *scaleRun) report() *scaleReport {
 	rep.MarkLatency = r.mark.json()
 	rep.ResumeLatency = r.resumeLat.json()
 	r.errMu.Lock()
-	rep.FirstError = r.firstErr
+	rep.FirstError, rep.FirstDialError = r.firstErr, r.firstDialErr
 	r.errMu.Unlock()
 	return rep
 }
@@ -805,7 +824,7 @@ func (r *scaleRun) reset() {
 		a.Store(0)
 	}
 	r.errMu.Lock()
-	r.firstErr = ""
+	r.firstErr, r.firstDialErr = "", ""
 	r.errMu.Unlock()
 }
 
@@ -832,6 +851,9 @@ func mergeScale(reps []*scaleReport) *scaleReport {
 		m.Errors += r.Errors
 		if m.FirstError == "" {
 			m.FirstError = r.FirstError
+		}
+		if m.FirstDialError == "" {
+			m.FirstDialError = r.FirstDialError
 		}
 		if r.LeaseKeys != nil {
 			n := *r.LeaseKeys
