@@ -144,7 +144,9 @@ peak_rss() { # the nodes' peak RSS (VmHWM) in MB, and Redis's
 	echo "nodes $(IFS=/; echo "${out[*]}") MB, Redis $(($(rss_kb "$RPID" VmHWM) / 1024)) MB"
 }
 
+NEW_SESSIONS=0
 resumed_row() { # resumed_row LABEL: how the clients of the last storm came back
+	NEW_SESSIONS=$((NEW_SESSIONS + $(m .session_new)))
 	row "$1" "$(m '"\(.resumes) of \(.losses) resumed in \(.resume_all_s * 100 | round / 100) s (p50 \(.resume_p50_ms | round) ms, p99 \(.resume_p99_ms | round) ms); by replay \(.by_replay), synced \(.by_synced), snapshot \(.by_snapshot); session kept \(.session_resumed), new \(.session_new); refused or failed dials \(.dial_failures)\(.first_dial_error // "" | if . == "" then "" else " (the first: " + . + ")" end); gaps \(.gaps); errors \(.errors)\(.first_error // "" | if . == "" then "" else " (the first: " + . + ")" end)"')"
 }
 
@@ -236,10 +238,20 @@ for i in "${!NPIDS[@]}"; do
 done
 row "rolling restart: peak RSS" "$(peak_rss)"
 leases "session-bound keys, after the storms"
+if [ "$NEW_SESSIONS" -gt 0 ]; then
+	# A resume answered with a new session leaves the old one to end after
+	# its grace, and its key with it: count again once that has passed.
+	sleep "$(($(secs "$LEASE_GRACE") + 2 * $(secs "$NODE_TIMEOUT")))"
+	leases "… $NEW_SESSIONS resumes got a new session: the keys once their old sessions' grace passed"
+fi
 mark 3
 # quit, not the end of input: the nodes restarted since hold the inputs open too.
 for fd in "${FDS[@]}"; do echo quit >&"$fd"; done
 for p in "${CPIDS[@]}"; do timeout 30 tail --pid="$p" -f /dev/null || true; done
+
+# What the nodes warned about, restarts included.
+while read -r n msg; do row "node log: $msg" "$n times"; done < <(cat "$DIR"/node-*.log 2>/dev/null |
+	sed -n 's/.*level=\(WARN\|ERROR\) msg=\("[^"]*"\|[^ ]*\).*/\2/p' | sort | uniq -c | sort -rn | head -n 8)
 
 echo
 printf '%s\n' "${ROWS[@]}" | column -t -s $'\t'
