@@ -104,18 +104,23 @@ func TestScaleOverProcesses(t *testing.T) {
 	var nodes []*spawned
 	var urls []string
 	for range 3 {
-		port, err := freePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := "http://127.0.0.1:" + strconv.Itoa(port)
-		// A dead node's sessions end 1 s after the others notice (2 s): a
-		// client that did not resume its session would lose its key
-		// within the test.
-		sp, err := spawnServer(ctx, []string{bin, "serve", "--store", rs.URL(), "--addr", "127.0.0.1:" + strconv.Itoa(port),
-			"--write-rate", "1000000", "--node-timeout", "2s", "--lease-grace", "1s", "--log-level", "warn"}, u+"/readyz", 20*time.Second)
-		if err != nil {
-			t.Fatal(err)
+		var sp *spawned
+		var u string
+		var err error
+		for try := 0; sp == nil; try++ { // a port found free may be taken before the node binds it
+			if try == 3 {
+				t.Fatalf("cannot start a node: %v", err)
+			}
+			port, perr := freePort()
+			if perr != nil {
+				t.Fatal(perr)
+			}
+			u = "http://127.0.0.1:" + strconv.Itoa(port)
+			// A dead node's sessions end 1 s after the others notice (2 s):
+			// a client that did not resume its session would lose its key
+			// within the test.
+			sp, err = spawnServer(ctx, []string{bin, "serve", "--store", rs.URL(), "--addr", "127.0.0.1:" + strconv.Itoa(port),
+				"--write-rate", "1000000", "--node-timeout", "2s", "--lease-grace", "1s", "--log-level", "warn"}, u+"/readyz", 20*time.Second)
 		}
 		t.Cleanup(sp.stop)
 		nodes = append(nodes, sp)
