@@ -26,8 +26,9 @@
 # Small: CONNS=3000 ROOMS=30 IDLE=3s scale.sh BIN. Env: CONNS, ROOMS, NODES,
 # PROCS, SOURCES, PLACEMENT, IDLE, TIMEOUT (each wait, 600s), LEASE_GRACE
 # (120s: clients refused by full nodes wait for a restart; the default 5s
-# would end their sessions), NODE_TIMEOUT (10s), MAX_CONNECTIONS (the nodes'), JSON_LOG (a file: every
-# merged report is appended to it).
+# would end their sessions), NODE_TIMEOUT (10s), MAX_CONNECTIONS (the nodes'), DIAL_CONC
+# (connections each client process opens at a time: 50), JSON_LOG (a file: every merged report is
+# appended to it).
 set -euo pipefail
 . "$(dirname "$0")/redis-writes.sh"
 trap 'exit 143' TERM INT
@@ -39,7 +40,7 @@ IDLE=${IDLE:-30s} TIMEOUT=${TIMEOUT:-600s} LEASE_GRACE=${LEASE_GRACE:-120s} NODE
 case $SHAPE in
 rooms) ROOMS=${ROOMS:-1000} PLACEMENT=${PLACEMENT:-room} ;;
 one) ROOMS=1 PLACEMENT=${PLACEMENT:-rr} ;;
-*) sed -n '2,29p' "$0"; exit 2 ;;
+*) sed -n '2,31p' "$0"; exit 2 ;;
 esac
 ROOM=scale$RANDOM
 
@@ -80,7 +81,7 @@ start_clients() {
 	for p in $(seq 0 $((PROCS - 1))); do
 		mkfifo "$DIR/in.$p"
 		args=(--part "$p/$PROCS" --conns "$CONNS" --rooms "$ROOMS" --room "$ROOM" --placement "$PLACEMENT" --lease
-			--source "127.0.$((p + 1)).1-127.0.$((p + 1)).$SOURCES" --timeout "$TIMEOUT")
+			--source "127.0.$((p + 1)).1-127.0.$((p + 1)).$SOURCES" --timeout "$TIMEOUT" --dial-concurrency "${DIAL_CONC:-50}")
 		for u in "${URLS[@]}"; do args+=(--sub-url "$u"); done
 		"$BIN" bench scale "${args[@]}" <"$DIR/in.$p" >"$DIR/out.$p" 2>"$DIR/err.$p" &
 		CPIDS+=($!)
