@@ -20,7 +20,7 @@ usage:
   statecast put ROOM KEY VALUE [--if-rev N] [--lease-ttl D]
   statecast del ROOM KEY [--if-rev N]
   statecast watch ROOM [--prefix P] [--from N] print every change, from revision N on
-  statecast bench SCENARIO [flags]             load a running server: fanout, rooms, idle, resume, storm, writes, attack
+  statecast bench SCENARIO [flags]             load a running server: fanout, rooms, idle, resume, storm, writes, attack, scale
   statecast bench compare SCENARIO [flags]     run a scenario against the reference server (the ceiling), then statecast
   statecast bench ceiling [--addr HOST:PORT]   run the reference broadcast server the figures are set against
   statecast healthcheck [--addr HOST:PORT]     exit 0 if the local server answers /healthz (container health check)

@@ -47,6 +47,9 @@ scenarios:
            (shared out: each connection has window/writers in flight); --rooms N spreads them
            over ROOM-0…ROOM-<N-1>, --write-url over several nodes; reports writes/s and latency
   attack   --attack NAME: one client trying to take the server's CPU, memory or fds (below)
+  scale    --part I/N of --conns subscribers over --rooms rooms (ROOM-0…) on the --sub-url nodes,
+           from --source addresses, steered over stdin (below); scale-mark: one marked write to
+           each room through --url; scale-merge: the reports on stdin added up
 
 Writes go over --writers connections (default 4) with up to --window requests in
 flight; each value carries its write's sequence number, from which subscribers
@@ -68,7 +71,23 @@ nodes while the writer stays on --url, so latency is publish on one node to deli
 another; --redis-pid reports the Redis server's CPU per write (repeatable: several masters),
 --node-pid the CPU and RSS of the other nodes (repeatable).
 
-attack --attack NAME reports what the attacker got, the server's CPU seconds, peak RSS
+scale is one of several processes that together hold more connections than one process
+may open (RLIMIT_NOFILE) from more source addresses than one has ports
+(cmd/statecast/bench/scale.sh runs them). Connection i of --conns is this process's when
+i % N = I; it subscribes to ROOM-<i % rooms>, on the nodes in turn (--placement rr) or on
+node <room % nodes> (--placement room), from the --source addresses in turn (127.0.0.2-127.0.0.9,
+comma-separated), and with --lease holds the key c<i>, bound to its session, in room
+ROOM-lease-I-<node>. A connection that loses its node resumes at once on another, with its
+session and from its position. Commands on stdin, one a line, each answered by a JSON line:
+  wait D   until every connection is subscribed, or D passes
+  report   the figures so far: marked writes received (send to receipt, wall clock) by
+           connection and as a histogram; resumes: how (replay, synced, snapshot), whether the
+           session was kept, loss to resumed
+  reset    report, then zero the marked-write and resume figures
+  leases   report, with this part's session-leased keys still in the store counted
+  quit     (or the end of input) close everything and exit
+
+ what the attacker got, the server's CPU seconds, peak RSS
 and peak open fds (from /proc every 100 ms), and what a well-behaved bystander saw
 meanwhile (latency p50/p99 and failures):
   unsub-prefixes   --prefix-subs subscriptions of --prefixes key prefixes on one
@@ -128,6 +147,11 @@ type config struct {
 	attackHold                         time.Duration
 	etcdAddr                           string
 
+	// scale
+	part, sources, placement string
+	lease                    bool
+	seq                      int
+
 	// compare
 	ceilingBin, statecastBin   string
 	ceilingArgs, statecastArgs string
@@ -135,7 +159,7 @@ type config struct {
 	args []string // as given, for echoing
 }
 
-var scenarios = []string{"fanout", "rooms", "idle", "resume", "storm", "writes", "attack"}
+var scenarios = []string{"fanout", "rooms", "idle", "resume", "storm", "writes", "attack", "scale", "scale-mark", "scale-merge"}
 
 // parseFlags parses SCENARIO and the flags, in any order.
 func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) {
@@ -199,6 +223,11 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 	fs.DurationVar(&c.attackHold, "attack-hold", 0, "attack slow-body: longest wait for the server to cut a stalled connection (default 30s); sse-flood: how long streams are held (default 3s)")
 	fs.IntVar(&c.httpWrites, "http-writes", 1000, "attack http-write-rate: PUTs")
 	fs.StringVar(&c.etcdAddr, "etcd-addr", "", "attack etcd-*: the server's etcd API, HOST:PORT (its statecast serve --etcd-addr)")
+	fs.StringVar(&c.part, "part", "0/1", "scale: this process's share I/N of --conns: the connections i with i % N = I")
+	fs.StringVar(&c.sources, "source", "", "scale: local source addresses, in turn: comma-separated loopback addresses or ranges A-B (default: the kernel's choice)")
+	fs.StringVar(&c.placement, "placement", "rr", "scale: rr (connections over the --sub-url nodes in turn) or room (a room's connections on one node)")
+	fs.BoolVar(&c.lease, "lease", false, "scale: each connection holds a session-leased key")
+	fs.IntVar(&c.seq, "seq", 0, "scale-mark: the marked write's number, carried in its value")
 	fs.DurationVar(&c.waitIdle, "wait-idle", 0, "before each run, wait up to this long for the other processes of the machine to use under 10% of a CPU (a shared machine)")
 
 	var pos []string
@@ -353,6 +382,17 @@ func Run(ctx context.Context, args []string, out, errOut io.Writer) error {
 			return err
 		}
 		defer stop()
+	}
+	switch cfg.scenario {
+	case "scale":
+		return runScale(ctx, cfg, os.Stdin, out, errOut)
+	case "scale-mark":
+		if u, err := url.Parse(cfg.url); err != nil || u.Scheme != "http" || !loopback(u.Hostname()) {
+			return fmt.Errorf("bench: bad --url %q: want http:// on this machine", cfg.url)
+		}
+		return runScaleMark(ctx, cfg, out)
+	case "scale-merge":
+		return runScaleMerge(os.Stdin, out)
 	}
 	if cfg.scenario == "attack" {
 		if err := prepareAttack(cfg); err != nil {

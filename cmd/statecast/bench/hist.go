@@ -3,6 +3,7 @@ package bench
 import (
 	"math"
 	"math/bits"
+	"sync/atomic"
 	"time"
 )
 
@@ -126,3 +127,81 @@ func (h *latencyHist) Mean() time.Duration {
 
 // Max is the largest recorded value.
 func (h *latencyHist) Max() time.Duration { return time.Duration(h.max) }
+
+// atomicHist is a latencyHist that many goroutines record into at once
+// (a process's connections into one histogram, not one each).
+type atomicHist struct {
+	counts      [histBuckets]atomic.Uint64
+	n, sum, max atomic.Uint64
+	min         atomic.Uint64 // the smallest value + 1; 0: none yet
+}
+
+// Record adds one duration; negative ones count as zero.
+func (h *atomicHist) Record(d time.Duration) {
+	v := uint64(max(d, 0))
+	h.counts[histIndex(v)].Add(1)
+	h.n.Add(1)
+	h.sum.Add(v)
+	for m := h.max.Load(); v > m && !h.max.CompareAndSwap(m, v); m = h.max.Load() {
+	}
+	for m := h.min.Load(); (m == 0 || v+1 < m) && !h.min.CompareAndSwap(m, v+1); m = h.min.Load() {
+	}
+}
+
+func (h *atomicHist) reset() {
+	for i := range h.counts {
+		h.counts[i].Store(0)
+	}
+	h.n.Store(0)
+	h.sum.Store(0)
+	h.max.Store(0)
+	h.min.Store(0)
+}
+
+// histJSON is a histogram as a report carries it: the non-empty buckets
+// as [index, count] pairs, so that reports of several processes merge
+// exactly (every process buckets alike).
+type histJSON struct {
+	N       uint64      `json:"n"`
+	Sum     uint64      `json:"sum_ns"`
+	Min     uint64      `json:"min_ns"`
+	Max     uint64      `json:"max_ns"`
+	Buckets [][2]uint64 `json:"buckets,omitempty"`
+}
+
+func (h *atomicHist) json() histJSON {
+	j := histJSON{N: h.n.Load(), Sum: h.sum.Load(), Max: h.max.Load()}
+	if m := h.min.Load(); m > 0 {
+		j.Min = m - 1
+	}
+	for i := range h.counts {
+		if c := h.counts[i].Load(); c > 0 {
+			j.Buckets = append(j.Buckets, [2]uint64{uint64(i), c})
+		}
+	}
+	return j
+}
+
+func (h *latencyHist) toJSON() histJSON {
+	j := histJSON{N: h.n, Sum: h.sum, Min: h.min, Max: h.max}
+	for i, c := range h.counts {
+		if c > 0 {
+			j.Buckets = append(j.Buckets, [2]uint64{uint64(i), c})
+		}
+	}
+	return j
+}
+
+// hist is j as a latencyHist (buckets out of range are dropped).
+func (j histJSON) hist() latencyHist {
+	h := latencyHist{n: j.N, sum: j.Sum, min: j.Min, max: j.Max}
+	if j.N > 0 {
+		h.counts = make([]uint64, histBuckets)
+		for _, b := range j.Buckets {
+			if b[0] < histBuckets {
+				h.counts[b[0]] += b[1]
+			}
+		}
+	}
+	return h
+}

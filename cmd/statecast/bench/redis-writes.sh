@@ -93,7 +93,7 @@ redis() { # redis [args…]: start a redis-server on a free port: RPORT, its pid
 node() { # node BIN ADDR STORE [flags…]: start statecast serve, its pid in NPID
 	local bin=$1 addr=$2 st=$3
 	shift 3
-	"$bin" serve --store "$st" --addr "$addr" --write-rate 1000000 --history 20000 --log-level warn "$@" >"$DIR/node-$addr.log" 2>&1 &
+	"$bin" serve --store "$st" --addr "$addr" --write-rate 1000000 --history 20000 --log-level warn "$@" >>"$DIR/node-$addr.log" 2>&1 & # >>: a restart on the same address keeps the log
 	NPID=$!
 	PIDS+=("$NPID")
 	for _ in $(seq 100); do curl -sf "http://$addr/readyz" >/dev/null && return; sleep 0.1; done

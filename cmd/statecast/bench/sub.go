@@ -531,15 +531,7 @@ func (s *subscriber) fRev() []byte {
 // event is [key, value, create_rev, version, {extras}?] for a put and
 // [key, {extras}?] for a delete or leave.
 func (s *subscriber) applyDenseEvents(line []byte) (seq uint64, ok bool) {
-	i := bytes.Index(line, fE)
-	if i < 0 {
-		return 0, false
-	}
-	b := line[i+len(fE):]
-	if len(b) == 0 || b[0] != '[' {
-		return 0, false
-	}
-	b = b[1:]
+	b := denseList(line, fE)
 	var el [6][]byte
 	for len(b) > 0 && b[0] == '[' {
 		var n int
@@ -563,15 +555,7 @@ func (s *subscriber) applyDenseEvents(line []byte) (seq uint64, ok bool) {
 func (s *subscriber) applyDenseSnapshot(line []byte) {
 	clear(s.has)
 	s.other = nil
-	i := bytes.Index(line, fItems)
-	if i < 0 {
-		return
-	}
-	b := line[i+len(fItems):]
-	if len(b) == 0 || b[0] != '[' {
-		return
-	}
-	b = b[1:]
+	b := denseList(line, fItems)
 	var el [6][]byte
 	for len(b) > 0 && b[0] == '[' {
 		var n int
@@ -581,6 +565,20 @@ func (s *subscriber) applyDenseSnapshot(line []byte) {
 		}
 		s.setKey(el[0][1:len(el[0])-1], el[1], true)
 	}
+}
+
+// denseList is what follows the '[' of the array after field name in
+// line (nil if none): the arrays of a v2 events or snapshot message.
+func denseList(line, name []byte) []byte {
+	i := bytes.Index(line, name)
+	if i < 0 {
+		return nil
+	}
+	b := line[i+len(name):]
+	if len(b) == 0 || b[0] != '[' {
+		return nil
+	}
+	return b[1:]
 }
 
 // denseArray puts the texts of the first six elements of the compact
