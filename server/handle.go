@@ -154,8 +154,9 @@ func (c *conn) connect(ctx context.Context, r *wire.Request) error {
 	c.mu.Unlock()
 	if err != nil {
 		// A secret the store does not hold could not resume after a
-		// restart: the client reconnects with the one it presented.
-		return closeWith(websocket.StatusInternalError, "cannot save the session; reconnect")
+		// restart, and a resume the store did not answer may have taken
+		// the session: the client reconnects with the secret it presented.
+		return closeWith(websocket.StatusInternalError, "the session store did not answer; reconnect")
 	}
 	msg := &wire.Connected{T: wire.TConnected, V: c.codec.Version(), Session: sess.id, Resume: secret, Resumed: resumed,
 		PingMS: c.s.cfg.PingInterval.Milliseconds(), LeaseGraceMS: c.s.cfg.LeaseGrace.Milliseconds()}

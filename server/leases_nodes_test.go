@@ -239,8 +239,8 @@ func TestLeaseKeptAcrossRestart(t *testing.T) {
 // TestSessionResumedOnAnotherNode: on a store several nodes share, a
 // client resumes its session on another node while its old connection is
 // still open. The session's keys stay when the old connection closes
-// (that node no longer owns the session) and past the grace; the old
-// secret no longer resumes anything; once the new connection is gone for
+// (that node no longer owns the session) and past the grace (which
+// secrets resume is storetest's testSharedSessions); once the new connection is gone for
 // the grace, every key of the session, written through either node, is
 // deleted, each once.
 func TestSessionResumedOnAnotherNode(t *testing.T) {
@@ -267,12 +267,6 @@ func TestSessionResumedOnAnotherNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	ca.CloseNow()
-	// The old secret was rotated by the resume: it resumes nothing.
-	stale := dial(t, a, &client.Options{Codec: "json", Session: first.Session, Resume: first.Resume})
-	if stale.Connected().Resumed {
-		t.Fatal("the secret of before the resume resumed the session again")
-	}
-	stale.CloseNow()
 	time.Sleep(3 * grace)
 	if _, err := cb.Put(ctx, room, "marker", 1); err != nil {
 		t.Fatal(err)

@@ -51,8 +51,12 @@ type sessions struct {
 	every  time.Duration // shared: how often due sessions are ended
 	stop   chan struct{}
 
-	mu     sync.Mutex
-	m      map[string]*session
+	mu sync.Mutex
+	m  map[string]*session
+	// unsure (shared): sessions whose take or detach got no answer from
+	// the store, so the record may be attached to this node with no
+	// connection here; the sweeper starts their grace (session_shared.go).
+	unsure map[string]bool
 	closed bool           // shutting down: nothing ends any more
 	wg     sync.WaitGroup // ends writing their record's delete
 }

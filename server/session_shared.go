@@ -65,7 +65,16 @@ func (ss *sessions) openShared(c *conn, id, resume, subject, secret string) (s *
 		rec, _, ok, err := ss.shared.TakeSession(ctx, id, subject, presented[:], hash[:], ss.node)
 		cancel()
 		if err != nil {
-			ss.log.Warn("server: cannot resume a session from the store; opening a new one", "session", id, "err", err)
+			// Whether the session is alive, and whether the take ran, is
+			// not known: a new session would let the client's keys end
+			// with the old one. The caller closes the socket (1011) and
+			// the client comes back with the secret it presented, still
+			// good if the take ran (the store keeps the one presented
+			// last); the sweeper starts the grace of a take that ran
+			// here with nobody attached.
+			ss.log.Warn("server: cannot resume a session from the store; the client is asked to reconnect", "session", id, "err", err)
+			ss.markUnsure(id)
+			return nil, false, nil, err
 		}
 		if ok {
 			ss.mu.Lock()
@@ -122,9 +131,52 @@ func (ss *sessions) detachRecord(id string, gen int64) {
 	ctx, cancel := ss.ctx()
 	defer cancel()
 	if _, err := ss.shared.DetachSession(ctx, id, gen, ss.grace); err != nil {
-		// The owner is alive and the record attached: it ends only if
-		// this node dies (ReleaseSessions) or its client resumes it.
-		ss.log.Warn("server: cannot start a session's grace in the store", "session", id, "err", err)
+		// The owner is alive and the record attached: the sweeper tries
+		// again, unless its client resumes it meanwhile.
+		ss.log.Warn("server: cannot start a session's grace in the store; trying again", "session", id, "err", err)
+		ss.markUnsure(id)
+	}
+}
+
+func (ss *sessions) markUnsure(id string) {
+	ss.mu.Lock()
+	if ss.unsure == nil {
+		ss.unsure = make(map[string]bool)
+	}
+	ss.unsure[id] = true
+	ss.mu.Unlock()
+}
+
+// settleUnsure starts the grace of each unsure session that the store
+// holds attached to this node while no connection here has it (a take
+// that ran though its reply was lost, a detach that got no answer). The
+// detach is fenced by the generation read: a take meanwhile, here or
+// elsewhere, wins. Those the store cannot answer for stay unsure.
+func (ss *sessions) settleUnsure() {
+	ss.mu.Lock()
+	ids := make([]string, 0, len(ss.unsure))
+	for id := range ss.unsure {
+		ids = append(ids, id)
+	}
+	ss.mu.Unlock()
+	for _, id := range ids {
+		ctx, cancel := ss.ctx()
+		rec, ok, err := ss.shared.Session(ctx, id)
+		if err == nil && ok && rec.Owner == ss.node && rec.Deadline == 0 {
+			ss.mu.Lock()
+			s := ss.m[id]
+			here := s != nil && s.conn != nil
+			ss.mu.Unlock()
+			if !here {
+				_, err = ss.shared.DetachSession(ctx, id, rec.Gen, ss.grace)
+			}
+		}
+		cancel()
+		if err == nil {
+			ss.mu.Lock()
+			delete(ss.unsure, id)
+			ss.mu.Unlock()
+		}
 	}
 }
 
@@ -173,6 +225,7 @@ func (ss *sessions) sweep() {
 			return
 		case <-t.C:
 		}
+		ss.settleUnsure()
 		ss.endDue()
 		if tick%orphanEvery == 0 {
 			ss.sweepOrphans()

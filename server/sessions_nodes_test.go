@@ -200,3 +200,76 @@ func TestSessionKeyListedOnce(t *testing.T) {
 		t.Errorf("100 writes of 2 keys under one session listed %d times, want 2", n)
 	}
 }
+
+// lostTakes is a Redis store whose session takes, while lose is set, run
+// but answer an error: the reply of a resume lost on its way back.
+type lostTakes struct {
+	*redisstore.Store
+	lose atomic.Bool
+}
+
+func (l *lostTakes) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string) (store.SessionRecord, string, bool, error) {
+	rec, prev, ok, err := l.Store.TakeSession(ctx, id, subject, old, new, node)
+	if l.lose.Load() {
+		return store.SessionRecord{}, "", false, errors.New("i/o timeout")
+	}
+	return rec, prev, ok, err
+}
+
+// TestResumeAfterALostTake: a resume whose take ran in Redis but whose
+// reply was lost closes the socket (1011) rather than opening a new
+// session (which would let the client's keys end with the old one); the
+// client's next resume with the same secret gets its session back, keys
+// included. A client that never comes back after such a take: its
+// session, attached in the store to a node where no connection holds it,
+// starts its grace and ends, and its key goes.
+func TestResumeAfterALostTake(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (grace, ticks)
+	rs := redistest.Start(t, redistest.Options{})
+	ctx, room := servertest.Context(t), "lobby"
+	cfg := server.Config{NodeTimeout: time.Second, LeaseGrace: 2 * time.Second}
+	open := func() *redisstore.Store {
+		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "lt"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	cfg.NodeID = "a"
+	a := servertest.Start(t, servertest.Options{Store: open(), Server: cfg})
+	lossy := &lostTakes{Store: open()}
+	cfg.NodeID = "b"
+	b := servertest.Start(t, servertest.Options{Store: lossy, Server: cfg})
+
+	c := dial(t, a, nil)
+	if _, err := c.Put(ctx, room, "presence/u", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	first := c.Connected()
+	_ = c.Close()
+
+	lossy.lose.Store(true)
+	if c, err := client.Dial(ctx, b.WS, &client.Options{Session: first.Session, Resume: first.Resume}); err == nil {
+		_ = c.Close()
+		t.Fatal("a resume whose take got no answer: connected, want the socket closed (1011)")
+	}
+	lossy.lose.Store(false)
+	c = dial(t, b, &client.Options{Session: first.Session, Resume: first.Resume})
+	again := c.Connected()
+	if !again.Resumed || again.Session != first.Session {
+		t.Fatalf("the resume after a lost take: %+v, want session %s resumed", again, first.Session)
+	}
+	if l, err := a.HTTP.List(ctx, room, ""); err != nil || len(l.Items) != 1 {
+		t.Fatalf("the session's key after the resume: %+v, %v", l, err)
+	}
+	_ = c.Close()
+
+	// Lost again, and the client never returns.
+	lossy.lose.Store(true)
+	if c, err := client.Dial(ctx, b.WS, &client.Options{Session: again.Session, Resume: again.Resume}); err == nil {
+		_ = c.Close()
+		t.Fatal("a resume whose take got no answer: connected")
+	}
+	lossy.lose.Store(false)
+	waitFor(t, 10*time.Second, "the session of a lost take, never resumed, to end and its key to go", roomEmpty(ctx, a, room))
+}

@@ -53,13 +53,18 @@ return redis.call('DEL', KEYS[4])`)
 	// del: KEYS the key to delete.
 	delScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
 	// take: KEYS rec, due, owned; ARGV id, subject, old hash, new hash (base64), node.
+	// The hash presented is accepted when it is the current one or the
+	// one presented at the last take: that take's reply may have been
+	// lost (its node then closed the socket, 1011), so the client never
+	// got the new secret and presents the old one again.
 	takeScript = redis.NewScript(sessionScriptHead + `
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then return {0} end
 local r = cjson.decode(v)
-if r.subject ~= ARGV[2] or r.resume_hash ~= ARGV[3] then return {0} end
+if r.subject ~= ARGV[2] or (r.resume_hash ~= ARGV[3] and r.prev_hash ~= ARGV[3]) then return {0} end
 if not attached(r) and tonumber(r.deadline) <= now then return {0} end
 local prev = r.owner or ''
+r.prev_hash = ARGV[3]
 r.resume_hash = ARGV[4]
 r.owner = ARGV[5]
 r.gen = (tonumber(r.gen) or 0) + 1

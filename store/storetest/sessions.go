@@ -96,8 +96,10 @@ func testSessions(t *testing.T, s *suite) {
 }
 
 // testSharedSessions: on a store several nodes share, a resume is a
-// compare-and-set on the resume hash (of two takes with one secret, one
-// wins), a detach is fenced by the generation of the take it follows,
+// compare-and-set on the resume hash (the current one, or the one
+// presented at the last take, whose reply may have been lost; takes go
+// one after the other, each a new generation), a detach is fenced by the
+// generation of the take it follows,
 // and each session whose deadline passed is ended by one caller only.
 func testSharedSessions(t *testing.T, s *suite) {
 	ss, ok := s.open(t, Config{}).(store.SharedSessions)
@@ -128,24 +130,44 @@ func testSharedSessions(t *testing.T, s *suite) {
 	if _, _, ok := take("s_none", "alice", "h0", "h1", "n2"); ok {
 		t.Fatal("a missing session taken")
 	}
-	// Two nodes resume with one secret at once: one wins.
+	// Nodes resume with one secret at once: they take it in turn, each
+	// fencing the one before (its detach, by generation).
 	var wins atomic.Int32
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, _, ok, err := ss.TakeSession(bg, "s_a", "alice", []byte("h0"), []byte("h1"), fmt.Sprint("n", 2+i)); ok && err == nil {
+			if _, _, ok, err := ss.TakeSession(bg, "s_a", "alice", []byte("h0"), []byte(fmt.Sprint("h1-", i)), fmt.Sprint("n", 2+i)); ok && err == nil {
 				wins.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
-	if n := wins.Load(); n != 1 {
-		t.Fatalf("%d of 8 takes with one secret won, want 1", n)
+	if got, _, _ := ss.Session(bg, "s_a"); wins.Load() == 0 || got.Gen != int64(wins.Load()) {
+		t.Fatalf("%d of 8 takes with one secret won, generation %d: want each a generation", wins.Load(), got.Gen)
 	}
+	// The secret presented at the last take stays good until the next
+	// take (its reply may have been lost); the one it replaced, never
+	// presented, and one presented before are refused.
+	if _, _, ok := take("s_a", "alice", "h0", "h1", "n2"); !ok {
+		t.Fatal("the secret presented at the last take, presented again: refused")
+	}
+	if _, _, ok := take("s_a", "alice", "h1-0", "hx", "n2"); ok {
+		t.Fatal("a secret replaced without being presented: accepted")
+	}
+	if _, _, ok := take("s_a", "alice", "h1", "h1b", "n2"); !ok {
+		t.Fatal("the current secret: refused")
+	}
+	if _, _, ok := take("s_a", "alice", "h0", "hx", "n2"); ok {
+		t.Fatal("a secret presented two takes ago: accepted")
+	}
+	if _, _, ok := take("s_a", "alice", "h1b", "h1", "n2"); !ok {
+		t.Fatal("the current secret: refused")
+	}
+	gen := func() int64 { g, _, _ := ss.Session(bg, "s_a"); return g.Gen }()
 	rec, prev, ok := take("s_a", "alice", "h1", "h2", "n9")
-	if !ok || prev == "n1" || prev == "" || rec.Owner != "n9" || rec.Gen != 2 || rec.Deadline != 0 || string(rec.ResumeHash) != "h2" {
+	if !ok || prev != "n2" || rec.Owner != "n9" || rec.Gen != gen+1 || rec.Deadline != 0 || string(rec.ResumeHash) != "h2" {
 		t.Fatalf("take: %+v prev %q ok %v", rec, prev, ok)
 	}
 	if owners, err := ss.SessionOwners(bg); err != nil || len(owners) != 1 || owners[0] != "n9" {
@@ -153,10 +175,10 @@ func testSharedSessions(t *testing.T, s *suite) {
 	}
 	// A detach of an earlier generation (the connection it was taken
 	// from) leaves the session attached.
-	if ok, err := ss.DetachSession(bg, "s_a", 1, time.Millisecond); ok || err != nil {
+	if ok, err := ss.DetachSession(bg, "s_a", gen, time.Millisecond); ok || err != nil {
 		t.Fatalf("a stale detach: %v %v", ok, err)
 	}
-	if ok, err := ss.DetachSession(bg, "s_a", 2, time.Hour); !ok || err != nil {
+	if ok, err := ss.DetachSession(bg, "s_a", gen+1, time.Hour); !ok || err != nil {
 		t.Fatalf("detach: %v %v", ok, err)
 	}
 	if got, _, _ := ss.Session(bg, "s_a"); got.Deadline == 0 {
@@ -166,7 +188,7 @@ func testSharedSessions(t *testing.T, s *suite) {
 		t.Fatalf("EndDueSessions before the deadline: %v %v", ended, err)
 	}
 	// Within the grace it can be resumed: attached again, no deadline.
-	if rec, _, ok := take("s_a", "alice", "h2", "h3", "n1"); !ok || rec.Deadline != 0 || rec.Gen != 3 {
+	if rec, _, ok := take("s_a", "alice", "h2", "h3", "n1"); !ok || rec.Deadline != 0 || rec.Gen != gen+2 {
 		t.Fatalf("resume within the grace: %+v %v", rec, ok)
 	}
 	// The sessions of a dead node start their grace.
