@@ -228,14 +228,14 @@ func fillRooms(t *testing.T, n *mnNode, rooms, revs int) {
 	}
 }
 
-// TestMigrateFileToRedis: every room with its history moves from the file
+// TestMigrateFileToRedis: every room (1,000) with its history moves from the file
 // store to Redis under its epoch; a client that watched a room on the file
 // node resumes on a Redis node by replay of exactly what it missed.
 func TestMigrateFileToRedis(t *testing.T) {
 	redistest.Require(t)
 	dir := t.TempDir()
 	src := fileNode(t, "src", dir)
-	const rooms, revs = 300, 4
+	const rooms, revs = 1000, 2
 	fillRooms(t, src, rooms, revs)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
