@@ -203,15 +203,7 @@ func TestMigrateFileToRedisCluster(t *testing.T) {
 			}
 		}
 	}
-	ann, err := client.Dial(ctx, src.WS(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ann.Close()
-	if _, err := ann.Put(ctx, "lobby", "seat/ann", json.RawMessage(`1`), client.WithLease("session")); err != nil {
-		t.Fatal(err)
-	}
-	annSession := ann.Connected()
+	annSession := seatAnn(ctx, t, src)
 	src.stop()
 
 	cl := redistest.StartCluster(t, 3)
@@ -297,15 +289,7 @@ func TestRestoreOfAnOldBackup(t *testing.T) {
 	src := fileNode(t, "src", t.TempDir(), "--lease-grace", grace.String())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ann, err := client.Dial(ctx, src.WS(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ann.Close()
-	if _, err := ann.Put(ctx, "lobby", "seat/ann", json.RawMessage(`1`), client.WithLease("session")); err != nil {
-		t.Fatal(err)
-	}
-	annSession := ann.Connected()
+	annSession := seatAnn(ctx, t, src)
 	h := &client.HTTP{URL: src.HTTP()}
 	leases := map[string]string{}
 	for key, ttl := range map[string]time.Duration{"lock/kept": time.Minute, "lock/lapsed": grace} {
@@ -358,4 +342,19 @@ func TestRestoreOfAnOldBackup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// seatAnn connects ann to n and binds lobby/seat/ann to her session; it
+// returns her connected message (the socket closes when the test ends).
+func seatAnn(ctx context.Context, t *testing.T, n *mnNode) wire.Message {
+	t.Helper()
+	ann, err := client.Dial(ctx, n.WS(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ann.Close() })
+	if _, err := ann.Put(ctx, "lobby", "seat/ann", json.RawMessage(`1`), client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	return ann.Connected()
 }

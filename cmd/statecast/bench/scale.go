@@ -524,14 +524,7 @@ func (r *scaleRun) read(c *scaleConn, ws *websocket.Conn) error {
 // message handles one server message on c; false ends the connection
 // (to start over on another).
 func (r *scaleRun) message(c *scaleConn, line []byte, now int64) bool {
-	var t []byte
-	if bytes.HasPrefix(line, fTFirst) {
-		if i := bytes.IndexByte(line[len(fTFirst):], '"'); i >= 0 {
-			t = line[len(fTFirst) : len(fTFirst)+i]
-		}
-	} else {
-		t = fieldStr(line, fT)
-	}
+	t := messageType(line)
 	switch string(t) {
 	case "events", "coalesced":
 		rev, _ := fieldUint(line, fR)

@@ -341,18 +341,22 @@ func (s *subscriber) ceilingMessage(line []byte, st *runState, now int64) int64 
 	return 1
 }
 
-// statecastMessage handles one server message; it returns 1 for events
-// and coalesced messages, 0 for the others.
-func (s *subscriber) statecastMessage(line []byte, st *runState, now int64) int64 {
-	var t []byte
+// messageType is the "t" of a server message.
+func messageType(line []byte) []byte {
 	if bytes.HasPrefix(line, fTFirst) {
 		// The server writes "t" first: skip the search.
 		if i := bytes.IndexByte(line[len(fTFirst):], '"'); i >= 0 {
-			t = line[len(fTFirst) : len(fTFirst)+i]
+			return line[len(fTFirst) : len(fTFirst)+i]
 		}
-	} else {
-		t = fieldStr(line, fT)
+		return nil
 	}
+	return fieldStr(line, fT)
+}
+
+// statecastMessage handles one server message; it returns 1 for events
+// and coalesced messages, 0 for the others.
+func (s *subscriber) statecastMessage(line []byte, st *runState, now int64) int64 {
+	t := messageType(line)
 	switch string(t) {
 	case "events", "coalesced":
 		rev, _ := fieldUint(line, s.fRev())
