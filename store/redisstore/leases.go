@@ -43,7 +43,6 @@ local function finish(id, r)
   redis.call('ZREM', KEYS[2], id)
   if r.holder and redis.call('HINCRBY', KEYS[3], r.holder, -1) <= 0 then redis.call('HDEL', KEYS[3], r.holder) end
   redis.call('SADD', KEYS[4], id)
-  return redis.call('HGETALL', ARGV[1] .. id)
 end
 `
 
@@ -74,7 +73,8 @@ return {1, r.holder, r.ttl_ms}`)
 local r = alive(ARGV[2])
 if not r then return {0} end
 if r.holder ~= ARGV[3] then return {1, r.holder, r.ttl_ms} end
-return {1, r.holder, r.ttl_ms, finish(ARGV[2], r)}`)
+finish(ARGV[2], r)
+return {1, r.holder, r.ttl_ms, redis.call('HGETALL', ARGV[1] .. ARGV[2])}`)
 	// attach: ARGV id, room NUL key, mod_rev. A key written twice under
 	// the lease keeps its later revision, whatever order the attaches
 	// arrive in (decimal strings: longer is larger, else compare).
@@ -85,16 +85,18 @@ if not cur or #cur < #ARGV[4] or (#cur == #ARGV[4] and cur < ARGV[4]) then
   redis.call('HSET', ARGV[1] .. ARGV[2], ARGV[3], ARGV[4])
 end
 return 1`)
-	// endDue: ARGV max. Returns {id, keys, id, keys, ...}. A record that
-	// cannot be read ends too, rather than stopping every end.
+	// endDue: ARGV max. Returns the ids ended; their key lists are read
+	// after (leaseLists), not here: a script blocks Redis while it runs,
+	// and the lists of 1,000 leases may be long. A record that cannot be
+	// read ends too, rather than stopping every end.
 	endDueLeasesScript = redis.NewScript(leaseScriptHead + `
 local out = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))) do
   local v = redis.call('HGET', KEYS[1], id)
   if v then
     local ok, r = pcall(cjson.decode, v)
+    finish(id, ok and r or {})
     out[#out + 1] = id
-    out[#out + 1] = finish(id, ok and r or {})
   else
     redis.call('ZREM', KEYS[2], id)
   end
@@ -104,14 +106,6 @@ return out`)
 	forgetLeaseScript = redis.NewScript(leaseScriptHead + `
 redis.call('DEL', ARGV[1] .. ARGV[2])
 return redis.call('SREM', KEYS[4], ARGV[2])`)
-	// ended: ARGV max. Returns {id, keys, ...} of ended leases.
-	endedLeasesScript = redis.NewScript(leaseScriptHead + `
-local out = {}
-for _, id in ipairs(redis.call('SRANDMEMBER', KEYS[4], tonumber(ARGV[2]))) do
-  out[#out + 1] = id
-  out[#out + 1] = redis.call('HGETALL', ARGV[1] .. id)
-end
-return out`)
 )
 
 func (s *Store) leaseKeys() ([]string, string) {
@@ -190,7 +184,16 @@ func (s *Store) EndDueLeases(ctx context.Context, max int) (map[string][]store.L
 	if err != nil {
 		return nil, err
 	}
-	return decodeLeaseLists(v)
+	out, _ := v.([]any)
+	ids := make([]string, len(out))
+	for i, id := range out {
+		ids[i], _ = id.(string)
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	return s.leaseLists(ctx, ids)
 }
 
 func (s *Store) ForgetLeaseKeys(ctx context.Context, id string) error {
@@ -198,12 +201,52 @@ func (s *Store) ForgetLeaseKeys(ctx context.Context, id string) error {
 	return err
 }
 
+// EndedLeaseKeys picks up to max ended leases, then reads their lists.
 func (s *Store) EndedLeaseKeys(ctx context.Context, max int) (map[string][]store.LeaseKey, error) {
-	v, err := s.runLease(ctx, s.rc, endedLeasesScript, max)
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	keys, _ := s.leaseKeys()
+	ids, err := s.rc.SRandMemberN(ctx, keys[3], int64(max)).Result()
 	if err != nil {
 		return nil, err
 	}
-	return decodeLeaseLists(v)
+	return s.leaseLists(ctx, ids)
+}
+
+// leaseLists reads the key lists of the leases ids, one HGETALL each in
+// a pipeline: Redis serves other clients between them,
+// where one script reading them all would hold it for as long as they
+// are long. An ended lease's list no longer changes (its record is gone,
+// so no key is attached to it).
+func (s *Store) leaseLists(ctx context.Context, ids []string) (map[string][]store.LeaseKey, error) {
+	_, list := s.leaseKeys()
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	if len(ids) > 0 {
+		_, err := s.rc.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range ids {
+				cmds[i] = p.HGetAll(ctx, list+id)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store: redis: reading ended leases' keys: %w", err)
+		}
+	}
+	m := make(map[string][]store.LeaseKey, len(ids))
+	for i, id := range ids {
+		keys := make([]store.LeaseKey, 0, len(cmds[i].Val()))
+		for f, rv := range cmds[i].Val() {
+			k, err := decodeLeaseKey(f, rv)
+			if err != nil {
+				return m, err
+			}
+			keys = append(keys, k)
+		}
+		m[id] = keys
+	}
+	return m, nil
 }
 
 // LeaseIDs reads the records in HSCAN pages, like ListSessions.
@@ -228,21 +271,6 @@ func (s *Store) LeaseIDs(ctx context.Context) ([]string, error) {
 	}
 }
 
-// decodeLeaseLists reads {id, {field, value, ...}, ...}.
-func decodeLeaseLists(v any) (map[string][]store.LeaseKey, error) {
-	out, _ := v.([]any)
-	m := make(map[string][]store.LeaseKey, len(out)/2)
-	for i := 0; i+1 < len(out); i += 2 {
-		id, _ := out[i].(string)
-		keys, err := decodeLeaseKeys(out[i+1])
-		if err != nil {
-			return m, err
-		}
-		m[id] = keys
-	}
-	return m, nil
-}
-
 // decodeLeaseKeys reads an HGETALL of a key list: room NUL key -> mod_rev.
 func decodeLeaseKeys(v any) ([]store.LeaseKey, error) {
 	flat, _ := v.([]any)
@@ -250,12 +278,21 @@ func decodeLeaseKeys(v any) ([]store.LeaseKey, error) {
 	for i := 0; i+1 < len(flat); i += 2 {
 		f, _ := flat[i].(string)
 		rv, _ := flat[i+1].(string)
-		room, key, ok := strings.Cut(f, "\x00")
-		rev, err := strconv.ParseUint(rv, 10, 64)
-		if !ok || err != nil {
-			return keys, fmt.Errorf("%w: lease key list entry %q", store.ErrCorrupt, f)
+		k, err := decodeLeaseKey(f, rv)
+		if err != nil {
+			return keys, err
 		}
-		keys = append(keys, store.LeaseKey{Room: room, Key: key, ModRev: rev})
+		keys = append(keys, k)
 	}
 	return keys, nil
+}
+
+// decodeLeaseKey reads one entry of a key list.
+func decodeLeaseKey(f, rv string) (store.LeaseKey, error) {
+	room, key, ok := strings.Cut(f, "\x00")
+	rev, err := strconv.ParseUint(rv, 10, 64)
+	if !ok || err != nil {
+		return store.LeaseKey{}, fmt.Errorf("%w: lease key list entry %q", store.ErrCorrupt, f)
+	}
+	return store.LeaseKey{Room: room, Key: key, ModRev: rev}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -85,15 +86,19 @@ redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(r))
 redis.call('ZADD', KEYS[2], r.deadline, ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 return 1`)
-	// release: KEYS rec, due, owned; ARGV grace ms, dead node...
+	// release: KEYS rec, due, owned; ARGV grace ms, k, k dead nodes, then
+	// session ids. Each id is checked again (still owned by a dead node,
+	// its record attached to it): one HSCAN returned twice, or taken by a
+	// live node since it was read, is left alone.
 	releaseScript = redis.NewScript(sessionScriptHead + `
 local dead = {}
-for i = 2, #ARGV do dead[ARGV[i]] = true end
-local owned = redis.call('HGETALL', KEYS[3])
+local k = tonumber(ARGV[2])
+for i = 3, 2 + k do dead[ARGV[i]] = true end
 local n = 0
-for i = 1, #owned, 2 do
-  local id, node = owned[i], owned[i + 1]
-  if dead[node] then
+for i = 3 + k, #ARGV do
+  local id = ARGV[i]
+  local node = redis.call('HGET', KEYS[3], id)
+  if node and dead[node] then
     redis.call('HDEL', KEYS[3], id)
     local v = redis.call('HGET', KEYS[1], id)
     if v then
@@ -109,8 +114,9 @@ for i = 1, #owned, 2 do
 end
 return n`)
 	// endDue: KEYS rec, due, owned; ARGV max, key-list prefix, its TTL
-	// ms. Returns {record, listed keys, ...} of the records removed; each
-	// list expires unless its ender forgets it first.
+	// ms. Returns the records removed; each list expires unless its ender
+	// forgets it first. The lists are read after (SMEMBERS, pipelined),
+	// not here: a script blocks Redis, and 1,000 lists may be long.
 	endDueScript = redis.NewScript(sessionScriptHead + `
 local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 local out = {}
@@ -123,7 +129,6 @@ for _, id in ipairs(ids) do
       redis.call('HDEL', KEYS[1], id)
       redis.call('HDEL', KEYS[3], id)
       out[#out + 1] = v
-      out[#out + 1] = redis.call('SMEMBERS', ARGV[2] .. id)
       redis.call('PEXPIRE', ARGV[2] .. id, ARGV[3])
     end
   end
@@ -161,6 +166,10 @@ const (
 	listTTL = 24 * time.Hour
 	// maxListedKeys a session: past them it is ended by a scan.
 	maxListedKeys = 10_000
+	// releaseBatch bounds the sessions one release script rewrites: a
+	// script blocks Redis while it runs, and one over the 16,700 sessions
+	// of a dead node (of 100,000) ran past the 5 s busy threshold.
+	releaseBatch = 250
 )
 
 // decodeSession reads a record as SaveSession and the scripts write it:
@@ -280,26 +289,28 @@ func (s *Store) DetachSession(ctx context.Context, id string, gen int64, grace t
 	return n == 1, err
 }
 
+// SessionOwners reads the owners in HSCAN pages (one HVALS of every
+// session of the cluster would stall Redis for everyone).
 func (s *Store) SessionOwners(ctx context.Context) ([]string, error) {
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
 	defer s.mu.RUnlock()
-	vals, err := s.rc.HVals(ctx, s.sessionKeys()[2]).Result()
-	if err != nil {
-		return nil, err
-	}
 	seen := make(map[string]bool)
 	var out []string
-	for _, n := range vals {
-		if !seen[n] {
-			seen[n] = true
-			out = append(out, n)
+	err := s.scanOwned(ctx, func(_, node string) error {
+		if !seen[node] {
+			seen[node] = true
+			out = append(out, node)
 		}
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
+// ReleaseSessions reads the owners in HSCAN pages and releases those of
+// the dead nodes releaseBatch at a time: each script is short, however
+// many sessions the cluster holds.
 func (s *Store) ReleaseSessions(ctx context.Context, dead []string, grace time.Duration) (int, error) {
 	if len(dead) == 0 {
 		return 0, nil
@@ -308,11 +319,55 @@ func (s *Store) ReleaseSessions(ctx context.Context, dead []string, grace time.D
 		return 0, err
 	}
 	defer s.mu.RUnlock()
-	args := []any{grace.Milliseconds()}
+	isDead := make(map[string]bool, len(dead))
+	head := []any{grace.Milliseconds(), len(dead)}
 	for _, n := range dead {
-		args = append(args, n)
+		isDead[n] = true
+		head = append(head, n)
 	}
-	return s.runWrite(ctx, releaseScript, s.sessionKeys(), args...).Int()
+	var ids []any
+	n := 0
+	release := func() error {
+		if h := s.hookRelease.Load(); h != nil {
+			(*h)(len(ids))
+		}
+		got, err := s.runWrite(ctx, releaseScript, s.sessionKeys(), slices.Concat(head, ids)...).Int()
+		n += got
+		ids = ids[:0]
+		return err
+	}
+	err := s.scanOwned(ctx, func(id, node string) error {
+		if !isDead[node] {
+			return nil
+		}
+		if ids = append(ids, id); len(ids) < releaseBatch {
+			return nil
+		}
+		return release()
+	})
+	if err == nil && len(ids) > 0 {
+		err = release()
+	}
+	return n, err
+}
+
+// scanOwned calls fn with each attached session and its owner, in HSCAN
+// pages of the owned hash.
+func (s *Store) scanOwned(ctx context.Context, fn func(id, node string) error) error {
+	for cursor := uint64(0); ; {
+		page, next, err := s.rc.HScan(ctx, s.sessionKeys()[2], cursor, "", pageSize).Result()
+		if err != nil {
+			return fmt.Errorf("store: redis: listing session owners: %w", err)
+		}
+		for i := 0; i+1 < len(page); i += 2 {
+			if err := fn(page[i], page[i+1]); err != nil {
+				return err
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
 }
 
 func (s *Store) EndDueSessions(ctx context.Context, max int) ([]store.SessionRecord, error) {
@@ -320,29 +375,47 @@ func (s *Store) EndDueSessions(ctx context.Context, max int) ([]store.SessionRec
 		return nil, err
 	}
 	defer s.mu.RUnlock()
-	v, err := s.runWrite(ctx, endDueScript, s.sessionKeys(), max, s.sessionKeyList(), endedListTTL.Milliseconds()).Slice()
+	v, err := s.runWrite(ctx, endDueScript, s.sessionKeys(), max, s.sessionKeyList(), endedListTTL.Milliseconds()).StringSlice()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.SessionRecord, 0, len(v)/2)
-	for i := 0; i+1 < len(v); i += 2 {
-		enc, _ := v[i].(string)
+	out := make([]store.SessionRecord, 0, len(v))
+	var bad error // a record that cannot be read is gone; the others end
+	for _, enc := range v {
 		rec, err := decodeSession(enc)
 		if err != nil {
-			return out, err
+			bad = err
+			continue
 		}
-		members, _ := v[i+1].([]any)
-		for _, m := range members {
-			f, _ := m.(string)
+		out = append(out, rec)
+	}
+	// A list no longer changes once its record is gone (ListSessionKey
+	// refuses the key).
+	lists := make([]*redis.StringSliceCmd, len(out))
+	if len(out) > 0 {
+		_, err = s.rc.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, rec := range out {
+				lists[i] = p.SMembers(ctx, s.sessionKeyList()+rec.ID)
+			}
+			return nil
+		})
+		if err != nil {
+			for i := range out {
+				out[i].Listed = false // its ender scans the rooms for its keys
+			}
+			return out, fmt.Errorf("store: redis: reading ended sessions' keys: %w", err)
+		}
+	}
+	for i := range out {
+		for _, f := range lists[i].Val() {
 			room, key, ok := strings.Cut(f, "\x00")
 			if !ok {
 				return out, fmt.Errorf("%w: session key list entry %q", store.ErrCorrupt, f)
 			}
-			rec.Keys = append(rec.Keys, store.LeaseKey{Room: room, Key: key})
+			out[i].Keys = append(out[i].Keys, store.LeaseKey{Room: room, Key: key})
 		}
-		out = append(out, rec)
 	}
-	return out, nil
+	return out, bad
 }
 
 func (s *Store) ListSessionKey(ctx context.Context, id, room, key string) (store.Listing, error) {

@@ -92,6 +92,8 @@ type Store struct {
 	noPublish atomic.Bool
 	// hookGroup is called before each round trip of writes (tests).
 	hookGroup atomic.Pointer[func()]
+	// hookRelease is called with the ids of each release script (tests).
+	hookRelease atomic.Pointer[func(ids int)]
 }
 
 var _ store.Store = (*Store)(nil)

@@ -1,0 +1,129 @@
+package redisstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/statecast/statecast/store"
+	"github.com/statecast/statecast/store/redistest"
+)
+
+// TestReleaseSessionsBounded: the release of dead nodes owning 20,100 of
+// 45,100 sessions runs in scripts of at most releaseBatch sessions each
+// (one script over them all held Redis past its busy threshold at
+// 100,000 sessions), and starts the grace of every session of the dead
+// nodes and of no other. A session a dead node owned but a live node
+// took since, or released twice, is left alone.
+func TestReleaseSessionsBounded(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := openStore(t, srv.URL(), nil)
+	raw := rawRedis(t, srv.Addr())
+	keys := s.sessionKeys()
+	owners := map[string]int{"dead.1": 20_000, "dead.2": 100, "live.1": 25_000}
+	var recs, owned []any
+	for node, n := range owners {
+		for i := range n {
+			id := fmt.Sprintf("s_%s_%d", node, i)
+			v, err := json.Marshal(store.SessionRecord{ID: id, Subject: "u", ResumeHash: []byte("h"), Lease: "session:" + id, Owner: node, Listed: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, owned = append(recs, id, v), append(owned, id, node)
+			if len(recs) == 2000 {
+				raw.HSet(bg, keys[0], recs...)
+				raw.HSet(bg, keys[2], owned...)
+				recs, owned = recs[:0], owned[:0]
+			}
+		}
+	}
+	raw.HSet(bg, keys[0], recs...)
+	raw.HSet(bg, keys[2], owned...)
+	var mu sync.Mutex
+	var batches []int
+	// Before the first script, live.1 takes 10 sessions of dead.1: each
+	// is in that batch, in one read but not yet released, or not read.
+	taken := map[string]bool{}
+	hook := func(ids int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(batches) == 0 {
+			for i := range 10 {
+				id := fmt.Sprint("s_dead.1_", i)
+				if _, _, ok, err := s.TakeSession(bg, id, "u", []byte("h"), []byte("h2"), "live.1"); !ok || err != nil {
+					t.Errorf("TakeSession: %v %v", ok, err)
+				}
+				taken[id] = true
+			}
+		}
+		batches = append(batches, ids)
+	}
+	s.hookRelease.Store(&hook)
+	defer s.hookRelease.Store(nil)
+	scripts := func() int {
+		info := raw.Info(bg, "commandstats").Val()
+		n := 0
+		for _, cmd := range []string{"evalsha", "eval"} {
+			if _, rest, ok := strings.Cut(info, "cmdstat_"+cmd+":calls="); ok {
+				c, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				n += c
+			}
+		}
+		return n
+	}
+	const grace = time.Hour
+	before, calls := time.Now(), scripts()
+	n, err := s.ReleaseSessions(bg, []string{"dead.1", "dead.2", "gone.3"}, grace)
+	after := time.Now()
+	if want := 20_000 - 10 + 100; n != want || err != nil {
+		t.Fatalf("ReleaseSessions: %d, %v; want %d", n, err, want)
+	}
+	calls = scripts() - calls
+	mu.Lock()
+	total := 0
+	for _, b := range batches {
+		total += b
+		if b > releaseBatch {
+			t.Errorf("a release script over %d sessions, want at most %d", b, releaseBatch)
+		}
+	}
+	mu.Unlock()
+	if want := (n + releaseBatch - 1) / releaseBatch; calls < want || len(batches) < want || total < n {
+		t.Errorf("%d release scripts of %d sessions in all (Redis counted %d scripts), want at least %d scripts", len(batches), total, calls, want)
+	}
+
+	recAll := raw.HGetAll(bg, keys[0]).Val()
+	ownedAll := raw.HGetAll(bg, keys[2]).Val()
+	dueAll := make(map[string]bool)
+	for _, id := range raw.ZRange(bg, keys[1], 0, -1).Val() {
+		dueAll[id] = true
+	}
+	for id, v := range recAll {
+		rec, err := decodeSession(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		due := dueAll[id]
+		switch {
+		case rec.Owner != "live.1" && (rec.Deadline < before.Add(grace).UnixMilli()-1000 || rec.Deadline > after.Add(grace).UnixMilli()+1000 || ownedAll[id] != "" || !due):
+			t.Fatalf("session %s of a dead node after the release: %+v, owned by %q, due %v; want its grace started", id, rec, ownedAll[id], due)
+		case rec.Owner == "live.1" && (rec.Deadline != 0 || ownedAll[id] != "live.1" || due):
+			t.Fatalf("session %s of a live node after the release: %+v, owned by %q, due %v; want it left attached", id, rec, ownedAll[id], due)
+		case taken[id] && rec.Owner != "live.1":
+			t.Fatalf("session %s, taken by a live node during the release: %+v", id, rec)
+		}
+	}
+	if len(recAll) != 45_100 {
+		t.Fatalf("%d records, want 45,100", len(recAll))
+	}
+	if got, err := s.SessionOwners(bg); err != nil || len(got) != 1 || got[0] != "live.1" {
+		t.Errorf("SessionOwners after the release: %v, %v; want live.1 only", got, err)
+	}
+	if n, err := s.ReleaseSessions(bg, []string{"dead.1", "dead.2"}, grace); n != 0 || err != nil {
+		t.Errorf("released again: %d, %v; want 0", n, err)
+	}
+}
