@@ -55,6 +55,9 @@ type lessor struct {
 	// shared keeps the TTL leases when the store several nodes share
 	// keeps them (leases_shared.go); nil: this node's memory does.
 	shared store.SharedLeases
+	// The orphan sweeps of node leases, TTL leases and sessions, each
+	// run by one node of the cluster an interval (takeTurn).
+	nodeOrphans, ttlOrphans, sessionOrphans orphanTurn
 
 	mu     sync.Mutex
 	leases map[string]*lease
@@ -117,7 +120,8 @@ const deleteAttempts = 10
 
 func newLessor(e *rooms.Engine, st store.Store, node string, nodeTimeout time.Duration, log *slog.Logger, m *metrics) *lessor {
 	l := &lessor{engine: e, st: st, node: node, nodeTimeout: nodeTimeout, log: log, metrics: m,
-		leases: make(map[string]*lease), owned: make(map[string]int), wake: make(chan struct{}, 1), stop: make(chan struct{})}
+		leases: make(map[string]*lease), owned: make(map[string]int), wake: make(chan struct{}, 1), stop: make(chan struct{}),
+		nodeOrphans: orphanTurn{name: "node-leases"}, ttlOrphans: orphanTurn{name: "ttl-leases"}, sessionOrphans: orphanTurn{name: "sessions"}}
 	l.nodes, _ = st.(store.Nodes)
 	if l.nodes != nil {
 		l.shared, _ = st.(store.SharedLeases)
@@ -506,13 +510,13 @@ func (l *lessor) keepTTL() {
 }
 
 // beat keeps this node registered, claims the nodes that stopped beating
-// and deletes their leased keys. Every sweepEvery beats it also deletes
-// the keys of any node that is neither alive nor registered: a claim
-// whose sweep failed or whose claimer died leaves no key behind for good.
+// and deletes their leased keys. Every orphanEvery beats (5 node
+// timeouts) the node whose turn it is also deletes the keys of any node
+// that is neither alive nor registered: a claim whose sweep failed or
+// whose claimer died leaves no key behind for good.
 func (l *lessor) beat() {
 	defer l.wg.Done()
 	every := max(l.nodeTimeout/5, 100*time.Millisecond)
-	const sweepEvery = 25 // beats: 5 node timeouts
 	t := time.NewTicker(every)
 	defer t.Stop()
 	claiming := make(map[string]bool) // guarded by l.mu
@@ -554,11 +558,11 @@ func (l *lessor) beat() {
 				l.mu.Unlock()
 			}()
 		}
-		if tick%sweepEvery == 0 {
+		if tick%orphanEvery == 0 {
 			l.wg.Add(1)
 			go func() {
 				defer l.wg.Done()
-				l.sweepOrphans()
+				l.takeTurn(&l.nodeOrphans, l.sweepOrphans)
 			}()
 		}
 	}
@@ -578,24 +582,78 @@ func (l *lessor) claim(n string) {
 }
 
 // sweepOrphans deletes the leased keys of nodes that are gone from the
-// registry (claimed, but their sweep did not finish) or stale.
-func (l *lessor) sweepOrphans() {
+// registry (claimed, but their sweep did not finish) or stale; false when
+// it could not scan.
+func (l *lessor) sweepOrphans() bool {
 	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
 	defer cancel()
 	alive, _, err := l.nodes.Registered(ctx, l.nodeTimeout)
 	if err != nil {
-		return
+		return false
 	}
-	l.sweep(ctx, "deleting the leased keys of nodes that are gone", func(lease string) bool {
+	return l.sweep(ctx, "deleting the leased keys of nodes that are gone", func(lease string) bool {
 		o := owner(lease)
 		return o != "" && o != l.node && !slices.Contains(alive, o)
 	})
 }
 
+// orphanTurn is this node's side of one of the orphan sweeps: safety
+// nets for a claimer or an ender that died half-way, which the cluster
+// needs run once an interval, not by each of its nodes (each node's three
+// scans of every room's keys cost it 12-16 % of a core, idle, at 100,000
+// sessions).
+type orphanTurn struct {
+	name   string // of the turn in the store
+	mu     sync.Mutex
+	busy   bool // a sweep of this node runs
+	failed bool // the last sweep here failed: skip one turn
+}
+
+// takeTurn runs sweep, an orphan sweep that reports whether it finished,
+// if this node takes the cluster's turn for it (store.Nodes.TakeTurn).
+// Every node asks every orphanEvery ticks; the turn lasts one tick less,
+// so its holder, asking a little early or late, finds it free again, and
+// once the holder is dead another node takes it within an interval. A
+// node whose sweep still runs, or whose last one failed (it cannot
+// scan: a slow link), does not ask, leaving the turn to the others: a
+// sweeper that cannot scan must not stop every sweep (one elected for
+// good did, 8697799).
+func (l *lessor) takeTurn(t *orphanTurn, sweep func() bool) {
+	t.mu.Lock()
+	ask := !t.busy && !t.failed
+	if !t.busy {
+		t.failed = false // asks again next interval
+	}
+	if ask {
+		t.busy = true
+	}
+	t.mu.Unlock()
+	if !ask {
+		return
+	}
+	ok := true
+	defer func() {
+		t.mu.Lock()
+		t.busy, t.failed = false, !ok
+		t.mu.Unlock()
+	}()
+	every := max(l.nodeTimeout/5, 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+	won, err := l.nodes.TakeTurn(ctx, t.name, l.node, orphanEvery*every-every)
+	cancel()
+	if err != nil && l.ctx.Err() == nil {
+		l.log.Warn("server: cannot take the turn of an orphan sweep; this node skips it", "sweep", t.name, "err", err)
+	}
+	if won {
+		ok = sweep()
+	}
+}
+
 // sweep deletes the leased keys whose stored lease name matches, each
 // only if it is still the version its lease wrote: when two nodes sweep
-// the same key, one delete happens.
-func (l *lessor) sweep(ctx context.Context, what string, match func(lease string) bool) {
+// the same key, one delete happens. It returns false when the scan
+// failed.
+func (l *lessor) sweep(ctx context.Context, what string, match func(lease string) bool) bool {
 	keys := make(map[roomKey]uint64)
 	err := l.st.Leased(ctx, func(room string, kv store.KV) error {
 		if match(kv.Lease) {
@@ -604,11 +662,12 @@ func (l *lessor) sweep(ctx context.Context, what string, match func(lease string
 		return nil
 	})
 	if len(keys) == 0 && err == nil {
-		return
+		return true
 	}
 	l.log.Info("server: "+what, "keys", len(keys), "err", err)
 	l.metrics.leasesEnded.Inc()
 	l.deleteKeys(keys)
+	return err == nil
 }
 
 // fence: this node had registered, yet its beat found it unregistered —

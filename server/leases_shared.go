@@ -25,7 +25,8 @@ import (
 //     the store (EndDueLeases: each goes to one node) and deletes their
 //     listed keys, each only if still the version its lease wrote: one
 //     delete event per key across the cluster. A node that dies half-way
-//     leaves the list to the next orphan sweep of any node.
+//     leaves the list to the next orphan sweep, which one node runs every
+//     orphanEvery ticks (whose turn it is: lessor.takeTurn).
 //   - a key written under a lease whose listing never happened (its node
 //     died between the write and the listing) is found by the orphan sweep
 //     too: it scans the leased keys for lease names the store no longer has.
@@ -117,14 +118,17 @@ func (l *lessor) endKeys(id string, keys []store.LeaseKey) {
 }
 
 // startShared ends the due leases every tick. The orphan sweeps run on
-// their own ticker: a long scan must not delay the ends.
+// their own ticker, when it is this node's turn: a long scan must not
+// delay the ends.
 func (l *lessor) startShared() {
 	every := max(l.nodeTimeout/5, 100*time.Millisecond)
 	l.wg.Add(2)
 	go l.tick(every, func() { l.endLeases(l.shared.EndDueLeases) })
 	go l.tick(orphanEvery*every, func() {
-		l.endLeases(l.shared.EndedLeaseKeys)
-		l.sweepUnlisted()
+		l.takeTurn(&l.ttlOrphans, func() bool {
+			ended := l.endLeases(l.shared.EndedLeaseKeys)
+			return l.sweepUnlisted() && ended
+		})
 	})
 }
 
@@ -144,8 +148,8 @@ func (l *lessor) tick(d time.Duration, fn func()) {
 }
 
 // endLeases deletes the keys of the leases next returns, a page at a
-// time, until none is left or the lessor stops.
-func (l *lessor) endLeases(next func(context.Context, int) (map[string][]store.LeaseKey, error)) {
+// time, until none is left or the lessor stops; false when next failed.
+func (l *lessor) endLeases(next func(context.Context, int) (map[string][]store.LeaseKey, error)) bool {
 	const page = 1000
 	for {
 		ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
@@ -155,32 +159,33 @@ func (l *lessor) endLeases(next func(context.Context, int) (map[string][]store.L
 			if l.ctx.Err() == nil {
 				l.log.Warn("server: cannot end the due leases", "err", err)
 			}
-			return
+			return false
 		}
 		for id, keys := range ended {
 			l.metrics.leasesEnded.Inc()
 			l.endKeys(id, keys)
 		}
 		if len(ended) < page || l.ctx.Err() != nil {
-			return
+			return true
 		}
 	}
 }
 
 // sweepUnlisted deletes keys written under a TTL lease the store no
 // longer has, which no key list named (their writer died before listing
-// them).
-func (l *lessor) sweepUnlisted() {
+// them); false when it could not finish.
+func (l *lessor) sweepUnlisted() bool {
 	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
 	defer cancel()
-	l.sweepEnded(ctx, "deleting keys of TTL leases that ended", l.sharedTTL, l.shared.LeaseIDs)
+	return l.sweepEnded(ctx, "deleting keys of TTL leases that ended", l.sharedTTL, l.shared.LeaseIDs)
 }
 
 // sweepEnded deletes the keys whose stored lease name matches but is not
 // among the names live returns. Keys first, then the live names: a lease
 // exists before a key is written under it, so a name missing from the
-// later read belongs to a lease that has ended.
-func (l *lessor) sweepEnded(ctx context.Context, what string, match func(string) bool, live func(context.Context) ([]string, error)) {
+// later read belongs to a lease that has ended. It returns false when
+// the scan or live failed.
+func (l *lessor) sweepEnded(ctx context.Context, what string, match func(string) bool, live func(context.Context) ([]string, error)) bool {
 	leased := make(map[string]map[roomKey]uint64)
 	err := l.st.Leased(ctx, func(room string, kv store.KV) error {
 		if match(kv.Lease) {
@@ -193,15 +198,15 @@ func (l *lessor) sweepEnded(ctx context.Context, what string, match func(string)
 	})
 	if err != nil {
 		l.log.Warn("server: cannot scan the leased keys; "+what+" waits for the next sweep", "err", err)
-		return
+		return false
 	}
 	if len(leased) == 0 {
-		return
+		return true
 	}
 	names, err := live(ctx)
 	if err != nil {
 		l.log.Warn("server: cannot list the live leases; "+what+" waits for the next sweep", "err", err)
-		return
+		return false
 	}
 	for _, n := range names {
 		delete(leased, n)
@@ -216,4 +221,5 @@ func (l *lessor) sweepEnded(ctx context.Context, what string, match func(string)
 		l.log.Info("server: "+what, "keys", len(keys))
 		l.deleteKeys(keys)
 	}
+	return true
 }

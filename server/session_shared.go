@@ -29,8 +29,9 @@ import (
 //     if the record is still at the generation this node took: the node
 //     it was taken from no longer can.
 //   - the claim of a dead node starts the grace of the sessions it owned
-//     (ReleaseSessions); so does any node, every orphanEvery ticks, for
-//     owners that are not alive (a claimer that died half-way).
+//     (ReleaseSessions); so does, every orphanEvery ticks, the node whose
+//     turn it is (lessor.takeTurn), for owners that are not alive (a
+//     claimer that died half-way).
 //   - every node, every tick, takes the records past their deadline out
 //     of the store (EndDueSessions: each goes to one node) and deletes
 //     their keys, each only if still the version its lease wrote: one
@@ -40,8 +41,9 @@ import (
 // on another is not closed (its node is not told); whatever it writes
 // under the session belongs to the session, and its detach is a no-op.
 
-// orphanEvery: ticks between sweeps of sessions left by dead owners and
-// of session keys whose record is gone.
+// orphanEvery: ticks between the orphan sweeps (of sessions left by dead
+// owners and session keys whose record is gone; of node and TTL leases),
+// each run by one node of the cluster (lessor.takeTurn).
 const orphanEvery = 25
 
 // startShared turns the shared mode on and starts the sweeper.
@@ -213,7 +215,7 @@ func (ss *sessions) closeShared() {
 }
 
 // sweep ends the due sessions every tick, and looks for orphans every
-// orphanEvery ticks.
+// orphanEvery ticks when it is this node's turn.
 func (ss *sessions) sweep() {
 	defer ss.wg.Done()
 	t := time.NewTicker(ss.every)
@@ -228,7 +230,7 @@ func (ss *sessions) sweep() {
 		ss.settleUnsure()
 		ss.endDue()
 		if tick%orphanEvery == 0 {
-			ss.sweepOrphans()
+			ss.leases.takeTurn(&ss.leases.sessionOrphans, ss.sweepOrphans)
 		}
 	}
 }
@@ -295,20 +297,22 @@ func (ss *sessions) endListed(rec store.SessionRecord) {
 	}
 }
 
-// release starts the grace of the sessions attached to dead nodes.
-func (ss *sessions) release(dead []string) {
+// release starts the grace of the sessions attached to dead nodes; false
+// when it could not (some may have started).
+func (ss *sessions) release(dead []string) bool {
 	ctx, cancel := ss.ctx()
 	defer cancel()
 	n, err := ss.shared.ReleaseSessions(ctx, dead, ss.grace)
 	if err != nil {
-		ss.log.Warn("server: cannot start the grace of a dead node's sessions", "nodes", dead, "err", err)
+		ss.log.Warn("server: cannot start the grace of a dead node's sessions", "nodes", dead, "released", n, "err", err)
 	} else if n > 0 {
 		ss.log.Info("server: sessions of a node that is gone end after the grace unless resumed", "sessions", n, "nodes", dead)
 	}
+	return err == nil
 }
 
 // releaseDead starts the grace of the sessions whose owner is not alive;
-// false when the store could not say.
+// false when the store could not say or release them.
 func (ss *sessions) releaseDead() bool {
 	l := ss.leases
 	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
@@ -329,24 +333,22 @@ func (ss *sessions) releaseDead() bool {
 			dead = append(dead, o)
 		}
 	}
-	if len(dead) > 0 {
-		ss.release(dead)
-	}
-	return true
+	return len(dead) == 0 || ss.release(dead)
 }
 
 // sweepOrphans releases the sessions of owners that are not alive (their
 // claimer died before releasing them) and deletes the keys of session
-// leases whose record is gone (their ender died before deleting them).
-func (ss *sessions) sweepOrphans() {
+// leases whose record is gone (their ender died before deleting them);
+// false when it could not finish.
+func (ss *sessions) sweepOrphans() bool {
 	l := ss.leases
 	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
 	defer cancel()
 	if !ss.releaseDead() {
-		return
+		return false
 	}
 	// A record is written before its session can bind a key.
-	l.sweepEnded(ctx, "deleting the keys of sessions that ended", l.sharedSession, func(ctx context.Context) ([]string, error) {
+	return l.sweepEnded(ctx, "deleting the keys of sessions that ended", l.sharedSession, func(ctx context.Context) ([]string, error) {
 		recs, err := ss.shared.ListSessions(ctx)
 		names := make([]string, len(recs))
 		for i, rec := range recs {

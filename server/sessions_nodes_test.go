@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -272,4 +274,120 @@ func TestResumeAfterALostTake(t *testing.T) {
 	}
 	lossy.lose.Store(false)
 	waitFor(t, 10*time.Second, "the session of a lost take, never resumed, to end and its key to go", roomEmpty(ctx, a, room))
+}
+
+// sweepLog is a Redis store that notes when its node calls what only an
+// orphan sweep calls: SessionOwners (sessions; also once at start),
+// EndedLeaseKeys (TTL leases) and Leased (each of the three sweeps, the
+// node leases' included; also once at start).
+type sweepLog struct {
+	*redisstore.Store
+	calls *sweepCalls
+}
+
+type sweepCalls struct {
+	mu sync.Mutex
+	at map[string][]time.Time // by call
+}
+
+func (c *sweepCalls) note(call string) {
+	c.mu.Lock()
+	c.at[call] = append(c.at[call], time.Now())
+	c.mu.Unlock()
+}
+
+// since returns the times of call after t, in order.
+func (c *sweepCalls) since(call string, t time.Time) []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []time.Time
+	for _, at := range c.at[call] {
+		if at.After(t) {
+			out = append(out, at)
+		}
+	}
+	slices.SortFunc(out, time.Time.Compare)
+	return out
+}
+
+func (s *sweepLog) SessionOwners(ctx context.Context) ([]string, error) {
+	s.calls.note("SessionOwners")
+	return s.Store.SessionOwners(ctx)
+}
+
+func (s *sweepLog) EndedLeaseKeys(ctx context.Context, max int) (map[string][]store.LeaseKey, error) {
+	s.calls.note("EndedLeaseKeys")
+	return s.Store.EndedLeaseKeys(ctx, max)
+}
+
+func (s *sweepLog) Leased(ctx context.Context, fn func(room string, kv store.KV) error) error {
+	s.calls.note("Leased")
+	return s.Store.Leased(ctx, fn)
+}
+
+// TestOrphanSweepsTakeTurns: of three nodes, one runs each orphan sweep
+// an interval (5 node timeouts), not each of them (three full scans a
+// node every interval cost a cluster of 100,000 sessions 12-16 % of a
+// core on every node); when the node that took the sessions' turn stops,
+// another takes it once it expires, and an orphaned key still goes.
+func TestOrphanSweepsTakeTurns(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (sweep periods)
+	rs := redistest.Start(t, redistest.Options{})
+	ctx, room := servertest.Context(t), "lobby"
+	const timeout = 400 * time.Millisecond // ticks of 100 ms; a sweep every 25: 2.5 s
+	const interval = 25 * 100 * time.Millisecond
+	calls := &sweepCalls{at: make(map[string][]time.Time)}
+	open := func() *redisstore.Store {
+		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "tt"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	nodes := make(map[string]*servertest.Node)
+	for _, id := range []string{"a", "b", "c"} {
+		nodes[id] = servertest.Start(t, servertest.Options{Store: &sweepLog{Store: open(), calls: calls},
+			Server: server.Config{NodeID: id, NodeTimeout: timeout, LeaseGrace: 200 * time.Millisecond}})
+	}
+	time.Sleep(interval / 10) // each node's start-up release (a scan is in New)
+	started := time.Now()
+	time.Sleep(3*interval + interval/2)
+	for _, call := range []string{"SessionOwners", "EndedLeaseKeys"} {
+		at := calls.since(call, started)
+		if len(at) < 2 || len(at) > 4 {
+			t.Errorf("%s called %d times in 3.5 sweep intervals by 3 nodes, want 2 to 4 (one sweep an interval)", call, len(at))
+		}
+		for i := 1; i < len(at); i++ {
+			if gap := at[i].Sub(at[i-1]); gap < interval/2 {
+				t.Errorf("two %s sweeps %v apart, want one an interval (%v)", call, gap, interval)
+			}
+		}
+	}
+	if n := len(calls.since("Leased", started)); n > 3*4 {
+		t.Errorf("%d scans of the leased keys in 3.5 sweep intervals, want at most 12 (3 sweeps an interval, one node each)", n)
+	}
+
+	// The node holding the sessions' turn stops; an orphan written
+	// after goes within two intervals (the turn expires, another node
+	// takes it).
+	holder, err := redistest.Do(rs.Addr(), "GET", "tt:turn:sessions")
+	if err != nil || holder == "" {
+		t.Fatalf("the sessions' turn: %q, %v", holder, err)
+	}
+	id, _, _ := strings.Cut(holder, ".")
+	nodes[id].Stop()
+	delete(nodes, id)
+	ghost := open()
+	defer ghost.Close()
+	if _, err := ghost.Apply(ctx, room, store.Write{Ops: []store.Op{{Type: store.OpPut, Key: "orphan", Value: []byte(`1`), Lease: "session:s_gone"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var rest *servertest.Node
+	for _, n := range nodes {
+		rest = n
+	}
+	waitFor(t, 2*interval+5*time.Second, "the orphan deleted after the turn's holder stopped", roomEmpty(ctx, rest, room))
+	if now, err := redistest.Do(rs.Addr(), "GET", "tt:turn:sessions"); err != nil || now == holder || nodes[strings.Split(now, ".")[0]] == nil {
+		t.Errorf("the sessions' turn after its holder %s stopped: %q, %v; want another node's", holder, now, err)
+	}
 }

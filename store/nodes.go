@@ -21,4 +21,10 @@ type Nodes interface {
 	// Claim removes node from the registry if it is still stale. Of nodes
 	// racing to claim the same stale node, at most one gets true.
 	Claim(ctx context.Context, node string, timeout time.Duration) (bool, error)
+	// TakeTurn gives the turn called name to node for ttl, unless a node
+	// holds it: of the nodes asking while it is free, one gets true. The
+	// turn is never given back; it expires. Work the cluster needs done
+	// once an interval, not by every node (the orphan sweeps), runs on
+	// the node that took the turn.
+	TakeTurn(ctx context.Context, name, node string, ttl time.Duration) (bool, error)
 }

@@ -14,7 +14,8 @@ import (
 // beat in unix ms of the Redis server's clock (TIME), so a node whose
 // clock runs behind is not taken for dead. Claim is a script so that
 // "still stale" and the removal are one step: a node that beat again
-// meanwhile is not claimed.
+// meanwhile is not claimed. A turn is a string, <prefix>:turn:<name>,
+// holding its node until it expires.
 
 var _ store.Nodes = (*Store)(nil)
 
@@ -87,6 +88,18 @@ func (s *Store) Claim(ctx context.Context, node string, timeout time.Duration) (
 	defer s.mu.RUnlock()
 	n, err := s.runWrite(ctx, claimScript, []string{s.nodesKey()}, node, timeout.Milliseconds()).Int()
 	return n == 1, err
+}
+
+// TakeTurn sets the turn if no node holds it (SET NX PX). It runs on
+// the write client, which never retries: a retry after a lost reply
+// would find the turn taken, by this node, and say no. Either way that
+// interval's work is skipped.
+func (s *Store) TakeTurn(ctx context.Context, name, node string, ttl time.Duration) (bool, error) {
+	if err := s.begin(); err != nil {
+		return false, err
+	}
+	defer s.mu.RUnlock()
+	return s.wc.SetNX(ctx, s.cfg.Prefix+":turn:"+name, node, ttl).Result()
 }
 
 // parseScore reads a sorted-set score as Redis returns it to a script
