@@ -99,15 +99,12 @@ type conn struct {
 	parked atomic.Bool
 	polled bool
 	codec  wire.Codec
-	slot   int             // encoding slot base of codec (see encoders)
-	ctx    context.Context // the reader's; cancelling it drops the socket
+	slot   int // encoding slot base of codec (see encoders)
+	// Cancelling ctx drops the socket and stops the writer. end does not
+	// cancel it before its close frame (the peer would see no close
+	// code): it stops the writer by the closing flag (flushAndStop).
+	ctx    context.Context
 	cancel context.CancelFunc
-	// The writer's context, a child of ctx: end stops the writer with it
-	// and still sends the close frame. Cancelling ctx instead would make
-	// the websocket library drop the socket under a reader blocked in
-	// Read, racing the close frame (the peer then saw no close code).
-	wctx    context.Context
-	wcancel context.CancelFunc
 
 	sess *session
 	id   uint64 // the connection's number in the node's logs (logs.go)
@@ -228,10 +225,8 @@ func (s *Server) handleWS(ec echo.Context) error {
 	}
 	ws.SetReadLimit(s.cfg.MaxFrameBytes)
 	ctx, cancel := context.WithCancel(context.Background())
-	wctx, wcancel := context.WithCancel(ctx)
 	c := &conn{
 		s: s, ws: ws, nc: lean.nc, sock: lean.sock, br: lean.br, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
-		wctx: wctx, wcancel: wcancel,
 		addr: r.RemoteAddr, hookHeader: s.hookHeader(r), wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), subs: make(map[uint64]*sub),
 	}
 	c.id = s.connSeq.Add(1)
@@ -276,20 +271,13 @@ func (s *Server) refuseOrigin(w http.ResponseWriter, r *http.Request, codec wire
 	ws.Close(wire.CloseOriginRefused, reason)
 }
 
-// The buffers of a socket, which an idle one holds for its lifetime
-// (net/http hands a hijacked connection 4 KiB of each). Requests are
-// small, and a larger payload is read past the buffer straight into the
-// message. A frame that fits the write buffer (a few messages) goes out
-// with its header in one write syscall; a larger one takes two, but then
-// carries many batched messages: at 1M deliveries/s the server's CPU per
-// message is the same as with 4 KiB (bench compare fanout), and an idle
-// connection is 3 KiB lighter.
-const (
-	readBufferSize  = 512
-	writeBufferSize = 1 << 10
-)
-
-// leanBuffers makes the hijacked connection use buffers of the sizes above.
+// leanBuffers gives the hijacked connection the buffers an idle socket
+// holds for its lifetime (net/http hands it 4 KiB of each) as small as
+// bufio allows. Reads: on Linux the reader's wait takes what arrived into
+// a pooled buffer (readAhead), which the websocket read then copies, so a
+// small read buffer costs no syscalls (readable_linux.go sets its size).
+// Writes: frameWriter sends a frame's header with its payload in one
+// syscall, without copying the payload.
 type leanBuffers struct {
 	http.ResponseWriter
 	nc   net.Conn      // the hijacked socket
@@ -317,7 +305,7 @@ func (w *leanBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		}
 	}
 	w.nc, w.sock, w.br = nc, sock, br
-	return sock, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, writeBufferSize)), nil
+	return sock, bufio.NewReadWriter(br, bufio.NewWriterSize(newFrameWriter(nc), libraryWriteBuffer)), nil
 }
 
 // sockConn is a socket as the websocket library reads it: a read returns
@@ -518,8 +506,8 @@ func (c *conn) flushAndStop() {
 	case <-done:
 	case <-time.After(c.s.cfg.WriteTimeout):
 		c.ws.CloseNow() // unblocks a write stuck on a peer that reads nothing
+		c.cancel()      // the socket is gone: no close frame to wait for
 	}
-	c.wcancel() // not c.cancel: that drops the socket before the close frame
 	<-done
 }
 
@@ -694,7 +682,7 @@ func (c *conn) writeLoop() {
 	var frame []byte
 	for {
 		select {
-		case <-c.wctx.Done():
+		case <-c.ctx.Done():
 			return
 		case <-c.wake:
 		case <-idle.C:

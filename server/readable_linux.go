@@ -7,6 +7,10 @@ import (
 	"syscall"
 )
 
+// readBufferSize: the websocket read copies from readAhead's pooled
+// buffer, so its own buffer needs no room (16 is bufio's least).
+const readBufferSize = 16
+
 // waitReadable waits until the reader's socket has bytes to read (or is
 // closed), and reports whether it handed the wait to the server's idle
 // poller instead: the reader goroutine must then return at once, and the

@@ -4,6 +4,10 @@ package server
 
 import "errors"
 
+// readBufferSize: without readAhead the websocket read fills its buffer
+// from the socket, a few requests a syscall.
+const readBufferSize = 512
+
 // waitReadable returns at once: the reader waits inside the websocket
 // read (a larger idle stack, and a goroutine; see readable_linux.go).
 func (c *conn) waitReadable() (parked bool) { return false }

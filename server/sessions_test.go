@@ -353,11 +353,11 @@ func TestWSSessionSlowShutdownEndsNothing(t *testing.T) {
 
 type failingSaves struct {
 	*store.File
-	fail bool
+	fail atomic.Bool // set while the session code may retry a save
 }
 
 func (f *failingSaves) SaveSession(ctx context.Context, rec store.SessionRecord) error {
-	if f.fail {
+	if f.fail.Load() {
 		return context.DeadlineExceeded
 	}
 	return f.File.SaveSession(ctx, rec)
@@ -382,7 +382,7 @@ func TestWSSessionUnsavedSecretNotHandedOut(t *testing.T) {
 		t.Fatal(err) // the session has a record from here on
 	}
 	c.CloseNow()
-	fs.fail = true
+	fs.fail.Store(true)
 	_, err = client.Dial(servertest.Context(t), e1.WS, &client.Options{Session: a1.Session, Resume: a1.Resume})
 	if code := client.CloseCode(err); code != int(websocket.StatusInternalError) {
 		t.Fatalf("connect whose secret cannot be saved: %v (close %d), want 1011", err, code)
@@ -468,7 +468,8 @@ func TestWSSessionKeyNeedsRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs := &failingSaves{File: f, fail: true}
+	fs := &failingSaves{File: f}
+	fs.fail.Store(true)
 	e := servertest.Start(t, servertest.Options{Store: fs})
 	ctx, room := servertest.Context(t), "lobby"
 	c := dialCodec(t, e, "json")
@@ -479,7 +480,7 @@ func TestWSSessionKeyNeedsRecord(t *testing.T) {
 	if keys := storedKeys(t, e, room); len(keys) != 0 {
 		t.Fatalf("keys after the failed put: %v, want none", keys)
 	}
-	fs.fail = false
+	fs.fail.Store(false)
 	if _, err := c.Put(ctx, room, "presence/me", 1, client.WithLease("session")); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/statecast/statecast/cmd/statecast/internal/flags"
+	"github.com/statecast/statecast/cmd/statecast/internal/memrelease"
 	"github.com/statecast/statecast/cmd/statecast/internal/proc"
 	"github.com/statecast/statecast/demo"
 	"github.com/statecast/statecast/rooms"
@@ -150,6 +151,7 @@ type serveFlags struct {
 	webhookSecret, webhookSecretFile    string
 	webhookTimeout, webhookMaxBackoff   time.Duration
 	webhookBatch                        int
+	releaseIdleMemory                   bool
 }
 
 func serve(args []string) error {
@@ -225,6 +227,7 @@ func serve(args []string) error {
 	fs.DurationVar(&f.webhookTimeout, "webhook-timeout", 10*time.Second, "a webhook POST not answered 2xx within this is retried")
 	fs.DurationVar(&f.webhookMaxBackoff, "webhook-max-backoff", 30*time.Second, "longest wait between two attempts of a webhook delivery (exponential backoff with full jitter)")
 	fs.IntVar(&f.webhookBatch, "webhook-batch", 1000, "most events per webhook POST (whole revisions; one larger revision still goes alone)")
+	fs.BoolVar(&f.releaseIdleMemory, "release-idle-memory", true, "when the node is idle and its heap holds much more than is live (after a connect burst), return the spare to the system, so RSS follows what the connections hold")
 	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
 	}
@@ -261,6 +264,12 @@ func run(f serveFlags) error {
 	adminToken, err := secret(f.adminToken, f.adminTokenFile)
 	if err != nil {
 		return err
+	}
+	if f.releaseIdleMemory {
+		r := memrelease.Start(memrelease.DefaultPeriod, func(spare, live uint64) {
+			log.Debug("returned the spare heap to the system", "spare_bytes", spare, "live_bytes", live)
+		})
+		defer r.Stop()
 	}
 	for i := range f.classes {
 		if f.classes[i].Retention.MaxBytes == 0 {
