@@ -53,8 +53,8 @@ type sessions struct {
 
 	mu sync.Mutex
 	m  map[string]*session
-	// unsure (shared): sessions whose take or detach got no answer from
-	// the store, so the record may be attached to this node with no
+	// unsure (shared): sessions whose take, detach or save got no answer
+	// from the store, so the record may be attached to this node with no
 	// connection here; the sweeper starts their grace (session_shared.go).
 	unsure map[string]bool
 	closed bool           // shutting down: nothing ends any more
@@ -86,7 +86,8 @@ type session struct {
 }
 
 func newSessions(l *lessor, grace time.Duration, st store.Sessions, timeout time.Duration, log *slog.Logger) *sessions {
-	return &sessions{leases: l, grace: grace, st: st, timeout: timeout, log: log, m: make(map[string]*session), stop: make(chan struct{})}
+	return &sessions{leases: l, grace: grace, st: st, timeout: timeout, log: log, m: make(map[string]*session), stop: make(chan struct{}),
+		unsure: make(map[string]bool)}
 }
 
 func randomID(prefix string) string {

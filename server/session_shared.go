@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"slices"
 	"time"
 
@@ -103,6 +104,19 @@ func (ss *sessions) openShared(c *conn, id, resume, subject, secret string) (s *
 		// Without a record the session cannot be resumed: the caller
 		// closes the connection (1011) instead of handing its secret out.
 		ss.log.Warn("server: cannot write a session record", "session", s.id, "err", err)
+		ss.mu.Lock()
+		if errors.Is(err, store.ErrUnavailable) {
+			// Not written: nothing to detach when the socket closes (a
+			// round trip each, while the store is already behind).
+			s.conn = nil
+			delete(ss.m, s.id)
+			ss.leases.drop(s.lease)
+		} else {
+			// Written or not: should the socket's detach miss a record
+			// that landed, the sweeper starts its grace.
+			ss.unsure[s.id] = true
+		}
+		ss.mu.Unlock()
 	}
 	return s, false, nil, err
 }
@@ -142,18 +156,16 @@ func (ss *sessions) detachRecord(id string, gen int64) {
 
 func (ss *sessions) markUnsure(id string) {
 	ss.mu.Lock()
-	if ss.unsure == nil {
-		ss.unsure = make(map[string]bool)
-	}
 	ss.unsure[id] = true
 	ss.mu.Unlock()
 }
 
 // settleUnsure starts the grace of each unsure session that the store
 // holds attached to this node while no connection here has it (a take
-// that ran though its reply was lost, a detach that got no answer). The
-// detach is fenced by the generation read: a take meanwhile, here or
-// elsewhere, wins. Those the store cannot answer for stay unsure.
+// that ran though its reply was lost, a detach that got no answer, a
+// save that did). The detach is fenced by the generation read: a take
+// meanwhile, here or elsewhere, wins. Those the store cannot answer for
+// stay unsure.
 func (ss *sessions) settleUnsure() {
 	ss.mu.Lock()
 	ids := make([]string, 0, len(ss.unsure))

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -10,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/servertest"
+	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redisstore"
 	"github.com/statecast/statecast/store/redistest"
@@ -274,6 +278,53 @@ func TestResumeAfterALostTake(t *testing.T) {
 	}
 	lossy.lose.Store(false)
 	waitFor(t, 10*time.Second, "the session of a lost take, never resumed, to end and its key to go", roomEmpty(ctx, a, room))
+}
+
+// stalledSessions is a Redis store whose session saves fail without
+// running while failSave is set (a queue to Redis that did not drain in
+// time). It counts the detaches.
+type stalledSessions struct {
+	*redisstore.Store
+	failSave atomic.Bool
+	detaches atomic.Int32
+}
+
+func (s *stalledSessions) SaveSession(ctx context.Context, rec store.SessionRecord) error {
+	if s.failSave.Load() {
+		return fmt.Errorf("%w: redis write to a record not sent: context deadline exceeded", store.ErrUnavailable)
+	}
+	return s.Store.SaveSession(ctx, rec)
+}
+
+func (s *stalledSessions) DetachSession(ctx context.Context, id string, gen int64, grace time.Duration) (bool, error) {
+	s.detaches.Add(1)
+	return s.Store.DetachSession(ctx, id, gen, grace)
+}
+
+// TestUnsentSessionSaveNeedsNoDetach: a connect whose session record was
+// not sent (the store's queue did not drain in time) closes 1011 and
+// costs the store nothing more: its socket's close sends no detach of a
+// record that does not exist (in a connect burst, one more round trip for
+// every refused connect, while the store was already behind).
+func TestUnsentSessionSaveNeedsNoDetach(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	ctx := servertest.Context(t)
+	st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "un"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := &stalledSessions{Store: st}
+	n := servertest.Start(t, servertest.Options{Store: stalled, Server: server.Config{NodeID: "a"}})
+	stalled.failSave.Store(true)
+	r := dialRaw(t, n, "json")
+	r.send(&wire.Request{T: wire.TConnect})
+	if code, msgs := r.closeStatus(5 * time.Second); code != websocket.StatusInternalError || len(msgs) > 0 {
+		t.Fatalf("a connect whose session was not saved: closed %d after %v, want 1011 and nothing", code, msgs)
+	}
+	time.Sleep(200 * time.Millisecond) // a detach is sent at once, by its own goroutine
+	if d := stalled.detaches.Load(); d != 0 {
+		t.Errorf("the refused connect's close sent %d detaches, want none", d)
+	}
 }
 
 // sweepLog is a Redis store that notes when its node calls what only an
