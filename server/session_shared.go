@@ -64,6 +64,10 @@ func (ss *sessions) openShared(c *conn, id, resume, subject, secret string) (s *
 	hash := sha256.Sum256([]byte(secret))
 	if id != "" && resume != "" {
 		presented := sha256.Sum256([]byte(resume))
+		ss.mu.Lock()
+		ss.taking[id]++ // until s is in ss.m: settleUnsure must not detach it
+		ss.mu.Unlock()
+		defer ss.took(id)
 		ctx, cancel := ss.ctx()
 		rec, _, ok, err := ss.shared.TakeSession(ctx, id, subject, presented[:], hash[:], ss.node)
 		cancel()
@@ -121,6 +125,15 @@ func (ss *sessions) openShared(c *conn, id, resume, subject, secret string) (s *
 	return s, false, nil, err
 }
 
+// took ends a take of session id begun by openShared.
+func (ss *sessions) took(id string) {
+	ss.mu.Lock()
+	if ss.taking[id]--; ss.taking[id] <= 0 {
+		delete(ss.taking, id)
+	}
+	ss.mu.Unlock()
+}
+
 // detachShared starts the session's grace in the store, unless another
 // connection (here or on another node) took it over meanwhile.
 func (ss *sessions) detachShared(s *session, c *conn) {
@@ -164,8 +177,11 @@ func (ss *sessions) markUnsure(id string) {
 // holds attached to this node while no connection here has it (a take
 // that ran though its reply was lost, a detach that got no answer, a
 // save that did). The detach is fenced by the generation read: a take
-// meanwhile, here or elsewhere, wins. Those the store cannot answer for
-// stay unsure.
+// after the read, here or elsewhere, wins; one before it is here, or
+// still being taken here (its record read may already show it attached
+// to this node while ss.m does not yet: detaching it then ended a
+// connected session after its grace, and its keys). Those the store
+// cannot answer for stay unsure.
 func (ss *sessions) settleUnsure() {
 	ss.mu.Lock()
 	ids := make([]string, 0, len(ss.unsure))
@@ -179,7 +195,7 @@ func (ss *sessions) settleUnsure() {
 		if err == nil && ok && rec.Owner == ss.node && rec.Deadline == 0 {
 			ss.mu.Lock()
 			s := ss.m[id]
-			here := s != nil && s.conn != nil
+			here := s != nil && s.conn != nil || ss.taking[id] > 0
 			ss.mu.Unlock()
 			if !here {
 				_, err = ss.shared.DetachSession(ctx, id, rec.Gen, ss.grace)
