@@ -284,7 +284,7 @@ func (c *conn) subscribe(ctx context.Context, r *wire.Request) {
 	w, err := c.s.engine.Watch(wctx, r.Room, opts)
 	cancel()
 	if err != nil {
-		refuse(err)
+		refuse(readError(err)) // as an SSE watch's: a room load that timed out is unavailable
 		return
 	}
 	s.w = w

@@ -192,7 +192,7 @@ func readError(err error) *Error {
 }
 
 func isUnavailable(err error) bool {
-	for _, e := range []error{rooms.ErrClosed, rooms.ErrRoomReset, rooms.ErrUnsynced, store.ErrClosed, context.DeadlineExceeded, context.Canceled} {
+	for _, e := range []error{rooms.ErrClosed, rooms.ErrRoomReset, rooms.ErrUnsynced, store.ErrClosed, store.ErrUnavailable, context.DeadlineExceeded, context.Canceled} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -53,10 +53,13 @@ type sessions struct {
 
 	mu sync.Mutex
 	m  map[string]*session
-	// unsure (shared): sessions whose take or detach got no answer from
-	// the store, so the record may be attached to this node with no
+	// unsure (shared): sessions whose take, detach or save got no answer
+	// from the store, so the record may be attached to this node with no
 	// connection here; the sweeper starts their grace (session_shared.go).
 	unsure map[string]bool
+	// taking (shared): the sessions a take of this node is resuming, from
+	// before the store's take until the session is in m.
+	taking map[string]int
 	closed bool           // shutting down: nothing ends any more
 	wg     sync.WaitGroup // ends writing their record's delete
 }
@@ -86,7 +89,8 @@ type session struct {
 }
 
 func newSessions(l *lessor, grace time.Duration, st store.Sessions, timeout time.Duration, log *slog.Logger) *sessions {
-	return &sessions{leases: l, grace: grace, st: st, timeout: timeout, log: log, m: make(map[string]*session), stop: make(chan struct{})}
+	return &sessions{leases: l, grace: grace, st: st, timeout: timeout, log: log, m: make(map[string]*session), stop: make(chan struct{}),
+		unsure: make(map[string]bool), taking: make(map[string]int)}
 }
 
 func randomID(prefix string) string {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"slices"
 	"time"
 
@@ -63,6 +64,10 @@ func (ss *sessions) openShared(c *conn, id, resume, subject, secret string) (s *
 	hash := sha256.Sum256([]byte(secret))
 	if id != "" && resume != "" {
 		presented := sha256.Sum256([]byte(resume))
+		ss.mu.Lock()
+		ss.taking[id]++ // until s is in ss.m: settleUnsure must not detach it
+		ss.mu.Unlock()
+		defer ss.took(id)
 		ctx, cancel := ss.ctx()
 		rec, _, ok, err := ss.shared.TakeSession(ctx, id, subject, presented[:], hash[:], ss.node)
 		cancel()
@@ -103,8 +108,30 @@ func (ss *sessions) openShared(c *conn, id, resume, subject, secret string) (s *
 		// Without a record the session cannot be resumed: the caller
 		// closes the connection (1011) instead of handing its secret out.
 		ss.log.Warn("server: cannot write a session record", "session", s.id, "err", err)
+		ss.mu.Lock()
+		if errors.Is(err, store.ErrUnavailable) {
+			// Not written: nothing to detach when the socket closes (a
+			// round trip each, while the store is already behind).
+			s.conn = nil
+			delete(ss.m, s.id)
+			ss.leases.drop(s.lease)
+		} else {
+			// Written or not: should the socket's detach miss a record
+			// that landed, the sweeper starts its grace.
+			ss.unsure[s.id] = true
+		}
+		ss.mu.Unlock()
 	}
 	return s, false, nil, err
+}
+
+// took ends a take of session id begun by openShared.
+func (ss *sessions) took(id string) {
+	ss.mu.Lock()
+	if ss.taking[id]--; ss.taking[id] <= 0 {
+		delete(ss.taking, id)
+	}
+	ss.mu.Unlock()
 }
 
 // detachShared starts the session's grace in the store, unless another
@@ -142,18 +169,19 @@ func (ss *sessions) detachRecord(id string, gen int64) {
 
 func (ss *sessions) markUnsure(id string) {
 	ss.mu.Lock()
-	if ss.unsure == nil {
-		ss.unsure = make(map[string]bool)
-	}
 	ss.unsure[id] = true
 	ss.mu.Unlock()
 }
 
 // settleUnsure starts the grace of each unsure session that the store
 // holds attached to this node while no connection here has it (a take
-// that ran though its reply was lost, a detach that got no answer). The
-// detach is fenced by the generation read: a take meanwhile, here or
-// elsewhere, wins. Those the store cannot answer for stay unsure.
+// that ran though its reply was lost, a detach that got no answer, a
+// save that did). The detach is fenced by the generation read: a take
+// after the read, here or elsewhere, wins; one before it is here, or
+// still being taken here (its record read may already show it attached
+// to this node while ss.m does not yet: detaching it then ended a
+// connected session after its grace, and its keys). Those the store
+// cannot answer for stay unsure.
 func (ss *sessions) settleUnsure() {
 	ss.mu.Lock()
 	ids := make([]string, 0, len(ss.unsure))
@@ -167,7 +195,7 @@ func (ss *sessions) settleUnsure() {
 		if err == nil && ok && rec.Owner == ss.node && rec.Deadline == 0 {
 			ss.mu.Lock()
 			s := ss.m[id]
-			here := s != nil && s.conn != nil
+			here := s != nil && s.conn != nil || ss.taking[id] > 0
 			ss.mu.Unlock()
 			if !here {
 				_, err = ss.shared.DetachSession(ctx, id, rec.Gen, ss.grace)

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -10,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/statecast/statecast/client"
 	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/servertest"
+	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redisstore"
 	"github.com/statecast/statecast/store/redistest"
@@ -274,6 +278,111 @@ func TestResumeAfterALostTake(t *testing.T) {
 	}
 	lossy.lose.Store(false)
 	waitFor(t, 10*time.Second, "the session of a lost take, never resumed, to end and its key to go", roomEmpty(ctx, a, room))
+}
+
+// stalledSessions is a Redis store whose session saves and detaches fail
+// without running while failSave or failDetach is set (a queue to Redis
+// that did not drain in time), and whose takes, while slowTake is set,
+// run and then take that long to answer (a node too busy to read the
+// reply at once). It counts the detaches.
+type stalledSessions struct {
+	*redisstore.Store
+	failSave, failDetach atomic.Bool
+	slowTake             atomic.Int64 // ns
+	detaches             atomic.Int32
+}
+
+func (s *stalledSessions) SaveSession(ctx context.Context, rec store.SessionRecord) error {
+	if s.failSave.Load() {
+		return fmt.Errorf("%w: redis write to a record not sent: context deadline exceeded", store.ErrUnavailable)
+	}
+	return s.Store.SaveSession(ctx, rec)
+}
+
+func (s *stalledSessions) DetachSession(ctx context.Context, id string, gen int64, grace time.Duration) (bool, error) {
+	s.detaches.Add(1)
+	if s.failDetach.Load() {
+		return false, fmt.Errorf("%w: redis: connection pool timeout", store.ErrUnavailable)
+	}
+	return s.Store.DetachSession(ctx, id, gen, grace)
+}
+
+func (s *stalledSessions) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string) (store.SessionRecord, string, bool, error) {
+	rec, prev, ok, err := s.Store.TakeSession(ctx, id, subject, old, new, node)
+	time.Sleep(time.Duration(s.slowTake.Load()))
+	return rec, prev, ok, err
+}
+
+// TestUnsureSessionResumedHereStays: a session whose detach got no
+// answer is unsure (the sweeper starts its grace if the store still
+// holds it attached here with nobody connected). Its client resumes it on
+// the same node; the sweeper's read lands between the take and the
+// session's registration here. It must not start the grace of the
+// session being taken: it did, and 2 s later the session of a connected
+// client ended, its key with it (one of the scale run's missing keys).
+func TestUnsureSessionResumedHereStays(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (grace, ticks)
+	rs := redistest.Start(t, redistest.Options{})
+	ctx, room := servertest.Context(t), "lobby"
+	const grace = 2 * time.Second
+	st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "us"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := &stalledSessions{Store: st}
+	// The sweeper settles the unsure every 100 ms.
+	n := servertest.Start(t, servertest.Options{Store: stalled, Server: server.Config{NodeID: "a", NodeTimeout: 500 * time.Millisecond, LeaseGrace: grace}})
+
+	c := dial(t, n, nil)
+	if _, err := c.Put(ctx, room, "presence/u", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	first := c.Connected()
+	stalled.failDetach.Store(true)
+	_ = c.Close()
+	time.Sleep(300 * time.Millisecond) // the detach failed; the sweeper's tries too
+
+	stalled.failDetach.Store(false)
+	stalled.slowTake.Store(int64(time.Second)) // ten sweeper ticks
+	c = dial(t, n, &client.Options{Session: first.Session, Resume: first.Resume})
+	defer c.Close()
+	if got := c.Connected(); !got.Resumed {
+		t.Fatalf("the resume: %+v, want resumed", got)
+	}
+	time.Sleep(grace + time.Second) // past the grace of a wrongly started one, and its end
+	rec, ok, err := st.Session(ctx, first.Session)
+	if err != nil || !ok || rec.Deadline != 0 {
+		t.Fatalf("the record of the resumed session: %+v, %v, %v; want it attached", rec, ok, err)
+	}
+	if l, err := n.HTTP.List(ctx, room, ""); err != nil || len(l.Items) != 1 {
+		t.Fatalf("the key of the connected session: %+v, %v; want it kept", l, err)
+	}
+}
+
+// TestUnsentSessionSaveNeedsNoDetach: a connect whose session record was
+// not sent (the store's queue did not drain in time) closes 1011 and
+// costs the store nothing more: its socket's close sends no detach of a
+// record that does not exist (in a connect burst, one more round trip for
+// every refused connect, while the store was already behind).
+func TestUnsentSessionSaveNeedsNoDetach(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	ctx := servertest.Context(t)
+	st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "un"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := &stalledSessions{Store: st}
+	n := servertest.Start(t, servertest.Options{Store: stalled, Server: server.Config{NodeID: "a"}})
+	stalled.failSave.Store(true)
+	r := dialRaw(t, n, "json")
+	r.send(&wire.Request{T: wire.TConnect})
+	if code, msgs := r.closeStatus(5 * time.Second); code != websocket.StatusInternalError || len(msgs) > 0 {
+		t.Fatalf("a connect whose session was not saved: closed %d after %v, want 1011 and nothing", code, msgs)
+	}
+	time.Sleep(200 * time.Millisecond) // a detach is sent at once, by its own goroutine
+	if d := stalled.detaches.Load(); d != 0 {
+		t.Errorf("the refused connect's close sent %d detaches, want none", d)
+	}
 }
 
 // sweepLog is a Redis store that notes when its node calls what only an

@@ -22,7 +22,8 @@ var (
 	ErrKeyNotFound = errors.New("store: key not found")
 	// ErrUnavailable: the store could not be reached, so the write was
 	// not sent and nothing was written (unlike a write that failed in
-	// flight, whose outcome is unknown).
+	// flight, whose outcome is unknown). A read that got no answer (in
+	// time) may wrap it too: a read writes nothing.
 	ErrUnavailable = errors.New("store: unreachable; nothing was written")
 	// ErrWidCompacted: a write's id (Write.Wid) is not remembered, and
 	// the history since its first attempt (Write.Since) is compacted, so

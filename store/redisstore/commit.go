@@ -23,17 +23,22 @@ import (
 // goroutine sends whatever is queued (up to maxGroupWrites or
 // maxGroupBytes) in the next one. The pipeline holds one apply.lua call
 // per room, with that room's writes in queue order; each write is still
-// its own revision with its own conditions.
+// its own revision with its own conditions. A record's script that a
+// client's connect waits for (a session's save, take, detach, key
+// listing: runRecord) rides in the same round trips as a call of its
+// own: a burst of connects costs a round trip per group, not a pooled
+// connection each (one each ran the pool out, and every connect past it
+// failed on the pool's timeout).
 
 const (
 	maxGroupWrites = 128
 	maxGroupBytes  = 1 << 20
 )
 
-// req is one Apply waiting for its committer.
+// req is one Apply, or one record's script, waiting for its committer.
 type req struct {
-	room      string
-	keys      []string // the room's: meta, kv, log, wids
+	room      string   // "" for a record's script
+	keys      []string // the room's: meta, kv, log, wids; or the script's
 	maxEvents int      // the room's retention
 	maxBytes  int64
 	cut, ch   string // age cutoff at the write's time, channel
@@ -42,9 +47,22 @@ type req struct {
 	state     groupcommit.Handover
 	done      chan struct{}
 
+	// script, for a record's script (runRecord), is run with keys and
+	// args as a call of its own; its reply is cmd.
+	script *redis.Script
+
 	// Set by the committer before done is closed.
-	reply []any // the script's reply; nil when err is set
-	err   error // why there is no reply (writeErr)
+	reply []any      // the script's reply; nil when err is set
+	err   error      // why there is no reply (writeErr)
+	cmd   *redis.Cmd // a record script's command, its reply or error
+}
+
+// what names r in errors.
+func (r *req) what() string {
+	if r.script != nil {
+		return "a record"
+	}
+	return fmt.Sprintf("room %q", r.room)
 }
 
 // committer sends the writes of one master.
@@ -87,7 +105,7 @@ func (s *Store) committerFor(ctx context.Context, key string) (*committer, error
 func (s *Store) submit(ctx context.Context, r *req) ([]any, error) {
 	c, err := s.committerFor(ctx, r.keys[0])
 	if err != nil {
-		return nil, fmt.Errorf("%w: redis write to room %q: %v", store.ErrUnavailable, r.room, err)
+		return nil, fmt.Errorf("%w: redis write to %s: %v", store.ErrUnavailable, r.what(), err)
 	}
 	c.mu.Lock()
 	if !c.busy && len(c.queue) == 0 {
@@ -121,9 +139,36 @@ func (s *Store) submit(ctx context.Context, r *req) ([]any, error) {
 		stop = context.DeadlineExceeded
 	}
 	if !r.state.Abandon() {
-		return nil, fmt.Errorf("store: redis write to room %q (outcome unknown): %w", r.room, stop)
+		return nil, fmt.Errorf("store: redis write to %s (outcome unknown): %w", r.what(), stop)
 	}
-	return nil, fmt.Errorf("%w: redis write to room %q not sent: %w", store.ErrUnavailable, r.room, stop)
+	return nil, fmt.Errorf("%w: redis write to %s not sent: %w", store.ErrUnavailable, r.what(), stop)
+}
+
+// runRecord runs a record's script as runWrite does, in the next round
+// trip of the keys' master's committer. Still queued when ctx ends or
+// WriteTimeout passes, it is not sent (store.ErrUnavailable).
+func (s *Store) runRecord(ctx context.Context, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	size := 64
+	for _, k := range keys {
+		size += len(k)
+	}
+	for _, a := range args {
+		if v, ok := a.(string); ok {
+			size += len(v)
+		} else {
+			size += 16
+		}
+	}
+	r := &req{keys: keys, script: sc, args: args, size: size, done: make(chan struct{})}
+	if _, err := s.submit(ctx, r); err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	if err := r.cmd.Err(); err != nil && notSent(err) {
+		r.cmd.SetErr(fmt.Errorf("%w: redis write to %s: %w", store.ErrUnavailable, r.what(), err))
+	}
+	return r.cmd
 }
 
 // endsWithin reports whether ctx has a deadline within d from now: then
@@ -194,11 +239,13 @@ func (c *committer) run() {
 	}
 }
 
-// call is one apply.lua call: the writes of one room in a group.
+// call is one script call: apply.lua with the writes of one room in a
+// group, or a record's script (one req).
 type call struct {
-	rs   []*req
-	args []any
-	cmd  *redis.Cmd
+	rs     []*req
+	script *redis.Script
+	args   []any
+	cmd    *redis.Cmd
 }
 
 // send runs writes, all taken, in one pipeline, one call per room, and
@@ -211,9 +258,13 @@ func (c *committer) send(ctx context.Context, writes []*req) {
 	var calls []*call
 	byRoom := map[string]*call{}
 	for _, r := range writes {
+		if r.script != nil {
+			calls = append(calls, &call{rs: []*req{r}, script: r.script, args: r.args})
+			continue
+		}
 		cl := byRoom[r.room]
 		if cl == nil {
-			cl = &call{}
+			cl = &call{script: applyScript}
 			byRoom[r.room] = cl
 			calls = append(calls, cl)
 		}
@@ -221,6 +272,9 @@ func (c *committer) send(ctx context.Context, writes []*req) {
 	}
 	quota := c.s.cfg.Limits.WithDefaults()
 	for _, cl := range calls {
+		if cl.script != applyScript {
+			continue
+		}
 		last := cl.rs[len(cl.rs)-1] // the newest age cutoff
 		n := 9
 		for _, r := range cl.rs {
@@ -234,7 +288,7 @@ func (c *committer) send(ctx context.Context, writes []*req) {
 		}
 	}
 	wait := c.pipeline(ctx, calls, func(p redis.Pipeliner, cl *call) *redis.Cmd {
-		return applyScript.EvalSha(ctx, p, cl.rs[0].keys, cl.args...)
+		return cl.script.EvalSha(ctx, p, cl.rs[0].keys, cl.args...)
 	})
 	var again []*call
 	for _, cl := range calls {
@@ -244,12 +298,21 @@ func (c *committer) send(ctx context.Context, writes []*req) {
 	}
 	if len(again) > 0 {
 		wait = c.pipeline(ctx, again, func(p redis.Pipeliner, cl *call) *redis.Cmd {
-			return applyScript.Eval(ctx, p, cl.rs[0].keys, cl.args...)
+			return cl.script.Eval(ctx, p, cl.rs[0].keys, cl.args...)
 		})
 	}
 	unreplicated := c.s.unreplicated(wait)
 	moved := false
 	for _, cl := range calls {
+		if r := cl.rs[0]; r.script != nil { // as runWrite answers it
+			if cl.cmd.Err() == nil && unreplicated != nil {
+				cl.cmd.SetErr(unreplicated)
+			}
+			moved = moved || redirected(cl.cmd.Err())
+			r.cmd = cl.cmd
+			close(r.done)
+			continue
+		}
 		replies, err := outcome(cl.cmd)
 		if err == nil && len(replies) != len(cl.rs) {
 			err = fmt.Errorf("%d replies to %d writes", len(replies), len(cl.rs))

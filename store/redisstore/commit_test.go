@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -32,6 +33,9 @@ type applied struct {
 func group(t testing.TB, s *Store, before func(), writes ...func() (store.Result, error)) []applied {
 	t.Helper()
 	gate, held := make(chan struct{}), make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	defer open() // also when a write is never queued: the test fails rather than hangs
 	var trips atomic.Int32
 	hook := func() {
 		switch trips.Add(1) {
@@ -64,7 +68,7 @@ func group(t testing.TB, s *Store, before func(), writes ...func() (store.Result
 		}()
 		eventually(t, fmt.Sprint("write ", i, " queued"), 5*time.Second, func() bool { return queued(s) == i+1 })
 	}
-	close(gate)
+	open()
 	wg.Wait()
 	if n := trips.Load(); n != 2 {
 		t.Errorf("the writes went in %d round trips, want 1", n-1)
@@ -277,5 +281,88 @@ func TestClusterGroups(t *testing.T) {
 	s.cmu.Unlock()
 	if len(masters) != 3 || n != 3 {
 		t.Errorf("writes ran on %d masters through %d committers, want 3 and 3", len(masters), n)
+	}
+}
+
+// TestGroupSessionRecords: the session scripts a connect or a write waits
+// for (save, take, detach, key listing) go in the group commit's round
+// trips, each a call with its own outcome beside the room writes: many at
+// once cost one round trip, not a pooled connection each (a node's pool
+// ran out in the scale run's connect burst, and every open past it
+// failed). One still queued when its caller gives up is not sent: it is
+// unavailable and writes nothing.
+func TestGroupSessionRecords(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := openStore(t, srv.URL()+"?pool_size=1", nil)
+	raw := rawRedis(t, srv.Addr())
+	rec := func(id string) store.SessionRecord {
+		return store.SessionRecord{ID: id, Subject: "u", ResumeHash: []byte("h0"), Lease: "session:" + id, Owner: "n1", Listed: true}
+	}
+	if err := s.SaveSession(bg, rec("s_old")); err != nil {
+		t.Fatal(err)
+	}
+	var before int
+	var took store.SessionRecord
+	var took2, detached bool
+	var listed store.Listing
+	writes := []func() (store.Result, error){put(s, "r", "k", "1")}
+	for i := range 20 {
+		writes = append(writes, func() (store.Result, error) { return store.Result{}, s.SaveSession(bg, rec(fmt.Sprint("s_", i))) })
+	}
+	writes = append(writes,
+		func() (res store.Result, err error) {
+			took, _, took2, err = s.TakeSession(bg, "s_old", "u", []byte("h0"), []byte("h1"), "n2")
+			return res, err
+		},
+		func() (res store.Result, err error) {
+			detached, err = s.DetachSession(bg, "s_0", 0, time.Hour) // saved earlier in the group
+			return res, err
+		},
+		func() (res store.Result, err error) {
+			listed, err = s.ListSessionKey(bg, "s_1", "r", "k")
+			return res, err
+		},
+		put(s, "r", "k", "2"))
+	got := group(t, s, func() { before, _ = calls(t, raw, "evalsha") }, writes...)
+	for i, g := range got {
+		if g.err != nil {
+			t.Errorf("call %d of the group: %v", i, g.err)
+		}
+	}
+	if got[0].res.Rev != 1 || got[len(got)-1].res.Rev != 2 {
+		t.Errorf("the room writes: revs %d and %d, want 1 and 2", got[0].res.Rev, got[len(got)-1].res.Rev)
+	}
+	if !took2 || took.Owner != "n2" || took.Gen != 1 || !detached || listed != store.Listed {
+		t.Errorf("take %v (%+v), detach %v, listing %v; want each done", took2, took, detached, listed)
+	}
+	if after, _ := calls(t, raw, "evalsha"); after-before != 24 {
+		t.Errorf("the group ran %d script calls, want 24 (one room call, 23 records)", after-before)
+	}
+	for i := range 20 {
+		if _, ok, err := s.Session(bg, fmt.Sprint("s_", i)); !ok || err != nil {
+			t.Errorf("session s_%d after the group: %v, %v", i, ok, err)
+		}
+	}
+
+	// A save queued behind a round trip that outlasts its caller's wait.
+	gate, held := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func() { once.Do(func() { close(held); <-gate }) }
+	s.hookGroup.Store(&hook)
+	defer s.hookGroup.Store(nil)
+	done := make(chan error)
+	go func() { done <- s.SaveSession(bg, rec("s_hold")) }()
+	<-held
+	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+	defer cancel()
+	if err := s.SaveSession(ctx, rec("s_late")); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("a save still queued when its caller gave up: %v, want ErrUnavailable", err)
+	}
+	close(gate)
+	if err := <-done; err != nil {
+		t.Errorf("the save held in its round trip: %v", err)
+	}
+	if _, ok, err := s.Session(bg, "s_late"); ok || err != nil {
+		t.Errorf("the save not sent: found %v (%v), want no record", ok, err)
 	}
 }

@@ -27,9 +27,11 @@ import (
 // (TIME), as in the node registry. Scripts that change a record run on
 // the write client, which never retries: a retry after a lost reply
 // would find the record already changed. Every change goes through
-// runWrite, so with MinReplicas it is acknowledged only once the replicas
-// hold it: a session's secret is handed out only once its record would
-// survive a failover.
+// runWrite, or runRecord (those a connect or a write waits for: in the
+// group commit's round trips, so a burst of connects does not take a
+// pooled connection each), so with MinReplicas it is acknowledged only
+// once the replicas hold it: a session's secret is handed out only once
+// its record would survive a failover.
 
 var _ store.SharedSessions = (*Store)(nil)
 
@@ -206,7 +208,7 @@ func (s *Store) SaveSession(ctx context.Context, rec store.SessionRecord) error 
 	if rec.Deadline > 0 { // detached: owned by no node
 		owner = ""
 	}
-	return s.runWrite(ctx, saveSessionScript, s.sessionKeys(), rec.ID, v, rec.Deadline, owner).Err()
+	return s.runRecord(ctx, saveSessionScript, s.sessionKeys(), rec.ID, v, rec.Deadline, owner).Err()
 }
 
 func (s *Store) Session(ctx context.Context, id string) (store.SessionRecord, bool, error) {
@@ -270,7 +272,7 @@ func (s *Store) TakeSession(ctx context.Context, id, subject string, old, new []
 	}
 	defer s.mu.RUnlock()
 	b64 := base64.StdEncoding.EncodeToString
-	v, err := s.runWrite(ctx, takeScript, s.sessionKeys(), id, subject, b64(old), b64(new), node).Slice()
+	v, err := s.runRecord(ctx, takeScript, s.sessionKeys(), id, subject, b64(old), b64(new), node).Slice()
 	if err != nil || len(v) < 3 {
 		return store.SessionRecord{}, "", false, err
 	}
@@ -285,7 +287,7 @@ func (s *Store) DetachSession(ctx context.Context, id string, gen int64, grace t
 		return false, err
 	}
 	defer s.mu.RUnlock()
-	n, err := s.runWrite(ctx, detachScript, s.sessionKeys(), id, gen, grace.Milliseconds()).Int()
+	n, err := s.runRecord(ctx, detachScript, s.sessionKeys(), id, gen, grace.Milliseconds()).Int()
 	return n == 1, err
 }
 
@@ -423,7 +425,7 @@ func (s *Store) ListSessionKey(ctx context.Context, id, room, key string) (store
 		return store.NotListed, err
 	}
 	defer s.mu.RUnlock()
-	n, err := s.runWrite(ctx, listSessionKeyScript, s.sessionKeys()[:1], s.sessionKeyList(), id, room+"\x00"+key,
+	n, err := s.runRecord(ctx, listSessionKeyScript, s.sessionKeys()[:1], s.sessionKeyList(), id, room+"\x00"+key,
 		maxListedKeys, listTTL.Milliseconds()).Int()
 	return store.Listing(n), err
 }

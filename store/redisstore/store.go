@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sort"
@@ -295,6 +296,21 @@ func writeErr(room string, err error) error {
 	return fmt.Errorf("store: redis write to room %q (outcome unknown): %w", room, err)
 }
 
+// readErr is the error of a read: store.ErrUnavailable when Redis could
+// not be reached or did not answer in time (a read changes nothing, so
+// it may be retried; a node answers it unavailable, not internal).
+func readErr(err error) error {
+	var ne net.Error
+	if err == nil || errors.Is(err, store.ErrUnavailable) {
+		return err
+	}
+	if notSent(err) || errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return err
+}
+
 // notSent reports whether a write failed before Redis ran any of it: no
 // connection could be dialled or none was free in time (the write client
 // never retries, so the error is that of its only attempt), or the
@@ -565,7 +581,8 @@ func (s *Store) trim(ctx context.Context, room string, k roomKeys, now time.Time
 	return strconv.ParseUint(v, 10, 64)
 }
 
-func (s *Store) Snapshot(ctx context.Context, room, prefix string) (store.Snapshot, error) {
+func (s *Store) Snapshot(ctx context.Context, room, prefix string) (_ store.Snapshot, err error) {
+	defer func() { err = readErr(err) }()
 	if err := store.ValidRoom(room); err != nil {
 		return store.Snapshot{}, err
 	}
@@ -757,7 +774,8 @@ func (s *Store) snapshotPaged(ctx context.Context, room, prefix string, k roomKe
 	return snap, true, nil
 }
 
-func (s *Store) History(ctx context.Context, room string, from uint64, limit int) ([]store.Batch, error) {
+func (s *Store) History(ctx context.Context, room string, from uint64, limit int) (_ []store.Batch, err error) {
+	defer func() { err = readErr(err) }()
 	if err := store.ValidRoom(room); err != nil {
 		return nil, err
 	}
