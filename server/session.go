@@ -50,6 +50,10 @@ type sessions struct {
 	node   string        // this node's name in shared records
 	every  time.Duration // shared: how often due sessions are ended
 	stop   chan struct{}
+	// halt ends with stop: the sweeper's store calls run under it, so a
+	// store that does not answer does not hold a shutdown.
+	halt      context.Context
+	haltSweep context.CancelFunc
 
 	mu sync.Mutex
 	m  map[string]*session
@@ -89,8 +93,9 @@ type session struct {
 }
 
 func newSessions(l *lessor, grace time.Duration, st store.Sessions, timeout time.Duration, log *slog.Logger) *sessions {
+	halt, haltSweep := context.WithCancel(context.Background())
 	return &sessions{leases: l, grace: grace, st: st, timeout: timeout, log: log, m: make(map[string]*session), stop: make(chan struct{}),
-		unsure: make(map[string]bool), taking: make(map[string]int)}
+		halt: halt, haltSweep: haltSweep, unsure: make(map[string]bool), taking: make(map[string]int)}
 }
 
 func randomID(prefix string) string {
@@ -308,6 +313,7 @@ func (ss *sessions) close() {
 	var unkept []*session
 	ss.mu.Lock()
 	ss.closed = true
+	ss.haltSweep()
 	for id, s := range ss.m {
 		if s.timer != nil {
 			s.timer.Stop()

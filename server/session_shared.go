@@ -60,6 +60,12 @@ func (ss *sessions) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), ss.timeout)
 }
 
+// sweepCtx bounds one store call of the sweeper, and ends with the
+// sessions (shutdown): the sweep is not worth waiting for then.
+func (ss *sessions) sweepCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ss.halt, ss.timeout)
+}
+
 func (ss *sessions) openShared(c *conn, id, resume, subject, secret string) (s *session, resumed bool, old *conn, err error) {
 	hash := sha256.Sum256([]byte(secret))
 	if id != "" && resume != "" {
@@ -190,8 +196,16 @@ func (ss *sessions) settleUnsure() {
 	}
 	ss.mu.Unlock()
 	for _, id := range ids {
-		ctx, cancel := ss.ctx()
+		ctx, cancel := ss.sweepCtx()
 		rec, ok, err := ss.shared.Session(ctx, id)
+		if err != nil && !errors.Is(err, store.ErrCorrupt) {
+			// The store did not answer (or this node is stopping): the
+			// next tick tries again. Trying the others now would cost a
+			// timeout each: after a connect storm, thousands, and a
+			// shutdown waiting for them all.
+			cancel()
+			return
+		}
 		if err == nil && ok && rec.Owner == ss.node && rec.Deadline == 0 {
 			ss.mu.Lock()
 			s := ss.m[id]
@@ -220,6 +234,7 @@ func (ss *sessions) closeShared() {
 	}
 	ss.closed = true
 	close(ss.stop)
+	ss.haltSweep()
 	var attached []*session
 	for id, s := range ss.m {
 		if s.conn != nil {
@@ -271,8 +286,8 @@ func (ss *sessions) sweep() {
 // record is gone.
 func (ss *sessions) endDue() {
 	unlisted := make(map[string]bool)
-	for {
-		ctx, cancel := ss.ctx()
+	for ss.halt.Err() == nil {
+		ctx, cancel := ss.sweepCtx()
 		recs, err := ss.shared.EndDueSessions(ctx, 1000)
 		cancel()
 		if err != nil {
@@ -304,7 +319,7 @@ func (ss *sessions) endListed(rec store.SessionRecord) {
 	}
 	keys := make(map[roomKey]uint64)
 	for room, ks := range byRoom {
-		ctx, cancel := ss.ctx()
+		ctx, cancel := ss.sweepCtx()
 		kvs, err := ss.shared.CurrentKeys(ctx, room, ks)
 		cancel()
 		if err != nil {

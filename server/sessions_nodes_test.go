@@ -288,8 +288,18 @@ func TestResumeAfterALostTake(t *testing.T) {
 type stalledSessions struct {
 	*redisstore.Store
 	failSave, failDetach atomic.Bool
+	stallReads           atomic.Bool  // Session answers only when its ctx ends
 	slowTake             atomic.Int64 // ns
-	detaches             atomic.Int32
+	detaches, reads      atomic.Int32
+}
+
+func (s *stalledSessions) Session(ctx context.Context, id string) (store.SessionRecord, bool, error) {
+	s.reads.Add(1)
+	if s.stallReads.Load() {
+		<-ctx.Done()
+		return store.SessionRecord{}, false, fmt.Errorf("%w: %v", store.ErrUnavailable, ctx.Err())
+	}
+	return s.Store.Session(ctx, id)
 }
 
 func (s *stalledSessions) SaveSession(ctx context.Context, rec store.SessionRecord) error {
@@ -356,6 +366,41 @@ func TestUnsureSessionResumedHereStays(t *testing.T) {
 	}
 	if l, err := n.HTTP.List(ctx, room, ""); err != nil || len(l.Items) != 1 {
 		t.Fatalf("the key of the connected session: %+v, %v; want it kept", l, err)
+	}
+}
+
+// TestShutdownWithUnsureSessionsAndAStoreNotAnswering: sessions whose
+// detach got no answer are unsure, and the sweeper reads each to settle
+// it. With the store not answering, neither a sweep nor a shutdown may
+// wait for a read of each: after a connect storm left thousands unsure
+// and Redis went, stopped nodes ran on for minutes.
+func TestShutdownWithUnsureSessionsAndAStoreNotAnswering(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	st, err := redisstore.New(servertest.Context(t), redisstore.Config{URL: rs.URL(), Prefix: "sd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := &stalledSessions{Store: st}
+	const timeout = time.Second
+	n := servertest.Start(t, servertest.Options{Store: stalled, Server: server.Config{NodeID: "a", StoreTimeout: timeout}})
+	stalled.failDetach.Store(true)
+	const unsure = 20
+	for range unsure {
+		_ = dial(t, n, nil).Close()
+	}
+	waitFor(t, 5*time.Second, "the failed detaches", func() bool { return stalled.detaches.Load() >= unsure })
+	stalled.stallReads.Store(true)
+	r0 := stalled.reads.Load()
+	time.Sleep(3 * timeout)
+	// One read a round is tried; it times out, and the round ends. A tick
+	// is 100 ms here, so at most one round starts per timeout.
+	if r := stalled.reads.Load() - r0; r > 4 {
+		t.Errorf("%d reads of unsure sessions in %v with the store not answering (each a %v timeout), want at most one a round", r, 3*timeout, timeout)
+	}
+	start := time.Now()
+	n.Stop()
+	if d := time.Since(start); d > timeout {
+		t.Errorf("the shutdown took %v with %d unsure sessions and the store not answering; want it not to wait for their reads (%v each)", d, unsure, timeout)
 	}
 }
 

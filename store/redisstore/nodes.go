@@ -40,6 +40,10 @@ end
 return 0`)
 )
 
+// registryPool: the connections of the registry's client (a beat and a
+// read at a time, and a claim).
+const registryPool = 3
+
 func (s *Store) nodesKey() string { return s.cfg.Prefix + ":nodes" }
 
 // Beat records that node is alive now.
@@ -48,7 +52,7 @@ func (s *Store) Beat(ctx context.Context, node string) (bool, error) {
 		return false, err
 	}
 	defer s.mu.RUnlock()
-	n, err := beatScript.Run(ctx, s.rc, []string{s.nodesKey()}, node).Int()
+	n, err := beatScript.Run(ctx, s.hc, []string{s.nodesKey()}, node).Int()
 	return n == 1, err
 }
 
@@ -59,7 +63,7 @@ func (s *Store) Registered(ctx context.Context, timeout time.Duration) (alive, s
 		return nil, nil, err
 	}
 	defer s.mu.RUnlock()
-	v, err := registeredScript.Run(ctx, s.rc, []string{s.nodesKey()}).Slice()
+	v, err := registeredScript.Run(ctx, s.hc, []string{s.nodesKey()}).Slice()
 	if err != nil || len(v) == 0 {
 		return nil, nil, err
 	}

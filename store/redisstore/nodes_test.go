@@ -1,7 +1,9 @@
 package redisstore
 
 import (
+	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,5 +49,37 @@ func TestTakeTurn(t *testing.T) {
 	time.Sleep(ttl)
 	if n := race("a"); n != 1 {
 		t.Fatalf("%d of 8 nodes took an expired turn, want 1", n)
+	}
+}
+
+// TestBeatWithReadsQueued: with every connection of the read pool held
+// (a burst's room loads and session reads, each slow), a node still beats
+// and reads the registry within a beat's interval. Beats queued behind
+// the reads missed the node timeout, and live nodes were taken for dead.
+func TestBeatWithReadsQueued(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := openStore(t, srv.URL(), nil)
+	held := 10*runtime.GOMAXPROCS(0) + 10 // go-redis's default pool, and more waiting
+	var wg sync.WaitGroup
+	for i := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.rc.BLPop(bg, 2*time.Second, fmt.Sprint("nothing-", i)).Err()
+		}()
+	}
+	defer wg.Wait()
+	for deadline := time.Now().Add(time.Second); s.rc.PoolStats().TotalConns < uint32(held-10); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the read pool: %+v, want %d held", s.rc.PoolStats(), held-10)
+		}
+	}
+	ctx, cancel := context.WithTimeout(bg, 500*time.Millisecond)
+	defer cancel()
+	if _, err := s.Beat(ctx, "a"); err != nil {
+		t.Fatalf("a beat with the read pool held: %v", err)
+	}
+	if alive, _, err := s.Registered(ctx, time.Minute); err != nil || len(alive) != 1 {
+		t.Fatalf("the registry with the read pool held: %v, %v; want [a]", alive, err)
 	}
 }

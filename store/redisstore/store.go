@@ -67,10 +67,15 @@ type Config struct {
 // Store is a store.Store on Redis or Redis Cluster shared by many nodes
 // (docs/DESIGN.md#several-nodes-on-redis).
 type Store struct {
-	cfg     Config
-	wc      redis.UniversalClient // writes: never retried
-	rc      redis.UniversalClient // reads, checks and pub/sub
-	cluster *redis.ClusterClient  // rc in cluster mode, for routing
+	cfg Config
+	wc  redis.UniversalClient // writes: never retried
+	rc  redis.UniversalClient // reads, checks and pub/sub
+	// hc: the node registry's beats and reads, on connections of their
+	// own: queued behind a burst's reads in rc's pool, beats missed the
+	// node timeout and live nodes were taken for dead (their clients all
+	// reconnecting, a storm feeding itself).
+	hc      redis.UniversalClient
+	cluster *redis.ClusterClient // rc in cluster mode, for routing
 	log     *slog.Logger
 	id      string // tag prefix, unique per store
 	seq     atomic.Uint64
@@ -198,9 +203,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		// retries a failed command up to MaxRedirects times (on a reset or
 		// a read timeout too, after the script may have run), so writes
 		// get none; Apply reports a redirect as unavailable (nothing ran).
-		mk := func(retries, redirects int) *redis.ClusterClient {
+		mk := func(retries, redirects, pool int) *redis.ClusterClient {
 			return redis.NewClusterClient(&redis.ClusterOptions{
-				Addrs: addrs, Username: user, Password: pass, TLSConfig: tlsConfig,
+				Addrs: addrs, Username: user, Password: pass, TLSConfig: tlsConfig, PoolSize: pool,
 				MaxRetries: retries, MaxRedirects: redirects, ContextTimeoutEnabled: true,
 				ReadTimeout: cfg.WriteTimeout, WriteTimeout: cfg.WriteTimeout,
 				PoolTimeout: cfg.WriteTimeout / 2,
@@ -208,9 +213,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 				MaintNotificationsConfig: noMaint,
 			})
 		}
-		s.wc = mk(-1, -1)
-		s.cluster = mk(0, 3)
+		s.wc = mk(-1, -1, 0)
+		s.cluster = mk(0, 3, 0)
 		s.rc = s.cluster
+		s.hc = mk(0, 3, registryPool)
 	} else if IsSentinelURL(cfg.URL) {
 		clean, files, err := cutTLSParams(cfg.URL)
 		if err != nil {
@@ -229,11 +235,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		o.DialTimeout = 2 * time.Second
 		o.PoolTimeout = cfg.WriteTimeout / 2 // as below
 		o.DisableIdentity = true
-		wo, ro := *o, *o
+		wo, ro, ho := *o, *o, *o
 		wo.MaxRetries = -1
+		ho.PoolSize = registryPool
 		// Each client asks the Sentinels for the master, and follows it
 		// when they promote another (closing its connections to the old).
-		s.wc, s.rc = redis.NewFailoverClient(&wo), redis.NewFailoverClient(&ro)
+		s.wc, s.rc, s.hc = redis.NewFailoverClient(&wo), redis.NewFailoverClient(&ro), redis.NewFailoverClient(&ho)
 	} else {
 		clean, files, err := cutTLSParams(cfg.URL)
 		if err != nil {
@@ -254,13 +261,15 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		o.PoolTimeout = cfg.WriteTimeout / 2
 		o.DisableIdentity = true
 		o.MaintNotificationsConfig = noMaint
-		wo, ro := *o, *o
+		wo, ro, ho := *o, *o, *o
 		wo.MaxRetries = -1
-		s.wc, s.rc = redis.NewClient(&wo), redis.NewClient(&ro)
+		ho.PoolSize = registryPool
+		s.wc, s.rc, s.hc = redis.NewClient(&wo), redis.NewClient(&ro), redis.NewClient(&ho)
 	}
 	if err := s.rc.Ping(ctx).Err(); err != nil {
 		_ = s.wc.Close()
 		_ = s.rc.Close()
+		_ = s.hc.Close()
 		return nil, fmt.Errorf("store: redis: %w", err)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -963,7 +972,7 @@ func (s *Store) Close() error {
 	s.cancel()
 	s.fol.close()
 	s.wg.Wait()
-	err := errors.Join(s.wc.Close(), s.rc.Close())
+	err := errors.Join(s.wc.Close(), s.rc.Close(), s.hc.Close())
 	return err
 }
 

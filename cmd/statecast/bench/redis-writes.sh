@@ -55,6 +55,12 @@ PIDS=()
 CGROUPS=()
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	# Bounded: a process that does not stop within 30 s is killed.
+	local deadline=$((SECONDS + 30))
+	for p in "${PIDS[@]}"; do
+		while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+		kill -KILL "$p" 2>/dev/null || true
+	done
 	wait 2>/dev/null || true
 	for g in "${CGROUPS[@]}"; do rmdir "$g" 2>/dev/null || true; done
 	rm -rf "$DIR"

@@ -21,7 +21,8 @@
 # resumed, snapshot reads (statecast_room_loads_total of the nodes), peak
 # RSS, the session-bound keys left in the store. One table at the end.
 #
-# A process may hold FD_LIMIT files (the hard RLIMIT_NOFILE): each node
+# Redis runs at nice -10 (root): on a shared machine the others would
+# starve it. A process may hold FD_LIMIT files (the hard RLIMIT_NOFILE): each node
 # takes --max-connections to fit it, as statecast serve does by default.
 # Small: CONNS=3000 ROOMS=30 IDLE=3s scale.sh BIN. Env: CONNS, ROOMS, NODES,
 # PROCS, SOURCES, PLACEMENT, IDLE, TIMEOUT (each wait, 600s), LEASE_GRACE
@@ -167,6 +168,11 @@ leases() { # leases LABEL: the session-bound keys in the store
 
 # The nodes, then the clients.
 redis
+# Redis first: in a deployment it has a core of its own; here its one
+# thread shares two with the nodes and the load tool, which, busy with a
+# connect burst, starved it (commands of 10 µs took 500 µs) until the
+# nodes' store calls timed out and their retries fed the burst.
+renice -n -10 -p "$RPID" >/dev/null 2>&1 || echo "scale.sh: cannot raise Redis's priority (renice -10): a connect burst may starve it" >&2
 URLS=() ADDRS=() NPIDS=()
 for i in $(seq 0 $((NODES - 1))); do
 	ADDRS[i]=127.0.0.1:$(port)
