@@ -134,6 +134,7 @@ type config struct {
 	waitIdle              time.Duration
 	protocol              string // statecast's WebSocket subprotocol
 	fullDecode            bool   // subscribers decode each message whole, as a generic client
+	rawReader             bool   // subscribers use the tool's minimal WebSocket client
 	cpuProfile            string
 	subURLs, writeURLs    flags.List
 	redisPIDs, nodePIDs   []int
@@ -211,6 +212,7 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 	fs.IntVar(&c.window, "window", 1000, "writes in flight at most")
 	fs.IntVar(&c.writers, "writers", 4, "writer connections, used in turn (with 1, each reply is checked to commit at the next revision)")
 	fs.BoolVar(&c.fullDecode, "full-decode", false, "subscribers also decode every message with encoding/json into a generic value, as a client written from the protocol would (the load tool's own scanner reads only what it checks)")
+	fs.BoolVar(&c.rawReader, "raw-reader", false, "subscribers use the tool's own minimal WebSocket client (one read syscall parses many frames; no per-message context or lock) instead of github.com/coder/websocket: a client that costs little CPU, so that a run on one machine measures the server more than the tool")
 	fs.StringVar(&c.protocol, "protocol", "v2", "statecast protocol version the subscribers and writers speak: v2 (dense JSON) or v1 (PROTOCOL.md)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the load tool's own CPU profile to this file")
 	fs.StringVar(&c.attack, "attack", "", "attack: which one ("+attackNames()+")")
@@ -633,6 +635,23 @@ func (e *env) dialWS(ctx context.Context, u string, subprotocols []string) (*web
 	return c, nil
 }
 
+// dialSub opens a subscriber's connection: the library's, or with
+// --raw-reader the tool's own minimal client.
+func (e *env) dialSub(ctx context.Context, u string, subprotocols []string) (wsConn, error) {
+	if !e.cfg.rawReader {
+		c, err := e.dialWS(ctx, u, subprotocols)
+		if err != nil {
+			return nil, err
+		}
+		return libConn{c}, nil
+	}
+	c, err := dialRaw(ctx, (&net.Dialer{Timeout: 10 * time.Second}).DialContext, u, subprotocols)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 func (e *env) dialStatecast(ctx context.Context) (*websocket.Conn, error) {
 	return e.dialWS(ctx, e.ws, e.subprotocols())
 }
@@ -648,7 +667,7 @@ func (e *env) subprotocols() []string {
 // ceiling ?since=lastRev.
 func (e *env) connectSub(ctx context.Context, st *runState, s *subscriber, room string, from bool) error {
 	s.replayed = 0
-	var c *websocket.Conn
+	var c wsConn
 	var err error
 	if e.ceiling {
 		u := e.ws
@@ -656,7 +675,7 @@ func (e *env) connectSub(ctx context.Context, st *runState, s *subscriber, room 
 			u += "?since=" + strconv.FormatUint(s.lastRev.Load(), 10)
 		}
 		s.subAt = st.now()
-		if c, err = e.dialWS(ctx, u, nil); err != nil {
+		if c, err = e.dialSub(ctx, u, nil); err != nil {
 			return err
 		}
 	} else {
@@ -664,7 +683,7 @@ func (e *env) connectSub(ctx context.Context, st *runState, s *subscriber, room 
 		if len(e.subWS) > 0 {
 			u = e.subWS[s.idx%len(e.subWS)]
 		}
-		if c, err = e.dialWS(ctx, u, e.subprotocols()); err != nil {
+		if c, err = e.dialSub(ctx, u, e.subprotocols()); err != nil {
 			return err
 		}
 		frame := []byte(`{"t":"connect"}` + "\n" + `{"t":"sub","id":1,"room":"` + room + `"`)
@@ -678,8 +697,8 @@ func (e *env) connectSub(ctx context.Context, st *runState, s *subscriber, room 
 		}
 		frame = append(frame, '}')
 		s.subAt = st.now()
-		if err := c.Write(ctx, websocket.MessageText, frame); err != nil {
-			c.CloseNow()
+		if err := c.writeText(ctx, frame); err != nil {
+			c.closeNow()
 			return err
 		}
 		e.pinger.add(c)
@@ -771,7 +790,7 @@ func (e *env) closeSubs(subs []*subscriber) {
 		s.mu.Unlock()
 		if c != nil {
 			e.pinger.remove(c)
-			c.CloseNow()
+			c.closeNow()
 		}
 	}
 	for _, s := range subs {

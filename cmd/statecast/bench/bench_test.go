@@ -96,7 +96,8 @@ func TestFanoutStatecast(t *testing.T) {
 	url := startStatecast(t, server.Config{}, nil)
 	// Both protocol versions, one also decoded whole: each subscriber's
 	// view is checked against the room, whatever it parsed.
-	for _, extra := range [][]string{{"--protocol", "v1", "--full-decode"}, {"--protocol", "v2"}} {
+	// The tool's own WebSocket reader (--raw-reader) too.
+	for _, extra := range [][]string{{"--protocol", "v1", "--full-decode"}, {"--protocol", "v2"}, {"--protocol", "v2", "--raw-reader"}, {"--protocol", "v1", "--raw-reader"}} {
 		r := runJSON(t, append([]string{"fanout", "--url", url, "--subs", "3", "--rate", "50", "--duration", "500ms", "--warmup", "100ms"}, extra...)...)
 		checkFanout(t, r, 3, 50)
 	}
@@ -279,6 +280,8 @@ func testCeiling(t *testing.T, target []string, spawned bool) {
 		if r.Target != "ceiling" {
 			t.Errorf("target %q", r.Target)
 		}
+		raw := runJSON(t, append([]string{"fanout", "--subs", "5", "--rate", "50", "--duration", "1s", "--warmup", "200ms", "--raw-reader"}, target...)...)
+		checkFanout(t, raw, 5, 50)
 		// CPU: /proc's 10 ms ticks can read 0 for 250 messages (TestCompare).
 		if spawned && (r.ServerPID == 0 || r.ServerCPUUsPerMsg < 0 || r.ServerRSSMB <= 0) {
 			t.Errorf("spawned server: pid %d, CPU %v µs/msg, RSS %v MB", r.ServerPID, r.ServerCPUUsPerMsg, r.ServerRSSMB)

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/coder/websocket"
 )
 
 // The subscribers' hot path: one goroutine per connection reads frames
@@ -184,7 +182,7 @@ type subscriber struct {
 	closing atomic.Bool   // the coordinator is closing the connection
 
 	mu   sync.Mutex
-	conn *websocket.Conn
+	conn wsConn
 	done chan struct{} // closed when the reader ends
 
 	// Owned by the reader; read by the coordinator only after done.
@@ -226,14 +224,12 @@ func (s *subscriber) markReady(st *runState, now int64) {
 }
 
 // read runs the reader of connection c until it fails or is closed.
-func (s *subscriber) read(c *websocket.Conn, st *runState, done chan struct{}) {
+func (s *subscriber) read(c wsConn, st *runState, done chan struct{}) {
 	defer close(done)
 	var buf []byte
 	for {
-		_, r, err := c.Reader(context.Background())
-		if err == nil {
-			buf, err = readFrame(r, buf[:0])
-		}
+		var err error
+		buf, err = c.readMessage(buf[:0])
 		if err != nil {
 			if !s.closing.Load() {
 				s.fail(fmt.Errorf("connection lost: %v", err))
@@ -679,13 +675,13 @@ func clip(b []byte) string {
 // idle measurement shorter than that sees no pings.
 type pinger struct {
 	mu    sync.Mutex
-	conns map[*websocket.Conn]time.Time // when it last wrote
+	conns map[wsConn]time.Time // when it last wrote
 	stop  chan struct{}
 	done  chan struct{}
 }
 
 func startPinger(every func() time.Duration) *pinger {
-	p := &pinger{conns: make(map[*websocket.Conn]time.Time), stop: make(chan struct{}), done: make(chan struct{})}
+	p := &pinger{conns: make(map[wsConn]time.Time), stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		tick := time.NewTicker(time.Second)
@@ -697,7 +693,7 @@ func startPinger(every func() time.Duration) *pinger {
 			case <-tick.C:
 			}
 			due := time.Now().Add(-every() * 9 / 10)
-			var list []*websocket.Conn
+			var list []wsConn
 			p.mu.Lock()
 			for c, last := range p.conns {
 				if last.Before(due) {
@@ -708,7 +704,7 @@ func startPinger(every func() time.Duration) *pinger {
 			p.mu.Unlock()
 			for _, c := range list {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_ = c.Write(ctx, websocket.MessageText, []byte(`{"t":"ping"}`))
+				_ = c.writeText(ctx, []byte(`{"t":"ping"}`))
 				cancel()
 				select {
 				case <-p.stop:
@@ -722,13 +718,13 @@ func startPinger(every func() time.Duration) *pinger {
 }
 
 // add registers c, which just wrote.
-func (p *pinger) add(c *websocket.Conn) {
+func (p *pinger) add(c wsConn) {
 	p.mu.Lock()
 	p.conns[c] = time.Now()
 	p.mu.Unlock()
 }
 
-func (p *pinger) remove(c *websocket.Conn) {
+func (p *pinger) remove(c wsConn) {
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.mu.Unlock()

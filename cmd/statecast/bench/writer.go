@@ -131,7 +131,7 @@ func (w *writer) connect(ctx context.Context, i int) (*writerConn, error) {
 		return nil, fmt.Errorf("no connected reply (%v): %s", err, clip(data))
 	}
 	wc.ws = c
-	w.e.pinger.add(c)
+	w.e.pinger.add(libConn{c})
 	go w.readStatecast(wc)
 	return wc, nil
 }
@@ -443,7 +443,7 @@ func (w *writer) position(i int) uint64 { return w.last[i].Load() }
 func (w *writer) close() {
 	for _, wc := range w.conns {
 		if wc.ws != nil {
-			w.e.pinger.remove(wc.ws)
+			w.e.pinger.remove(libConn{wc.ws})
 			wc.ws.CloseNow()
 		} else {
 			wc.tcp.Close()
