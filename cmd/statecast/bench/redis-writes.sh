@@ -63,7 +63,7 @@ cleanup() {
 	done
 	wait 2>/dev/null || true
 	for g in "${CGROUPS[@]}"; do rmdir "$g" 2>/dev/null || true; done
-	rm -rf "$DIR"
+	if [ -n "${KEEP_LOGS:-}" ]; then echo "the logs are kept in $DIR" >&2; else rm -rf "$DIR"; fi
 }
 trap cleanup EXIT
 

@@ -302,12 +302,12 @@ func runScale(ctx context.Context, cfg *config, in io.Reader, out, errOut io.Wri
 			r.reset()
 		case "leases":
 			rep = r.report()
-			n, err := r.countLeases(ctx)
+			n, missing, err := r.countLeases(ctx)
 			if err != nil {
 				rep.Errors++
 				rep.FirstError = "leases: " + err.Error()
 			}
-			rep.LeaseKeys = &n
+			rep.LeaseKeys, rep.MissingKeys = &n, missing
 		default:
 			return fmt.Errorf("bench scale: unknown command %q (want wait, report, reset, leases, quit)", line)
 		}
@@ -562,7 +562,9 @@ func (r *scaleRun) message(c *scaleConn, line []byte, now int64) bool {
 				r.sessNew.Add(1)
 			}
 		}
+		c.mu.Lock() // countLeases names the session of a missing key
 		c.session = string(fieldStr(line, fSession))
+		c.mu.Unlock()
 		c.resume = string(fieldStr(line, fResume))
 	case "ok":
 		if id, _ := fieldUint(line, fID); id == 2 {
@@ -642,12 +644,15 @@ func markFields(v []byte) (seq uint64, sent int64, ok bool) {
 	return s, t, found && err1 == nil && err2 == nil
 }
 
-// countLeases counts this part's session-leased keys in the store.
-func (r *scaleRun) countLeases(ctx context.Context) (int, error) {
+// countLeases counts this part's session-leased keys in the store, and
+// names the first few missing (with the session that wrote them, to find
+// in the nodes' logs).
+func (r *scaleRun) countLeases(ctx context.Context) (int, []string, error) {
 	want := make(map[string]bool, len(r.conns))
 	for _, c := range r.conns {
 		want["c"+strconv.Itoa(c.idx)] = true
 	}
+	seen := make(map[string]bool, len(r.conns))
 	n := 0
 	var lastErr error
 	for node := range r.nodes {
@@ -656,7 +661,8 @@ func (r *scaleRun) countLeases(ctx context.Context) (int, error) {
 			var keys []string
 			if keys, err = listKeys(ctx, u, r.leaseRoom(node)); err == nil {
 				for _, k := range keys {
-					if want[k] {
+					if want[k] && !seen[k] {
+						seen[k] = true
 						n++
 					}
 				}
@@ -667,8 +673,19 @@ func (r *scaleRun) countLeases(ctx context.Context) (int, error) {
 			lastErr = err
 		}
 	}
-	return n, lastErr
+	var missing []string
+	for _, c := range r.conns {
+		if k := "c" + strconv.Itoa(c.idx); !seen[k] && len(missing) < maxMissingKeys {
+			c.mu.Lock()
+			missing = append(missing, fmt.Sprintf("%s (room %s, session %s)", k, r.leaseRoom(int(c.first)), c.session))
+			c.mu.Unlock()
+		}
+	}
+	return n, missing, lastErr
 }
+
+// maxMissingKeys: how many missing keys a report names.
+const maxMissingKeys = 5
 
 // listKeys lists the keys of room on node base, page by page at one
 // revision (PROTOCOL.md, HTTP list pages).
@@ -765,6 +782,7 @@ type scaleReport struct {
 	Errors         int64    `json:"errors"`
 	FirstError     string   `json:"first_error,omitempty"`
 	LeaseKeys      *int     `json:"lease_keys,omitempty"`
+	MissingKeys    []string `json:"missing_keys,omitempty"` // the first few of them
 
 	// Figures of scale-merge.
 	SubscribedS     float64 `json:"subscribed_s,omitempty"`       // first start to the last process all subscribed
@@ -854,6 +872,11 @@ func mergeScale(reps []*scaleReport) *scaleReport {
 				n += *m.LeaseKeys
 			}
 			m.LeaseKeys = &n
+		}
+		for _, k := range r.MissingKeys {
+			if len(m.MissingKeys) < maxMissingKeys {
+				m.MissingKeys = append(m.MissingKeys, k)
+			}
 		}
 		for k, v := range r.MarksPerConn {
 			m.MarksPerConn[k] += v

@@ -29,7 +29,7 @@
 # (120s: clients refused by full nodes wait for a restart; the default 5s
 # would end their sessions), NODE_TIMEOUT (10s), MAX_CONNECTIONS (the nodes'), DIAL_CONC
 # (connections each client process opens at a time: 50), JSON_LOG (a file: every merged report is
-# appended to it).
+# appended to it), KEEP_LOGS (1: keep the nodes' and the clients' logs).
 set -euo pipefail
 . "$(dirname "$0")/redis-writes.sh"
 trap 'exit 143' TERM INT
@@ -41,7 +41,7 @@ IDLE=${IDLE:-30s} TIMEOUT=${TIMEOUT:-600s} LEASE_GRACE=${LEASE_GRACE:-120s} NODE
 case $SHAPE in
 rooms) ROOMS=${ROOMS:-1000} PLACEMENT=${PLACEMENT:-room} ;;
 one) ROOMS=1 PLACEMENT=${PLACEMENT:-rr} ;;
-*) sed -n '2,31p' "$0"; exit 2 ;;
+*) sed -n '2,32p' "$0"; exit 2 ;;
 esac
 ROOM=scale$RANDOM
 
@@ -163,7 +163,7 @@ mark() { # mark SEQ: one marked write to every room, until all delivered (or 30 
 
 leases() { # leases LABEL: the session-bound keys in the store
 	ask leases
-	row "$1" "$(m .lease_keys) of $CONNS"
+	row "$1" "$(m '"\(.lease_keys) of '"$CONNS"'\(.missing_keys // [] | if length > 0 then "; missing: " + join(", ") else "" end)"')"
 }
 
 # The nodes, then the clients.
