@@ -526,7 +526,11 @@ func (l *lessor) beat() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), every)
+		// Half the node timeout, not one interval: a node too busy to read
+		// its beat's answer within an interval (a reconnect storm keeping
+		// its scheduler's queue long) is still alive, and a beat that
+		// lands late keeps it so. Redis stamps the beat when it runs it.
+		ctx, cancel := context.WithTimeout(context.Background(), max(l.nodeTimeout/2, every))
 		added, err := l.nodes.Beat(ctx, l.node)
 		switch {
 		case err != nil:

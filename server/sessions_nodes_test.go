@@ -545,3 +545,55 @@ func TestOrphanSweepsTakeTurns(t *testing.T) {
 		t.Errorf("the sessions' turn after its holder %s stopped: %q, %v; want another node's", holder, now, err)
 	}
 }
+
+// slowBeats is a Redis store whose beats, once delay is set, are
+// answered only after it (or fail when their context ends first): a node
+// too busy to read them.
+type slowBeats struct {
+	*redisstore.Store
+	delay atomic.Int64 // ns
+}
+
+func (s *slowBeats) Beat(ctx context.Context, node string) (bool, error) {
+	select {
+	case <-time.After(time.Duration(s.delay.Load())):
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	return s.Store.Beat(ctx, node)
+}
+
+// TestSlowBeatsKeepANodeAlive: a node whose beats take longer than the
+// beat interval, though well within the node timeout, stays registered
+// alive: in a storm a restarted node's beats were given up after one
+// interval, the others claimed it, and it closed all the clients it had
+// just taken (twice in a minute).
+func TestSlowBeatsKeepANodeAlive(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (node timeouts)
+	rs := redistest.Start(t, redistest.Options{})
+	ctx := servertest.Context(t)
+	const timeout = time.Second // a beat every 200 ms
+	open := func() *redisstore.Store {
+		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "sb"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	slow := &slowBeats{Store: open()}
+	servertest.Start(t, servertest.Options{Store: slow, Server: server.Config{NodeID: "a", NodeTimeout: timeout}})
+	const delay = 300 * time.Millisecond
+	slow.delay.Store(int64(delay)) // after its start-up registration
+	servertest.Start(t, servertest.Options{Store: open(), Server: server.Config{NodeID: "b", NodeTimeout: timeout}})
+	reg := open()
+	defer reg.Close()
+	for end := time.Now().Add(4 * timeout); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		alive, stale, err := reg.Registered(ctx, timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(alive, func(n string) bool { return strings.HasPrefix(n, "a.") }) {
+			t.Fatalf("node a, whose beats take %v of its %v timeout, is not alive in the registry (alive %v, stale %v)", delay, timeout, alive, stale)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +52,7 @@ var markPrefix = []byte(`"mark:`)
 
 var (
 	fSession = []byte(`"session":"`)
+	fCode    = []byte(`"code":"`)
 	fResume  = []byte(`"resume":"`)
 	fResumed = []byte(`"resumed":true`)
 )
@@ -85,6 +87,7 @@ type scaleConn struct {
 	wasReady        bool // ready once: a loss from now on is resumed
 	lostAt          int64
 	replayed        int
+	tries           int // transient refusals on this connection
 }
 
 // scaleRun is one scale process.
@@ -443,23 +446,9 @@ func (r *scaleRun) dial(c *scaleConn, node int) (*websocket.Conn, error) {
 	}
 	b = append(b, "}\n"...)
 	if r.cfg.lease && !c.leased {
-		b = append(b, `{"t":"put","id":2,"room":"`...)
-		b = append(b, r.leaseRoom(int(c.first))...)
-		b = append(b, `","key":"c`...)
-		b = strconv.AppendInt(b, int64(c.idx), 10)
-		b = append(b, `","value":1,"lease":"session"}`+"\n"...)
+		b = append(r.leaseWrite(c, b), '\n')
 	}
-	b = append(b, `{"t":"sub","id":1,"room":"`...)
-	b = append(b, r.rooms[c.room]...)
-	b = append(b, '"')
-	if c.based {
-		b = append(b, `,"from":{"epoch":`...)
-		b = strconv.AppendQuote(b, c.epoch)
-		b = append(b, `,"rev":`...)
-		b = strconv.AppendUint(b, c.lastRev+1, 10)
-		b = append(b, '}')
-	}
-	b = append(b, '}')
+	b = r.subRequest(c, b)
 	if err := ws.Write(ctx, websocket.MessageText, b); err != nil {
 		ws.CloseNow()
 		return nil, err
@@ -473,8 +462,58 @@ func (r *scaleRun) dial(c *scaleConn, node int) (*websocket.Conn, error) {
 	c.ws, c.node = ws, int32(node)
 	c.mu.Unlock()
 	r.pinger.add(libConn{ws})
-	c.subscribed, c.replayed = false, 0
+	c.subscribed, c.replayed, c.tries = false, 0, 0
 	return ws, nil
+}
+
+// leaseWrite appends c's session-leased key write (id 2) to b.
+func (r *scaleRun) leaseWrite(c *scaleConn, b []byte) []byte {
+	b = append(b, `{"t":"put","id":2,"room":"`...)
+	b = append(b, r.leaseRoom(int(c.first))...)
+	b = append(b, `","key":"c`...)
+	b = strconv.AppendInt(b, int64(c.idx), 10)
+	return append(b, `","value":1,"lease":"session"}`...)
+}
+
+// subRequest appends c's sub (id 1), from its position once it has one,
+// to b.
+func (r *scaleRun) subRequest(c *scaleConn, b []byte) []byte {
+	b = append(b, `{"t":"sub","id":1,"room":"`...)
+	b = append(b, r.rooms[c.room]...)
+	b = append(b, '"')
+	if c.based {
+		b = append(b, `,"from":{"epoch":`...)
+		b = strconv.AppendQuote(b, c.epoch)
+		b = append(b, `,"rev":`...)
+		b = strconv.AppendUint(b, c.lastRev+1, 10)
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// transientCodes are the refusals a client tries again on the same
+// connection after a pause, as the SDK does (sdk-js, client.ts); others
+// end the connection.
+var transientCodes = []string{"unavailable", "internal", "outcome_unknown", "rate_limited"}
+
+// retryLater sends req again on ws after a pause (50 ms to 2 s, doubling
+// with c's tries, jittered), unless ws is no longer c's by then.
+func (r *scaleRun) retryLater(c *scaleConn, ws *websocket.Conn, req []byte) {
+	c.tries++
+	d := min(50*time.Millisecond<<min(c.tries-1, 6), 2*time.Second)
+	time.AfterFunc(d/2+rand.N(d/2), func() {
+		c.mu.Lock()
+		same := c.ws == ws
+		c.mu.Unlock()
+		if !same || r.closing.Load() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := ws.Write(ctx, websocket.MessageText, req); err != nil {
+			ws.CloseNow() // its reader ends and the connection starts over
+		}
+	})
 }
 
 // scaleBufs holds the frame buffers of the readers: a connection holds one
@@ -573,9 +612,24 @@ func (r *scaleRun) message(c *scaleConn, line []byte, now int64) bool {
 		}
 	case "err", "unsubscribed":
 		r.fail("connection %d: %s", c.idx, line)
-		// A refused sub or lease write is tried again on a fresh connection.
 		id, _ := fieldUint(line, fID)
-		return id != 1 && id != 2 && string(t) == "err"
+		if string(t) != "err" || id != 1 && id != 2 {
+			return string(t) == "err"
+		}
+		if !slices.Contains(transientCodes, string(fieldStr(line, fCode))) {
+			return false // refused for good: start over on a fresh connection
+		}
+		// Tried again on this connection, after a pause: redialling would
+		// cost the node a session detach and a take more, while it is
+		// already behind.
+		c.mu.Lock()
+		ws := c.ws
+		c.mu.Unlock()
+		if id == 1 {
+			r.retryLater(c, ws, r.subRequest(c, nil))
+		} else {
+			r.retryLater(c, ws, r.leaseWrite(c, nil))
+		}
 	}
 	return true
 }
