@@ -49,9 +49,8 @@ type sessions struct {
 	shared store.SharedSessions
 	node   string        // this node's name in shared records
 	every  time.Duration // shared: how often due sessions are ended
-	stop   chan struct{}
-	// halt ends with stop: the sweeper's store calls run under it, so a
-	// store that does not answer does not hold a shutdown.
+	// halt ends at shutdown: the sweeper stops, and its store calls run
+	// under it, so a store that does not answer does not hold a shutdown.
 	halt      context.Context
 	haltSweep context.CancelFunc
 
@@ -94,7 +93,7 @@ type session struct {
 
 func newSessions(l *lessor, grace time.Duration, st store.Sessions, timeout time.Duration, log *slog.Logger) *sessions {
 	halt, haltSweep := context.WithCancel(context.Background())
-	return &sessions{leases: l, grace: grace, st: st, timeout: timeout, log: log, m: make(map[string]*session), stop: make(chan struct{}),
+	return &sessions{leases: l, grace: grace, st: st, timeout: timeout, log: log, m: make(map[string]*session),
 		halt: halt, haltSweep: haltSweep, unsure: make(map[string]bool), taking: make(map[string]int)}
 }
 

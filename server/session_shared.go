@@ -233,7 +233,6 @@ func (ss *sessions) closeShared() {
 		return
 	}
 	ss.closed = true
-	close(ss.stop)
 	ss.haltSweep()
 	var attached []*session
 	for id, s := range ss.m {
@@ -266,7 +265,7 @@ func (ss *sessions) sweep() {
 	ss.releaseDead() // sessions a migration brought, or whose node died while none ran
 	for tick := 1; ; tick++ {
 		select {
-		case <-ss.stop:
+		case <-ss.halt.Done():
 			return
 		case <-t.C:
 		}

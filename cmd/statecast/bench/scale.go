@@ -995,15 +995,14 @@ func runScaleMerge(in io.Reader, out io.Writer) error {
 	return json.NewEncoder(out).Encode(mergeScale(reps))
 }
 
-// runScaleMark makes one marked write to each of --rooms rooms through
-// --url (or, when that node refuses, through the next --sub-url) and
-// prints when they were sent and answered.
 // markConns is how many connections carry the marked writes, over the
-// nodes in turn: as the rooms' own writers would. A connection's writes
-// are applied one after another, so 1,000 over one took 14 s to answer,
-// and the delivery figure measured that, not the fan-out.
+// nodes in turn, as the rooms' own writers would: a node applies one
+// connection's writes one after another.
 const markConns = 50
 
+// runScaleMark makes one marked write to each of --rooms rooms over
+// markConns connections to --url and the --sub-url nodes in turn (a node
+// that refuses is skipped) and prints when they were sent and answered.
 func runScaleMark(ctx context.Context, cfg *config, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
@@ -1049,6 +1048,7 @@ func runScaleMark(ctx context.Context, cfg *config, out io.Writer) error {
 		"answered_ms": float64(time.Since(first)) / 1e6})
 }
 
+// markConn opens a connection to node u, connected.
 func markConn(ctx context.Context, u string) (*websocket.Conn, error) {
 	c, _, err := websocket.Dial(ctx, wsURL(u), &websocket.DialOptions{HTTPClient: sourceClient(netip.Addr{}),
 		Subprotocols: []string{"statecast.v2.json"}, CompressionMode: websocket.CompressionDisabled})
@@ -1067,8 +1067,6 @@ func markConn(ctx context.Context, u string) (*websocket.Conn, error) {
 	return c, nil
 }
 
-// markRooms writes the marked writes on c, in frames of 100 puts, each
-// value carrying the time its frame was sent, and reads the replies.
 // markRooms sends the marked write of each of rooms on c at once, each
 // stamped with its send time, and reads their answers.
 func markRooms(ctx context.Context, c *websocket.Conn, cfg *config, rooms []int) error {
