@@ -218,6 +218,7 @@ func (n *mnNode) output() string {
 
 type mnOptions struct {
 	AOF     bool     // redis-server with appendonly + appendfsync always
+	Fsync   string   // with AOF: its appendfsync policy instead of always
 	Proxied bool     // every node reaches Redis through its own redisProxy
 	Cluster bool     // a 3-master Redis Cluster instead of one redis-server (no AOF, no proxy)
 	Args    []string // extra serve flags for every node
@@ -252,7 +253,7 @@ func startCluster(t *testing.T, n int, opts mnOptions) *mnCluster {
 		storeURL = "redis://" + strings.Join(redistest.StartCluster(t, 3).Addrs(), ",")
 		args = append(args, "--redis-cluster")
 	} else {
-		c.redis = redistest.Start(t, redistest.Options{AOF: opts.AOF})
+		c.redis = redistest.Start(t, redistest.Options{AOF: opts.AOF, Fsync: opts.Fsync})
 		storeURL = c.redis.URL()
 	}
 	if serveHasFlag("node-timeout") {

@@ -79,10 +79,10 @@ type committer struct {
 // committerFor returns the committer of the master serving key (started
 // on first use; it ends when the store closes).
 func (s *Store) committerFor(ctx context.Context, key string) (*committer, error) {
-	node, ok := s.wc.(*redis.Client)
+	node, ok := s.cc.(*redis.Client)
 	if !ok {
 		var err error
-		if node, err = s.wc.(*redis.ClusterClient).MasterForKey(ctx, key); err != nil {
+		if node, err = s.cc.(*redis.ClusterClient).MasterForKey(ctx, key); err != nil {
 			return nil, err
 		}
 	}
@@ -239,6 +239,29 @@ func (c *committer) run() {
 	}
 }
 
+// buildArgs sets the arguments of each apply.lua call (see its header),
+// for the Redis process the committer's connections reach now.
+func (c *committer) buildArgs(ctx context.Context, calls []*call) {
+	quota := c.s.cfg.Limits.WithDefaults()
+	run, lossless := c.s.buildFor(ctx, c.node), c.s.losslessArg()
+	for _, cl := range calls {
+		if cl.script != applyScript {
+			continue
+		}
+		last := cl.rs[len(cl.rs)-1] // the newest age cutoff
+		n := 11
+		for _, r := range cl.rs {
+			n += len(r.args)
+		}
+		cl.args = make([]any, 0, n)
+		cl.args = append(cl.args, store.NewEpoch(), last.maxEvents, last.cut, last.ch, metaTTL.Milliseconds(), last.maxBytes, len(cl.rs),
+			quota.MaxRoomKeys, quota.MaxRoomBytes, lossless, run)
+		for _, r := range cl.rs {
+			cl.args = append(cl.args, r.args...)
+		}
+	}
+}
+
 // call is one script call: apply.lua with the writes of one room in a
 // group, or a record's script (one req).
 type call struct {
@@ -270,26 +293,18 @@ func (c *committer) send(ctx context.Context, writes []*req) {
 		}
 		cl.rs = append(cl.rs, r)
 	}
-	quota := c.s.cfg.Limits.WithDefaults()
-	for _, cl := range calls {
-		if cl.script != applyScript {
-			continue
-		}
-		last := cl.rs[len(cl.rs)-1] // the newest age cutoff
-		n := 9
-		for _, r := range cl.rs {
-			n += len(r.args)
-		}
-		cl.args = make([]any, 0, n)
-		cl.args = append(cl.args, store.NewEpoch(), last.maxEvents, last.cut, last.ch, metaTTL.Milliseconds(), last.maxBytes, len(cl.rs),
-			quota.MaxRoomKeys, quota.MaxRoomBytes)
-		for _, r := range cl.rs {
-			cl.args = append(cl.args, r.args...)
+	var wait *redis.Cmd
+	// A connection refused for reaching a new Redis process sent nothing:
+	// the writes are built again for that process (restart.go).
+	for try := 0; ; try++ {
+		c.buildArgs(ctx, calls)
+		wait = c.pipeline(ctx, calls, func(p redis.Pipeliner, cl *call) *redis.Cmd {
+			return cl.script.EvalSha(ctx, p, cl.rs[0].keys, cl.args...)
+		})
+		if try == 2 || !errors.Is(calls[0].cmd.Err(), errNewProcess) {
+			break
 		}
 	}
-	wait := c.pipeline(ctx, calls, func(p redis.Pipeliner, cl *call) *redis.Cmd {
-		return cl.script.EvalSha(ctx, p, cl.rs[0].keys, cl.args...)
-	})
 	var again []*call
 	for _, cl := range calls {
 		if cl.cmd.Val() == nil && redis.HasErrorPrefix(cl.cmd.Err(), "NOSCRIPT") {
@@ -330,7 +345,7 @@ func (c *committer) send(ctx context.Context, writes []*req) {
 		}
 	}
 	if moved {
-		if cl, ok := c.s.wc.(*redis.ClusterClient); ok {
+		if cl, ok := c.s.cc.(*redis.ClusterClient); ok {
 			cl.ReloadState(ctx) // the next writes go to the slot's new master
 		}
 	}

@@ -191,12 +191,20 @@ func (s *Store) Head(ctx context.Context, room string) (epoch string, rev uint64
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
 	v, seen := s.fol.position(room) // before the read: meta can only be at or past it
-	for try := range 2 {
-		mv, err := s.rc.HMGet(ctx, s.keys(room).meta, metaFields...).Result()
+	k := s.keys(room)
+	for try, restarts := 0, 0; try < 2; try++ {
+		mv, err := s.rc.HMGet(ctx, k.meta, metaFields...).Result()
 		if err != nil {
 			return "", 0, fmt.Errorf("store: redis: reading the head of room %q: %w", room, err)
 		}
 		m := parseMeta(mv)
+		if run := s.readRun(ctx, k); restartedRoom(m, run) && restarts < 3 {
+			if err := s.afterRestart(ctx, room, k, run); err != nil {
+				return "", 0, err
+			}
+			try, restarts = try-1, restarts+1
+			continue
+		}
 		if v == nil || !seen.lostBy(m) {
 			return m.epoch, m.rev, nil
 		}
@@ -541,6 +549,17 @@ func (fl *follow) check(views []*view) {
 				continue
 			}
 			m := parseMeta(pr.cmd.Val())
+			if run := fl.s.readRun(fl.s.ctx, pr.v.k); restartedRoom(m, run) {
+				// A new Redis process: the room's new epoch first, then
+				// its meta as it is now.
+				ctx, cancel := fl.opCtx()
+				mv, err := fl.s.restartedMeta(ctx, pr.v.room, pr.v.k, run)
+				cancel()
+				if err != nil {
+					continue
+				}
+				m = mv
+			}
 			v := pr.v
 			v.mu.Lock()
 			if !v.dead && v.epoch == pr.epoch && v.rev == pr.rev && v.tag == pr.tag {

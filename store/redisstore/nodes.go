@@ -44,6 +44,10 @@ return 0`)
 // read at a time, and a claim).
 const registryPool = 3
 
+// commitPool: the connections of the committers' client (one round trip
+// at a time per master, and one dialled while a broken one closes).
+const commitPool = 2
+
 func (s *Store) nodesKey() string { return s.cfg.Prefix + ":nodes" }
 
 // Beat records that node is alive now.

@@ -74,7 +74,11 @@ type Store struct {
 	// own: queued behind a burst's reads in rc's pool, beats missed the
 	// node timeout and live nodes were taken for dead (their clients all
 	// reconnecting, a storm feeding itself).
-	hc      redis.UniversalClient
+	hc redis.UniversalClient
+	// cc: the committers' round trips, never retried, on connections of
+	// their own that are refused when they reach a Redis process other
+	// than the one the writes were built for (restart.go).
+	cc      redis.UniversalClient
 	cluster *redis.ClusterClient // rc in cluster mode, for routing
 	log     *slog.Logger
 	id      string // tag prefix, unique per store
@@ -96,6 +100,12 @@ type Store struct {
 
 	// noPublish makes writes skip SPUBLISH (tests: lost pushes).
 	noPublish atomic.Bool
+	// aofAlways: the Redis of the last connection made fsyncs its AOF
+	// before each reply; promoted: it was a replica; procs: the processes
+	// found behind each master (restart.go).
+	aofAlways, promoted atomic.Bool
+	procs               procs
+
 	// hookGroup is called before each round trip of writes (tests).
 	hookGroup atomic.Pointer[func()]
 	// hookRelease is called with the ids of each release script (tests).
@@ -121,8 +131,13 @@ var (
 	trimLua string
 	//go:embed lua/reepoch.lua
 	reepochLua string
+	//go:embed lua/run.lua
+	runLua string
+	//go:embed lua/restart.lua
+	restartLua string
 
-	applyScript   = redis.NewScript(retainLua + applyLua)
+	applyScript   = redis.NewScript(retainLua + runLua + applyLua)
+	restartScript = redis.NewScript("#!lua\n" + runLua + restartLua)
 	initScript    = redis.NewScript(initLua)
 	trimScript    = redis.NewScript(retainLua + trimLua)
 	reepochScript = redis.NewScript(reepochLua)
@@ -203,7 +218,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		// retries a failed command up to MaxRedirects times (on a reset or
 		// a read timeout too, after the script may have run), so writes
 		// get none; Apply reports a redirect as unavailable (nothing ran).
-		mk := func(retries, redirects, pool int) *redis.ClusterClient {
+		mk := func(retries, redirects, pool int, writes bool) *redis.ClusterClient {
 			return redis.NewClusterClient(&redis.ClusterOptions{
 				Addrs: addrs, Username: user, Password: pass, TLSConfig: tlsConfig, PoolSize: pool,
 				MaxRetries: retries, MaxRedirects: redirects, ContextTimeoutEnabled: true,
@@ -211,12 +226,17 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 				PoolTimeout: cfg.WriteTimeout / 2,
 				DialTimeout: 2 * time.Second, DisableIdentity: true,
 				MaintNotificationsConfig: noMaint,
+				NewClient: func(opt *redis.Options) *redis.Client { // each master's process, by its address
+					opt.OnConnect = s.onConnect(opt.Addr, writes)
+					return redis.NewClient(opt)
+				},
 			})
 		}
-		s.wc = mk(-1, -1, 0)
-		s.cluster = mk(0, 3, 0)
+		s.wc = mk(-1, -1, 0, false)
+		s.cc = mk(-1, -1, commitPool, true)
+		s.cluster = mk(0, 3, 0, false)
 		s.rc = s.cluster
-		s.hc = mk(0, 3, registryPool)
+		s.hc = mk(0, 3, registryPool, false)
 	} else if IsSentinelURL(cfg.URL) {
 		clean, files, err := cutTLSParams(cfg.URL)
 		if err != nil {
@@ -235,12 +255,15 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		o.DialTimeout = 2 * time.Second
 		o.PoolTimeout = cfg.WriteTimeout / 2 // as below
 		o.DisableIdentity = true
-		wo, ro, ho := *o, *o, *o
-		wo.MaxRetries = -1
-		ho.PoolSize = registryPool
+		o.OnConnect = s.onConnect("", false)
+		wo, ro, ho, co := *o, *o, *o, *o
+		wo.MaxRetries, co.MaxRetries = -1, -1
+		ho.PoolSize, co.PoolSize = registryPool, commitPool
+		co.OnConnect = s.onConnect("", true)
 		// Each client asks the Sentinels for the master, and follows it
 		// when they promote another (closing its connections to the old).
 		s.wc, s.rc, s.hc = redis.NewFailoverClient(&wo), redis.NewFailoverClient(&ro), redis.NewFailoverClient(&ho)
+		s.cc = redis.NewFailoverClient(&co)
 	} else {
 		clean, files, err := cutTLSParams(cfg.URL)
 		if err != nil {
@@ -261,15 +284,18 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		o.PoolTimeout = cfg.WriteTimeout / 2
 		o.DisableIdentity = true
 		o.MaintNotificationsConfig = noMaint
-		wo, ro, ho := *o, *o, *o
-		wo.MaxRetries = -1
-		ho.PoolSize = registryPool
-		s.wc, s.rc, s.hc = redis.NewClient(&wo), redis.NewClient(&ro), redis.NewClient(&ho)
+		o.OnConnect = s.onConnect("", false)
+		wo, ro, ho, co := *o, *o, *o, *o
+		wo.MaxRetries, co.MaxRetries = -1, -1
+		ho.PoolSize, co.PoolSize = registryPool, commitPool
+		co.OnConnect = s.onConnect("", true)
+		s.wc, s.rc, s.hc, s.cc = redis.NewClient(&wo), redis.NewClient(&ro), redis.NewClient(&ho), redis.NewClient(&co)
 	}
 	if err := s.rc.Ping(ctx).Err(); err != nil {
 		_ = s.wc.Close()
 		_ = s.rc.Close()
 		_ = s.hc.Close()
+		_ = s.cc.Close()
 		return nil, fmt.Errorf("store: redis: %w", err)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -327,7 +353,7 @@ func readErr(err error) error {
 // while waiting for the reply) may have come after Redis ran the script.
 func notSent(err error) bool {
 	var oe *net.OpError
-	if errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) || errors.As(err, &oe) && oe.Op == "dial" {
+	if errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) || errors.Is(err, errNewProcess) || errors.As(err, &oe) && oe.Op == "dial" {
 		return true
 	}
 	// Replies that refuse the command before running it: a cluster's, and
@@ -516,9 +542,10 @@ type meta struct {
 	rev   uint64
 	floor uint64
 	tag   string
+	run   string // the Redis process that last wrote or checked it (restart.go)
 }
 
-var metaFields = []string{"rev", "epoch", "floor", "tag"}
+var metaFields = []string{"rev", "epoch", "floor", "tag", "run"}
 
 func parseMeta(v []any) meta {
 	get := func(i int) string {
@@ -537,12 +564,13 @@ func parseMeta(v []any) meta {
 		m.floor = 1
 	}
 	m.tag = get(3)
+	m.run = get(4)
 	return m
 }
 
 // initRoom gives a room without meta an epoch (lua/init.lua).
 func (s *Store) initRoom(ctx context.Context, k roomKeys) (epoch string, rev uint64, err error) {
-	v, err := initScript.Run(ctx, s.rc, []string{k.meta, k.kv, k.log, k.wids}, store.NewEpoch(), metaTTL.Milliseconds()).StringSlice()
+	v, err := initScript.Run(ctx, s.rc, []string{k.meta, k.kv, k.log, k.wids}, store.NewEpoch(), metaTTL.Milliseconds(), s.readRun(ctx, k)).StringSlice()
 	if err != nil {
 		return "", 0, fmt.Errorf("store: redis: creating the epoch of a room: %w", err)
 	}
@@ -626,6 +654,15 @@ func (s *Store) Snapshot(ctx context.Context, room, prefix string) (_ store.Snap
 			return store.Snapshot{}, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
 		}
 		m := parseMeta(metaCmd.Val())
+		if run := s.readRun(ctx, k); restartedRoom(m, run) {
+			if attempt >= 3 {
+				return store.Snapshot{}, fmt.Errorf("store: redis snapshot of room %q: Redis keeps restarting", room)
+			}
+			if err := s.afterRestart(ctx, room, k, run); err != nil {
+				return store.Snapshot{}, err
+			}
+			continue
+		}
 		if m.epoch == "" {
 			// Never written, or its state is gone: give it an epoch, so
 			// the one reported here is the one its first write carries.
@@ -696,7 +733,8 @@ func (s *Store) snapshotPaged(ctx context.Context, room, prefix string, k roomKe
 		return store.Snapshot{}, false, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
 	}
 	m0 := parseMeta(metaCmd.Val())
-	if m0.epoch == "" || lenCmd.Val() <= int64(s.cfg.SnapshotPageAbove) {
+	// A room a new Redis process has not checked is left to the MULTI.
+	if m0.epoch == "" || lenCmd.Val() <= int64(s.cfg.SnapshotPageAbove) || restartedRoom(m0, s.readRun(ctx, k)) {
 		return store.Snapshot{}, false, nil
 	}
 	items := make(map[string]store.KV)
@@ -972,7 +1010,7 @@ func (s *Store) Close() error {
 	s.cancel()
 	s.fol.close()
 	s.wg.Wait()
-	err := errors.Join(s.wc.Close(), s.rc.Close(), s.hc.Close())
+	err := errors.Join(s.wc.Close(), s.rc.Close(), s.hc.Close(), s.cc.Close())
 	return err
 }
 

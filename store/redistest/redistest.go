@@ -58,6 +58,9 @@ type Options struct {
 	// AOF turns on the append-only file with appendfsync always, so every
 	// acknowledged write survives a kill.
 	AOF bool
+	// Fsync, with AOF, is its appendfsync policy instead of always
+	// (everysec: a machine crash may lose the last second, as CutAOF does).
+	Fsync string
 	// Cluster starts the server with cluster mode enabled.
 	Cluster bool
 	// ReplicaOf (host:port) starts the server as a replica of that master.
@@ -152,7 +155,11 @@ func (s *Server) args() []string {
 		"--maxmemory-policy", "noeviction",
 	)
 	if s.opts.AOF {
-		a = append(a, "--appendonly", "yes", "--appendfsync", "always")
+		fsync := s.opts.Fsync
+		if fsync == "" {
+			fsync = "always"
+		}
+		a = append(a, "--appendonly", "yes", "--appendfsync", fsync)
 	} else {
 		a = append(a, "--appendonly", "no")
 	}

@@ -30,6 +30,13 @@
 --   its value, 'e' (and 'v') refuses a key that does not exist
 -- ARGV[8], ARGV[9] the room's quota: keys, bytes of keys and values; a
 --   write that grows either past it is refused
+-- ARGV[10] '1' when a new Redis process loses no acknowledged write
+--   (run.lua): a room it has not checked yet keeps its epoch
+-- ARGV[11] the run_id of the process the writes were built for, the one
+--   running them ('' when the node cannot tell)
+--
+-- A room last written or checked by another Redis process starts its new
+-- epoch (ARGV[1]) first (run.lua); the writes are then its first.
 --
 -- A write's reads and checks run before its first write; its first write
 -- is DEL (only for a room whose meta is missing) or XADD, the one that can
@@ -45,9 +52,10 @@
 local meta, kv, log, wids = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function fmt(n) return string.format('%d', n) end
 
-local m = redis.call('HMGET', meta, 'rev', 'epoch', 'events', 'floor', 'tag', 'cum', 'base', 'ukeys', 'ubytes', 'urev')
+local m = redis.call('HMGET', meta, 'rev', 'epoch', 'events', 'floor', 'tag', 'cum', 'base', 'ukeys', 'ubytes', 'urev', 'run')
 local epoch = m[2]
 local fresh = not epoch
+local run = ARGV[11]
 local rev, total, floor, prevtag, cum, base = 0, 0, 1, '', 0, 0
 if fresh then
   epoch = ARGV[1]
@@ -58,6 +66,9 @@ else
   prevtag = m[5] or ''
   cum = tonumber(m[6]) or 0 -- a room logged before byte retention: from 0
   base = tonumber(m[7]) or 0
+  local restarted
+  epoch, restarted = checkRun(meta, log, wids, rev, epoch, m[11], run, ARGV[1], ARGV[10] == '1')
+  if restarted then total, floor, cum, base = 0, rev + 1, 0, 0 end
 end
 local rev0, floor0, wrote, ch = rev, floor, 0, ARGV[4]
 local quotakeys, quotabytes = tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -201,6 +212,7 @@ local function one(a)
     if fresh then
       redis.call('DEL', kv, log, wids)
       redis.call('HSET', meta, 'epoch', epoch, 'rev', '0', 'events', '0', 'floor', '1')
+      if run ~= '' then redis.call('HSET', meta, 'run', run) end
       redis.call('PEXPIRE', meta, ARGV[5])
       fresh = false
     end
@@ -239,7 +251,7 @@ local function one(a)
   return {'OK', epoch, nr, batch}
 end
 
-local out, a = {}, 10
+local out, a = {}, 12
 for w = 1, tonumber(ARGV[7]) do
   out[w] = one(a)
   -- Past this write's arguments.
@@ -280,5 +292,6 @@ end
 
 redis.call('HSET', meta, 'rev', fmt(rev), 'epoch', epoch, 'events', fmt(total), 'floor', fmt(floor), 'tag', prevtag,
   'cum', fmt(cum), 'base', fmt(base), 'ukeys', fmt(ukeys), 'ubytes', fmt(ubytes), 'urev', fmt(rev))
+if run ~= '' and rev0 == 0 then redis.call('HSET', meta, 'run', run) end -- (checkRun records it on a room's later writes)
 if rev0 == 0 then redis.call('PERSIST', meta) end
 return out

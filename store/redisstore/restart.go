@@ -1,0 +1,245 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/statecast/statecast/store"
+)
+
+// A Redis process that comes back without its last acknowledged writes (a
+// restart from an AOF under appendfsync everysec, a failover to a replica
+// that lagged) leaves every node that had not delivered them unable to
+// tell them lost: it would answer their revisions again with other
+// content. So each room's meta records the run_id of the process that
+// last wrote or checked it (lua/run.lua), and a room first touched by
+// another process starts a new epoch before anything of it is answered,
+// unless that process keeps every acknowledged write (lossless).
+//
+// Which process answers is learnt on each new connection (INFO server,
+// in OnConnect), never per command: Redis pays nothing per write or read.
+// A read compares its meta with the newest process any connection found,
+// taken after the reply (a connection is probed before its first command,
+// so that is the process that answered, or a newer one: then the room is
+// checked for nothing). A write names its process in its arguments, built
+// before the round trip picks a connection; so the committers' client
+// refuses a connection to a process other than the one the writes in
+// flight were built for (errNewProcess: nothing sent; go-redis may dial
+// again in the same round trip, and is refused again), and the committer
+// builds them again for the newest process found. Newer is by when the
+// probe's reply came (the node's monotonic clock): a process answers
+// only after its predecessor died, so a late probe of a dead process
+// never replaces its successor.
+
+// errNewProcess refuses a write connection to a Redis process other than
+// the one the writes in flight were built for.
+var errNewProcess = errors.New("store: redis: a new Redis process; the writes are built again for it")
+
+// process is the Redis process last found behind one master (one address
+// of a cluster; the standalone server or Sentinel's master: "").
+type process struct {
+	mu     sync.Mutex
+	run    string    // run_id; "" until a probe found one
+	at     time.Time // when that probe's reply came
+	pinged bool      // buildFor probed it
+}
+
+// firstPing reports whether this is buildFor's first probe of p.
+func (p *process) firstPing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	first := !p.pinged
+	p.pinged = true
+	return first
+}
+
+// saw records a probe whose reply found run at at; it returns
+// whether run is the process already recorded, and moves to run when it
+// is newer.
+func (p *process) saw(run string, at time.Time) (same bool, prev string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if run == p.run {
+		return true, ""
+	}
+	prev = p.run
+	if p.run == "" || at.After(p.at) {
+		p.run, p.at = run, at
+	}
+	return false, prev
+}
+
+func (p *process) set(run string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.run = run
+}
+
+func (p *process) current() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.run
+}
+
+// procs holds, per master, the newest Redis process any connection found
+// (reads), and the one the committer's writes in flight were built for
+// (writes).
+type procs struct {
+	mu            sync.Mutex
+	reads, writes map[string]*process
+}
+
+func (ps *procs) get(m *map[string]*process, master string) *process {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if *m == nil {
+		*m = map[string]*process{}
+	}
+	p := (*m)[master]
+	if p == nil {
+		p = &process{}
+		(*m)[master] = p
+	}
+	return p
+}
+
+// infoField is the value of field in a reply of INFO ("" when absent).
+func infoField(info, field string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// lossless reports whether a new Redis process keeps every write it
+// acknowledged (found on the last connection made): its AOF is fsynced
+// before each reply, or it is a promoted replica and each write waited
+// for replicas to confirm it. A master restarted from its own AOF under
+// everysec is not: its replicas resync from it and lose the tail too.
+func (s *Store) lossless() bool {
+	return s.aofAlways.Load() || s.cfg.MinReplicas > 0 && s.promoted.Load()
+}
+
+func (s *Store) losslessArg() string {
+	if s.lossless() {
+		return "1"
+	}
+	return "0"
+}
+
+// onConnect returns the OnConnect of a client's connections to master:
+// it probes the process, records it for reads, and for the write client
+// (writes) refuses a connection to a process its writes were not built
+// for. A server that does not answer INFO (an ACL without @dangerous) is
+// not told apart: its rooms keep their run, and a loss is caught only by
+// the node that delivered it. CONFIG likewise: such a server is taken to
+// lose writes.
+func (s *Store) onConnect(master string, writes bool) func(context.Context, *redis.Conn) error {
+	return func(ctx context.Context, cn *redis.Conn) error {
+		var (
+			conf       *redis.MapStringStringCmd
+			info, repl *redis.StringCmd
+		)
+		_, _ = cn.Pipelined(ctx, func(p redis.Pipeliner) error {
+			conf = p.ConfigGet(ctx, "append*")
+			info = p.Info(ctx, "server")
+			repl = p.Info(ctx, "replication")
+			return nil
+		})
+		at := time.Now() // after the reply: a process that answered later is newer
+		if infoField(info.Val(), "redis_mode") == "sentinel" {
+			return nil // go-redis runs OnConnect on its Sentinel connections too
+		}
+		v, err := conf.Result()
+		s.aofAlways.Store(err == nil && v["appendonly"] == "yes" && v["appendfsync"] == "always")
+		// A promoted replica keeps its old master's offset as its second.
+		s.promoted.Store(repl.Err() == nil && infoField(repl.Val(), "second_repl_offset") != "-1")
+		run := infoField(info.Val(), "run_id")
+		if run == "" {
+			return nil
+		}
+		if same, prev := s.procs.get(&s.procs.reads, master).saw(run, at); !same && prev != "" {
+			s.log.Warn("store: redis: connected to a new Redis process; each room it did not write yet starts a new epoch at its first use, unless it keeps every acknowledged write",
+				"master", master, "run_id", run, "was", prev, "keeps_acknowledged_writes", s.lossless())
+		}
+		// Before the first writes are built for this master (a cluster's
+		// client also loads its slots over these connections), any.
+		if w := s.procs.get(&s.procs.writes, master).current(); writes && w != "" && run != w {
+			return errNewProcess
+		}
+		return nil
+	}
+}
+
+// readRun is the newest process found behind the master of room.
+func (s *Store) readRun(ctx context.Context, k roomKeys) string {
+	return s.procs.get(&s.procs.reads, s.masterOf(ctx, k.meta)).current()
+}
+
+// buildFor returns the newest process found behind node's master, and
+// records it as the one the writes about to be sent are built for: the
+// committers' client refuses a connection to any other.
+func (s *Store) buildFor(ctx context.Context, node *redis.Client) string {
+	master := ""
+	if s.cluster != nil {
+		master = node.Options().Addr
+	}
+	reads := s.procs.get(&s.procs.reads, master)
+	if reads.current() == "" && reads.firstPing() {
+		// No connection to this master yet (a cluster's): one of the
+		// committers' own probes it. Once: INFO may be refused.
+		_ = node.Ping(ctx).Err()
+	}
+	run := reads.current()
+	s.procs.get(&s.procs.writes, master).set(run)
+	return run
+}
+
+// masterOf is the key of the master serving key ("" but in a cluster).
+func (s *Store) masterOf(ctx context.Context, key string) string {
+	if s.cluster == nil {
+		return ""
+	}
+	node, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return "?" // no process known: nothing is compared
+	}
+	return node.Options().Addr
+}
+
+// restartedRoom reports whether meta m was last checked by a Redis
+// process other than run, the newest one found behind its master: the
+// room goes through lua/restart.lua before anything of it is answered.
+func restartedRoom(m meta, run string) bool {
+	return m.epoch != "" && run != "" && m.run != run
+}
+
+// afterRestart runs lua/restart.lua for room: its new epoch, or the
+// current process adopted. The caller reads the room again.
+func (s *Store) afterRestart(ctx context.Context, room string, k roomKeys, run string) error {
+	err := restartScript.Run(ctx, s.rc, []string{k.meta, k.log, k.wids}, store.NewEpoch(), s.losslessArg(), run).Err()
+	if err != nil {
+		return fmt.Errorf("store: redis: checking room %q after a Redis restart: %w", room, err)
+	}
+	return nil
+}
+
+// restartedMeta runs lua/restart.lua for room and reads its meta after.
+func (s *Store) restartedMeta(ctx context.Context, room string, k roomKeys, run string) (meta, error) {
+	if err := s.afterRestart(ctx, room, k, run); err != nil {
+		return meta{}, err
+	}
+	mv, err := s.rc.HMGet(ctx, k.meta, metaFields...).Result()
+	if err != nil {
+		return meta{}, fmt.Errorf("store: redis: reading room %q after a Redis restart: %w", room, err)
+	}
+	return parseMeta(mv), nil
+}
