@@ -122,6 +122,9 @@ type conn struct {
 	// hookHeader: the upgrade request's cookies, for the connect hook.
 	hookHeader http.Header
 	lastRead   atomic.Int64 // unix nanos of the last frame read
+	// connecting: the connection holds a place of Server.connects
+	// (admit.go) while it connects.
+	connecting atomic.Bool
 	wake       chan struct{}
 	drained    chan struct{} // the writer took the pending replies
 
@@ -214,12 +217,16 @@ func (s *Server) handleWS(ec echo.Context) error {
 		s.refuseOrigin(w, r, codec, origin)
 		return nil
 	}
+	if !s.connects.enter() {
+		return s.refuseConnect(ec)
+	}
 	lean := &leanBuffers{ResponseWriter: w}
 	ws, err := websocket.Accept(lean, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{codec.Subprotocol()},
 		OriginPatterns: s.cfg.AllowOrigins,
 	})
 	if err != nil {
+		s.connects.leave()
 		s.metrics.rejected.WithLabelValues("upgrade").Inc()
 		return nil // Accept has answered; the connection is hijacked or failed
 	}
@@ -235,12 +242,14 @@ func (s *Server) handleWS(ec echo.Context) error {
 		c.upgrade = trace.SpanContextFromContext(r.Context())
 	}
 	if !s.addConn(c) {
+		s.connects.leave()
 		cancel()
 		s.metrics.rejected.WithLabelValues("full").Inc()
 		ws.Close(wire.CloseServerFull, "server full")
 		return nil
 	}
 	s.metrics.connections.Inc()
+	c.holdConnecting()
 	// The session runs on a fresh goroutine and the handler returns: the
 	// handler's deep stack (net/http, echo) and its request would
 	// otherwise stay pinned for the socket's lifetime, about 8 KB per
@@ -403,6 +412,7 @@ func (c *conn) read(first bool) {
 		return
 	}
 	c.finish(err)
+	c.doneConnecting()
 	if c.polled {
 		c.s.poller().forget(c)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,11 +35,17 @@ type burstResult struct {
 
 // burstConn dials ws and sends, in one frame as the scale run's load tool
 // does, connect, a put of key c<i> in leaseRoom bound to the session, and
-// a sub of room; it reads until both are answered or the socket ends.
+// a sub of room; it reads until both are answered or the socket ends. An
+// upgrade answered 503 (the node's connects at their bound) is tried
+// again after its Retry-After, as a client does.
 func burstConn(ws string, i int, leaseRoom, room string) (r burstResult) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, ws, &websocket.DialOptions{Subprotocols: []string{wire.JSON2.Subprotocol()}})
+	c, resp, err := websocket.Dial(ctx, ws, &websocket.DialOptions{Subprotocols: []string{wire.JSON2.Subprotocol()}})
+	for err != nil && resp != nil && resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "1" {
+		time.Sleep(time.Second + rand.N(time.Second))
+		c, resp, err = websocket.Dial(ctx, ws, &websocket.DialOptions{Subprotocols: []string{wire.JSON2.Subprotocol()}})
+	}
 	if err != nil {
 		r.err = err
 		return r

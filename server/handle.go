@@ -116,6 +116,7 @@ func (c *conn) handleOne(r *wire.Request) error {
 		c.reply(&wire.Pong{T: wire.TPong})
 	case wire.TSub:
 		c.subscribe(ctx, r)
+		c.doneConnecting()
 	case wire.TUnsub:
 		c.unsubscribe(r)
 	case wire.TPut, wire.TDel, wire.TTxn:

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,7 @@ type Config struct {
 	WriteRate        float64       // writes per second per subject (anonymous: per address); default 200
 	WriteBurst       int           // default 2 × WriteRate
 	MaxConnections   int           // open TCP connections of the node; default 100,000 (see below)
+	MaxConnecting    int           // connects in progress (admit.go); default 128 per CPU, at least 256
 	MaxLeases        int           // TTL leases per subject (anonymous: all together); default 1,000
 	WriteTimeout     time.Duration // for one frame to a socket; default 10s
 	StoreTimeout     time.Duration // for one store write; default 5s
@@ -147,6 +149,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = 100_000
 	}
+	if c.MaxConnecting <= 0 {
+		c.MaxConnecting = max(256, 128*runtime.GOMAXPROCS(0))
+	}
 	if c.MaxConnectionsPerIP == 0 {
 		c.MaxConnectionsPerIP = 1000
 	}
@@ -223,6 +228,8 @@ type Server struct {
 	rateWaits writerWaits
 	// storeDeadline bounds the store call of every write.
 	storeDeadline sharedDeadline
+	// connects bounds the WebSocket and SSE connects in progress (admit.go).
+	connects connectGate
 
 	draining atomic.Bool // refuse new writes and connections
 	connWG   sync.WaitGroup
@@ -247,6 +254,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg: cfg, engine: cfg.Engine, store: cfg.Store, log: cfg.Logger,
 		conns:       make(map[*conn]struct{}),
 		writeLimits: newWriteLimits(cfg.WriteRate, cfg.WriteBurst),
+		connects:    connectGate{limit: int64(cfg.MaxConnecting)},
 	}
 	m, err := newMetrics(cfg.Registerer, cfg.Engine)
 	if err != nil {
@@ -264,6 +272,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		if err := cfg.Registerer.Register(cfg.Webhooks); err != nil {
 			return nil, err
 		}
+	}
+	if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "statecast_connecting",
+		Help: "WebSocket and SSE connects in progress, bounded by --max-connecting (past it: 503, counted in statecast_connections_rejected_total{reason=\"connecting\"})."},
+		func() float64 { return float64(s.connects.n.Load()) })); err != nil {
+		return nil, err
 	}
 	s.slots = newConnSlots(cfg, m)
 	if strings.Contains(cfg.NodeID, "/") || len(cfg.NodeID) > 64 {

@@ -39,6 +39,19 @@ const sseFlushBytes = 256 << 10
 func (s *Server) handleWatch(c echo.Context) error { return s.watchSSE(c, defaultSSETiming) }
 
 func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
+	// The connect: asking the connect hook, compiling the filter, loading
+	// or resuming the room (admit.go).
+	if !s.connects.enter() {
+		return s.refuseConnect(c)
+	}
+	connecting := true
+	doneConnecting := func() {
+		if connecting {
+			connecting = false
+			s.connects.leave()
+		}
+	}
+	defer doneConnecting()
 	claims, err := s.httpClaims(c, true)
 	if err != nil {
 		return err
@@ -66,6 +79,7 @@ func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	w, err := s.engine.Watch(wctx, room, rooms.WatchOptions{Prefixes: prefixes, Keys: keys, Filter: f, From: from})
 	cancel()
+	doneConnecting()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // the client went away

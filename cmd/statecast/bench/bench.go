@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -623,16 +624,59 @@ func (e *env) ceilingOffset(ctx context.Context) (uint64, error) {
 }
 
 func (e *env) dialWS(ctx context.Context, u string, subprotocols []string) (*websocket.Conn, error) {
-	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{
-		HTTPClient:      e.dialer,
-		Subprotocols:    subprotocols,
-		CompressionMode: websocket.CompressionDisabled,
+	c, err := untilAdmitted(ctx, func() (*websocket.Conn, error) {
+		c, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
+			HTTPClient:      e.dialer,
+			Subprotocols:    subprotocols,
+			CompressionMode: websocket.CompressionDisabled,
+		})
+		return c, busyOf(resp, err)
 	})
 	if err != nil {
 		return nil, err
 	}
 	c.SetReadLimit(64 << 20)
 	return c, nil
+}
+
+// busyError: the node answered an upgrade 503 with Retry-After: it works
+// on as many connects as it takes (--max-connecting).
+type busyError struct {
+	after time.Duration
+	err   error
+}
+
+func (e *busyError) Error() string { return fmt.Sprintf("busy, retry after %v: %v", e.after, e.err) }
+
+// busyOf returns a *busyError for an upgrade answered 503 with
+// Retry-After, else err.
+func busyOf(resp *http.Response, err error) error {
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		return err
+	}
+	s, perr := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if perr != nil || s <= 0 {
+		return err
+	}
+	return &busyError{after: time.Duration(s) * time.Second, err: err}
+}
+
+// untilAdmitted calls dial until the node does not answer busy, waiting
+// between Retry-After and twice it before each new try, as a client does
+// (the jitter spreads the clients a node refused at once).
+func untilAdmitted[T any](ctx context.Context, dial func() (T, error)) (T, error) {
+	for {
+		c, err := dial()
+		var busy *busyError
+		if !errors.As(err, &busy) {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return c, err
+		case <-time.After(busy.after + rand.N(busy.after)):
+		}
+	}
 }
 
 // dialSub opens a subscriber's connection: the library's, or with
@@ -645,7 +689,9 @@ func (e *env) dialSub(ctx context.Context, u string, subprotocols []string) (wsC
 		}
 		return libConn{c}, nil
 	}
-	c, err := dialRaw(ctx, (&net.Dialer{Timeout: 10 * time.Second}).DialContext, u, subprotocols)
+	c, err := untilAdmitted(ctx, func() (*rawConn, error) {
+		return dialRaw(ctx, (&net.Dialer{Timeout: 10 * time.Second}).DialContext, u, subprotocols)
+	})
 	if err != nil {
 		return nil, err
 	}

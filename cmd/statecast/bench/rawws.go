@@ -105,7 +105,7 @@ func dialRaw(ctx context.Context, dial func(ctx context.Context, network, addr s
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		nc.Close()
-		return nil, fmt.Errorf("WebSocket upgrade: %s", resp.Status)
+		return nil, busyOf(resp, fmt.Errorf("WebSocket upgrade: %s", resp.Status))
 	}
 	_ = nc.SetDeadline(timeZero)
 	c := &rawConn{nc: nc}

@@ -121,6 +121,7 @@ type scaleRun struct {
 	bySnapshot             atomic.Int64
 	firstLostNs, lastResNs atomic.Int64
 	dialFails, gaps        atomic.Int64
+	busy                   atomic.Int64 // upgrades answered 503 (--max-connecting)
 	errs                   atomic.Int64
 	errMu                  sync.Mutex
 	firstErr, firstDialErr string
@@ -364,7 +365,16 @@ func (r *scaleRun) run(c *scaleConn) {
 			r.firstDialErr = fmt.Sprintf("connection %d to %s: %v", c.idx, r.nodes[node], err)
 		}
 		r.errMu.Unlock()
-		if down || websocket.CloseStatus(err) == wire.CloseServerFull {
+		var busy *busyError
+		switch {
+		case errors.As(err, &busy):
+			// The node works on as many connects as it takes: come back
+			// when it says, jittered, as a client that reads the status
+			// does (PROTOCOL.md §8); its clients then arrive at its pace.
+			r.busy.Add(1)
+			backoff = 2 * busy.after
+			return
+		case down || websocket.CloseStatus(err) == wire.CloseServerFull:
 			node = (node + 1) % n
 		}
 		backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
@@ -427,13 +437,13 @@ func (r *scaleRun) dial(c *scaleConn, node int) (*websocket.Conn, error) {
 	defer func() { <-r.sem }()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, r.nodes[node], &websocket.DialOptions{
+	ws, resp, err := websocket.Dial(ctx, r.nodes[node], &websocket.DialOptions{
 		HTTPClient:      r.clients[c.local%len(r.clients)],
 		Subprotocols:    []string{"statecast.v2.json"},
 		CompressionMode: websocket.CompressionDisabled,
 	})
 	if err != nil {
-		return nil, err
+		return nil, busyOf(resp, err)
 	}
 	ws.SetReadLimit(64 << 20)
 	b := make([]byte, 0, 256)
@@ -831,6 +841,7 @@ type scaleReport struct {
 	LastResumedNs  int64    `json:"last_resumed_unix_ns,omitempty"`
 	ResumeLatency  histJSON `json:"resume_latency"`
 	DialFailures   int64    `json:"dial_failures"` // connections refused or lost before subscribing
+	Busy           int64    `json:"busy"`          // of them, upgrades answered 503 + Retry-After (--max-connecting)
 	FirstDialError string   `json:"first_dial_error,omitempty"`
 	Gaps           int64    `json:"gaps"`
 	Errors         int64    `json:"errors"`
@@ -857,7 +868,7 @@ func (r *scaleRun) report() *scaleReport {
 		Losses: r.losses.Load(), Resumes: r.resumes.Load(), SessionResumed: r.sessResumed.Load(), SessionNew: r.sessNew.Load(),
 		ByReplay: r.byReplay.Load(), BySynced: r.bySynced.Load(), BySnapshot: r.bySnapshot.Load(),
 		FirstLostNs: r.firstLostNs.Load(), LastResumedNs: r.lastResNs.Load(),
-		DialFailures: r.dialFails.Load(), Gaps: r.gaps.Load(), Errors: r.errs.Load()}
+		DialFailures: r.dialFails.Load(), Busy: r.busy.Load(), Gaps: r.gaps.Load(), Errors: r.errs.Load()}
 	for _, c := range r.conns {
 		rep.MarksPerConn[strconv.Itoa(int(c.marks.Load()))]++
 		c.mu.Lock()
@@ -885,7 +896,7 @@ func (r *scaleRun) reset() {
 	r.mark.reset()
 	r.resumeLat.reset()
 	for _, a := range []*atomic.Int64{&r.markCount, &r.losses, &r.resumes, &r.sessResumed, &r.sessNew, &r.byReplay,
-		&r.bySynced, &r.bySnapshot, &r.firstLostNs, &r.lastResNs, &r.dialFails, &r.gaps, &r.errs} {
+		&r.bySynced, &r.bySnapshot, &r.firstLostNs, &r.lastResNs, &r.dialFails, &r.busy, &r.gaps, &r.errs} {
 		a.Store(0)
 	}
 	r.errMu.Lock()
@@ -912,6 +923,7 @@ func mergeScale(reps []*scaleReport) *scaleReport {
 		m.BySynced += r.BySynced
 		m.BySnapshot += r.BySnapshot
 		m.DialFailures += r.DialFailures
+		m.Busy += r.Busy
 		m.Gaps += r.Gaps
 		m.Errors += r.Errors
 		if m.FirstError == "" {
