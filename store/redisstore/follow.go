@@ -192,18 +192,16 @@ func (s *Store) Head(ctx context.Context, room string) (epoch string, rev uint64
 	defer cancel()
 	v, seen := s.fol.position(room) // before the read: meta can only be at or past it
 	k := s.keys(room)
-	for try, restarts := 0, 0; try < 2; try++ {
+	for try := 0; try < 2; try++ {
 		mv, err := s.rc.HMGet(ctx, k.meta, metaFields...).Result()
 		if err != nil {
 			return "", 0, fmt.Errorf("store: redis: reading the head of room %q: %w", room, err)
 		}
 		m := parseMeta(mv)
-		if run := s.readRun(ctx, k); restartedRoom(m, run) && restarts < 3 {
-			if err := s.afterRestart(ctx, room, k, run); err != nil {
+		if run := s.readRun(ctx, k); restartedRoom(m, run) {
+			if m, err = s.restartedMeta(ctx, room, k, run); err != nil {
 				return "", 0, err
 			}
-			try, restarts = try-1, restarts+1
-			continue
 		}
 		if v == nil || !seen.lostBy(m) {
 			return m.epoch, m.rev, nil

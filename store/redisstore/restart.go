@@ -41,28 +41,20 @@ import (
 // the one the writes in flight were built for.
 var errNewProcess = errors.New("store: redis: a new Redis process; the writes are built again for it")
 
-// process is the Redis process last found behind one master (one address
-// of a cluster; the standalone server or Sentinel's master: "").
-type process struct {
+// master is what the node knows of the Redis process behind one master
+// (one address of a cluster; the standalone server or Sentinel's master:
+// "").
+type master struct {
 	mu     sync.Mutex
-	run    string    // run_id; "" until a probe found one
+	run    string    // the newest process any connection found; "" until a probe found one
 	at     time.Time // when that probe's reply came
+	built  string    // the process the writes in flight were built for
 	pinged bool      // buildFor probed it
 }
 
-// firstPing reports whether this is buildFor's first probe of p.
-func (p *process) firstPing() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	first := !p.pinged
-	p.pinged = true
-	return first
-}
-
-// saw records a probe whose reply found run at at; it returns
-// whether run is the process already recorded, and moves to run when it
-// is newer.
-func (p *process) saw(run string, at time.Time) (same bool, prev string) {
+// saw records a probe whose reply found run at at; it returns whether run
+// is the process already recorded, and moves to run when it is newer.
+func (p *master) saw(run string, at time.Time) (same bool, prev string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if run == p.run {
@@ -75,36 +67,47 @@ func (p *process) saw(run string, at time.Time) (same bool, prev string) {
 	return false, prev
 }
 
-func (p *process) set(run string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.run = run
-}
-
-func (p *process) current() string {
+func (p *master) current() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.run
 }
 
-// procs holds, per master, the newest Redis process any connection found
-// (reads), and the one the committer's writes in flight were built for
-// (writes).
-type procs struct {
-	mu            sync.Mutex
-	reads, writes map[string]*process
+func (p *master) builtFor() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.built
 }
 
-func (ps *procs) get(m *map[string]*process, master string) *process {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if *m == nil {
-		*m = map[string]*process{}
+// build records the newest process as the one the writes about to be
+// sent are built for, and returns it. first: no process is known and
+// build never asked before, so the caller probes one (once: INFO may be
+// refused).
+func (p *master) build() (run string, first bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	first = p.run == "" && !p.pinged
+	p.pinged = true
+	p.built = p.run
+	return p.run, first
+}
+
+// masters holds what the node knows of each master's process.
+type masters struct {
+	mu sync.Mutex
+	m  map[string]*master
+}
+
+func (ms *masters) of(key string) *master {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if ms.m == nil {
+		ms.m = map[string]*master{}
 	}
-	p := (*m)[master]
+	p := ms.m[key]
 	if p == nil {
-		p = &process{}
-		(*m)[master] = p
+		p = &master{}
+		ms.m[key] = p
 	}
 	return p
 }
@@ -142,7 +145,7 @@ func (s *Store) losslessArg() string {
 // not told apart: its rooms keep their run, and a loss is caught only by
 // the node that delivered it. CONFIG likewise: such a server is taken to
 // lose writes.
-func (s *Store) onConnect(master string, writes bool) func(context.Context, *redis.Conn) error {
+func (s *Store) onConnect(addr string, writes bool) func(context.Context, *redis.Conn) error {
 	return func(ctx context.Context, cn *redis.Conn) error {
 		var (
 			conf       *redis.MapStringStringCmd
@@ -166,13 +169,14 @@ func (s *Store) onConnect(master string, writes bool) func(context.Context, *red
 		if run == "" {
 			return nil
 		}
-		if same, prev := s.procs.get(&s.procs.reads, master).saw(run, at); !same && prev != "" {
+		m := s.masters.of(addr)
+		if same, prev := m.saw(run, at); !same && prev != "" {
 			s.log.Warn("store: redis: connected to a new Redis process; each room it did not write yet starts a new epoch at its first use, unless it keeps every acknowledged write",
-				"master", master, "run_id", run, "was", prev, "keeps_acknowledged_writes", s.lossless())
+				"master", addr, "run_id", run, "was", prev, "keeps_acknowledged_writes", s.lossless())
 		}
 		// Before the first writes are built for this master (a cluster's
 		// client also loads its slots over these connections), any.
-		if w := s.procs.get(&s.procs.writes, master).current(); writes && w != "" && run != w {
+		if w := m.builtFor(); writes && w != "" && run != w {
 			return errNewProcess
 		}
 		return nil
@@ -181,25 +185,25 @@ func (s *Store) onConnect(master string, writes bool) func(context.Context, *red
 
 // readRun is the newest process found behind the master of room.
 func (s *Store) readRun(ctx context.Context, k roomKeys) string {
-	return s.procs.get(&s.procs.reads, s.masterOf(ctx, k.meta)).current()
+	return s.masters.of(s.masterOf(ctx, k.meta)).current()
 }
 
 // buildFor returns the newest process found behind node's master, and
 // records it as the one the writes about to be sent are built for: the
 // committers' client refuses a connection to any other.
 func (s *Store) buildFor(ctx context.Context, node *redis.Client) string {
-	master := ""
+	addr := ""
 	if s.cluster != nil {
-		master = node.Options().Addr
+		addr = node.Options().Addr
 	}
-	reads := s.procs.get(&s.procs.reads, master)
-	if reads.current() == "" && reads.firstPing() {
+	m := s.masters.of(addr)
+	if _, first := m.build(); first {
 		// No connection to this master yet (a cluster's): one of the
-		// committers' own probes it. Once: INFO may be refused.
+		// committers' own probes it, and the writes are built for what
+		// it found.
 		_ = node.Ping(ctx).Err()
 	}
-	run := reads.current()
-	s.procs.get(&s.procs.writes, master).set(run)
+	run, _ := m.build()
 	return run
 }
 

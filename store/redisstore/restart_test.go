@@ -126,7 +126,7 @@ func TestRestartLosingNothingKeepsTheEpoch(t *testing.T) {
 // TestLateProbeOfADeadProcess: a probe whose reply came before its
 // successor's, recorded after it, does not bring the dead process back.
 func TestLateProbeOfADeadProcess(t *testing.T) {
-	var p process
+	var p master
 	old := time.Now()
 	if same, _ := p.saw("new", old.Add(time.Millisecond)); same {
 		t.Fatal("the first process seen was taken for the one recorded")

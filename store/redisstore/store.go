@@ -101,10 +101,10 @@ type Store struct {
 	// noPublish makes writes skip SPUBLISH (tests: lost pushes).
 	noPublish atomic.Bool
 	// aofAlways: the Redis of the last connection made fsyncs its AOF
-	// before each reply; promoted: it was a replica; procs: the processes
+	// before each reply; promoted: it was a replica; masters: the processes
 	// found behind each master (restart.go).
 	aofAlways, promoted atomic.Bool
-	procs               procs
+	masters             masters
 
 	// hookGroup is called before each round trip of writes (tests).
 	hookGroup atomic.Pointer[func()]
