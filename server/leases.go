@@ -509,17 +509,24 @@ func (l *lessor) keepTTL() {
 	}
 }
 
-// beat keeps this node registered, claims the nodes that stopped beating
-// and deletes their leased keys. Every orphanEvery beats (5 node
-// timeouts) the node whose turn it is also deletes the keys of any node
-// that is neither alive nor registered: a claim whose sweep failed or
-// whose claimer died leaves no key behind for good.
+// beat keeps this node registered; a goroutine beside it (watchRegistry)
+// claims the nodes that stopped beating and deletes their leased keys.
+// Every orphanEvery beats (5 node timeouts) the node whose turn it is
+// also deletes the keys of any node that is neither alive nor
+// registered: a claim whose sweep failed or whose claimer died leaves no
+// key behind for good.
 func (l *lessor) beat() {
 	defer l.wg.Done()
 	every := max(l.nodeTimeout/5, 100*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
-	claiming := make(map[string]bool) // guarded by l.mu
+	// The registry is read beside the beats, not between them: with both
+	// in one loop, a beat and a read each answered seconds late (Redis
+	// busy with a reconnect storm) put a live node's beats more than the
+	// node timeout apart, and the others took it for dead.
+	reads := make(chan struct{}, 1)
+	l.wg.Add(1)
+	go l.watchRegistry(reads, every)
 	for tick := 1; ; tick++ {
 		select {
 		case <-l.stop:
@@ -530,17 +537,51 @@ func (l *lessor) beat() {
 		// its beat's answer within an interval (a reconnect storm keeping
 		// its scheduler's queue long) is still alive, and a beat that
 		// lands late keeps it so. Redis stamps the beat when it runs it.
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), max(l.nodeTimeout/2, every))
 		added, err := l.nodes.Beat(ctx, l.node)
+		cancel()
 		switch {
 		case err != nil:
 			l.log.Warn("server: cannot beat in the node registry", "err", err)
 		case added:
 			l.fence()
 		}
+		if took := time.Since(start); took > l.nodeTimeout/4 {
+			l.log.Warn("server: a beat in the node registry was answered late; past the node timeout the others take this node for dead",
+				"took", took.Round(time.Millisecond), "node_timeout", l.nodeTimeout)
+		}
+		select {
+		case reads <- struct{}{}:
+		default: // the last read is still running
+		}
+		if tick%orphanEvery == 0 {
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				l.takeTurn(&l.nodeOrphans, l.sweepOrphans)
+			}()
+		}
+	}
+}
+
+// watchRegistry reads the node registry after each beat and claims the
+// nodes that stopped beating, each on a goroutine of its own: a long
+// scan must not hold back the next read either.
+func (l *lessor) watchRegistry(reads <-chan struct{}, every time.Duration) {
+	defer l.wg.Done()
+	claiming := make(map[string]bool) // guarded by l.mu
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-reads:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), max(l.nodeTimeout/2, every))
 		_, stale, err := l.nodes.Registered(ctx, l.nodeTimeout)
 		cancel()
 		if err != nil {
+			l.log.Warn("server: cannot read the node registry; claiming nodes that stopped beating waits for the next read", "err", err)
 			continue
 		}
 		for _, n := range stale {
@@ -551,8 +592,6 @@ func (l *lessor) beat() {
 			if busy {
 				continue
 			}
-			// Off the beat loop: a long scan must not make this node
-			// look dead in turn.
 			l.wg.Add(1)
 			go func() {
 				defer l.wg.Done()
@@ -560,13 +599,6 @@ func (l *lessor) beat() {
 				l.mu.Lock()
 				delete(claiming, n)
 				l.mu.Unlock()
-			}()
-		}
-		if tick%orphanEvery == 0 {
-			l.wg.Add(1)
-			go func() {
-				defer l.wg.Done()
-				l.takeTurn(&l.nodeOrphans, l.sweepOrphans)
 			}()
 		}
 	}

@@ -597,3 +597,62 @@ func TestSlowBeatsKeepANodeAlive(t *testing.T) {
 		}
 	}
 }
+
+// hungRegistry is a Redis store whose registry reads, once hang is set,
+// are answered only when their context ends (Redis too busy to answer
+// them in time); it records when each beat was answered.
+type hungRegistry struct {
+	*redisstore.Store
+	hang  atomic.Bool
+	mu    sync.Mutex
+	beats []time.Time
+}
+
+func (s *hungRegistry) Registered(ctx context.Context, timeout time.Duration) (alive, stale []string, err error) {
+	if s.hang.Load() {
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	}
+	return s.Store.Registered(ctx, timeout)
+}
+
+func (s *hungRegistry) Beat(ctx context.Context, node string) (bool, error) {
+	added, err := s.Store.Beat(ctx, node)
+	if err == nil {
+		s.mu.Lock()
+		s.beats = append(s.beats, time.Now())
+		s.mu.Unlock()
+	}
+	return added, err
+}
+
+// TestHungRegistryReadsDoNotDelayBeats: a node whose reads of the node
+// registry take as long as they may still beats every interval. When the
+// read came between two beats, each hung read put a beat off by half the
+// node timeout; with slow beats as well, a live node's beats landed more
+// than the node timeout apart in a reconnect storm, and the others took
+// it for dead.
+func TestHungRegistryReadsDoNotDelayBeats(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (beat intervals)
+	rs := redistest.Start(t, redistest.Options{})
+	ctx := servertest.Context(t)
+	st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "hr"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 2500 * time.Millisecond // a beat every 500 ms; a read may take 1.25 s
+	hung := &hungRegistry{Store: st}
+	servertest.Start(t, servertest.Options{Store: hung, Server: server.Config{NodeID: "a", NodeTimeout: timeout}})
+	hung.hang.Store(true) // after its start-up registration
+	time.Sleep(4 * time.Second)
+	hung.mu.Lock()
+	beats := slices.Clone(hung.beats)
+	hung.mu.Unlock()
+	var worst time.Duration
+	for i := 1; i < len(beats); i++ {
+		worst = max(worst, beats[i].Sub(beats[i-1]))
+	}
+	if len(beats) < 5 || worst >= time.Second {
+		t.Errorf("%d beats in 4 s, at most %v apart, with the registry reads hanging; want one every 500 ms (under 1 s apart)", len(beats), worst)
+	}
+}
