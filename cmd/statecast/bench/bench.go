@@ -131,6 +131,7 @@ type config struct {
 	events, repeat        int
 	stormWrites           int
 	dialConc, window      int
+	writeVia              string
 	writers               int
 	waitIdle              time.Duration
 	protocol              string // statecast's WebSocket subprotocol
@@ -211,6 +212,7 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 	fs.IntVar(&c.stormWrites, "storm-writes", 10, "storm: writes while the clients are away")
 	fs.IntVar(&c.dialConc, "dial-concurrency", 200, "connections being opened at a time")
 	fs.IntVar(&c.window, "window", 1000, "writes in flight at most")
+	fs.StringVar(&c.writeVia, "write-via", "ws", "statecast's writer: ws (put requests on WebSockets) or http (PUT /v1/rooms/{room}/kv/{key} pipelined on keep-alive HTTP/1.1 connections, as the ceiling's POST /publish)")
 	fs.IntVar(&c.writers, "writers", 4, "writer connections, used in turn (with 1, each reply is checked to commit at the next revision)")
 	fs.BoolVar(&c.fullDecode, "full-decode", false, "subscribers also decode every message with encoding/json into a generic value, as a client written from the protocol would (the load tool's own scanner reads only what it checks)")
 	fs.BoolVar(&c.rawReader, "raw-reader", false, "subscribers use the tool's own minimal WebSocket client (one read syscall parses many frames; no per-message context or lock) instead of github.com/coder/websocket: a client that costs little CPU, so that a run on one machine measures the server more than the tool")
@@ -273,6 +275,8 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 		return nil, errors.New("bench: --rate and --duration must be positive")
 	case c.keys < 1 || c.keys > 1000 || c.payload < 1 || c.payload > 64<<10:
 		return nil, errors.New("bench: --keys must be 1…1000 and --payload 1…65536")
+	case c.writeVia != "ws" && c.writeVia != "http":
+		return nil, fmt.Errorf("bench: --write-via %q: want ws or http", c.writeVia)
 	case c.dialConc < 1 || c.window < 1 || c.writers < 1:
 		return nil, errors.New("bench: --dial-concurrency, --window and --writers must be at least 1")
 	case !validRoom(c.room):

@@ -25,7 +25,8 @@
 # starve it. A process may hold FD_LIMIT files (the hard RLIMIT_NOFILE): each node
 # takes --max-connections to fit it, as statecast serve does by default.
 # Small: CONNS=3000 ROOMS=30 IDLE=3s scale.sh BIN. Env: CONNS, ROOMS, NODES,
-# PROCS, SOURCES, PLACEMENT, IDLE, TIMEOUT (each wait, 600s), LEASE_GRACE
+# PROCS, SOURCES, PLACEMENT, IDLE, TIMEOUT (each wait, 600s), MAX_CONNECTING (each node's
+# --max-connecting; default: the node's own), LEASE_GRACE
 # (120s: clients refused by full nodes wait for a restart; the default 5s
 # would end their sessions), NODE_TIMEOUT (10s), MAX_CONNECTIONS (the nodes'), DIAL_CONC
 # (connections each client process opens at a time: 50), JSON_LOG (a file: every merged report is
@@ -50,6 +51,11 @@ FD_LIMIT=$(ulimit -n)
 # statecast serve's own fit: 256 files for the store and the log, 1 % of
 # the connections more for health checks.
 MAXC=${MAX_CONNECTIONS:-$(((FD_LIMIT - 256) * 100 / 101))}
+# Each node's connects in progress: its own default (128 a CPU, at least
+# 256) unless MAX_CONNECTING says.
+MAX_CONNECTING=${MAX_CONNECTING:-}
+CONNECTING_FLAG=()
+if [ -n "$MAX_CONNECTING" ]; then CONNECTING_FLAG=(--max-connecting "$MAX_CONNECTING"); fi
 
 ROWS=()
 row() { # row FIGURE VALUE: a line of the final table, echoed as it comes
@@ -72,7 +78,7 @@ delta() { # delta BEFORE AFTER: what the nodes' counters gained (a restarted nod
 
 start_node() { # start_node I: node I on its address (a restart keeps it)
 	node "$BIN" "${ADDRS[$1]}" "redis://127.0.0.1:$RPORT/0" --max-connections "$MAXC" \
-		--lease-grace "$LEASE_GRACE" --node-timeout "$NODE_TIMEOUT"
+		--lease-grace "$LEASE_GRACE" --node-timeout "$NODE_TIMEOUT" "${CONNECTING_FLAG[@]}"
 	NPIDS[$1]=$NPID
 }
 
@@ -179,7 +185,7 @@ for i in $(seq 0 $((NODES - 1))); do
 	URLS[i]=http://${ADDRS[i]}
 	start_node "$i"
 done
-row "run" "$(date -u +%FT%TZ), $SHAPE: $CONNS connections, $ROOMS rooms, $NODES nodes (--max-connections $MAXC, file limit $FD_LIMIT), $PROCS client processes × $SOURCES source addresses, placement $PLACEMENT"
+row "run" "$(date -u +%FT%TZ), $SHAPE: $CONNS connections, $ROOMS rooms, $NODES nodes (--max-connections $MAXC, --max-connecting ${MAX_CONNECTING:-default}, file limit $FD_LIMIT), $PROCS client processes × $SOURCES source addresses, placement $PLACEMENT"
 RSS0=()
 for i in "${!NPIDS[@]}"; do RSS0[i]=$(rss_kb "${NPIDS[$i]}"); done
 REDIS_RSS0=$(rss_kb "$RPID")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,8 +18,10 @@ import (
 )
 
 // writer is the load tool's writer: --writers connections, used in
-// turn. Against statecast each sends put requests on a WebSocket; against
-// the ceiling, POST /publish requests on a keep-alive HTTP/1.1 connection.
+// turn. Against statecast each sends put requests on a WebSocket (or,
+// with --write-via http, PUT requests on a keep-alive HTTP/1.1
+// connection); against the ceiling, POST /publish requests on a
+// keep-alive HTTP/1.1 connection.
 // Both pipeline up to --window requests in all (a server handles one
 // connection's requests in order and answers them in order).
 //
@@ -53,10 +56,11 @@ type writer struct {
 // writerConn is one connection of the writer.
 type writerConn struct {
 	ws       *websocket.Conn // statecast
-	tcp      net.Conn        // ceiling
+	tcp      net.Conn        // HTTP: the ceiling, or statecast with --write-via http
 	mu       sync.Mutex
-	fifo     []uint64 // ceiling: seqs of the requests awaiting a reply, in order
+	fifo     []uint64 // HTTP: seqs of the requests awaiting a reply, in order
 	inflight atomic.Int64
+	host     string      // HTTP: the Host header
 	lat      latencyHist // send to reply, with a write log; owned by the reader
 	done     chan struct{}
 }
@@ -101,19 +105,23 @@ func (e *env) newWriter(ctx context.Context, st *runState, rooms []string) (*wri
 // connect opens writer connection i and starts its reply reader.
 func (w *writer) connect(ctx context.Context, i int) (*writerConn, error) {
 	wc := &writerConn{done: make(chan struct{})}
-	if w.e.ceiling {
-		d := net.Dialer{Timeout: 10 * time.Second}
-		c, err := d.DialContext(ctx, "tcp", w.e.hostport())
-		if err != nil {
-			return nil, err
-		}
-		wc.tcp = c
-		go w.readCeiling(wc, bufio.NewReaderSize(c, 64<<10))
-		return wc, nil
-	}
 	u := w.e.ws
 	if n := len(w.e.writeWS); n > 0 {
 		u = w.e.writeWS[i%n]
+	}
+	if w.e.ceiling || w.e.cfg.writeVia == "http" {
+		host := w.e.hostport()
+		if pu, err := url.Parse(u); err == nil && !w.e.ceiling {
+			host = pu.Host
+		}
+		d := net.Dialer{Timeout: 10 * time.Second}
+		c, err := d.DialContext(ctx, "tcp", host)
+		if err != nil {
+			return nil, err
+		}
+		wc.tcp, wc.host = c, host
+		go w.readHTTP(wc, bufio.NewReaderSize(c, 64<<10))
+		return wc, nil
 	}
 	c, err := w.e.dialWS(ctx, u, w.e.subprotocols())
 	if err != nil {
@@ -233,7 +241,17 @@ func (w *writer) send(ctx context.Context, n int) error {
 			b = append(b, '}')
 		} else {
 			wc.fifo = append(wc.fifo, seq)
-			b = append(b, w.req...)
+			if w.e.ceiling {
+				b = append(b, w.req...)
+			} else {
+				b = append(b, "PUT /v1/rooms/"...)
+				b = append(b, w.rooms[room]...)
+				b = append(b, "/kv/k"...)
+				b = strconv.AppendUint(b, key, 10)
+				b = append(b, " HTTP/1.1\r\nHost: "...)
+				b = append(b, wc.host...)
+				b = append(b, "\r\nContent-Type: application/json\r\nContent-Length: "...)
+			}
 			b = strconv.AppendInt(b, int64(len(w.val)), 10)
 			b = append(b, "\r\n\r\n"...)
 			b = append(b, w.val...)
@@ -318,8 +336,13 @@ func (w *writer) readStatecast(wc *writerConn) {
 	}
 }
 
-// readCeiling reads the replies to the POSTs of wc, in order.
-func (w *writer) readCeiling(wc *writerConn, br *bufio.Reader) {
+// readHTTP reads the replies to the requests of wc, in order: the
+// ceiling's {"o":offset}, statecast's {"rev":revision}.
+func (w *writer) readHTTP(wc *writerConn, br *bufio.Reader) {
+	field := []byte(`"rev":`)
+	if w.e.ceiling {
+		field = []byte(`"o":`)
+	}
 	defer close(wc.done)
 	for {
 		resp, err := http.ReadResponse(br, nil)
@@ -332,14 +355,14 @@ func (w *writer) readCeiling(wc *writerConn, br *bufio.Reader) {
 		body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusOK {
-			w.setErr(fmt.Errorf("writer: POST /publish: %s %s", resp.Status, clip(body)))
+			w.setErr(fmt.Errorf("writer: %s %s", resp.Status, clip(body)))
 			return
 		}
-		o, ok := fieldUint(body, []byte(`"o":`))
+		o, ok := fieldUint(body, field)
 		wc.mu.Lock()
 		if !ok || len(wc.fifo) == 0 {
 			wc.mu.Unlock()
-			w.setErr(fmt.Errorf("writer: POST /publish: unexpected reply %s", clip(body)))
+			w.setErr(fmt.Errorf("writer: unexpected reply %s", clip(body)))
 			return
 		}
 		seq := wc.fifo[0]
