@@ -122,6 +122,12 @@ type conn struct {
 	// hookHeader: the upgrade request's cookies, for the connect hook.
 	hookHeader http.Header
 	lastRead   atomic.Int64 // unix nanos of the last frame read
+	// opened: when the upgrade was accepted; trimmed: when the heartbeat
+	// sweep last gave back its idle buffers (sweeper only); beatClosed:
+	// the sweep closed it (heartbeat.go).
+	opened     time.Time
+	trimmed    time.Time
+	beatClosed atomic.Bool
 	// connecting: the connection holds a place of Server.connects
 	// (admit.go) while it connects.
 	connecting atomic.Bool
@@ -237,6 +243,9 @@ func (s *Server) handleWS(ec echo.Context) error {
 		addr: r.RemoteAddr, hookHeader: s.hookHeader(r), wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), subs: make(map[uint64]*sub),
 	}
 	c.id = s.connSeq.Add(1)
+	// Before addConn: the heartbeat sweep looks at it from then on.
+	c.opened, c.trimmed = time.Now(), time.Now()
+	c.lastRead.Store(c.opened.UnixNano())
 	lean.sock.owner = c
 	if s.tracer != nil {
 		c.upgrade = trace.SpanContextFromContext(r.Context())
@@ -386,8 +395,7 @@ func negotiate(r *http.Request) (wire.Codec, bool) {
 // here until it parks (then on the goroutines wakeReader starts). When
 // either ends, the socket is closed and both are waited for.
 func (c *conn) serve() {
-	c.lastRead.Store(time.Now().UnixNano())
-	c.startHeartbeat()
+	c.s.startHeartbeats()
 	if c.nc != nil {
 		// The reader waits in waitReadable or the idle poller, which no
 		// context interrupts: cancelling c.ctx closes the socket, which
@@ -1051,41 +1059,6 @@ func (c *conn) appendEnded(frame []byte, s *sub, err error) []byte {
 	}
 	frame, _ = c.codec.Append(frame, &wire.Unsubscribed{T: wire.TUnsubscribed, S: s.id, Code: code, Message: msg})
 	return frame
-}
-
-// startHeartbeat closes the socket with 4001 when nothing was read for two
-// ping intervals, and with 4005 when connect does not come in time. One
-// timer does both: an idle connection holds as little as it can.
-func (c *conn) startHeartbeat() {
-	iv, connectBy := c.s.cfg.PingInterval, time.Now().Add(c.s.cfg.ConnectTimeout)
-	var check func()
-	var t *time.Timer
-	check = func() {
-		if c.ctx.Err() != nil {
-			return
-		}
-		c.mu.Lock()
-		connected := c.sess != nil
-		c.mu.Unlock()
-		next := iv
-		if !connected {
-			left := time.Until(connectBy)
-			if left <= 0 {
-				c.closeWS(wire.CloseConnectTimeout, "no connect message in time")
-				return
-			}
-			next = min(next, left)
-		}
-		idle := time.Since(time.Unix(0, c.lastRead.Load()))
-		if idle > 2*iv {
-			c.closeWS(wire.CloseHeartbeatTimeout, "nothing received for two ping intervals")
-			return
-		}
-		c.trimIdle()
-		t.Reset(next)
-	}
-	t = time.AfterFunc(min(iv, c.s.cfg.ConnectTimeout), check)
-	c.addTimer(t)
 }
 
 // addTimer registers t to be stopped when the connection ends.

@@ -237,6 +237,7 @@ type Server struct {
 	// started by the first that parks; nil when it could not start.
 	idleOnce sync.Once
 	idle     *idlePoller
+	beats    heartbeats // the WebSockets' heartbeat sweep (heartbeat.go)
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 }
@@ -368,6 +369,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.idle != nil {
 		s.idle.stop()
 	}
+	s.stopHeartbeats()
 	s.leases.close()
 	s.leases.keepTTL()
 	return err
