@@ -141,10 +141,14 @@ type conn struct {
 	// sendMu is held by whoever collects and sends a frame: the writer
 	// goroutine, or the reader sending its replies. It guards the fields
 	// below it.
-	sendMu   sync.Mutex
-	spare    []*sub          // the previous ready list, for reuse
-	msgs     []rooms.Message // drain buffer
-	watchdog *time.Timer     // bounds each write by the write timeout; nil while idle
+	sendMu sync.Mutex
+	spare  []*sub          // the previous ready list, for reuse
+	msgs   []rooms.Message // drain buffer
+	// writeStart: unix nanos since the frame (or piece) being written was
+	// handed to the socket, 0 while none is; the heartbeat sweep closes
+	// a connection whose write outlasts the write timeout (writeLate: once).
+	writeStart atomic.Int64
+	writeLate  atomic.Bool
 	// replying: the reader is handling a frame and sends its replies
 	// when done, so queueing one wakes no writer.
 	replying atomic.Bool
@@ -741,8 +745,8 @@ func (c *conn) retireWriter() bool {
 	return true
 }
 
-// trimIdle gives back the reply buffer and the watchdog of a connection
-// with nothing to send and no writer goroutine: a retiring writer gives
+// trimIdle gives back the reply buffer of a connection with nothing to
+// send and no writer goroutine: a retiring writer gives
 // them back, a reader that sends its own replies does not.
 func (c *conn) trimIdle() {
 	if !c.sendMu.TryLock() {
@@ -756,14 +760,10 @@ func (c *conn) trimIdle() {
 	}
 }
 
-// dropSendState: an idle connection keeps no reply buffer and no
-// watchdog. Called with sendMu and mu held.
+// dropSendState: an idle connection keeps no reply buffer. Called with
+// sendMu and mu held.
 func (c *conn) dropSendState() {
 	c.pending = nil
-	if c.watchdog != nil {
-		c.watchdog.Stop()
-		c.watchdog = nil
-	}
 }
 
 // sendQueued sends what is queued, in frames built in frame's buffer,
@@ -792,16 +792,13 @@ func (c *conn) sendQueued(frame []byte) ([]byte, bool, error) {
 	}
 }
 
-// send writes one frame. Writes use a background context and one
-// watchdog timer per connection, kept while it sends: a context with a
-// deadline would cost a timer allocation per frame. Called with sendMu
-// held.
+// send writes one frame. Writes use a background context, and the
+// heartbeat sweep bounds them by the write timeout (c.writeStart): a context
+// with a deadline would cost a timer per frame, a watchdog timer two timer
+// operations per frame (one each pong of an idle connection). Called with
+// sendMu held.
 func (c *conn) send(frame []byte, more ...[]byte) error {
-	if c.watchdog == nil {
-		c.watchdog = time.AfterFunc(c.s.cfg.WriteTimeout, c.writeTimedOut)
-	} else {
-		c.watchdog.Reset(c.s.cfg.WriteTimeout)
-	}
+	c.writeStart.Store(time.Now().UnixNano())
 	var err error
 	n := len(frame)
 	if len(more) == 0 {
@@ -809,7 +806,7 @@ func (c *conn) send(frame []byte, more ...[]byte) error {
 	} else {
 		n, err = c.sendPieces(frame, more)
 	}
-	c.watchdog.Stop()
+	c.writeStart.Store(0)
 	if err == nil {
 		c.s.metrics.bytesOut.Add(float64(n))
 		c.s.metrics.framesOut.Inc()
@@ -819,7 +816,7 @@ func (c *conn) send(frame []byte, more ...[]byte) error {
 
 // sendPieces writes frame and then more as one WebSocket message, each
 // piece a WebSocket frame taken within the write timeout. It returns the
-// bytes written. Called with sendMu held and the watchdog armed.
+// bytes written. Called with sendMu held, from send.
 func (c *conn) sendPieces(frame []byte, more [][]byte) (int, error) {
 	w, err := c.ws.Writer(context.Background(), c.codec.MessageType())
 	if err != nil {
@@ -830,7 +827,7 @@ func (c *conn) sendPieces(frame []byte, more [][]byte) (int, error) {
 		p := frame
 		if i >= 0 {
 			p = more[i]
-			c.watchdog.Reset(c.s.cfg.WriteTimeout)
+			c.writeStart.Store(time.Now().UnixNano())
 		}
 		if len(p) > 0 {
 			_, err = w.Write(p)

@@ -10,9 +10,11 @@ import (
 )
 
 // Heartbeats. One goroutine of the node looks at every WebSocket once a
-// tick: it closes with 4005 one whose connect did not come in time and
-// with 4001 one that sent nothing for two ping intervals, and gives back
-// the reply buffer of one idle for a ping interval. A runtime timer per
+// tick: it closes with 4000 one whose socket has not taken a frame within
+// the write timeout (a slow consumer), with 4005 one whose connect did not
+// come in time and with 4001 one that sent nothing for two ping
+// intervals, and gives back the reply buffer of one idle for a ping
+// interval. A runtime timer per
 // connection did the same; at 16,000 idle connections their firings (a
 // goroutine each) and the timer heap they kept large cost about a fifth
 // of the node's idle CPU.
@@ -22,10 +24,10 @@ type heartbeats struct {
 }
 
 // heartbeatTick is how often the connections are looked at: a fifth of
-// the shorter of the ping interval and the connect timeout, at most a
-// second (a close comes at most a tick late).
+// the shortest of the ping interval, the connect timeout and the write
+// timeout, at most a second (a close comes at most a tick late).
 func heartbeatTick(cfg Config) time.Duration {
-	return min(time.Second, max(min(cfg.PingInterval, cfg.ConnectTimeout)/5, time.Millisecond))
+	return min(time.Second, max(min(cfg.PingInterval, cfg.ConnectTimeout, cfg.WriteTimeout)/5, time.Millisecond))
 }
 
 // startHeartbeats starts the sweep on the first connection.
@@ -75,6 +77,10 @@ func (s *Server) sweepHeartbeats(tick time.Duration) {
 // checkHeartbeat is one look at c (sweeper goroutine only).
 func (c *conn) checkHeartbeat(now time.Time) {
 	if c.ctx.Err() != nil {
+		return
+	}
+	if w := c.writeStart.Load(); w != 0 && now.UnixNano()-w > int64(c.s.cfg.WriteTimeout) && c.writeLate.CompareAndSwap(false, true) {
+		c.writeTimedOut()
 		return
 	}
 	iv := c.s.cfg.PingInterval
