@@ -436,7 +436,7 @@ func (c *conn) read(first bool) {
 // socket has bytes, or was closed.
 func (c *conn) wakeReader() {
 	if c.parked.CompareAndSwap(true, false) {
-		go c.read(false)
+		c.s.runReader(c)
 	}
 }
 

@@ -238,6 +238,7 @@ type Server struct {
 	idleOnce sync.Once
 	idle     *idlePoller
 	beats    heartbeats // the WebSockets' heartbeat sweep (heartbeat.go)
+	wakes    wakes      // the goroutines of woken readers (wakes.go)
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 }
@@ -256,6 +257,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		conns:       make(map[*conn]struct{}),
 		writeLimits: newWriteLimits(cfg.WriteRate, cfg.WriteBurst),
 		connects:    connectGate{limit: int64(cfg.MaxConnecting)},
+		wakes:       wakes{ch: make(chan *conn), stop: make(chan struct{})},
 	}
 	m, err := newMetrics(cfg.Registerer, cfg.Engine)
 	if err != nil {
@@ -370,6 +372,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.idle.stop()
 	}
 	s.stopHeartbeats()
+	s.stopReaders()
 	s.leases.close()
 	s.leases.keepTTL()
 	return err
