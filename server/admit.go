@@ -1,13 +1,10 @@
 package server
 
 import (
-	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
-
-	"github.com/statecast/statecast/server/wire"
 )
 
 // Connect admission. A node that all the clients of a dead node reconnect
@@ -48,14 +45,11 @@ func (g *connectGate) enter() bool {
 
 func (g *connectGate) leave() { g.n.Add(-1) }
 
-// refuseConnect answers a connect the node has no place for. Not logged
-// one by one (a storm is refused thousands of times a second): the
-// metric counts them.
+// refuseConnect answers a connect the node has no place for.
 func (s *Server) refuseConnect(c echo.Context) error {
 	s.metrics.rejected.WithLabelValues("connecting").Inc()
-	c.Response().Header().Set("Retry-After", "1")
-	return c.JSON(http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
-		"code": wire.CodeUnavailable, "message": "too many clients connecting to this node at once; retry after Retry-After"}})
+	answerUnavailable(c.Response(), "too many clients connecting to this node at once; retry after Retry-After")
+	return nil
 }
 
 // holdConnecting marks c, which took a place of the gate, as connecting,

@@ -541,13 +541,12 @@ func (l *lessor) beat() {
 		ctx, cancel := context.WithTimeout(context.Background(), max(l.nodeTimeout/2, every))
 		added, err := l.nodes.Beat(ctx, l.node)
 		cancel()
-		switch {
+		switch took := time.Since(start); {
 		case err != nil:
 			l.log.Warn("server: cannot beat in the node registry", "err", err)
 		case added:
 			l.fence()
-		}
-		if took := time.Since(start); took > l.nodeTimeout/4 {
+		case took > l.nodeTimeout/4:
 			l.log.Warn("server: a beat in the node registry was answered late; past the node timeout the others take this node for dead",
 				"took", took.Round(time.Millisecond), "node_timeout", l.nodeTimeout)
 		}

@@ -103,12 +103,19 @@ func (s *Server) guardReserve(next http.Handler) http.Handler {
 			return
 		}
 		s.metrics.rejected.WithLabelValues("full").Inc()
-		w.Header().Set("Retry-After", "1")
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{
-			"code": wire.CodeUnavailable, "message": "server full: too many connections; retry later"}})
+		answerUnavailable(w, "server full: too many connections; retry later")
 	})
+}
+
+// answerUnavailable answers 503 with Retry-After: 1 and an error body,
+// bypassing the error handler and its log line: the node refuses these
+// by the thousand under load (past the limits, past --max-connecting),
+// and the metrics count them.
+func answerUnavailable(w http.ResponseWriter, message string) {
+	w.Header().Set("Retry-After", "1")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": wire.CodeUnavailable, "message": message}})
 }
 
 // limitListener admits connections under the limits and closes the rest.
