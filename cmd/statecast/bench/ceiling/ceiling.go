@@ -63,6 +63,7 @@ type Server struct {
 	closed bool
 
 	delivered atomic.Uint64 // messages written to sockets
+	frames    atomic.Uint64 // WebSocket messages written (with Batch, many messages each)
 	dropped   atomic.Uint64 // sockets closed for letting their queue overflow
 }
 
@@ -261,6 +262,7 @@ func (s *Server) write(ctx context.Context, ws *websocket.Conn, c *conn, backlog
 				return err
 			}
 			s.delivered.Add(uint64(n))
+			s.frames.Add(1)
 			msgs = msgs[n:]
 		}
 		if cap(buf) > 64<<10 {
@@ -296,6 +298,7 @@ type Stats struct {
 	Published   uint64 `json:"published"`
 	LastOffset  uint64 `json:"last_offset"` // = Published: what the load tool reads
 	Delivered   uint64 `json:"delivered"`   // messages written to sockets
+	Frames      uint64 `json:"frames"`      // WebSocket messages written: Delivered/Frames messages a frame
 	Dropped     uint64 `json:"dropped"`     // sockets closed as slow consumers
 }
 
@@ -304,7 +307,7 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	st := Stats{Connections: len(s.conns), Published: s.last, LastOffset: s.last}
 	s.mu.Unlock()
-	st.Delivered, st.Dropped = s.delivered.Load(), s.dropped.Load()
+	st.Delivered, st.Frames, st.Dropped = s.delivered.Load(), s.frames.Load(), s.dropped.Load()
 	return st
 }
 
