@@ -257,7 +257,7 @@ func (r *room) startLocked(w *Watcher, opts WatchOptions) error {
 		w.state, w.next = stLive, from.Rev
 		r.indexLocked(w)
 		if from.Rev == r.head+1 {
-			w.q = append(w.q, Message{Kind: KindSynced, Rev: r.head})
+			w.push(Message{Kind: KindSynced, Rev: r.head})
 		}
 	}
 	r.watchers[w] = struct{}{}
@@ -271,7 +271,7 @@ func (r *room) startLocked(w *Watcher, opts WatchOptions) error {
 func (r *room) progressLocked() {
 	for w := range r.watchers {
 		if w.state == stLive && !w.active && r.head >= w.next && len(w.q) < r.e.cfg.QueueLimit {
-			w.q = append(w.q, Message{Kind: KindProgress, Rev: r.head})
+			w.push(Message{Kind: KindProgress, Rev: r.head})
 			w.next = r.head + 1
 			if len(w.q) == 1 {
 				w.signal()

@@ -314,14 +314,25 @@ func appendEventsJSON(buf []byte, t string, s uint64, revField string, rev uint6
 	return append(buf, '}')
 }
 
-// appendHeadJSON appends (with separator) {"t":t,"s":s.
+// appendHeadJSON appends (with separator) {"t":t,"s":s. The bulk
+// messages' heads are constants: quoting t cost every delivered message a
+// scan of it.
 func appendHeadJSON(buf []byte, t string, s uint64) []byte {
 	if len(buf) > 0 {
 		buf = append(buf, '\n')
 	}
-	buf = append(buf, `{"t":`...)
-	buf = appendJSONString(buf, t)
-	buf = append(buf, `,"s":`...)
+	switch t {
+	case TEvents:
+		buf = append(buf, `{"t":"events","s":`...)
+	case TCoalesced:
+		buf = append(buf, `{"t":"coalesced","s":`...)
+	case TSnapshot:
+		buf = append(buf, `{"t":"snapshot","s":`...)
+	default:
+		buf = append(buf, `{"t":`...)
+		buf = appendJSONString(buf, t)
+		buf = append(buf, `,"s":`...)
+	}
 	return strconv.AppendUint(buf, s, 10)
 }
 
