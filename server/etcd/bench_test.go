@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	statecast "github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/server"
 	"github.com/statecast/statecast/server/servertest"
 	"github.com/statecast/statecast/server/wire"
 	"github.com/statecast/statecast/store"
@@ -82,5 +83,60 @@ func BenchmarkWatchStream(b *testing.B) {
 				return got
 			})
 		})
+	}
+}
+
+// BenchmarkWatchFanout is the shape of etcd's benchmark `watch` command
+// (docs/BENCHMARKS.md, "Against etcd"): 10 streams of 10 watches each on
+// one key, one client putting to it one put at a time; each put is an
+// event for all 100 watches. It reports events received a second, and
+// the server's share of the work shows in a CPU profile of it.
+func BenchmarkWatchFanout(b *testing.B) {
+	const streams, perStream, puts = 10, 10, 500
+	// etcd has no write rate per client: lift statecast's (200/s).
+	_, addr, cli := start(b, servertest.Options{Server: server.Config{WriteRate: 1e6}})
+	ctx := context.Background()
+	key := "/bench/k"
+	if _, err := cli.Put(ctx, key, "0"); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		wctx, cancel := context.WithCancel(ctx)
+		got := make(chan int, streams*perStream)
+		created := make(chan bool, streams*perStream)
+		for range streams {
+			c := client(b, addr, "") // a stream of its own, as the tool's
+			for range perStream {
+				wch := c.Watch(wctx, key, clientv3.WithCreatedNotify())
+				go func() {
+					created <- (<-wch).Created
+					n := 0
+					for resp := range wch {
+						if n += len(resp.Events); n >= puts {
+							break
+						}
+					}
+					got <- n
+				}()
+			}
+		}
+		for range streams * perStream {
+			if !<-created {
+				b.Fatal("a watch was not created")
+			}
+		}
+		start := time.Now()
+		for i := range puts {
+			if _, err := cli.Put(ctx, key, fmt.Sprint(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for range streams * perStream {
+			if n := <-got; n < puts {
+				b.Fatalf("a watch received %d events, want %d", n, puts)
+			}
+		}
+		b.ReportMetric(float64(streams*perStream*puts)/time.Since(start).Seconds(), "events/s")
+		cancel()
 	}
 }

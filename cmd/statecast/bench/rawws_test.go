@@ -73,7 +73,7 @@ func TestRawConnSpeaksWebSocket(t *testing.T) {
 			return
 		}
 		echoed <- msg
-		ctx = c.CloseRead(ctx)
+		_ = c.CloseRead(ctx) // a new ctx: the ping's goroutine still reads this one
 		if err := <-pinged; err != nil {
 			t.Errorf("ping: %v", err)
 		}
