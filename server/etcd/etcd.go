@@ -145,6 +145,7 @@ func New(cfg Config) *Server {
 	// holds a connection slot and its buffers for good.
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(2 << 20),
+		grpc.ForceServerCodecV2(newCodec()),
 		grpc.MaxConcurrentStreams(uint32(s.maxW)),
 		grpc.StatsHandler(rpcTagger{s}),
 		grpc.ConnectionTimeout(min(10*time.Second, idle)),

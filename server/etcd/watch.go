@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/store"
@@ -90,6 +91,13 @@ func (ws *watchStream) send(r *pb.WatchResponse) bool {
 	ws.sendMu.Lock()
 	defer ws.sendMu.Unlock()
 	return ws.stream.Send(r) == nil
+}
+
+// sendEncoded sends a response already encoded (watchResponse).
+func (ws *watchStream) sendEncoded(r encoded) bool {
+	ws.sendMu.Lock()
+	defer ws.sendMu.Unlock()
+	return ws.stream.SendMsg(r) == nil
 }
 
 // create starts a watch, answering created (or created and canceled, as
@@ -251,16 +259,16 @@ const maxBatchBytes = 64 << 10
 // room again (see watch). A client that never reads holds that budget,
 // not a batch per watch.
 func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bool) {
-	var batch []*mvccpb.Event
-	var held int64 // of the connection's budget, by batch
+	var batch [][]byte // marshaled events
+	var held int64     // of the connection's budget, by batch
 	size := 0
 	flush := func() bool {
 		if len(batch) == 0 {
 			return true
 		}
-		resp := &pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id, Events: batch}
+		resp := watchResponse(ws.s.header(w.last), w.id, batch)
 		batch, size = nil, 0
-		sent := ws.send(resp)
+		sent := ws.sendEncoded(resp)
 		ws.conn.queued.Release(held)
 		held = 0
 		return sent
@@ -279,7 +287,7 @@ func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bo
 			held += n
 			for _, ev := range w.events(m.Change, &ws.conn.events) {
 				batch = append(batch, ev)
-				size += len(ev.Kv.Key) + len(ev.Kv.Value) + len(ev.PrevKv.GetValue())
+				size += len(ev)
 			}
 			w.last = m.Rev
 			if size >= maxBatchBytes && !flush() {
@@ -349,10 +357,10 @@ func (ws *watchStream) progressNow(w *watch) bool {
 	return rev == 0 || ws.send(&pb.WatchResponse{Header: ws.s.header(rev), WatchId: w.id})
 }
 
-// events converts the events of ch that w selects.
-func (w *watch) events(ch *rooms.Change, cache *eventCache) []*mvccpb.Event {
-	var out []*mvccpb.Event
-	var all []*mvccpb.Event
+// events returns the events of ch that w selects, each marshaled.
+func (w *watch) events(ch *rooms.Change, cache *eventCache) [][]byte {
+	var out [][]byte
+	var all [][]byte
 	for i, ev := range ch.Events {
 		if !w.sp.has(ev.KV.Key) || (ev.Type == store.OpPut && w.noPut) || (ev.Type != store.OpPut && w.noDelete) {
 			continue
@@ -366,10 +374,9 @@ func (w *watch) events(ch *rooms.Change, cache *eventCache) []*mvccpb.Event {
 }
 
 // eventCache holds the etcd form of the last few changes a connection's
-// watches converted, so that the watches of one key (a client's recipes
-// and observers often watch it several times over) convert each event
-// once. The events are shared between responses: marshaling only reads
-// them.
+// watches converted, marshaled, so that the watches of one key (a
+// client's recipes and observers often watch it several times over)
+// convert and marshal each event once; responses share the bytes.
 type eventCache struct {
 	mu   sync.Mutex
 	ents [4]cachedEvents
@@ -380,12 +387,12 @@ type cachedEvents struct {
 	ch     *rooms.Change
 	pre    string
 	prevKV bool
-	evs    []*mvccpb.Event
+	evs    [][]byte
 }
 
-// convert returns every event of ch in etcd's form, keys prefixed with
-// pre, with the previous values when prevKV.
-func (c *eventCache) convert(ch *rooms.Change, pre string, prevKV bool) []*mvccpb.Event {
+// convert returns every event of ch in etcd's form, marshaled, keys
+// prefixed with pre, with the previous values when prevKV.
+func (c *eventCache) convert(ch *rooms.Change, pre string, prevKV bool) [][]byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, e := range c.ents {
@@ -393,7 +400,7 @@ func (c *eventCache) convert(ch *rooms.Change, pre string, prevKV bool) []*mvccp
 			return e.evs
 		}
 	}
-	evs := make([]*mvccpb.Event, len(ch.Events))
+	evs := make([][]byte, len(ch.Events))
 	for i, ev := range ch.Events {
 		var e *mvccpb.Event
 		if ev.Type == store.OpPut {
@@ -405,7 +412,11 @@ func (c *eventCache) convert(ch *rooms.Change, pre string, prevKV bool) []*mvccp
 		if prevKV && ev.Prev != nil {
 			e.PrevKv = toKV(pre, *ev.Prev, false)
 		}
-		evs[i] = e
+		b, err := proto.Marshal(e)
+		if err != nil { // a KeyValue of bytes and numbers always marshals
+			panic("etcd: cannot marshal an event: " + err.Error())
+		}
+		evs[i] = b
 	}
 	c.ents[c.next] = cachedEvents{ch: ch, pre: pre, prevKV: prevKV, evs: evs}
 	c.next = (c.next + 1) % len(c.ents)
