@@ -132,8 +132,15 @@ type conn struct {
 	// connecting: the connection holds a place of Server.connects
 	// (admit.go) while it connects.
 	connecting atomic.Bool
-	wake       chan struct{}
-	drained    chan struct{} // the writer took the pending replies
+	// wake: the writer has something to look at (queued messages, the
+	// end of ctx, the sweep's retire). sent: it sent something since the
+	// sweep last looked; idleLooks: looks since it last did (sweeper
+	// only); retire: the sweep asks an idle writer to exit.
+	wake      chan struct{}
+	sent      atomic.Bool
+	retire    atomic.Bool
+	idleLooks uint8
+	drained   chan struct{} // the writer took the pending replies
 
 	inflight sync.Mutex // held while one request is handled
 	stopping bool       // guarded by inflight: take no more requests
@@ -165,8 +172,9 @@ type conn struct {
 	timers            []*time.Timer // stopped by end
 	closing           bool
 	// writerOn: a writer goroutine runs. It starts when something is
-	// queued and exits after writerLinger idle, so an idle socket holds
-	// one goroutine (the reader), not two. stopped: none may start again.
+	// queued and exits after writerIdleLooks looks of the heartbeat sweep
+	// that found it idle, so an idle socket holds no goroutine. stopped:
+	// none may start again.
 	writerOn, stopped bool
 	writing           sync.WaitGroup
 }
@@ -409,7 +417,10 @@ func (c *conn) serve() {
 		context.AfterFunc(c.ctx, func() {
 			_ = c.nc.Close()
 			c.wakeReader()
+			c.nudgeWriter()
 		})
+	} else {
+		context.AfterFunc(c.ctx, c.nudgeWriter)
 	}
 	c.read(true)
 }
@@ -553,9 +564,9 @@ func (c *conn) drop() {
 	c.ws.CloseNow()
 }
 
-// writerLinger is how long an idle writer goroutine waits for more work
-// before exiting.
-const writerLinger = 2 * time.Second
+// writerIdleLooks is how many looks of the heartbeat sweep (one a
+// second at most) must find a writer goroutine idle before it exits.
+const writerIdleLooks = 2
 
 // wakeWriterLocked makes sure a writer runs and will look at the queues.
 // Called with c.mu held.
@@ -565,9 +576,28 @@ func (c *conn) wakeWriterLocked() {
 		c.writing.Add(1)
 		go c.writeLoop()
 	}
+	c.nudgeWriter()
+}
+
+// nudgeWriter makes a running writer look at what changed.
+func (c *conn) nudgeWriter() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
+	}
+}
+
+// lookAtWriter asks a writer that sent nothing for writerIdleLooks looks
+// to exit (heartbeat sweep only).
+func (c *conn) lookAtWriter() {
+	if c.sent.Swap(false) {
+		c.idleLooks = 0
+		return
+	}
+	if c.idleLooks++; c.idleLooks >= writerIdleLooks {
+		c.idleLooks = 0
+		c.retire.Store(true)
+		c.nudgeWriter()
 	}
 }
 
@@ -696,33 +726,30 @@ func (c *conn) replyErr(r *wire.Request, e *Error) {
 	c.reply(m)
 }
 
-// writeLoop sends frames until the connection ends or it has been idle for
-// writerLinger. Only one runs at a time (writerOn).
+// writeLoop sends frames until the connection ends or the heartbeat
+// sweep finds it idle (lookAtWriter). Only one runs at a time (writerOn).
+// It waits on one channel, which everything that concerns it signals: a
+// select over the context, the channel and an idle timer cost each frame
+// a timer armed and removed and three channels locked (about a seventh
+// of a node's CPU when each frame carries one message).
 func (c *conn) writeLoop() {
 	defer c.writing.Done()
-	idle := time.NewTimer(writerLinger)
-	defer idle.Stop()
 	var frame []byte
 	for {
-		select {
-		case <-c.ctx.Done():
+		<-c.wake
+		if c.ctx.Err() != nil {
 			return
-		case <-c.wake:
-			// Let the goroutines already runnable go first: on a busy
-			// node they are writes still fanning out and other sockets'
-			// writers, and what they queue meanwhile goes out in this
-			// frame, not in one more frame and write system call each.
-			// On an idle node nothing else runs and this returns at once.
-			runtime.Gosched()
-		case <-idle.C:
-			if c.retireWriter() {
-				return
-			}
 		}
+		// Let the goroutines already runnable go first: on a busy node
+		// they are writes still fanning out and other sockets' writers,
+		// and what they queue meanwhile goes out in this frame, not in
+		// one more frame and write system call each. On an idle node
+		// nothing else runs and this returns at once.
+		runtime.Gosched()
 		c.sendMu.Lock()
-		var closing bool
+		var sent, closing bool
 		var err error
-		frame, closing, err = c.sendQueued(frame)
+		frame, sent, closing, err = c.sendQueued(frame)
 		c.sendMu.Unlock()
 		if err != nil || closing {
 			return
@@ -732,7 +759,13 @@ func (c *conn) writeLoop() {
 			// it once, not once per chunk), but not on an idle connection.
 			frame = nil
 		}
-		idle.Reset(writerLinger)
+		switch {
+		case sent:
+			c.sent.Store(true)
+			c.retire.Store(false)
+		case c.retire.Swap(false) && c.retireWriter():
+			return
+		}
 	}
 }
 
@@ -774,27 +807,26 @@ func (c *conn) dropSendState() {
 }
 
 // sendQueued sends what is queued, in frames built in frame's buffer,
-// until nothing is; it returns the buffer for reuse. closing reports that
-// the connection is ending and nothing more will be queued. After a write
-// error nothing more is sent and the connection is dropped. Called with
-// sendMu held.
-func (c *conn) sendQueued(frame []byte) ([]byte, bool, error) {
+// until nothing is; it returns the buffer for reuse and whether it sent
+// anything. closing reports that the connection is ending and nothing
+// more will be queued. After a write error nothing more is sent and the
+// connection is dropped. Called with sendMu held.
+func (c *conn) sendQueued(frame []byte) (_ []byte, sent, closing bool, err error) {
 	for {
-		var closing bool
-		var err error
 		frame, closing, err = c.collect(frame[:0], c.send)
 		if err == nil && len(frame) > 0 {
 			err = c.send(frame)
+			sent = true
 		}
 		if err != nil {
 			c.mu.Lock()
 			c.stopped = true
 			c.mu.Unlock()
 			c.cancel()
-			return frame, false, err
+			return frame, sent, false, err
 		}
 		if len(frame) == 0 {
-			return frame, closing, nil
+			return frame, sent, closing, nil
 		}
 	}
 }

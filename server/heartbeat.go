@@ -13,8 +13,8 @@ import (
 // tick: it closes with 4000 one whose socket has not taken a frame within
 // the write timeout (a slow consumer), with 4005 one whose connect did not
 // come in time and with 4001 one that sent nothing for two ping
-// intervals, and gives back the reply buffer of one idle for a ping
-// interval. A runtime timer per
+// intervals, gives back the reply buffer of one idle for a ping interval
+// and lets a writer goroutine idle for two looks exit. A runtime timer per
 // connection did the same; at 16,000 idle connections their firings (a
 // goroutine each) and the timer heap they kept large cost about a fifth
 // of the node's idle CPU.
@@ -85,8 +85,11 @@ func (c *conn) checkHeartbeat(now time.Time) {
 	}
 	iv := c.s.cfg.PingInterval
 	c.mu.Lock()
-	connected := c.sess != nil
+	connected, writing := c.sess != nil, c.writerOn
 	c.mu.Unlock()
+	if writing {
+		c.lookAtWriter()
+	}
 	switch {
 	case !connected && now.Sub(c.opened) > c.s.cfg.ConnectTimeout:
 		c.closeLate(wire.CloseConnectTimeout, "no connect message in time")

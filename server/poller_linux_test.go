@@ -30,7 +30,7 @@ func TestWSIdleConnsHoldNoGoroutine(t *testing.T) {
 		r.until(func(m rawMsg) bool { return m.T == wire.TSnapshot })
 		conns[i] = r
 	}
-	// Writers linger 2 s after their last frame (writerLinger); readers
+	// Writers exit after two idle looks of the heartbeat sweep; readers
 	// park at once. The test's own client connections run no goroutine
 	// while not read.
 	idle := func(when string) {
