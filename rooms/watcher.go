@@ -231,10 +231,10 @@ func (w *Watcher) Close() {
 	defer r.mu.Unlock()
 	if w.state != stClosed {
 		r.removeLocked(w)
-		w.releaseQueue()
-		w.qbytes = 0
 		w.end(ErrWatcherClosed)
 	}
+	w.releaseQueue() // nobody drains a closed watcher
+	w.qbytes = 0
 }
 
 // end moves w to stClosed with err; queued messages stay deliverable.

@@ -133,8 +133,8 @@ type conn struct {
 	// (admit.go) while it connects.
 	connecting atomic.Bool
 	// wake: the writer has something to look at (queued messages, the
-	// end of ctx, the sweep's retire). sent: it sent something since the
-	// sweep last looked; idleLooks: looks since it last did (sweeper
+	// end of ctx, the sweep's retire). sent: a frame was sent since the
+	// sweep last looked (send); idleLooks: looks since one was (sweeper
 	// only); retire: the sweep asks an idle writer to exit.
 	wake      chan struct{}
 	sent      atomic.Bool
@@ -747,9 +747,9 @@ func (c *conn) writeLoop() {
 		// nothing else runs and this returns at once.
 		runtime.Gosched()
 		c.sendMu.Lock()
-		var sent, closing bool
+		var closing bool
 		var err error
-		frame, sent, closing, err = c.sendQueued(frame)
+		frame, closing, err = c.sendQueued(frame)
 		c.sendMu.Unlock()
 		if err != nil || closing {
 			return
@@ -759,11 +759,9 @@ func (c *conn) writeLoop() {
 			// it once, not once per chunk), but not on an idle connection.
 			frame = nil
 		}
-		switch {
-		case sent:
-			c.sent.Store(true)
-			c.retire.Store(false)
-		case c.retire.Swap(false) && c.retireWriter():
+		// Asked to retire: only if nothing was sent since the sweep's
+		// look (send sets sent).
+		if c.retire.Swap(false) && !c.sent.Load() && c.retireWriter() {
 			return
 		}
 	}
@@ -807,26 +805,27 @@ func (c *conn) dropSendState() {
 }
 
 // sendQueued sends what is queued, in frames built in frame's buffer,
-// until nothing is; it returns the buffer for reuse and whether it sent
-// anything. closing reports that the connection is ending and nothing
-// more will be queued. After a write error nothing more is sent and the
-// connection is dropped. Called with sendMu held.
-func (c *conn) sendQueued(frame []byte) (_ []byte, sent, closing bool, err error) {
+// until nothing is; it returns the buffer for reuse. closing reports that
+// the connection is ending and nothing more will be queued. After a write
+// error nothing more is sent and the connection is dropped. Called with
+// sendMu held.
+func (c *conn) sendQueued(frame []byte) ([]byte, bool, error) {
 	for {
+		var closing bool
+		var err error
 		frame, closing, err = c.collect(frame[:0], c.send)
 		if err == nil && len(frame) > 0 {
 			err = c.send(frame)
-			sent = true
 		}
 		if err != nil {
 			c.mu.Lock()
 			c.stopped = true
 			c.mu.Unlock()
 			c.cancel()
-			return frame, sent, false, err
+			return frame, false, err
 		}
 		if len(frame) == 0 {
-			return frame, sent, closing, nil
+			return frame, closing, nil
 		}
 	}
 }
@@ -837,6 +836,7 @@ func (c *conn) sendQueued(frame []byte) (_ []byte, sent, closing bool, err error
 // operations per frame (one each pong of an idle connection). Called with
 // sendMu held.
 func (c *conn) send(frame []byte, more ...[]byte) error {
+	c.sent.Store(true)
 	c.writeStart.Store(time.Now().UnixNano())
 	var err error
 	n := len(frame)

@@ -1024,3 +1024,34 @@ func TestIgnoreLeaseAndValue(t *testing.T) {
 		t.Fatalf("after the lease's revoke: %v, %v; want no key", get, err)
 	}
 }
+
+// Two watches of one key on one connection, one with prev_kv, share the
+// connection's marshaled events for a small change and marshal a change
+// too large to keep for themselves: both ways, each gets etcd's events.
+func TestWatchesOfOneKeySmallAndLargeValues(t *testing.T) {
+	_, _, cli := start(t, servertest.Options{})
+	ctx := servertest.Context(t)
+	plain := cli.Watch(ctx, "/m/k", clientv3.WithCreatedNotify())
+	prev := cli.Watch(ctx, "/m/k", clientv3.WithCreatedNotify(), clientv3.WithPrevKV())
+	next(t, plain)
+	next(t, prev)
+	values := []string{"small", strings.Repeat("L", 40<<10), "small again"}
+	for _, v := range values {
+		if _, err := cli.Put(ctx, "/m/k", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, wch := range map[string]clientv3.WatchChan{"plain": plain, "prev_kv": prev} {
+		for i, ev := range events(t, wch, len(values)) {
+			if string(ev.Kv.Key) != "/m/k" || string(ev.Kv.Value) != values[i] || ev.Kv.Version != int64(i+1) {
+				t.Errorf("%s watch, event %d: %q = %d bytes, version %d; want %d bytes, version %d", name, i, ev.Kv.Key, len(ev.Kv.Value), ev.Kv.Version, len(values[i]), i+1)
+			}
+			switch {
+			case name == "plain" && ev.PrevKv != nil:
+				t.Errorf("plain watch, event %d: a previous value it did not ask for", i)
+			case name == "prev_kv" && i > 0 && (ev.PrevKv == nil || string(ev.PrevKv.Value) != values[i-1]):
+				t.Errorf("prev_kv watch, event %d: previous value %v, want %d bytes", i, ev.PrevKv, len(values[i-1]))
+			}
+		}
+	}
+}

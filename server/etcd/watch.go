@@ -366,7 +366,12 @@ func (w *watch) events(ch *rooms.Change, cache *eventCache) [][]byte {
 			continue
 		}
 		if all == nil {
-			all = cache.convert(ch, w.sp.pre, w.prevKV)
+			if all = cache.convert(ch, w.sp.pre, w.prevKV); all == nil {
+				all = make([][]byte, len(ch.Events)) // too large to keep: this watch's own
+			}
+		}
+		if all[i] == nil {
+			all[i] = etcdEvent(ev, w.sp.pre, w.prevKV)
 		}
 		out = append(out, all[i])
 	}
@@ -390,8 +395,15 @@ type cachedEvents struct {
 	evs    [][]byte
 }
 
+// cachedBytes bounds the keys and values of a change whose events a
+// connection keeps marshaled: the copy stays until four newer changes
+// replace it, outside any budget, and for a large change marshaling is
+// mostly copying anyway, which each watch then does for itself.
+const cachedBytes = 16 << 10
+
 // convert returns every event of ch in etcd's form, marshaled, keys
-// prefixed with pre, with the previous values when prevKV.
+// prefixed with pre, with the previous values when prevKV; nil for a
+// change larger than cachedBytes.
 func (c *eventCache) convert(ch *rooms.Change, pre string, prevKV bool) [][]byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -400,27 +412,42 @@ func (c *eventCache) convert(ch *rooms.Change, pre string, prevKV bool) [][]byte
 			return e.evs
 		}
 	}
+	n := 0
+	for _, ev := range ch.Events {
+		n += len(ev.KV.Key) + len(ev.KV.Value)
+		if prevKV && ev.Prev != nil {
+			n += len(ev.Prev.Value)
+		}
+	}
+	if n > cachedBytes {
+		return nil
+	}
 	evs := make([][]byte, len(ch.Events))
 	for i, ev := range ch.Events {
-		var e *mvccpb.Event
-		if ev.Type == store.OpPut {
-			e = &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: toKV(pre, ev.KV, false)}
-		} else {
-			// etcd's tombstone: the key and the delete's revision.
-			e = &mvccpb.Event{Type: mvccpb.Event_DELETE, Kv: &mvccpb.KeyValue{Key: []byte(pre + etcdKey(ev.KV.Key)), ModRevision: keyRev(ev.KV.ModRev)}}
-		}
-		if prevKV && ev.Prev != nil {
-			e.PrevKv = toKV(pre, *ev.Prev, false)
-		}
-		b, err := proto.Marshal(e)
-		if err != nil { // a KeyValue of bytes and numbers always marshals
-			panic("etcd: cannot marshal an event: " + err.Error())
-		}
-		evs[i] = b
+		evs[i] = etcdEvent(ev, pre, prevKV)
 	}
 	c.ents[c.next] = cachedEvents{ch: ch, pre: pre, prevKV: prevKV, evs: evs}
 	c.next = (c.next + 1) % len(c.ents)
 	return evs
+}
+
+// etcdEvent is ev in etcd's form, marshaled.
+func etcdEvent(ev store.Event, pre string, prevKV bool) []byte {
+	var e *mvccpb.Event
+	if ev.Type == store.OpPut {
+		e = &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: toKV(pre, ev.KV, false)}
+	} else {
+		// etcd's tombstone: the key and the delete's revision.
+		e = &mvccpb.Event{Type: mvccpb.Event_DELETE, Kv: &mvccpb.KeyValue{Key: []byte(pre + etcdKey(ev.KV.Key)), ModRevision: keyRev(ev.KV.ModRev)}}
+	}
+	if prevKV && ev.Prev != nil {
+		e.PrevKv = toKV(pre, *ev.Prev, false)
+	}
+	b, err := proto.Marshal(e)
+	if err != nil { // a KeyValue of bytes and numbers always marshals
+		panic("etcd: cannot marshal an event: " + err.Error())
+	}
+	return b
 }
 
 // cancel ends watch id at the client's request; nothing of it is sent
