@@ -60,6 +60,9 @@ type sessions struct {
 	// from the store, so the record may be attached to this node with no
 	// connection here; the sweeper starts their grace (session_shared.go).
 	unsure map[string]bool
+	// detachFails (shared): detaches that failed since the sweeper last
+	// said how many; only the first of them is logged on its own.
+	detachFails atomic.Int64
 	// taking (shared): the sessions a take of this node is resuming, from
 	// before the store's take until the session is in m.
 	taking map[string]int

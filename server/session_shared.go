@@ -167,8 +167,12 @@ func (ss *sessions) detachRecord(id string, gen int64) {
 	defer cancel()
 	if _, err := ss.shared.DetachSession(ctx, id, gen, ss.grace); err != nil {
 		// The owner is alive and the record attached: the sweeper tries
-		// again, unless its client resumes it meanwhile.
-		ss.log.Warn("server: cannot start a session's grace in the store; trying again", "session", id, "err", err)
+		// again, unless its client resumes it meanwhile. When many clients
+		// leave at once and the store falls behind, a line each would
+		// flood the log: the sweeper counts the others (settleUnsure).
+		if ss.detachFails.Add(1) == 1 {
+			ss.log.Warn("server: cannot start a session's grace in the store; trying again", "session", id, "err", err)
+		}
 		ss.markUnsure(id)
 	}
 }
@@ -189,6 +193,9 @@ func (ss *sessions) markUnsure(id string) {
 // connected session after its grace, and its keys). Those the store
 // cannot answer for stay unsure.
 func (ss *sessions) settleUnsure() {
+	if n := ss.detachFails.Swap(0); n > 1 {
+		ss.log.Warn("server: cannot start the grace of more sessions in the store; trying again", "sessions", n-1)
+	}
 	ss.mu.Lock()
 	ids := make([]string, 0, len(ss.unsure))
 	for id := range ss.unsure {

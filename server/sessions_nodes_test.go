@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -401,6 +403,49 @@ func TestShutdownWithUnsureSessionsAndAStoreNotAnswering(t *testing.T) {
 	n.Stop()
 	if d := time.Since(start); d > timeout {
 		t.Errorf("the shutdown took %v with %d unsure sessions and the store not answering; want it not to wait for their reads (%v each)", d, unsure, timeout)
+	}
+}
+
+// TestFailedDetachesAreCountedNotLoggedEach: when many clients leave at
+// once and the store does not take their detaches, the node logs the
+// first and then how many more, not a line per session (100,000 clients
+// closing together logged 12,014 lines).
+func TestFailedDetachesAreCountedNotLoggedEach(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	st, err := redisstore.New(servertest.Context(t), redisstore.Config{URL: rs.URL(), Prefix: "fd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := &stalledSessions{Store: st}
+	var logs syncBuffer
+	n := servertest.Start(t, servertest.Options{Store: stalled, Server: server.Config{NodeID: "a",
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}})
+	stalled.failDetach.Store(true)
+	const leaving = 30
+	for range leaving {
+		_ = dial(t, n, nil).Close()
+	}
+	waitFor(t, 5*time.Second, "the failed detaches", func() bool { return stalled.detaches.Load() >= leaving })
+	const each, more = "cannot start a session's grace in the store", "cannot start the grace of more sessions"
+	counted := func() int {
+		total := 0
+		for line := range strings.Lines(logs.String()) {
+			switch {
+			case strings.Contains(line, each):
+				total++
+			case strings.Contains(line, more):
+				i := strings.Index(line, "sessions=")
+				k, _ := strconv.Atoi(strings.Fields(line[i+len("sessions="):])[0])
+				total += k
+			}
+		}
+		return total
+	}
+	// The sweeper (a tick of 100 ms here) reports the count.
+	waitFor(t, 5*time.Second, "every failed detach logged or counted", func() bool { return counted() >= leaving })
+	lines := strings.Count(logs.String(), each) + strings.Count(logs.String(), more)
+	if lines > 10 {
+		t.Errorf("%d log lines for %d failed detaches, want the first and counts:\n%s", lines, leaving, logs.String())
 	}
 }
 

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import WebSocket from 'ws';
 import { createClient, jsonCodec, json2Codec, ConflictError, InvalidFilterError, OutcomeUnknownError, type ChangeEvent, type Client, type ClientOptions, type Codec } from '../dist/index.js';
 import { msgpackCodec } from '../dist/msgpack.js';
-import { controlledWebSocket, freePort, replyLosingWebSocket, startServer, tempDataDir, type Server } from './support/server.js';
+import { controlledWebSocket, replyLosingWebSocket, startServer, startServerOnFreePort, tempDataDir, type Server } from './support/server.js';
 import { FakeStorage, fakeWindow, nextEvent, record, sleep, until } from './support/util.js';
 
 const GRACE_MS = 600;
@@ -357,8 +357,9 @@ test('integration: a server restart (memory store: new epoch) — writes wait fo
 test('integration: a server restart on the file store (same epoch) — the watch resumes by replay, exactly the missed revisions', async () => {
   // Same data directory and same port: the restarted server is the same room history, and the
   // client reconnects to the URL it already has.
-  const args = ['--store', 'file', '--data', tempDataDir(), '--addr', `127.0.0.1:${await freePort()}`, '--lease-grace', `${GRACE_MS}ms`];
-  let server = await startServer(args);
+  const started = await startServerOnFreePort(['--store', 'file', '--data', tempDataDir(), '--lease-grace', `${GRACE_MS}ms`]);
+  const args = started.args;
+  let server = started.server;
   const ctl = controlledWebSocket();
   const opts = { url: server.http, reconnect: { minDelayMs: 20, maxDelayMs: 100 } };
   const a = client({ ...opts, WebSocket: ctl.WebSocket });

@@ -51,6 +51,23 @@ export function freePort(): Promise<number> {
   });
 }
 
+/**
+ * Starts a server with `args` on a port that was free a moment ago, and on
+ * another when that one was taken meanwhile (an outgoing socket of this
+ * process may be given it): for a server that must come back on the same
+ * address after a restart. Returns it and the args that start it again.
+ */
+export async function startServerOnFreePort(args: string[]): Promise<{ server: Server; args: string[] }> {
+  for (let attempt = 1; ; attempt++) {
+    const all = [...args, '--addr', `127.0.0.1:${await freePort()}`];
+    try {
+      return { server: await startServer(all), args: all };
+    } catch (e) {
+      if (attempt >= 5) throw e;
+    }
+  }
+}
+
 /** A temporary directory for `--store file --data DIR`, removed when the process exits. */
 export function tempDataDir(): string {
   const dir = mkdtempSync(join(tmpdir(), 'statecast-data-'));
