@@ -409,19 +409,17 @@ func negotiate(r *http.Request) (wire.Codec, bool) {
 // either ends, the socket is closed and both are waited for.
 func (c *conn) serve() {
 	c.s.startHeartbeats()
-	if c.nc != nil {
-		// The reader waits in waitReadable or the idle poller, which no
-		// context interrupts: cancelling c.ctx closes the socket, which
-		// ends a wait, a read and a close handshake in progress (as drop
-		// needs), and wakes a parked reader.
-		context.AfterFunc(c.ctx, func() {
+	context.AfterFunc(c.ctx, func() {
+		if c.nc != nil {
+			// The reader waits in waitReadable or the idle poller, which
+			// no context interrupts: closing the socket ends a wait, a
+			// read and a close handshake in progress (as drop needs), and
+			// wakes a parked reader.
 			_ = c.nc.Close()
 			c.wakeReader()
-			c.nudgeWriter()
-		})
-	} else {
-		context.AfterFunc(c.ctx, c.nudgeWriter)
-	}
+		}
+		c.nudgeWriter() // the writer waits on its wake-up channel alone
+	})
 	c.read(true)
 }
 
