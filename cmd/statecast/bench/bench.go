@@ -154,6 +154,7 @@ type config struct {
 	part, sources, placement string
 	lease                    bool
 	seq                      int
+	server                   string // statecast or centrifugo
 
 	// compare
 	ceilingBin, statecastBin   string
@@ -233,6 +234,7 @@ func parseFlags(args []string, compare bool, errOut io.Writer) (*config, error) 
 	fs.StringVar(&c.placement, "placement", "rr", "scale: rr (connections over the --sub-url nodes in turn) or room (a room's connections on one node)")
 	fs.BoolVar(&c.lease, "lease", false, "scale: each connection holds a session-leased key")
 	fs.IntVar(&c.seq, "seq", 0, "scale-mark: the marked write's number, carried in its value")
+	fs.StringVar(&c.server, "server", "statecast", "scale, scale-mark: what the nodes are: statecast, or centrifugo (Centrifugo v6: its JSON client protocol on /connection/websocket, marked writes by its HTTP API with the key \""+centrifugoAPIKey+"\"; no --lease)")
 	fs.DurationVar(&c.waitIdle, "wait-idle", 0, "before each run, wait up to this long for the other processes of the machine to use under 10% of a CPU (a shared machine)")
 
 	var pos []string

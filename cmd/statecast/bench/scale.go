@@ -45,7 +45,8 @@ import (
 // with its session and resume secret and resumes its subscription from
 // its position. scale-mark makes the marked writes whose delivery the
 // subscribers time (wall clock: every process shares the machine's), and
-// scale-merge adds the processes' reports up.
+// scale-merge adds the processes' reports up. With --server centrifugo
+// the nodes are Centrifugo's instead (scale_centrifugo.go).
 
 // markPrefix starts the value of a marked write: "mark:<seq>:<unix ns>".
 var markPrefix = []byte(`"mark:`)
@@ -103,6 +104,7 @@ type scaleRun struct {
 	sem      chan struct{} // dials in progress
 	conns    []*scaleConn
 	started  time.Time
+	cf       bool // the nodes are Centrifugo's (--server centrifugo): scale_centrifugo.go
 	closing  atomic.Bool
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -212,6 +214,10 @@ func runScale(ctx context.Context, cfg *config, in io.Reader, out, errOut io.Wri
 	if len(cfg.subURLs) == 0 {
 		return errors.New("bench: scale needs the nodes: --sub-url (repeatable)")
 	}
+	cf, err := centrifugoServer(cfg)
+	if err != nil {
+		return err
+	}
 	if cfg.placement != "rr" && cfg.placement != "room" {
 		return fmt.Errorf("bench: --placement must be rr or room, not %q", cfg.placement)
 	}
@@ -220,10 +226,14 @@ func runScale(ctx context.Context, cfg *config, in io.Reader, out, errOut io.Wri
 		return err
 	}
 	r := &scaleRun{cfg: cfg, part: part, parts: parts, started: time.Now(), stop: make(chan struct{}),
-		sem: make(chan struct{}, cfg.dialConc)}
+		sem: make(chan struct{}, cfg.dialConc), cf: cf}
 	r.httpURLs = cfg.subURLs
 	for _, u := range cfg.subURLs {
-		r.nodes = append(r.nodes, wsURL(u))
+		if cf {
+			r.nodes = append(r.nodes, cfWSURL(u))
+		} else {
+			r.nodes = append(r.nodes, wsURL(u))
+		}
 	}
 	for i := range cfg.rooms {
 		r.rooms = append(r.rooms, scaleRoom(cfg.room, i))
@@ -306,12 +316,14 @@ func runScale(ctx context.Context, cfg *config, in io.Reader, out, errOut io.Wri
 			r.reset()
 		case "leases":
 			rep = r.report()
-			n, missing, err := r.countLeases(ctx)
-			if err != nil {
-				rep.Errors++
-				rep.FirstError = "leases: " + err.Error()
+			if !r.cf { // Centrifugo: no sessions, no session-bound keys: the report alone
+				n, missing, err := r.countLeases(ctx)
+				if err != nil {
+					rep.Errors++
+					rep.FirstError = "leases: " + err.Error()
+				}
+				rep.LeaseKeys, rep.MissingKeys = &n, missing
 			}
-			rep.LeaseKeys, rep.MissingKeys = &n, missing
 		default:
 			return fmt.Errorf("bench scale: unknown command %q (want wait, report, reset, leases, quit)", line)
 		}
@@ -387,28 +399,31 @@ func (r *scaleRun) run(c *scaleConn) {
 			case <-time.After(backoff/2 + rand.N(backoff/2)):
 			}
 		}
-		ws, err := r.dial(c, node)
+		var ws *websocket.Conn
+		var err error
+		if r.cf {
+			ws, err = r.cfDial(c, node)
+		} else {
+			ws, err = r.dial(c, node)
+		}
 		if err != nil {
 			failed(err, true)
 			continue
 		}
-		err = r.read(c, ws)
+		if r.cf {
+			err = r.cfRead(c, ws)
+		} else {
+			err = r.read(c, ws)
+		}
 		if r.closing.Load() {
 			return
 		}
-		if c.ready {
-			c.ready = false
-			r.ready.Add(-1)
-		}
-		if now := time.Now().UnixNano(); c.wasReady && c.lostAt == 0 {
-			c.lostAt = now
-			r.losses.Add(1)
-			casMin(&r.firstLostNs, now)
-		}
+		r.lost(c)
 		if !c.subscribed || !c.wasReady {
 			// Refused, or lost before its sub (or first lease write) was
-			// answered.
-			failed(err, false)
+			// answered. (A Centrifugo node shutting down or failing is
+			// left for the next.)
+			failed(err, r.cf && cfMoveOn(err))
 			continue
 		}
 		// Lost: resume at once elsewhere. A node's clients spread over
@@ -425,27 +440,24 @@ func (r *scaleRun) run(c *scaleConn) {
 	}
 }
 
+// lost accounts for c's connection ending: c is no longer ready, and
+// from now on lost if it was ever ready (until it resumes).
+func (r *scaleRun) lost(c *scaleConn) {
+	if c.ready {
+		c.ready = false
+		r.ready.Add(-1)
+	}
+	if now := time.Now().UnixNano(); c.wasReady && c.lostAt == 0 {
+		c.lostAt = now
+		r.losses.Add(1)
+		casMin(&r.firstLostNs, now)
+	}
+}
+
 // dial opens a connection for c to node and sends connect (with c's
 // session, once it has one), its lease write (until one succeeded) and
 // its sub (from its position, once it has one).
 func (r *scaleRun) dial(c *scaleConn, node int) (*websocket.Conn, error) {
-	select {
-	case r.sem <- struct{}{}:
-	case <-r.stop:
-		return nil, errors.New("closing")
-	}
-	defer func() { <-r.sem }()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	ws, resp, err := websocket.Dial(ctx, r.nodes[node], &websocket.DialOptions{
-		HTTPClient:      r.clients[c.local%len(r.clients)],
-		Subprotocols:    []string{"statecast.v2.json"},
-		CompressionMode: websocket.CompressionDisabled,
-	})
-	if err != nil {
-		return nil, busyOf(resp, err)
-	}
-	ws.SetReadLimit(64 << 20)
 	b := make([]byte, 0, 256)
 	b = append(b, `{"t":"connect"`...)
 	if c.session != "" {
@@ -458,8 +470,34 @@ func (r *scaleRun) dial(c *scaleConn, node int) (*websocket.Conn, error) {
 	if r.cfg.lease && !c.leased {
 		b = append(r.leaseWrite(c, b), '\n')
 	}
-	b = r.subRequest(c, b)
-	if err := ws.Write(ctx, websocket.MessageText, b); err != nil {
+	ws, err := r.open(c, node, []string{"statecast.v2.json"}, r.subRequest(c, b))
+	if err == nil {
+		r.pinger.add(libConn{ws})
+	}
+	return ws, err
+}
+
+// open dials node for c (at most --dial-concurrency at a time), sends
+// hello as its first frame and makes the connection c's.
+func (r *scaleRun) open(c *scaleConn, node int, subprotocols []string, hello []byte) (*websocket.Conn, error) {
+	select {
+	case r.sem <- struct{}{}:
+	case <-r.stop:
+		return nil, errors.New("closing")
+	}
+	defer func() { <-r.sem }()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	ws, resp, err := websocket.Dial(ctx, r.nodes[node], &websocket.DialOptions{
+		HTTPClient:      r.clients[c.local%len(r.clients)],
+		Subprotocols:    subprotocols,
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		return nil, busyOf(resp, err) // a full or busy node answers 503
+	}
+	ws.SetReadLimit(64 << 20)
+	if err := ws.Write(ctx, websocket.MessageText, hello); err != nil {
 		ws.CloseNow()
 		return nil, err
 	}
@@ -471,7 +509,6 @@ func (r *scaleRun) dial(c *scaleConn, node int) (*websocket.Conn, error) {
 	}
 	c.ws, c.node = ws, int32(node)
 	c.mu.Unlock()
-	r.pinger.add(libConn{ws})
 	c.subscribed, c.replayed, c.tries = false, 0, 0
 	return ws, nil
 }
@@ -1018,6 +1055,11 @@ const markConns = 50
 func runScaleMark(ctx context.Context, cfg *config, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
+	if cf, err := centrifugoServer(cfg); err != nil {
+		return err
+	} else if cf {
+		return runScaleMarkCentrifugo(ctx, cfg, out)
+	}
 	urls := append([]string{cfg.url}, cfg.subURLs...)
 	var conns []*websocket.Conn
 	var err error

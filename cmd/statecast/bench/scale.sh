@@ -31,6 +31,16 @@
 # would end their sessions), NODE_TIMEOUT (10s), MAX_CONNECTIONS (the nodes'), DIAL_CONC
 # (connections each client process opens at a time: 50), JSON_LOG (a file: every merged report is
 # appended to it), KEEP_LOGS (1: keep the nodes' and the clients' logs).
+#
+# SERVER=centrifugo CENTRIFUGO_BIN=PATH: the nodes are Centrifugo v6 (a
+# binary of your own; none is part of this repository) on the same
+# redis-server, each with its config file in the run's directory: Redis
+# engine, history (20000, 1h) with recovery and positioning forced, client
+# insecure (no tokens), client.connection_limit MAX_CONNECTIONS; the
+# clients speak its JSON protocol and resume by recovery from their offset.
+# No sessions: no session-bound keys; instead of the snapshot reads, the
+# nodes' centrifugo_client_recover counts. MAX_CONNECTING, LEASE_GRACE and
+# NODE_TIMEOUT do not apply.
 set -euo pipefail
 . "$(dirname "$0")/redis-writes.sh"
 trap 'exit 143' TERM INT
@@ -42,9 +52,19 @@ IDLE=${IDLE:-30s} TIMEOUT=${TIMEOUT:-600s} LEASE_GRACE=${LEASE_GRACE:-120s} NODE
 case $SHAPE in
 rooms) ROOMS=${ROOMS:-1000} PLACEMENT=${PLACEMENT:-room} ;;
 one) ROOMS=1 PLACEMENT=${PLACEMENT:-rr} ;;
-*) sed -n '2,32p' "$0"; exit 2 ;;
+*) sed -n '2,43p' "$0"; exit 2 ;;
 esac
 ROOM=scale$RANDOM
+SERVER=${SERVER:-statecast}
+SERVER_FLAG=()
+case $SERVER in
+statecast) ;;
+centrifugo)
+	CENTRIFUGO_BIN=${CENTRIFUGO_BIN:?SERVER=centrifugo needs CENTRIFUGO_BIN, the centrifugo binary}
+	SERVER_FLAG=(--server centrifugo)
+	;;
+*) echo "scale.sh: SERVER is statecast or centrifugo, not $SERVER" >&2; exit 2 ;;
+esac
 
 ulimit -n "$(ulimit -Hn)"
 FD_LIMIT=$(ulimit -n)
@@ -72,11 +92,51 @@ metric() { # metric NAME: its sum over the live nodes, each as "pid value"
 		echo "${NPIDS[$i]} $({ curl -sf "${URLS[$i]}/metrics" || true; } | awk -v n="$1" '$1 ~ "^"n { s += $NF } END { printf "%d", s }')"
 	done
 }
+cf_metric() { # cf_metric NAME LABEL: the sum of Centrifugo's counter NAME{…LABEL…} over the live nodes, each as "pid value"
+	local i
+	for i in "${!URLS[@]}"; do
+		kill -0 "${NPIDS[$i]}" 2>/dev/null || continue
+		echo "${NPIDS[$i]} $({ curl -sf "${URLS[$i]}/metrics" || true; } | awk -v n="$1{" -v l="$2" 'index($1, n) == 1 && (index($1, "{" l) || index($1, "," l)) { s += $NF } END { printf "%d", s }')"
+	done
+}
+recovers() { # the nodes' recoveries so far, by outcome: "pid yes no" each
+	join <(cf_metric centrifugo_client_recover 'recovered="yes"' | sort) <(cf_metric centrifugo_client_recover 'recovered="no"' | sort)
+}
+recover_delta() { # recover_delta BEFORE AFTER: the recoveries the nodes counted meanwhile
+	echo "recovered $(delta "$(cut -d' ' -f1,2 <<<"$1")" "$(cut -d' ' -f1,2 <<<"$2")"), not recovered $(delta "$(cut -d' ' -f1,3 <<<"$1")" "$(cut -d' ' -f1,3 <<<"$2")")"
+}
 delta() { # delta BEFORE AFTER: what the nodes' counters gained (a restarted node from 0)
 	awk 'NR == FNR { b[$1] = $2; next } { s += $2 - b[$1] } END { print s + 0 }' <(echo "$1") <(echo "$2")
 }
 
+cf_node() { # cf_node I: Centrifugo node I on its address, its config in $DIR/centrifugo-I.json, its pid in NPID
+	local addr=${ADDRS[$1]} conf=$DIR/centrifugo-$1.json
+	cat >"$conf" <<JSON
+{"http_server": {"address": "${addr%:*}", "port": ${addr##*:}},
+ "http_api": {"key": "bench"},
+ "log": {"level": "warn"}, "health": {"enabled": true}, "prometheus": {"enabled": true},
+ "usage_stats": {"disabled": true},
+ "client": {"insecure": true, "connection_limit": $MAXC},
+ "engine": {"type": "redis", "redis": {"address": ["redis://127.0.0.1:$RPORT"]}},
+ "channel": {"without_namespace": {"history_size": 20000, "history_ttl": "3600s",
+  "force_recovery": true, "force_positioning": true}}}
+JSON
+	# Without CENTRIFUGO_BIN in its environment: Centrifugo takes CENTRIFUGO_* for its own.
+	env -u CENTRIFUGO_BIN "$CENTRIFUGO_BIN" --config "$conf" >>"$DIR/node-$addr.log" 2>&1 &
+	NPID=$!
+	PIDS+=("$NPID")
+	for _ in $(seq 100); do curl -sf "http://$addr/health" >/dev/null && return; sleep 0.1; done
+	echo "scale.sh: centrifugo on $addr did not become healthy:" >&2
+	tail -5 "$DIR/node-$addr.log" >&2
+	return 1
+}
+
 start_node() { # start_node I: node I on its address (a restart keeps it)
+	if [ "$SERVER" = centrifugo ]; then
+		cf_node "$1"
+		NPIDS[$1]=$NPID
+		return
+	fi
 	node "$BIN" "${ADDRS[$1]}" "redis://127.0.0.1:$RPORT/0" --max-connections "$MAXC" \
 		--lease-grace "$LEASE_GRACE" --node-timeout "$NODE_TIMEOUT" "${CONNECTING_FLAG[@]}"
 	NPIDS[$1]=$NPID
@@ -87,8 +147,9 @@ start_clients() {
 	local p args u fd
 	for p in $(seq 0 $((PROCS - 1))); do
 		mkfifo "$DIR/in.$p"
-		args=(--part "$p/$PROCS" --conns "$CONNS" --rooms "$ROOMS" --room "$ROOM" --placement "$PLACEMENT" --lease
-			--source "127.0.$((p + 1)).1-127.0.$((p + 1)).$SOURCES" --timeout "$TIMEOUT" --dial-concurrency "${DIAL_CONC:-50}")
+		args=(--part "$p/$PROCS" --conns "$CONNS" --rooms "$ROOMS" --room "$ROOM" --placement "$PLACEMENT")
+		if [ "$SERVER" = centrifugo ]; then args+=("${SERVER_FLAG[@]}"); else args+=(--lease); fi
+		args+=(--source "127.0.$((p + 1)).1-127.0.$((p + 1)).$SOURCES" --timeout "$TIMEOUT" --dial-concurrency "${DIAL_CONC:-50}")
 		for u in "${URLS[@]}"; do args+=(--sub-url "$u"); done
 		"$BIN" bench scale "${args[@]}" <"$DIR/in.$p" >"$DIR/out.$p" 2>"$DIR/err.$p" &
 		CPIDS+=($!)
@@ -154,20 +215,25 @@ peak_rss() { # the nodes' peak RSS (VmHWM) in MB, and Redis's
 
 NEW_SESSIONS=0
 resumed_row() { # resumed_row LABEL: how the clients of the last storm came back
+	if [ "$SERVER" = centrifugo ]; then
+		row "$1" "$(m '"\(.resumes) of \(.losses) resumed in \(.resume_all_s * 100 | round / 100) s (p50 \(.resume_p50_ms | round) ms, p99 \(.resume_p99_ms | round) ms); recovered with publications \(.by_replay), recovered with none missed \(.by_synced), not recovered \(.by_snapshot); refused or failed dials \(.dial_failures) (busy: \(.busy // 0))\(.first_dial_error // "" | if . == "" then "" else " (the first: " + . + ")" end); gaps \(.gaps); errors \(.errors)\(.first_error // "" | if . == "" then "" else " (the first: " + . + ")" end)"')"
+		return
+	fi
 	NEW_SESSIONS=$((NEW_SESSIONS + $(m .session_new)))
 	row "$1" "$(m '"\(.resumes) of \(.losses) resumed in \(.resume_all_s * 100 | round / 100) s (p50 \(.resume_p50_ms | round) ms, p99 \(.resume_p99_ms | round) ms); by replay \(.by_replay), synced \(.by_synced), snapshot \(.by_snapshot); session kept \(.session_resumed), new \(.session_new); refused or failed dials \(.dial_failures) (busy: \(.busy // 0))\(.first_dial_error // "" | if . == "" then "" else " (the first: " + . + ")" end); gaps \(.gaps); errors \(.errors)\(.first_error // "" | if . == "" then "" else " (the first: " + . + ")" end)"')"
 }
 
 mark() { # mark SEQ: one marked write to every room, until all delivered (or 30 s)
 	ask reset
-	"$BIN" bench scale-mark --url "${URLS[0]}" $(printf -- "--sub-url %s " "${URLS[@]}") --rooms "$ROOMS" --room "$ROOM" --seq "$1" >/dev/null
+	"$BIN" bench scale-mark "${SERVER_FLAG[@]}" --url "${URLS[0]}" $(printf -- "--sub-url %s " "${URLS[@]}") --rooms "$ROOMS" --room "$ROOM" --seq "$1" >/dev/null
 	local deadline=$((SECONDS + 30))
 	while ask report && [ "$(m .marks)" -lt "$CONNS" ] && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
 	ask reset
 	row "marked write $1 to each of $ROOMS rooms: delivered" "$(m '"\(.marks) of '"$CONNS"'; p50 \(.mark_p50_ms * 10 | round / 10) ms, p99 \(.mark_p99_ms * 10 | round / 10) ms, the last \(.mark_max_ms * 10 | round / 10) ms; connections by marks received \(.marks_per_conn | tojson)"')"
 }
 
-leases() { # leases LABEL: the session-bound keys in the store
+leases() { # leases LABEL: the session-bound keys in the store (none with Centrifugo)
+	[ "$SERVER" = statecast ] || return 0
 	ask leases
 	row "$1" "$(m '"\(.lease_keys) of '"$CONNS"'\(.missing_keys // [] | if length > 0 then "; missing: " + join(", ") else "" end)"')"
 }
@@ -185,7 +251,12 @@ for i in $(seq 0 $((NODES - 1))); do
 	URLS[i]=http://${ADDRS[i]}
 	start_node "$i"
 done
-row "run" "$(date -u +%FT%TZ), $SHAPE: $CONNS connections, $ROOMS rooms, $NODES nodes (--max-connections $MAXC, --max-connecting ${MAX_CONNECTING:-default}, file limit $FD_LIMIT), $PROCS client processes × $SOURCES source addresses, placement $PLACEMENT"
+if [ "$SERVER" = centrifugo ]; then
+	NODE_DESC="Centrifugo $("$CENTRIFUGO_BIN" version | awk '{ print $2 }') nodes (client.connection_limit $MAXC, file limit $FD_LIMIT)"
+else
+	NODE_DESC="nodes (--max-connections $MAXC, --max-connecting ${MAX_CONNECTING:-default}, file limit $FD_LIMIT)"
+fi
+row "run" "$(date -u +%FT%TZ), $SHAPE: $CONNS connections, $ROOMS rooms, $NODES $NODE_DESC, $PROCS client processes × $SOURCES source addresses, placement $PLACEMENT"
 RSS0=()
 for i in "${!NPIDS[@]}"; do RSS0[i]=$(rss_kb "${NPIDS[$i]}"); done
 REDIS_RSS0=$(rss_kb "$RPID")
@@ -220,7 +291,7 @@ mark 1
 # others may not hold them all (file limit): the rest wait for its restart.
 k=$((NODES - 1))
 ask reset
-loads0=$(metric statecast_room_loads_total)
+if [ "$SERVER" = centrifugo ]; then loads0=$(recovers); else loads0=$(metric statecast_room_loads_total); fi
 kill -KILL "${NPIDS[$k]}"
 sleep 1
 if [ "$CONNS" -le $(((NODES - 1) * MAXC)) ]; then
@@ -232,22 +303,31 @@ row "SIGKILL node $((k + 1)): back before its restart" "$(m .ready) of $(m .conn
 start_node "$k"
 wait_all "SIGKILL node $((k + 1))" || true
 resumed_row "SIGKILL node $((k + 1)): resumed"
-row "… snapshot reads (room loads) of the nodes" "$(delta "$loads0" "$(metric statecast_room_loads_total)")"
-row "… peak RSS" "$(peak_rss)"
-sleep "$(($(secs "$NODE_TIMEOUT") * 2))" # the dead node's sessions are claimed by the others
-leases "… session-bound keys, $((2 * $(secs "$NODE_TIMEOUT"))) s later"
+if [ "$SERVER" = centrifugo ]; then
+	row "… recoveries the nodes counted (centrifugo_client_recover)" "$(recover_delta "$loads0" "$(recovers)")"
+	row "… peak RSS" "$(peak_rss)"
+else
+	row "… snapshot reads (room loads) of the nodes" "$(delta "$loads0" "$(metric statecast_room_loads_total)")"
+	row "… peak RSS" "$(peak_rss)"
+	sleep "$(($(secs "$NODE_TIMEOUT") * 2))" # the dead node's sessions are claimed by the others
+	leases "… session-bound keys, $((2 * $(secs "$NODE_TIMEOUT"))) s later"
+fi
 mark 2
 
 # Storm 2: a rolling SIGTERM restart, each node back before the next goes.
 for i in "${!NPIDS[@]}"; do
 	ask reset
-	loads0=$(metric statecast_room_loads_total)
+	if [ "$SERVER" = centrifugo ]; then loads0=$(recovers); else loads0=$(metric statecast_room_loads_total); fi
 	t0=$(date +%s.%N)
 	stop "${NPIDS[$i]}"
 	start_node "$i"
 	wait_all "SIGTERM node $((i + 1))" || true
 	resumed_row "SIGTERM node $((i + 1)) (stopped, restarted, all back: $(since "$t0") s)"
-	row "… snapshot reads (room loads)" "$(delta "$loads0" "$(metric statecast_room_loads_total)")"
+	if [ "$SERVER" = centrifugo ]; then
+		row "… recoveries the nodes counted (centrifugo_client_recover)" "$(recover_delta "$loads0" "$(recovers)")"
+	else
+		row "… snapshot reads (room loads)" "$(delta "$loads0" "$(metric statecast_room_loads_total)")"
+	fi
 done
 row "rolling restart: peak RSS" "$(peak_rss)"
 leases "session-bound keys, after the storms"
@@ -263,8 +343,14 @@ for fd in "${FDS[@]}"; do echo quit >&"$fd"; done
 for p in "${CPIDS[@]}"; do timeout 30 tail --pid="$p" -f /dev/null || true; done
 
 # What the nodes warned about, restarts included.
-while read -r n msg; do row "node log: $msg" "$n times"; done < <(cat "$DIR"/node-*.log 2>/dev/null |
-	sed -n 's/.*level=\(WARN\|ERROR\) msg=\("[^"]*"\|[^ ]*\).*/\2/p' | sort | uniq -c | sort -rn | head -n 8)
+if [ "$SERVER" = centrifugo ]; then
+	# Centrifugo logs JSON lines when not on a terminal.
+	while read -r n msg; do row "node log: $msg" "$n times"; done < <(cat "$DIR"/node-*.log 2>/dev/null |
+		jq -rR 'fromjson? | select(.level == "warn" or .level == "error") | "\(.level): \(.message)"' | sort | uniq -c | sort -rn | head -n 8)
+else
+	while read -r n msg; do row "node log: $msg" "$n times"; done < <(cat "$DIR"/node-*.log 2>/dev/null |
+		sed -n 's/.*level=\(WARN\|ERROR\) msg=\("[^"]*"\|[^ ]*\).*/\2/p' | sort | uniq -c | sort -rn | head -n 8)
+fi
 
 echo
 printf '%s\n' "${ROWS[@]}" | column -t -s $'\t'
