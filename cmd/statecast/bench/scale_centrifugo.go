@@ -364,6 +364,9 @@ func runScaleMarkCentrifugo(ctx context.Context, cfg *config, out io.Writer) err
 	workers := min(markConns, cfg.rooms)
 	hc := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: workers}}
 	defer hc.CloseIdleConnections()
+	// Every publication carries the mark's start, as statecast's marked
+	// writes (sent in one frame a connection) do: the figure is from the
+	// start of the mark until delivered, the sending of all included.
 	first := time.Now()
 	errs := make(chan error, workers)
 	for k := range workers {
@@ -374,7 +377,7 @@ func runScaleMarkCentrifugo(ctx context.Context, cfg *config, out io.Writer) err
 				for range urls {
 					// Only a publication that was never sent is sent again
 					// (a channel would get two).
-					if err = cfPublish(ctx, hc, urls[node], scaleRoom(cfg.room, i), cfg.seq); err == nil || !isDialError(err) {
+					if err = cfPublish(ctx, hc, urls[node], scaleRoom(cfg.room, i), cfg.seq, first.UnixNano()); err == nil || !isDialError(err) {
 						break
 					}
 					node = (node + 1) % len(urls)
@@ -400,12 +403,12 @@ func runScaleMarkCentrifugo(ctx context.Context, cfg *config, out io.Writer) err
 		"answered_ms": float64(time.Since(first)) / 1e6})
 }
 
-// cfPublish publishes the marked write seq to channel through node base's
-// HTTP API.
-func cfPublish(ctx context.Context, hc *http.Client, base, channel string, seq int) error {
+// cfPublish publishes the marked write seq, stamped sent, to channel
+// through node base's HTTP API.
+func cfPublish(ctx context.Context, hc *http.Client, base, channel string, seq int, sent int64) error {
 	b := append([]byte(`{"channel":`), strconv.Quote(channel)...)
 	b = append(b, `,"data":`...)
-	b = append(b, markValue(uint64(seq), time.Now().UnixNano())...)
+	b = append(b, markValue(uint64(seq), sent)...)
 	b = append(b, '}')
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/api/publish", bytes.NewReader(b))
 	if err != nil {
