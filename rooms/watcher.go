@@ -121,8 +121,13 @@ func (w *Watcher) signal() {
 var queues = sync.Pool{New: func() any { return new([]Message) }}
 
 const (
-	queueCap  = 64   // entries a new queue buffer has room for
-	queueKeep = 1024 // a buffer grown past this by a burst is not pooled
+	// queueFirst is the room a new queue buffer has: a write to a room of
+	// 100,000 idle watchers (whose buffers the collector has taken back)
+	// queues one message each, and 64 entries (5 KiB) each made that one
+	// write allocate 500 MB. A busy watcher's buffer grows by append and
+	// is pooled at the size it grew to.
+	queueFirst = 4
+	queueKeep  = 1024 // a buffer grown past this by a burst is not pooled
 )
 
 // push queues m. Called with the room's lock held.
@@ -131,7 +136,7 @@ func (w *Watcher) push(m Message) {
 		w.qbuf = queues.Get().(*[]Message)
 		w.q = (*w.qbuf)[:0]
 		if cap(w.q) == 0 {
-			w.q = make([]Message, 0, queueCap)
+			w.q = make([]Message, 0, queueFirst)
 		}
 	}
 	w.q = append(w.q, m)
