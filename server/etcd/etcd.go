@@ -216,16 +216,18 @@ type caller struct {
 // or as "token" (what etcd clients send after Authenticate, authServer).
 func (s *Server) caller(ctx context.Context) (caller, error) {
 	var c caller
-	if p, ok := peer.FromContext(ctx); ok {
+	if cs, ok := ctx.Value(connKey{}).(*connState); ok && cs.addr != "" {
+		c.addr = cs.addr
+	} else if p, ok := peer.FromContext(ctx); ok {
 		c.addr = p.Addr.String()
 	}
+	// The two keys alone: FromIncomingContext would copy every header.
 	token := ""
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get("authorization"); len(v) > 0 {
+	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
 		if scheme, t, ok := strings.Cut(v[0], " "); ok && strings.EqualFold(scheme, "Bearer") {
 			token = strings.TrimSpace(t)
 		}
-	} else if v := md.Get(rpctypes.TokenFieldNameGRPC); len(v) > 0 {
+	} else if v := metadata.ValueFromIncomingContext(ctx, rpctypes.TokenFieldNameGRPC); len(v) > 0 {
 		token = v[0]
 	}
 	claims, err := s.node.Identify(ctx, token, c.addr)
@@ -473,10 +475,16 @@ const bytesTag, bytesEnd = `{"$bytes":"`, `"}`
 
 // toValue turns etcd bytes into a room's value.
 func toValue(b []byte) ([]byte, error) {
-	if len(b) > 0 && b[0] != '"' && !isTagged(b) {
+	if len(b) > 0 && mayBeJSON(b[0]) && !isTagged(b) {
 		if v, err := wire.ValueFromJSON(b); err == nil && bytes.Equal(v, b) {
 			return v, nil
 		}
+	}
+	if plainText(b) {
+		// What json.Marshal would make of it, without its passes over b
+		// (the common etcd value: printable text, not JSON).
+		v := make([]byte, 0, len(b)+2)
+		return append(append(append(v, '"'), b...), '"'), nil
 	}
 	if !utf8.Valid(b) {
 		v := make([]byte, 0, len(bytesTag)+base64.StdEncoding.EncodedLen(len(b))+len(bytesEnd))
@@ -489,6 +497,23 @@ func toValue(b []byte) ([]byte, error) {
 		return nil, status.Error(codes.InvalidArgument, "statecast: "+err.Error())
 	}
 	return v, nil
+}
+
+// mayBeJSON says whether a value starting with c may be JSON text other
+// than a string (which toValue stores as the text it is).
+func mayBeJSON(c byte) bool {
+	return c == '{' || c == '[' || c == '-' || c >= '0' && c <= '9' || c == 't' || c == 'f' || c == 'n'
+}
+
+// plainText says whether b is printable ASCII that a JSON string holds
+// as is: no quote, backslash or control character.
+func plainText(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // isTagged says whether v is {"$bytes":"<base64>"}, as this API writes
@@ -643,6 +668,7 @@ type rpcKey struct{}
 
 // connState is what the watches of one connection share.
 type connState struct {
+	addr    string // the client's address, formatted once a connection
 	watches atomic.Int64
 	queued  *semaphore.Weighted // bytes of events taken and not yet sent
 	events  eventCache
@@ -651,8 +677,12 @@ type connState struct {
 // replyHold is the bytes of the server's reply budget an RPC holds.
 type replyHold struct{ n int64 }
 
-func (t rpcTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connKey{}, t.s.newConnState())
+func (t rpcTagger) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	cs := t.s.newConnState()
+	if info != nil && info.RemoteAddr != nil {
+		cs.addr = info.RemoteAddr.String()
+	}
+	return context.WithValue(ctx, connKey{}, cs)
 }
 func (rpcTagger) HandleConn(context.Context, stats.ConnStats) {}
 func (rpcTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
