@@ -102,9 +102,13 @@ node() { # node BIN ADDR STORE [flags…]: start statecast serve, its pid in NPI
 	"$bin" serve --store "$st" --addr "$addr" --write-rate 1000000 --history 20000 --log-level warn "$@" >>"$DIR/node-$addr.log" 2>&1 & # >>: a restart on the same address keeps the log
 	NPID=$!
 	PIDS+=("$NPID")
-	for _ in $(seq 100); do curl -sf "http://$addr/readyz" >/dev/null && return; sleep 0.1; done
-	echo "redis-writes.sh: statecast serve on $addr did not become ready:" >&2
-	tail -5 "$DIR/node-$addr.log" >&2
+	await "http://$addr/readyz" "statecast serve on $addr" "$DIR/node-$addr.log"
+}
+
+await() { # await URL WHAT LOG: until URL answers 2xx (10 s), else WHAT's log and failure
+	for _ in $(seq 100); do curl -sf "$1" >/dev/null && return; sleep 0.1; done
+	echo "redis-writes.sh: $2 did not become ready:" >&2
+	tail -5 "$3" >&2
 	return 1
 }
 

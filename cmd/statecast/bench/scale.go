@@ -576,6 +576,20 @@ func (r *scaleRun) read(c *scaleConn, ws *websocket.Conn) error {
 		c.mu.Unlock()
 		ws.CloseNow()
 	}()
+	return readLines(ws, func(line []byte, now int64) error {
+		if !r.message(c, line, now) {
+			return errRefused
+		}
+		return nil
+	})
+}
+
+var errRefused = errors.New("the server refused the sub or the lease write")
+
+// readLines reads ws's frames until it ends or line fails, handing line
+// each message of a frame (they are separated by newlines) with the
+// frame's arrival time.
+func readLines(ws *websocket.Conn, line func(msg []byte, now int64) error) error {
 	for {
 		_, rd, err := ws.Reader(context.Background())
 		if err != nil {
@@ -584,15 +598,14 @@ func (r *scaleRun) read(c *scaleConn, ws *websocket.Conn) error {
 		bp := scaleBufs.Get().(*[]byte)
 		buf, err := readFrame(rd, (*bp)[:0])
 		now := time.Now().UnixNano()
-		keep := true
-		for frame := buf; err == nil && len(frame) > 0 && keep; {
-			line := frame
+		for frame := buf; err == nil && len(frame) > 0; {
+			msg := frame
 			if i := bytes.IndexByte(frame, '\n'); i >= 0 {
-				line, frame = frame[:i], frame[i+1:]
+				msg, frame = frame[:i], frame[i+1:]
 			} else {
 				frame = nil
 			}
-			keep = r.message(c, line, now)
+			err = line(msg, now)
 		}
 		if cap(buf) <= 64<<10 {
 			*bp = buf
@@ -600,9 +613,6 @@ func (r *scaleRun) read(c *scaleConn, ws *websocket.Conn) error {
 		}
 		if err != nil {
 			return err
-		}
-		if !keep {
-			return errors.New("the server refused the sub or the lease write")
 		}
 	}
 }

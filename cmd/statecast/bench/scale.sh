@@ -125,10 +125,7 @@ JSON
 	env -u CENTRIFUGO_BIN "$CENTRIFUGO_BIN" --config "$conf" >>"$DIR/node-$addr.log" 2>&1 &
 	NPID=$!
 	PIDS+=("$NPID")
-	for _ in $(seq 100); do curl -sf "http://$addr/health" >/dev/null && return; sleep 0.1; done
-	echo "scale.sh: centrifugo on $addr did not become healthy:" >&2
-	tail -5 "$DIR/node-$addr.log" >&2
-	return 1
+	await "http://$addr/health" "centrifugo on $addr" "$DIR/node-$addr.log"
 }
 
 start_node() { # start_node I: node I on its address (a restart keeps it)

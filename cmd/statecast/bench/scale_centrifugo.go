@@ -153,46 +153,26 @@ func (r *scaleRun) cfRead(c *scaleConn, ws *websocket.Conn) error {
 		c.mu.Unlock()
 		ws.CloseNow()
 	}()
-	for {
-		_, rd, err := ws.Reader(context.Background())
-		if err != nil {
-			if code := websocket.CloseStatus(err); cfTerminal(code) {
-				r.fail("connection %d: the server closed it for good: %v", c.idx, err)
-			}
-			return err
+	err := readLines(ws, func(line []byte, now int64) error {
+		switch r.cfMessage(c, line, now) {
+		case cfPong:
+			return cfWrite(ws, cfPongMsg)
+		case cfResubscribe:
+			return cfWrite(ws, r.cfSubRequest(c, nil))
+		case cfRetry:
+			r.retryLater(c, ws, r.cfSubRequest(c, nil))
+		case cfEnd:
+			return errCfEnd
 		}
-		bp := scaleBufs.Get().(*[]byte)
-		buf, err := readFrame(rd, (*bp)[:0])
-		now := time.Now().UnixNano()
-		act := cfNone
-		for frame := buf; err == nil && len(frame) > 0 && act != cfEnd; {
-			line := frame
-			if i := bytes.IndexByte(frame, '\n'); i >= 0 {
-				line, frame = frame[:i], frame[i+1:]
-			} else {
-				frame = nil
-			}
-			switch act = r.cfMessage(c, line, now); act {
-			case cfPong:
-				err = cfWrite(ws, cfPongMsg)
-			case cfResubscribe:
-				err = cfWrite(ws, r.cfSubRequest(c, nil))
-			case cfRetry:
-				r.retryLater(c, ws, r.cfSubRequest(c, nil))
-			}
-		}
-		if cap(buf) <= 64<<10 {
-			*bp = buf
-			scaleBufs.Put(bp)
-		}
-		if err != nil {
-			return err
-		}
-		if act == cfEnd {
-			return errors.New("the server refused the connect or the subscribe, or dropped it")
-		}
+		return nil
+	})
+	if cfTerminal(websocket.CloseStatus(err)) {
+		r.fail("connection %d: the server closed it for good: %v", c.idx, err)
 	}
+	return err
 }
+
+var errCfEnd = errors.New("the server refused the connect or the subscribe, or dropped it")
 
 // cfWrite sends one message on ws from its reader.
 func cfWrite(ws *websocket.Conn, b []byte) error {
@@ -356,8 +336,8 @@ func skipSpace(b []byte) []byte {
 
 // runScaleMarkCentrifugo makes one marked publication to each of --rooms
 // channels through Centrifugo's HTTP API (POST /api/publish, X-API-Key)
-// of --url and the --sub-url nodes, markConns requests at a time, each
-// stamped with its own send time; a node that refuses the connection is
+// of --url and the --sub-url nodes, markConns requests at a time, all
+// stamped with the mark's start; a node that refuses the connection is
 // left for the next.
 func runScaleMarkCentrifugo(ctx context.Context, cfg *config, out io.Writer) error {
 	urls := append([]string{cfg.url}, cfg.subURLs...)
