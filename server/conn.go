@@ -88,9 +88,13 @@ const maxPendingReplies = 1 << 20
 type conn struct {
 	s    *Server
 	ws   *websocket.Conn
-	nc   net.Conn      // ws's socket
-	sock *sockConn     // nc as ws reads it, behind what waitReadable read
-	br   *bufio.Reader // ws's read buffer
+	nc   net.Conn     // ws's socket
+	sock *sockConn    // nc as ws reads it, behind what waitReadable read
+	fw   *frameWriter // nc as ws writes it
+	// flusher: the flusher sending this connection's queue, if one is
+	// (flushers.go).
+	flusher atomic.Pointer[flusher]
+	br      *bufio.Reader // ws's read buffer
 	// brMu orders the reader's look at br (readIdle) before any close
 	// handshake, which reads br from another goroutine; wsClosing is set
 	// under it by closeWS.
@@ -173,12 +177,14 @@ type conn struct {
 	prefixes, filters int
 	timers            []*time.Timer // stopped by end
 	closing           bool
-	// writerOn: a writer goroutine runs. It starts when something is
-	// queued and exits after writerIdleLooks looks of the heartbeat sweep
-	// that found it idle, so an idle socket holds no goroutine. stopped:
-	// none may start again.
-	writerOn, stopped bool
-	writing           sync.WaitGroup
+	// flushing: the connection waits for a flusher, or one sends its
+	// queue (flushers.go); writerOn: a writer goroutine of its own runs,
+	// for a socket that does not take its frames at once. It exits after
+	// writerIdleLooks looks of the heartbeat sweep that found it idle.
+	// An idle socket holds neither. stopped: none may start again.
+	// writing counts the flush or the writer (one at a time).
+	flushing, writerOn, stopped bool
+	writing                     sync.WaitGroup
 }
 
 // sub is one subscription of a conn.
@@ -187,9 +193,13 @@ type sub struct {
 	room    string
 	w       *rooms.Watcher
 	prev    bool
-	nprefix int         // key prefixes it holds of the connection's budget
-	nfilter int         // 1 when it holds a filter of the connection's budget
-	queued  bool        // in conn.ready; guarded by conn.mu
+	nprefix int  // key prefixes it holds of the connection's budget
+	nfilter int  // 1 when it holds a filter of the connection's budget
+	queued  bool // in conn.ready; guarded by conn.mu
+	// started: its first messages (a snapshot or a replay, which a
+	// flusher leaves to a writer of the connection's own) were collected;
+	// guarded by conn.sendMu.
+	started bool
 	active  atomic.Bool // ok sent: its messages may follow
 	gone    atomic.Bool // unsubscribed by the client, or the connection ended
 }
@@ -254,10 +264,13 @@ func (s *Server) handleWS(ec echo.Context) error {
 	ws.SetReadLimit(s.cfg.MaxFrameBytes)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{
-		s: s, ws: ws, nc: lean.nc, sock: lean.sock, br: lean.br, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
+		s: s, ws: ws, nc: lean.nc, sock: lean.sock, fw: lean.fw, br: lean.br, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
 		addr: r.RemoteAddr, hookHeader: s.hookHeader(r), wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), subs: make(map[uint64]*sub),
 	}
 	c.id = s.connSeq.Add(1)
+	if c.fw != nil {
+		c.fw.onWait = c.flusherWaits
+	}
 	// Before addConn: the heartbeat sweep looks at it from then on.
 	c.opened, c.trimmed = time.Now(), time.Now()
 	c.lastRead.Store(c.opened.UnixNano())
@@ -315,6 +328,7 @@ type leanBuffers struct {
 	http.ResponseWriter
 	nc   net.Conn      // the hijacked socket
 	sock *sockConn     // nc as the websocket library reads it
+	fw   *frameWriter  // nc as it writes it
 	br   *bufio.Reader // its read buffer
 }
 
@@ -337,8 +351,8 @@ func (w *leanBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 			return nil, nil, err
 		}
 	}
-	w.nc, w.sock, w.br = nc, sock, br
-	return sock, bufio.NewReadWriter(br, bufio.NewWriterSize(newFrameWriter(nc), libraryWriteBuffer)), nil
+	w.nc, w.sock, w.br, w.fw = nc, sock, br, newFrameWriter(nc)
+	return sock, bufio.NewReadWriter(br, bufio.NewWriterSize(w.fw, libraryWriteBuffer)), nil
 }
 
 // sockConn is a socket as the websocket library reads it: a read returns
@@ -568,14 +582,34 @@ func (c *conn) drop() {
 // second at most) must find a writer goroutine idle before it exits.
 const writerIdleLooks = 2
 
-// wakeWriterLocked makes sure a writer runs and will look at the queues.
-// Called with c.mu held.
+// wakeWriterLocked makes sure the queues will be looked at: by the
+// connection's writer goroutine when it has one, else by a flusher. A
+// flusher looks again before it lets the connection go. Called with c.mu
+// held.
 func (c *conn) wakeWriterLocked() {
-	if !c.writerOn && !c.stopped {
-		c.writerOn = true
+	switch {
+	case c.writerOn:
+		c.nudgeWriter()
+	case c.flushing || c.stopped:
+	case c.fw == nil || c.fw.rc == nil:
+		c.startWriterLocked(true) // no write that does not wait: a writer
+	default:
+		c.flushing = true
 		c.writing.Add(1)
-		go c.writeLoop()
+		c.s.queueFlush(c)
 	}
+}
+
+// startWriterLocked starts the connection's writer goroutine; count: it
+// is counted in writing, else it takes over a flusher's count. Called with
+// c.mu held.
+func (c *conn) startWriterLocked(count bool) {
+	if count {
+		c.writing.Add(1)
+	}
+	c.writerOn = true
+	c.s.metrics.writers.Inc()
+	go c.writeLoop()
 	c.nudgeWriter()
 }
 
@@ -781,7 +815,7 @@ func (c *conn) retireWriter() bool {
 	defer c.sendMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.pending) > 0 || len(c.ready) > 0 {
+	if len(c.pending) > 0 || len(c.ready) > 0 || (c.fw != nil && c.fw.blocked()) {
 		return false
 	}
 	c.writerOn = false
@@ -816,6 +850,9 @@ func (c *conn) dropSendState() {
 // error nothing more is sent and the connection is dropped. Called with
 // sendMu held.
 func (c *conn) sendQueued(frame []byte) ([]byte, bool, error) {
+	if err := c.sendTail(); err != nil {
+		return frame, false, err
+	}
 	for {
 		var closing bool
 		var err error
@@ -834,6 +871,26 @@ func (c *conn) sendQueued(frame []byte) ([]byte, bool, error) {
 			return frame, closing, nil
 		}
 	}
+}
+
+// sendTail sends, waiting for the socket within the write timeout, what a
+// flusher's writes left in the socket writer's tail (flushers.go). After
+// a write error nothing more is sent and the connection is dropped.
+// Called with sendMu held.
+func (c *conn) sendTail() error {
+	if c.fw == nil || !c.fw.blocked() {
+		return nil
+	}
+	c.writeStart.Store(time.Now().UnixNano())
+	err := c.fw.flushTail()
+	c.writeStart.Store(0)
+	if err != nil {
+		c.mu.Lock()
+		c.stopped = true
+		c.mu.Unlock()
+		c.cancel()
+	}
+	return err
 }
 
 // send writes one frame. Writes use a background context, and the
@@ -939,6 +996,7 @@ func (c *conn) collect(frame []byte, write func(frame []byte, more ...[]byte) er
 	var err error
 	msgs := c.msgs[:0]
 	for _, s := range ready {
+		s.started = true
 		gone := s.gone.Load()
 		var derr error
 		msgs, derr = s.w.Drain(msgs[:0])

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
+	"syscall"
 )
 
 // libraryWriteBuffer is the size of the write buffer the websocket library
@@ -36,7 +38,38 @@ type frameWriter struct {
 	heldLen int
 	vecs    [2][]byte   // held and the write that follows, for writev
 	bufs    net.Buffers // over vecs; on fw, as WriteTo takes its address
+
+	// Writes that must not wait (a flusher's, flushers.go) are made while
+	// nowait is set: what the socket does not take at once waits in tail,
+	// which every later write sends first, and which the connection's own
+	// writer goroutine sends, waiting as long as the socket needs
+	// (flushTail). rc is the socket's, nil where it has none: then every
+	// write waits. mu orders the writes with flushTail; tailLen is
+	// len(tail), read without it.
+	nowait  atomic.Bool
+	rc      syscall.RawConn
+	mu      sync.Mutex
+	tail    []byte
+	tailLen atomic.Int64
+	// The one writev of a write that does not wait: its arguments and
+	// results, and the function rc runs (made once: a closure per write
+	// would be an allocation per write).
+	nwA, nwB []byte
+	nwN      int
+	nwErr    error
+	nwFunc   func(fd uintptr) bool
+	// onWait is called, under mu, before a write that was not to wait
+	// waits after all (the tail would pass maxTail; conn.flusherWaits).
+	onWait func()
 }
+
+// maxTail bounds what writes that must not wait leave in tail, as a
+// writer's frame buffer bounds what a socket that does not read holds: a
+// write that would leave more waits for the socket (after the tail),
+// calling onWait first. A flusher sends a burst's frame to a socket that
+// took everything before, so only a socket that fell behind since its
+// last frame gets a tail at all.
+const maxTail = maxFrame
 
 // maxFrameHeader is a header with a 64-bit length and a mask key.
 const maxFrameHeader = 14
@@ -46,8 +79,91 @@ func newFrameWriter(nc net.Conn) *frameWriter {
 	switch nc.(type) {
 	case *net.TCPConn, *net.UnixConn, *slotConn:
 		fw.vec = true
+		if fw.rc = rawConn(nc); fw.rc != nil {
+			fw.nwFunc = func(fd uintptr) bool {
+				fw.nwN, fw.nwErr = writevNoWait(fd, fw.nwA, fw.nwB)
+				return true // never wait for the runtime's poller
+			}
+		}
 	}
 	return fw
+}
+
+// rawConn is nc's socket for writes that do not wait, nil where writev
+// is not at hand (writev_other.go).
+func rawConn(nc net.Conn) syscall.RawConn {
+	if !haveWritev {
+		return nil
+	}
+	var sc syscall.Conn
+	switch nc := nc.(type) {
+	case *net.TCPConn:
+		sc = nc
+	case *net.UnixConn:
+		sc = nc
+	case *slotConn:
+		sc = nc.TCPConn
+	default:
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
+
+// blocked reports whether bytes written without waiting still wait for
+// the socket.
+func (fw *frameWriter) blocked() bool { return fw.tailLen.Load() > 0 }
+
+// flushTail sends what writes that did not wait left, waiting for the
+// socket as long as it takes (the caller bounds that: conn.writeStart).
+func (fw *frameWriter) flushTail() error {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	return fw.flushTailLocked()
+}
+
+func (fw *frameWriter) flushTailLocked() error {
+	if len(fw.tail) == 0 {
+		return nil
+	}
+	_, err := fw.Conn.Write(fw.tail)
+	fw.tail = nil // a tail is rare: its socket fell behind; not kept
+	fw.tailLen.Store(0)
+	return err
+}
+
+// writeNoWait writes held and then p with one writev that does not wait,
+// and keeps what the socket did not take in the tail, up to maxTail; the
+// frames' order on the socket is the tail's. done: all of it was written
+// or kept; else it returns what is left, which must be written waiting
+// (an error of the socket is left to that write too).
+func (fw *frameWriter) writeNoWait(held, p []byte) (restHeld, restP []byte, done bool) {
+	if len(fw.tail) == 0 {
+		fw.nwA, fw.nwB = held, p
+		werr := fw.rc.Write(fw.nwFunc)
+		n, err := fw.nwN, fw.nwErr
+		fw.nwA, fw.nwB, fw.nwErr = nil, nil, nil
+		if werr != nil || err != nil {
+			return held, p, false
+		}
+		if n >= len(held) {
+			held, p = nil, p[n-len(held):]
+		} else {
+			held = held[n:]
+		}
+		if len(held)+len(p) == 0 {
+			return nil, nil, true
+		}
+	}
+	if len(fw.tail)+len(held)+len(p) > maxTail {
+		return held, p, false
+	}
+	fw.tail = append(append(fw.tail, held...), p...)
+	fw.tailLen.Store(int64(len(fw.tail)))
+	return nil, nil, true
 }
 
 // follow walks p through the frames and reports whether p ends inside one.
@@ -110,11 +226,36 @@ func (fw *frameWriter) Write(p []byte) (int, error) {
 		fw.heldLen += copy(fw.held[fw.heldLen:], p)
 		return len(p), nil
 	}
-	if fw.heldLen == 0 {
-		return fw.Conn.Write(p)
-	}
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
 	held := fw.held[:fw.heldLen]
 	fw.heldLen = 0
+	if fw.rc != nil && fw.nowait.Load() {
+		written := len(p)
+		var done bool
+		if held, p, done = fw.writeNoWait(held, p); done {
+			return written, nil
+		}
+		if fw.onWait != nil {
+			fw.onWait()
+		}
+		if _, err := fw.writeWait(held, p); err != nil {
+			return 0, err
+		}
+		return written, nil
+	}
+	return fw.writeWait(held, p)
+}
+
+// writeWait writes held and then p, after the tail, waiting for the
+// socket as long as it takes; it returns how much of p it wrote.
+func (fw *frameWriter) writeWait(held, p []byte) (int, error) {
+	if err := fw.flushTailLocked(); err != nil {
+		return 0, err
+	}
+	if len(held) == 0 {
+		return fw.Conn.Write(p)
+	}
 	if !fw.vec {
 		return fw.writeJoined(held, p)
 	}

@@ -7,7 +7,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // writeFrame writes one unmasked frame into bw as the websocket library
@@ -136,19 +138,27 @@ func firstDiff(a, b []byte) int {
 	return min(len(a), len(b))
 }
 
-// Sending a frame through writev allocates nothing.
+// Sending a frame through writev allocates nothing, whether the write
+// may wait or not.
 func TestFrameWriterAllocs(t *testing.T) {
-	c, peer := tcpPair(t)
-	go io.Copy(io.Discard, peer)
-	bw := bufio.NewWriterSize(newFrameWriter(c), libraryWriteBuffer)
-	header := []byte{0x82, 126, 0x03, 0xe8} // fin, binary, 1,000 bytes
-	payload := make([]byte, 1000)
-	if n := testing.AllocsPerRun(200, func() {
-		bw.Write(header)
-		bw.Write(payload)
-		bw.Flush()
-	}); n != 0 {
-		t.Fatalf("%v allocations a frame", n)
+	for _, nowait := range []bool{false, true} {
+		c, peer := tcpPair(t)
+		go io.Copy(io.Discard, peer)
+		fw := newFrameWriter(c)
+		fw.nowait.Store(nowait)
+		if nowait && fw.rc == nil {
+			t.Fatal("a TCP socket here has no writes that do not wait")
+		}
+		bw := bufio.NewWriterSize(fw, libraryWriteBuffer)
+		header := []byte{0x82, 126, 0x03, 0xe8} // fin, binary, 1,000 bytes
+		payload := make([]byte, 1000)
+		if n := testing.AllocsPerRun(200, func() {
+			bw.Write(header)
+			bw.Write(payload)
+			bw.Flush()
+		}); n != 0 {
+			t.Fatalf("nowait %v: %v allocations a frame", nowait, n)
+		}
 	}
 }
 
@@ -168,4 +178,72 @@ func tcpPair(t *testing.T) (c, peer net.Conn) {
 	}
 	t.Cleanup(func() { peer.Close() })
 	return c, peer
+}
+
+// Writes that must not wait never wait while what the socket did not take
+// fits in the tail (maxTail); one that would leave more calls onWait and
+// then waits. A write that may wait sends the tail first, and the peer
+// gets every frame byte for byte, in order.
+func TestFrameWriterNoWait(t *testing.T) {
+	c, peer := tcpPair(t)
+	fw := newFrameWriter(c)
+	if fw.rc == nil {
+		t.Skip("no writes that do not wait on this platform")
+	}
+	var waits atomic.Int32
+	fw.onWait = func() { waits.Add(1) }
+	bw := bufio.NewWriterSize(fw, libraryWriteBuffer)
+	r := rand.New(rand.NewPCG(5, 6))
+	small := func() []byte { // far smaller than maxTail
+		p := make([]byte, r.IntN(4000))
+		for i := range p {
+			p[i] = byte(r.Uint32())
+		}
+		return p
+	}
+	var want []byte
+	fw.nowait.Store(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Until the socket's buffers are full and the tail holds half of
+		// maxTail (at most 64 MiB, far more than loopback buffers hold).
+		for len(want) < 64<<20 && fw.tailLen.Load() < maxTail/2 {
+			want = append(want, writeFrame(t, bw, r.IntN(3) != 0, small())...)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("writes that must not wait waited on a peer that reads nothing")
+	}
+	if !fw.blocked() || waits.Load() != 0 {
+		t.Fatalf("after %d bytes to a peer that reads nothing: tail %d bytes, %d waits", len(want), fw.tailLen.Load(), waits.Load())
+	}
+	// A frame larger than the tail's room waits, once onWait was called.
+	big := make([]byte, maxTail)
+	wrote := make(chan []byte)
+	go func() { wrote <- writeFrame(t, bw, true, big) }()
+	select {
+	case <-wrote:
+		t.Fatal("a write that would pass maxTail did not wait")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if waits.Load() != 1 {
+		t.Fatalf("onWait called %d times, want once", waits.Load())
+	}
+	read := make(chan []byte)
+	go func() { b, _ := io.ReadAll(peer); read <- b }()
+	want = append(want, <-wrote...)
+	fw.nowait.Store(false)
+	for range 50 { // these may wait, and go out after the tail
+		want = append(want, writeFrame(t, bw, true, randomPayload(r))...)
+	}
+	if fw.blocked() {
+		t.Fatal("a write that may wait left the tail unsent")
+	}
+	c.Close()
+	if b := <-read; !bytes.Equal(b, want) {
+		t.Fatalf("got %d bytes, want %d (first difference at %d)", len(b), len(want), firstDiff(b, want))
+	}
 }

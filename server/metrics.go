@@ -30,6 +30,7 @@ type metrics struct {
 	bytesOut      prometheus.Counter
 	framesOut     prometheus.Counter
 	slowCloses    prometheus.Counter
+	writers       prometheus.Counter
 	rateLimited   prometheus.Counter
 	authFailures  prometheus.Counter
 	leasesEnded   prometheus.Counter
@@ -47,12 +48,14 @@ func newMetrics(reg prometheus.Registerer, eng *rooms.Engine) (*metrics, error) 
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_writes_total", Help: "Writes (events in), by outcome."}, []string{"outcome"}),
 		writeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "statecast_write_seconds", Help: "Time to commit a write to the store.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
-		delivered:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_messages_out_total", Help: "Subscription messages sent (events out), by kind."}, []string{"kind"}),
-		snapshots:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_snapshots_total", Help: "Snapshots sent, by reason (compacted and epoch are resume fallbacks)."}, []string{"reason"}),
-		starts:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_subscribe_total", Help: "Subscriptions started, fresh or resuming."}, []string{"mode"}),
-		bytesOut:     prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_bytes_out_total", Help: "Bytes written to WebSockets."}),
-		framesOut:    prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_frames_out_total", Help: "WebSocket frames written (each may batch many messages)."}),
-		slowCloses:   prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_slow_consumer_closes_total", Help: "Sockets closed for not draining within the write timeout."}),
+		delivered:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_messages_out_total", Help: "Subscription messages sent (events out), by kind."}, []string{"kind"}),
+		snapshots:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_snapshots_total", Help: "Snapshots sent, by reason (compacted and epoch are resume fallbacks)."}, []string{"reason"}),
+		starts:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_subscribe_total", Help: "Subscriptions started, fresh or resuming."}, []string{"mode"}),
+		bytesOut:   prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_bytes_out_total", Help: "Bytes written to WebSockets."}),
+		framesOut:  prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_frames_out_total", Help: "WebSocket frames written (each may batch many messages)."}),
+		slowCloses: prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_slow_consumer_closes_total", Help: "Sockets closed for not draining within the write timeout."}),
+		writers: prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_ws_writers_started_total",
+			Help: "Goroutines given to one socket's writes: for a subscription's first messages, or a socket that did not take a frame at once (the node's few flushers send the rest)."}),
 		rateLimited:  prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_rate_limited_total", Help: "Writes refused by the per-subject write rate limit."}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_auth_failures_total", Help: "Tokens refused."}),
 		leasesEnded:  prometheus.NewCounter(prometheus.CounterOpts{Name: "statecast_leases_ended_total", Help: "Leases ended (expired, released or revoked)."}),
@@ -66,7 +69,7 @@ func newMetrics(reg prometheus.Registerer, eng *rooms.Engine) (*metrics, error) 
 	}
 	m.writesOK = m.writes.WithLabelValues("ok")
 	for _, c := range []prometheus.Collector{m.connections, m.subscriptions, m.rejected, m.socketsVec, m.writes, m.writeLatency,
-		m.delivered, m.snapshots, m.starts, m.bytesOut, m.framesOut, m.slowCloses, m.rateLimited, m.authFailures,
+		m.delivered, m.snapshots, m.starts, m.bytesOut, m.framesOut, m.slowCloses, m.writers, m.rateLimited, m.authFailures,
 		m.leasesEnded, m.storeErrors,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "statecast_room_loads_total",
 			Help: "Rooms loaded from the store, each a snapshot read (once per room however many watch it; again after an unload or a reset)."},

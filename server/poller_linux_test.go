@@ -23,13 +23,7 @@ func TestWSIdleConnsHoldNoGoroutine(t *testing.T) {
 	const n = 200
 	e := servertest.Start(t, servertest.Options{})
 	base := runtime.NumGoroutine()
-	conns := make([]*rawConn, n)
-	for i := range conns {
-		r, _ := connectRaw(t, e, "json2")
-		r.send(&wire.Request{T: wire.TSub, ID: 1, Room: "idle"})
-		r.until(func(m rawMsg) bool { return m.T == wire.TSnapshot })
-		conns[i] = r
-	}
+	conns := subscribeRaw(t, e, n, "idle")
 	// Writers exit after two idle looks of the heartbeat sweep; readers
 	// park at once. The test's own client connections run no goroutine
 	// while not read.
@@ -83,4 +77,54 @@ func TestWSIdleConnsHoldNoGoroutine(t *testing.T) {
 			t.Fatalf("closed with %d, want 1012 (shutdown)", code)
 		}
 	}
+}
+
+// TestWSBurstToIdleConnsStartsNoWriter: a write to a room of idle
+// connections reaches every one through the node's flushers: no socket
+// gets a writer goroutine of its own for it (a fresh goroutine a socket
+// grew a stack for each), and none is left running.
+func TestWSBurstToIdleConnsStartsNoWriter(t *testing.T) {
+	const n = 200
+	e := servertest.Start(t, servertest.Options{})
+	base := runtime.NumGoroutine()
+	conns := subscribeRaw(t, e, n, "burst")
+	// A writer that sent a subscription's first messages exits once its
+	// connection is idle.
+	waitFor(t, 10*time.Second, fmt.Sprintf("at most %d goroutines (%d before the connections)", base+n/10, base), func() bool {
+		return runtime.NumGoroutine() <= base+n/10
+	})
+	started := e.Counter("statecast_ws_writers_started_total")
+	for i := range 3 {
+		key := fmt.Sprintf("k%d", i)
+		if _, err := e.HTTP.Put(servertest.Context(t), "burst", key, []byte(`"v"`), nil, ""); err != nil {
+			t.Fatal(err)
+		}
+		for j, r := range conns {
+			msgs := r.until(func(m rawMsg) bool { return m.T == wire.TEvents })
+			if evs := rawEvents(t, msgs[len(msgs)-1]); len(evs) != 1 || evs[0]["key"] != key {
+				t.Fatalf("connection %d: events %v, want a put of %s", j, evs, key)
+			}
+		}
+	}
+	if now := e.Counter("statecast_ws_writers_started_total"); now != started {
+		t.Fatalf("%v writers started for three writes to %d idle connections, want none", now-started, n)
+	}
+	// Besides the flushers and the HTTP client's connection: no
+	// goroutine a socket.
+	if g := runtime.NumGoroutine(); g > base+n/4 {
+		t.Fatalf("%d goroutines after the writes (%d before the connections)", g, base)
+	}
+}
+
+// subscribeRaw opens n connections subscribed to room, each past its
+// snapshot.
+func subscribeRaw(t *testing.T, e *servertest.Node, n int, room string) []*rawConn {
+	conns := make([]*rawConn, n)
+	for i := range conns {
+		r, _ := connectRaw(t, e, "json2")
+		r.send(&wire.Request{T: wire.TSub, ID: 1, Room: room})
+		r.until(func(m rawMsg) bool { return m.T == wire.TSnapshot })
+		conns[i] = r
+	}
+	return conns
 }

@@ -239,6 +239,7 @@ type Server struct {
 	idle     *idlePoller
 	beats    heartbeats // the WebSockets' heartbeat sweep (heartbeat.go)
 	wakes    wakes      // the goroutines of woken readers (wakes.go)
+	flushers flushers   // the goroutines that send bursts to idle sockets (flushers.go)
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 }
@@ -373,6 +374,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.stopHeartbeats()
 	s.stopReaders()
+	s.stopFlushers()
 	s.leases.close()
 	s.leases.keepTTL()
 	return err

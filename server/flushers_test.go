@@ -1,0 +1,60 @@
+package server_test
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/statecast/statecast/client"
+	"github.com/statecast/statecast/server"
+	"github.com/statecast/statecast/server/servertest"
+	"github.com/statecast/statecast/server/wire"
+)
+
+// TestWSSocketsThatDoNotReadHoldUpNoOne: sockets that stop reading, more
+// of them than the node has flushers, in a room written with large values:
+// their writes wait on their own goroutines (a flusher whose write must
+// wait hands its place on first), so a subscriber that reads gets every
+// write at once, not after the write timeout (a minute here).
+func TestWSSocketsThatDoNotReadHoldUpNoOne(t *testing.T) {
+	e := servertest.Start(t, servertest.Options{Server: server.Config{WriteTimeout: time.Minute, WriteRate: 1e6}, SendBuffer: 32 << 10})
+	ctx, room := servertest.Context(t), "stuck"
+	stuck := 4 * runtime.GOMAXPROCS(0)
+	for range stuck {
+		r, _, err := dialRawResp(t, e, "json2", rawOpts{ReadBuffer: 16 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.send(&wire.Request{T: wire.TConnect})
+		r.next()
+		r.send(&wire.Request{T: wire.TSub, ID: 1, Room: room})
+		r.until(func(m rawMsg) bool { return m.T == wire.TSnapshot })
+		// and then reads nothing more
+	}
+	fast := dialCodec(t, e, "json2")
+	sub, err := fast.Subscribe(ctx, room, client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := client.NewView()
+	applyUntil(t, sub, v, func(m wire.Message) bool { return m.T == wire.TSnapshot })
+	w := dialCodec(t, e, "json2")
+	writers := e.Counter("statecast_ws_writers_started_total")
+	// Writes of 150 KB: from the first, more than the socket buffers of
+	// one that does not read hold, with more than a tail's worth left.
+	for i := range 20 {
+		head, err := w.Put(ctx, room, fmt.Sprint("k", i%4), bigValue(i, 150<<10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		applyUntil(t, sub, v, func(m wire.Message) bool { return m.Rev >= head })
+		if d := time.Since(start); d > 20*time.Second {
+			t.Fatalf("write %d reached the reading subscriber after %v", i, d)
+		}
+	}
+	if n := e.Counter("statecast_ws_writers_started_total") - writers; n < float64(stuck) {
+		t.Fatalf("%v writers started for %d sockets that do not read, want one each", n, stuck)
+	}
+}
