@@ -224,13 +224,17 @@ func (s *Server) apply(ctx context.Context, room string, w store.Write, claims *
 	// StoreTimeout for it.
 	start := time.Now()
 	_, span := s.startSpan(ctx, "store.apply", trace.SpanKindInternal, room)
+	var traced func(rev uint64, ok bool)
+	if span != nil && s.cfg.Webhooks != nil {
+		traced = s.cfg.Webhooks.Tracing(ctx, room)
+	}
 	res, err := s.engine.Apply(s.storeDeadline.after(start, s.cfg.StoreTimeout), room, w)
 	s.metrics.observeWrite(start, err)
 	if span != nil {
 		span.SetAttributes(attrRev.Int64(int64(res.Rev)))
 		endSpan(span, err)
-		if err == nil && s.cfg.Webhooks != nil {
-			s.cfg.Webhooks.Traced(ctx, room, res.Rev)
+		if traced != nil {
+			traced(res.Rev, err == nil)
 		}
 	}
 	if err != nil {

@@ -3,6 +3,7 @@ package hooks
 import (
 	"context"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -24,6 +25,56 @@ type traced struct {
 	spans map[roomRev]trace.SpanContext
 	order []roomRev // a ring of the keys of spans
 	next  int
+	// applying counts, by room, the traced writes this node is committing
+	// whose revision is not added yet; settled is closed (and replaced)
+	// when one is: a delivery can follow the store faster than the write's
+	// own return, and then waits for it (awaitWrites).
+	applying map[string]int
+	settled  chan struct{}
+}
+
+// maxTraceWait bounds how long a delivery waits for the writes to its room
+// in progress here to note their spans.
+const maxTraceWait = 100 * time.Millisecond
+
+// begin notes a traced write to room in progress; end, its end.
+func (t *traced) begin(room string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.applying == nil {
+		t.applying, t.settled = make(map[string]int), make(chan struct{})
+	}
+	t.applying[room]++
+}
+
+func (t *traced) end(room string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.applying[room]--; t.applying[room] <= 0 {
+		delete(t.applying, room)
+	}
+	close(t.settled)
+	t.settled = make(chan struct{})
+}
+
+// awaitWrites waits, up to maxTraceWait, until no traced write to room is
+// in progress on this node.
+func (t *traced) awaitWrites(room string) {
+	deadline := time.NewTimer(maxTraceWait)
+	defer deadline.Stop()
+	for {
+		t.mu.Lock()
+		n, settled := t.applying[room], t.settled
+		t.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-settled:
+		case <-deadline.C:
+			return
+		}
+	}
 }
 
 type roomRev struct {
@@ -62,15 +113,23 @@ func (t *traced) of(room string, from, to uint64) []trace.SpanContext {
 	return out
 }
 
-// Traced notes that the request of ctx's span committed room's revision
-// rev, so that its webhook delivery from this node continues its trace.
+// Tracing notes that the request of ctx's span is committing a write to
+// room; the function it returns, called once the write's outcome is
+// known, notes the revision it committed (ok) so that its webhook delivery
+// from this node continues its trace. A delivery of room's revisions that
+// finds no span waits for the writes in progress here to note theirs.
 // Called only with tracing on (Config.TracerProvider).
-func (w *Webhooks) Traced(ctx context.Context, room string, rev uint64) {
-	if w.tracer == nil || !w.matches(room) {
-		return
+func (w *Webhooks) Tracing(ctx context.Context, room string) (committed func(rev uint64, ok bool)) {
+	sc := trace.SpanContextFromContext(ctx)
+	if w.tracer == nil || !w.matches(room) || !sc.IsValid() {
+		return func(uint64, bool) {}
 	}
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		w.traced.add(room, rev, sc)
+	w.traced.begin(room)
+	return func(rev uint64, ok bool) {
+		if ok {
+			w.traced.add(room, rev, sc)
+		}
+		w.traced.end(room)
 	}
 }
 
@@ -86,6 +145,10 @@ func (r *run) startDelivery(d *Delivery) (context.Context, trace.Span) {
 	var links []trace.Link
 	if d.Type == TypeRevisions {
 		scs := w.traced.of(d.Room, d.FromRev, d.ToRev)
+		if len(scs) == 0 {
+			w.traced.awaitWrites(d.Room)
+			scs = w.traced.of(d.Room, d.FromRev, d.ToRev)
+		}
 		if len(scs) > 0 {
 			ctx = trace.ContextWithSpanContext(ctx, scs[0])
 		}
