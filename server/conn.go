@@ -596,7 +596,9 @@ func (c *conn) wakeWriterLocked() {
 	default:
 		c.flushing = true
 		c.writing.Add(1)
-		c.s.queueFlush(c)
+		if !c.s.queueFlush(c) {
+			c.toWriterLocked() // the flushers are stopped
+		}
 	}
 }
 

@@ -35,22 +35,38 @@ type flushers struct {
 // CPUs busy.
 var maxFlushers = runtime.GOMAXPROCS(0)
 
+// maxFlushPasses is how many passes a flusher makes over one connection
+// before it queues it again.
+const maxFlushPasses = 4
+
 // flusher is one flusher goroutine's place; left: it handed the place
 // on, and exits after the connection it is flushing.
 type flusher struct{ left atomic.Bool }
 
-// queueFlush hands c, whose flushing flag was just set, to a flusher.
-func (s *Server) queueFlush(c *conn) {
+// queueFlush hands c, whose flushing flag is set, to a flusher, after
+// the connections queued before it. It reports false once the flushers
+// are stopped (Shutdown): the caller then starts a writer.
+func (s *Server) queueFlush(c *conn) bool {
 	f := &s.flushers
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return false
+	}
+	if f.head > 1024 && f.head > len(f.queue)/2 {
+		// A queue that never empties (overload) would keep its front.
+		n := copy(f.queue, f.queue[f.head:])
+		clear(f.queue[n:])
+		f.queue, f.head = f.queue[:n], 0
+	}
 	f.queue = append(f.queue, c)
 	switch {
 	case f.waiting > 0:
 		f.wake.Signal()
-	case f.workers < maxFlushers && !f.stopped:
+	case f.workers < maxFlushers:
 		s.startFlusherLocked()
 	}
-	f.mu.Unlock()
+	return true
 }
 
 // startFlusherLocked starts a flusher. Called with flushers.mu held.
@@ -133,7 +149,17 @@ func (s *Server) stopFlushers() {
 // which it returns for the next connection. It lets c go once nothing is
 // queued, or hands it to a writer goroutine of its own (see flushers).
 func (c *conn) flush(frame []byte, fl *flusher) []byte {
-	for {
+	for pass := 0; ; pass++ {
+		if pass == maxFlushPasses {
+			// Refilled as fast as it is sent (a busy room): to the back
+			// of the queue, so that it does not hold up the others.
+			c.mu.Lock()
+			if !c.s.queueFlush(c) {
+				c.toWriterLocked()
+			}
+			c.mu.Unlock()
+			break
+		}
 		if !c.sendMu.TryLock() {
 			// The reader is sending its replies: a writer waits for it,
 			// not a flusher.
@@ -160,7 +186,9 @@ func (c *conn) flush(frame []byte, fl *flusher) []byte {
 		if err != nil {
 			c.stopped = true
 		}
-		if err != nil || closing || (len(c.pending) == 0 && len(c.ready) == 0 && !c.fw.blocked()) {
+		// A tail goes to a writer even when closing: it has the write
+		// timeout to send it, the close handshake less.
+		if err != nil || (!c.fw.blocked() && (closing || len(c.pending) == 0 && len(c.ready) == 0)) {
 			c.flushing = false
 			c.writing.Done()
 			c.mu.Unlock()
@@ -182,13 +210,25 @@ func (c *conn) flush(frame []byte, fl *flusher) []byte {
 func (c *conn) flushPass(frame []byte, fl *flusher) ([]byte, bool, error) {
 	c.flusher.Store(fl)
 	c.fw.nowait.Store(true)
+	// A control frame of the websocket library (a pong, a close) being
+	// written with waiting holds fw.mu, and the library's frame lock that
+	// this pass's writes need: the flusher would wait behind it, so it
+	// gives its place on first. (Writes that begin from now on see nowait:
+	// they wait only through onWait, which does the same.)
+	if !c.fw.mu.TryLock() {
+		c.s.leave(fl)
+	} else {
+		c.fw.mu.Unlock()
+	}
 	frame, closing, err := c.collect(frame[:0], c.send)
 	if err == nil && len(frame) > 0 {
 		err = c.send(frame)
 	}
-	// Cleared before the caller reads blocked(): a pong the websocket
-	// library wrote meanwhile without waiting is seen there.
+	// Cleared under fw.mu, before the caller reads blocked(): a pong the
+	// library wrote meanwhile without waiting has its tail in place by then.
+	c.fw.mu.Lock()
 	c.fw.nowait.Store(false)
+	c.fw.mu.Unlock()
 	c.flusher.Store(nil)
 	return frame, closing, err
 }
