@@ -51,13 +51,6 @@ type frameWriter struct {
 	mu      sync.Mutex
 	tail    []byte
 	tailLen atomic.Int64
-	// The one writev of a write that does not wait: its arguments and
-	// results, and the function rc runs (made once: a closure per write
-	// would be an allocation per write).
-	nwA, nwB []byte
-	nwN      int
-	nwErr    error
-	nwFunc   func(fd uintptr) bool
 	// onWait is called, under mu, before a write that was not to wait
 	// waits after all (the tail would pass maxTail; conn.flusherWaits).
 	onWait func()
@@ -79,15 +72,30 @@ func newFrameWriter(nc net.Conn) *frameWriter {
 	switch nc.(type) {
 	case *net.TCPConn, *net.UnixConn, *slotConn:
 		fw.vec = true
-		if fw.rc = rawConn(nc); fw.rc != nil {
-			fw.nwFunc = func(fd uintptr) bool {
-				fw.nwN, fw.nwErr = writevNoWait(fd, fw.nwA, fw.nwB)
-				return true // never wait for the runtime's poller
-			}
-		}
+		fw.rc = rawConn(nc)
 	}
 	return fw
 }
+
+// noWaitCall is one writev of a write that does not wait: its arguments,
+// its results and the function RawConn.Write runs, made once per
+// noWaitCall (a closure per write would be an allocation per write), and
+// pooled rather than kept per socket (an idle socket holds none).
+type noWaitCall struct {
+	a, b []byte
+	n    int
+	err  error
+	fn   func(fd uintptr) bool
+}
+
+var noWaitCalls = sync.Pool{New: func() any {
+	c := new(noWaitCall)
+	c.fn = func(fd uintptr) bool {
+		c.n, c.err = writevNoWait(fd, c.a, c.b)
+		return true // never wait for the runtime's poller
+	}
+	return c
+}}
 
 // rawConn is nc's socket for writes that do not wait, nil where writev
 // is not at hand (writev_other.go).
@@ -142,10 +150,12 @@ func (fw *frameWriter) flushTailLocked() error {
 // (an error of the socket is left to that write too).
 func (fw *frameWriter) writeNoWait(held, p []byte) (restHeld, restP []byte, done bool) {
 	if len(fw.tail) == 0 {
-		fw.nwA, fw.nwB = held, p
-		werr := fw.rc.Write(fw.nwFunc)
-		n, err := fw.nwN, fw.nwErr
-		fw.nwA, fw.nwB, fw.nwErr = nil, nil, nil
+		call := noWaitCalls.Get().(*noWaitCall)
+		call.a, call.b = held, p
+		werr := fw.rc.Write(call.fn)
+		n, err := call.n, call.err
+		call.a, call.b, call.err = nil, nil, nil
+		noWaitCalls.Put(call)
 		if werr != nil || err != nil {
 			return held, p, false
 		}
