@@ -176,9 +176,14 @@ ask() { # ask CMD [SECONDS]: CMD to every client process; their answers merged i
 			fi
 			sleep 0.1
 		done
-		tail -n 1 "$DIR/out.$p" >>"$DIR/answers"
+		# The first line after the ones counted: the answer to this command.
+		sed -n "$((n[p] + 1))p" "$DIR/out.$p" >>"$DIR/answers"
 	done
 	"$BIN" bench scale-merge <"$DIR/answers" >"$DIR/m.json"
+	if [ "$(jq -r .parts "$DIR/m.json")" != "${#FDS[@]}" ]; then
+		echo "scale.sh: $cmd: $(jq -r .parts "$DIR/m.json") of ${#FDS[@]} answers merged" >&2
+		exit 1
+	fi
 	[ -z "${JSON_LOG:-}" ] || { printf '{"shape":"%s","command":"%s","merged":' "$SHAPE" "$cmd"; tr -d '\n' <"$DIR/m.json"; echo '}'; } >>"$JSON_LOG"
 }
 m() { jq -r "$1" "$DIR/m.json"; }
