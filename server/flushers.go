@@ -160,7 +160,7 @@ func (c *conn) flush(frame []byte, fl *flusher) []byte {
 			c.mu.Unlock()
 			break
 		}
-		if !c.sendMu.TryLock() {
+		if !tryLockBriefly(&c.sendMu) {
 			// The reader is sending its replies: a writer waits for it,
 			// not a flusher.
 			c.mu.Lock()
@@ -203,6 +203,19 @@ func (c *conn) flush(frame []byte, fl *flusher) []byte {
 		frame = nil
 	}
 	return frame
+}
+
+// tryLockBriefly takes mu if it is free or freed within a few yields:
+// the sweep's look at an idle connection (trimIdle) and a retiring writer
+// hold it for a moment, a reader sending its replies may hold it long.
+func tryLockBriefly(mu *sync.Mutex) bool {
+	for range 3 {
+		if mu.TryLock() {
+			return true
+		}
+		runtime.Gosched()
+	}
+	return mu.TryLock()
 }
 
 // flushPass sends what c has queued, with writes that do not wait.
