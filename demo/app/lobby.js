@@ -37,14 +37,16 @@ let freeOnly = false;
 class Games {
   w; // the watch shown
   next; // the watch replacing it, until it has its view
-  /** The games the server selects now with `where` (undefined: all). */
-  set(where) {
+  #keys = new WeakMap(); // watch → the keys its `where` names
+  /** The games the server selects now with `where` (undefined: all), which names `keys`. */
+  set(where, keys = []) {
     const cur = this.next ?? this.w;
     if (cur && cur.where === where) return;
     this.next?.close();
     this.next = undefined;
     if (this.w && this.w.where === where) return; // back to the one shown
     const n = room.watch('games/', { where });
+    this.#keys.set(n, keys);
     n.on('changes', () => n === this.w && update());
     n.on('error', (e) => notice(`The server refused the filter: ${e.message}`, 'error'));
     if (!this.w) return void (this.w = n);
@@ -59,6 +61,10 @@ class Games {
   /** Has a view of the `where` last set. */
   get loaded() {
     return !!this.w && this.w.epoch !== undefined && !this.next;
+  }
+  /** The keys the `where` of the watch shown names. */
+  get keys() {
+    return this.w ? this.#keys.get(this.w) : [];
   }
   has(key) {
     return !!this.w?.has(key);
@@ -116,8 +122,8 @@ function listWhere() {
  */
 const seatedKeys = () => [...new Set(seats.entries().filter((e) => !e.pending && e.value?.id === client.clientId).map((e) => `games/${e.key.split('/')[1]}`))].sort();
 
-/** The filter of this user's games: the ones they host, and the ones they sit in. */
-const mineWhere = () => `value.hostId == ${JSON.stringify(client.clientId)} || key in ${JSON.stringify(seatedKeys())}`;
+/** The filter of this user's games: the ones they host, and the ones they sit in (`keys`). */
+const mineWhere = (keys) => `value.hostId == ${JSON.stringify(client.clientId)} || key in ${JSON.stringify(keys)}`;
 
 const players = (g) => 1 + g.seats.size;
 const freeSeat = (g) => {
@@ -290,11 +296,18 @@ function tellLosses() {
     if (g.hostId === client.clientId) now.set(g.id, { name: g.name, role: 'host' });
     else if (mySeat(g)) now.set(g.id, { name: g.name, role: 'seat' });
   }
+  // A seat confirmed before this user's games follow it (their view of it
+  // not in yet) is held all the same: the open games name its game.
+  for (const key of seatedKeys()) {
+    const id = key.slice('games/'.length);
+    const name = findGame(id)?.name ?? held.get(id)?.name;
+    if (!mine.keys.includes(key) && name !== undefined) now.set(id, { name, role: 'seat', unseen: true });
+  }
   const told = losses.length;
   for (const [id, was] of held) {
     if (now.has(id) || quitting.has(id)) continue;
     if (was.role === 'host') losses.push(`Your game “${was.name}” has ended: this tab was offline longer than the lease grace.`);
-    else if (own.some((g) => g.id === id)) losses.push(`You lost your seat in “${was.name}”: this tab was offline longer than the lease grace.`);
+    else if (own.some((g) => g.id === id) || (was.unseen && findGame(id))) losses.push(`You lost your seat in “${was.name}”: this tab was offline longer than the lease grace.`);
     else losses.push(`“${was.name}” has ended: its host left or closed it. Your seat is free.`);
   }
   held = now;
@@ -333,9 +346,14 @@ function countPlayers() {
  * follows their seats, and what needs it to be current waits for its view.
  */
 function update() {
-  if (mine.loaded) tellLosses();
-  if (seats.epoch !== undefined) mine.set(mineWhere());
+  const told = mine.loaded;
+  if (told) tellLosses();
+  if (seats.epoch !== undefined) {
+    const keys = seatedKeys();
+    mine.set(mineWhere(keys), keys);
+  }
   if (mine.loaded) {
+    if (!told) tellLosses(); // back to the view shown, which changed meanwhile
     sweepOrphanSeats();
     countPlayers();
   }

@@ -144,24 +144,34 @@ test("a seated player is told when the host's game disappears, and their seat is
   });
 });
 
-test('a player away longer than the lease grace is told that their game and their seat are gone', async () => {
-  const room = `/lobby.html?room=lobby:e2e-away`;
-  await withUsers(browser, srv.url, room, [['Ann'], ['Ben', { route: true }]], async (a, b) => {
-    await createGame(a.page, 'Theirs', 'ffa', 4);
-    await createGame(b.page, 'Mine', 'duel', 2);
-    await game(b.page, 'Theirs').getByRole('button', { name: 'Join' }).click();
-    await game(a.page, 'Theirs').getByText('2/4 players').waitFor();
+for (const lag of [false, true]) {
+  const when = lag ? ", even when the page's view of its games had not followed the seat yet" : '';
+  test(`a player away longer than the lease grace is told that their game and their seat are gone${when}`, async () => {
+    const room = `/lobby.html?room=lobby:e2e-away${lag ? '-lag' : ''}`;
+    await withUsers(browser, srv.url, room, [['Ann'], ['Ben', { route: true }]], async (a, b) => {
+      await createGame(a.page, 'Theirs', 'ffa', 4);
+      await createGame(b.page, 'Mine', 'duel', 2);
+      // The watch of Ben's games that names his new seat never reaches the
+      // server, before or after the reconnect: the page must tell the losses
+      // from the watch it shows.
+      const namesSeat = (f) => f.includes('"filter"') && f.includes('key in [\\"games/'); // a sub whose filter names a seated game
+      if (lag) b.sw.withhold(namesSeat);
+      await game(b.page, 'Theirs').getByRole('button', { name: 'Join' }).click();
+      await game(a.page, 'Theirs').getByText('2/4 players').waitFor();
+      if (lag) await b.page.getByTestId('notice').getByText('You joined “Theirs”').waitFor();
 
-    await b.sw.cut();
-    await game(a.page, 'Mine').waitFor({ state: 'detached', timeout: GRACE_MS + TIMEOUT }); // Ben's session ended
-    await game(a.page, 'Theirs').getByText('1/4 players').waitFor();
-    await reconnect(b);
-    await b.page.getByTestId('notice').filter({ hasText: 'Your game “Mine” has ended: this tab was offline longer than the lease grace.' })
-      .filter({ hasText: 'You lost your seat in “Theirs”: this tab was offline longer than the lease grace.' }).waitFor()
-      .catch(async (e) => assert.fail(`${e.message}\nthe notice: ${await b.page.getByTestId('notice').textContent()}`));
-    await game(b.page, 'Theirs').getByRole('button', { name: 'Join' }).waitFor();
+      await b.sw.cut();
+      await game(a.page, 'Mine').waitFor({ state: 'detached', timeout: GRACE_MS + TIMEOUT }); // Ben's session ended
+      await game(a.page, 'Theirs').getByText('1/4 players').waitFor();
+      await reconnect(b);
+      await b.page.getByTestId('notice').filter({ hasText: 'Your game “Mine” has ended: this tab was offline longer than the lease grace.' })
+        .filter({ hasText: 'You lost your seat in “Theirs”: this tab was offline longer than the lease grace.' }).waitFor()
+        .catch(async (e) => assert.fail(`${e.message}\nthe notice: ${await b.page.getByTestId('notice').textContent()}`));
+      await game(b.page, 'Theirs').getByRole('button', { name: 'Join' }).waitFor();
+      if (lag) assert.ok(b.sw.sent.some(namesSeat), 'the page sent no watch naming the seat');
+    });
   });
-});
+}
 
 test("only the host may close a game: the lobby's backend refuses anyone else, and the page shows its message", async () => {
   // lobby:demo* rooms are validated by the lobby's backend (statecast serve --demo-hooks).

@@ -102,23 +102,25 @@ export const status = (page, s) => page.locator(`[data-testid=badge][data-status
 /**
  * Routes the page's statecast socket through the test: `cut()` closes it
  * (the page sees close code 4000) and refuses new ones until `restore()`;
- * `hold()` buffers what the server sends until `release()`; `sent` lists
- * the frames the page sent, `received` those the server sent it.
+ * `hold()` buffers what the server sends until `release()`; `withhold(f)`
+ * keeps the frames the page sends for which f is true from the server;
+ * `sent` lists the frames the page sent, `received` those the server sent it.
  */
 export async function socketSwitch(page) {
-  const sw = { open: true, held: null, route: null, sent: [], received: [] };
+  const sw = { open: true, held: null, route: null, sent: [], received: [], withheld: () => false };
   await page.routeWebSocket(/\/v1\/ws/, (ws) => {
     if (!sw.open) return void ws.close({ code: 4000, reason: 'test: network down' });
     sw.route = ws;
     const server = ws.connectToServer();
     server.onMessage((m) => (sw.received.push(String(m)), sw.held ? sw.held.push(m) : ws.send(m)));
-    ws.onMessage((m) => (sw.sent.push(String(m)), server.send(m)));
+    ws.onMessage((m) => (sw.sent.push(String(m)), sw.withheld(String(m)) || server.send(m)));
   });
   sw.cut = async () => {
     sw.open = false;
     await sw.route?.close({ code: 4000, reason: 'test: network down' });
   };
   sw.restore = () => (sw.open = true);
+  sw.withhold = (f) => (sw.withheld = f);
   sw.hold = () => (sw.held = []);
   sw.release = () => {
     const q = sw.held ?? [];
