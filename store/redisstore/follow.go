@@ -188,6 +188,11 @@ func (s *Store) Head(ctx context.Context, room string) (epoch string, rev uint64
 		return "", 0, err
 	}
 	defer s.mu.RUnlock()
+	return s.heads.read(ctx, room, s.readHead, s.spawn)
+}
+
+// readHead is one read of Head.
+func (s *Store) readHead(ctx context.Context, room string) (epoch string, rev uint64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
 	v, seen := s.fol.position(room) // before the read: meta can only be at or past it
@@ -216,6 +221,16 @@ func (s *Store) Head(ctx context.Context, room string) (epoch string, rev uint64
 		v.mu.Unlock()
 	}
 	return "", 0, fmt.Errorf("store: redis: room %q: its history diverged from what this node delivered and no new epoch could be started", room)
+}
+
+// spawn runs f on a goroutine of the store's, which Close waits for. The
+// caller holds s.mu for reading (begin), so Close has not begun waiting.
+func (s *Store) spawn(f func(ctx context.Context)) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f(s.ctx)
+	}()
 }
 
 // viewPos is a view's position: the last batch it delivered.

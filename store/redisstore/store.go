@@ -93,7 +93,8 @@ type Store struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	fol follow // see follow.go
+	fol   follow    // see follow.go
+	heads headReads // Head's reads, coalesced (heads.go)
 
 	cmu        sync.Mutex                   // guards committers
 	committers map[*redis.Client]*committer // by master; see commit.go
