@@ -148,7 +148,10 @@ start_clients() {
 		if [ "$SERVER" = centrifugo ]; then args+=("${SERVER_FLAG[@]}"); else args+=(--lease); fi
 		args+=(--source "127.0.$((p + 1)).1-127.0.$((p + 1)).$SOURCES" --timeout "$TIMEOUT" --dial-concurrency "${DIAL_CONC:-50}")
 		for u in "${URLS[@]}"; do args+=(--sub-url "$u"); done
-		"$BIN" bench scale "${args[@]}" <"$DIR/in.$p" >"$DIR/out.$p" 2>"$DIR/err.$p" &
+		: >"$DIR/out.$p"
+		exec {fd}<"$DIR/out.$p"
+		OUTS+=("$fd")
+		"$BIN" bench scale "${args[@]}" <"$DIR/in.$p" >>"$DIR/out.$p" 2>"$DIR/err.$p" &
 		CPIDS+=($!)
 		PIDS+=($!)
 	done
@@ -160,24 +163,38 @@ start_clients() {
 	done
 }
 
+# The waits below poll while the storms keep both cores busy: each poll
+# is fork-free (a fork and exec of sleep, wc or a subshell ten times a
+# second took a tenth of a core from the nodes being measured). NAP is a
+# pipe nobody writes: a read of it with a timeout is a sleep.
+exec {NAP}<> <(:)
+nap() { read -r -t "$1" -u "$NAP" || true; }
+OUTS=() PARTS=()
+answer() { # answer P: the next whole line of client process P's output in LINE, or false
+	local part
+	if IFS= read -r -u "${OUTS[$1]}" part; then
+		LINE=${PARTS[$1]-}$part PARTS[$1]=
+		return 0
+	fi
+	PARTS[$1]+=$part # a line still being written
+	return 1
+}
+
 ask() { # ask CMD [SECONDS]: CMD to every client process; their answers merged in $DIR/m.json
-	local cmd=$1 limit=${2:-120} p n=()
-	for p in "${!FDS[@]}"; do
-		n[p]=$(wc -l <"$DIR/out.$p")
-		echo "$cmd" >&"${FDS[$p]}"
-	done
+	local cmd=$1 limit=${2:-120} p
+	for p in "${!FDS[@]}"; do echo "$cmd" >&"${FDS[$p]}"; done
 	local deadline=$((SECONDS + limit))
 	: >"$DIR/answers"
 	for p in "${!FDS[@]}"; do
-		while [ "$(wc -l <"$DIR/out.$p")" -le "${n[p]}" ]; do
+		# Each answers each command with one line: the next one read.
+		until answer "$p"; do
 			if [ $SECONDS -ge $deadline ] || ! kill -0 "${CPIDS[$p]}" 2>/dev/null; then
 				echo "scale.sh: client process $p did not answer $cmd: $(tail -n 3 "$DIR/err.$p")" >&2
 				exit 1
 			fi
-			sleep 0.1
+			nap 0.1
 		done
-		# The first line after the ones counted: the answer to this command.
-		sed -n "$((n[p] + 1))p" "$DIR/out.$p" >>"$DIR/answers"
+		printf '%s\n' "$LINE" >>"$DIR/answers"
 	done
 	"$BIN" bench scale-merge <"$DIR/answers" >"$DIR/m.json"
 	if [ "$(jq -r .parts "$DIR/m.json")" != "${#FDS[@]}" ]; then
@@ -229,7 +246,7 @@ mark() { # mark SEQ: one marked write to every room, until all delivered (or 30 
 	ask reset
 	"$BIN" bench scale-mark "${SERVER_FLAG[@]}" --url "${URLS[0]}" $(printf -- "--sub-url %s " "${URLS[@]}") --rooms "$ROOMS" --room "$ROOM" --seq "$1" >/dev/null
 	local deadline=$((SECONDS + 30))
-	while ask report && [ "$(m .marks)" -lt "$CONNS" ] && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+	while ask report && [ "$(m .marks)" -lt "$CONNS" ] && [ $SECONDS -lt $deadline ]; do nap 0.2; done
 	ask reset
 	row "marked write $1 to each of $ROOMS rooms: delivered" "$(m '"\(.marks) of '"$CONNS"'; p50 \(.mark_p50_ms * 10 | round / 10) ms, p99 \(.mark_p99_ms * 10 | round / 10) ms, the last \(.mark_max_ms * 10 | round / 10) ms; connections by marks received \(.marks_per_conn | tojson)"')"
 }
