@@ -143,9 +143,10 @@ func Dial(ctx context.Context, url string, opts *Options) (*Conn, error) {
 		err = c.write(ctx, b)
 	}
 	if err != nil {
-		// The server may have closed the socket before our write (4004,
-		// server full): the reader then holds its close status, which says
-		// more than the write's "use of closed network connection".
+		// The server may have closed the socket before our write (4004:
+		// it filled up during the handshake): the reader then holds its
+		// close status, which says more than the write's "use of closed
+		// network connection".
 		select {
 		case <-c.done:
 			if cerr := c.Err(); cerr != nil {

@@ -48,7 +48,7 @@ func (g *connectGate) leave() { g.n.Add(-1) }
 // refuseConnect answers a connect the node has no place for.
 func (s *Server) refuseConnect(c echo.Context) error {
 	s.metrics.rejected.WithLabelValues("connecting").Inc()
-	answerUnavailable(c.Response(), "too many clients connecting to this node at once; retry after Retry-After")
+	answerUnavailable(c.Response(), refusedConnecting, "too many clients connecting to this node at once; retry after Retry-After")
 	return nil
 }
 

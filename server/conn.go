@@ -248,6 +248,10 @@ func (s *Server) handleWS(ec echo.Context) error {
 		s.refuseOrigin(w, r, codec, origin)
 		return nil
 	}
+	if s.connsFull() {
+		s.refuseFull(w) // before the handshake: cheap (guardReserve)
+		return nil
+	}
 	if !s.connects.enter() {
 		return s.refuseConnect(ec)
 	}

@@ -134,13 +134,17 @@ func wantStatus(t testing.TB, resp *http.Response, body []byte, status int) {
 
 // wantFull checks a refusal for a full node: 503, Retry-After, the
 // unavailable error, and the connection closed after it.
+// wsUpgrade is the rest of a WebSocket upgrade request's head.
+const wsUpgrade = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
+	"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: statecast.v1.json\r\n\r\n"
+
 func wantFull(t testing.TB, r *rawHTTP, method, path, tail string) {
 	t.Helper()
 	resp, b := r.do(method, path, tail)
 	var body struct{ Error struct{ Code string } }
 	_ = json.Unmarshal(b, &body)
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || body.Error.Code != wire.CodeUnavailable {
-		t.Fatalf("GET %s on a full node: %d %v %s, want 503 unavailable with Retry-After", path, resp.StatusCode, resp.Header, b)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || resp.Header.Get("Statecast-Refused") != "full" || body.Error.Code != wire.CodeUnavailable {
+		t.Fatalf("%s %s on a full node: %d %v %s, want 503 unavailable with Retry-After and Statecast-Refused: full", method, path, resp.StatusCode, resp.Header, b)
 	}
 	r.ended()
 }
@@ -200,7 +204,8 @@ func TestHTTPUnreadResponseCut(t *testing.T) {
 
 // TestConnLimitCountsEveryKind: an HTTP keep-alive connection, an SSE
 // stream and a WebSocket fill a node limited to 3; past it, requests get
-// 503 and WebSockets 4004, but health checks and metrics still answer.
+// 503, WebSocket upgrades too (before the handshake, with
+// Statecast-Refused: full), but health checks and metrics still answer.
 func TestConnLimitCountsEveryKind(t *testing.T) {
 	e := servertest.Start(t, servertest.Options{Server: server.Config{MaxConnections: 3}})
 	h := dialHTTP(t, e)
@@ -226,14 +231,15 @@ func TestConnLimitCountsEveryKind(t *testing.T) {
 	// Also a request to the WebSocket path that is no upgrade: it would
 	// otherwise be answered 426 on a connection kept open.
 	wantFull(t, dialHTTP(t, e), "GET", "/v1/ws", "\r\n")
-	if c, err := client.Dial(servertest.Context(t), e.WS, nil); client.CloseCode(err) != int(wire.CloseServerFull) {
+	wantFull(t, dialHTTP(t, e), "GET", "/v1/ws", wsUpgrade)
+	if c, err := client.Dial(servertest.Context(t), e.WS, nil); !errors.Is(err, client.ErrUnavailable) {
 		if err == nil {
 			c.CloseNow()
 		}
-		t.Fatalf("a WebSocket on a full node: %v, want close 4004", err)
+		t.Fatalf("a WebSocket on a full node: %v, want its upgrade refused (503 unavailable)", err)
 	}
-	if n := e.Counter("statecast_connections_rejected_total", "reason", "full"); n != 5 {
-		t.Errorf("rejected full = %v, want 5", n)
+	if n := e.Counter("statecast_connections_rejected_total", "reason", "full"); n != 6 {
+		t.Errorf("rejected full = %v, want 6", n)
 	}
 
 	// The three still work, and a closed one frees its slot.

@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer, eng *rooms.Engine) (*metrics, error) 
 		connections:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "statecast_connections", Help: "Open WebSocket connections."}),
 		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "statecast_subscriptions", Help: "Active subscriptions (WebSocket and SSE)."}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_connections_rejected_total",
-			Help: "Connections refused, by reason: full (503 or close 4004: past --max-connections), connecting (503: past --max-connecting), reserve_full and per_ip (closed at accept), upgrade (bad WebSocket handshake)."}, []string{"reason"}),
+			Help: "Connections refused, by reason: full (503, or close 4004 for a WebSocket the node filled up during: past --max-connections), connecting (503: past --max-connecting), reserve_full and per_ip (closed at accept), upgrade (bad WebSocket handshake)."}, []string{"reason"}),
 		socketsVec: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "statecast_sockets",
 			Help: "Open TCP connections, by what they carry: http (requests and keep-alive), sse or ws."}, []string{"kind"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statecast_writes_total", Help: "Writes (events in), by outcome."}, []string{"outcome"}),

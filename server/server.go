@@ -64,7 +64,7 @@ type Config struct {
 	// MaxConnections counts every connection accepted by Listener: HTTP,
 	// SSE and WebSocket alike. Past it a reserve of 1% (at least 16) is
 	// still accepted for /healthz, /readyz and /metrics; other requests on
-	// those get 503 and WebSockets close with 4004 (server full).
+	// those, WebSocket upgrades too, get 503 (Statecast-Refused: full).
 	//
 	// MaxConnectionsPerIP bounds the open connections of one client
 	// address (an IPv6 /64); past it a socket is closed at accept. Default
@@ -394,9 +394,20 @@ func (s *Server) poller() *idlePoller {
 	return s.idle
 }
 
+// connsFull reports whether MaxConnections WebSockets are open (a server
+// served without Listener; with it, guardReserve refuses what is past the
+// limit before the handler).
+func (s *Server) connsFull() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns) >= s.cfg.MaxConnections
+}
+
 // addConn registers a WebSocket, or refuses it (4004) when the node is
 // full: its socket was accepted into the reserve past MaxConnections, or,
-// served without Listener, MaxConnections WebSockets are open.
+// served without Listener, MaxConnections WebSockets are open (a node
+// that filled during the handshake; a full one refuses the upgrade with
+// 503 before it).
 func (s *Server) addConn(c *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -294,11 +294,12 @@ func TestWSViolations(t *testing.T) {
 				t.Fatalf("%v", m.Raw)
 			}
 		}},
-		{"connection limit closes 4004", server.Config{MaxConnections: 2}, func(t *testing.T, e *servertest.Node) {
+		{"connection limit refuses the upgrade", server.Config{MaxConnections: 2}, func(t *testing.T, e *servertest.Node) {
 			second := dialCodec(t, e, "json") // the bystander is the first
 			_, err := client.Dial(servertest.Context(t), e.WS, nil)
-			if code := client.CloseCode(err); code != int(wire.CloseServerFull) {
-				t.Fatalf("third connection: %v (close %d), want 4004", err, code)
+			var ce *client.Error
+			if !errors.As(err, &ce) || ce.Status != http.StatusServiceUnavailable {
+				t.Fatalf("third connection: %v, want its upgrade answered 503", err)
 			}
 			second.CloseNow()
 			waitFor(t, 10*time.Second, "a free connection slot", func() bool {

@@ -26,7 +26,7 @@ func spawnFlags(t *testing.T, extra ...string) []string {
 // TestBenchAttacks runs each attack at a tiny size against a spawned
 // server: the server's figures are measured and the bystander ran
 // without failing (at these sizes nothing should hurt it), but for the
-// WebSockets a full node refuses (4004) by design.
+// WebSockets a full node refuses (503, Statecast-Refused: full) by design.
 func TestAttacks(t *testing.T) {
 	etcdPort, err := freePort()
 	if err != nil {

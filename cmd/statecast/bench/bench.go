@@ -649,10 +649,16 @@ func (e *env) dialWS(ctx context.Context, u string, subprotocols []string) (*web
 // on as many connects as it takes (--max-connecting).
 type busyError struct {
 	after time.Duration
+	full  bool // Statecast-Refused: full: the node has no connection to give
 	err   error
 }
 
-func (e *busyError) Error() string { return fmt.Sprintf("busy, retry after %v: %v", e.after, e.err) }
+func (e *busyError) Error() string {
+	if e.full {
+		return fmt.Sprintf("full, retry after %v: %v", e.after, e.err)
+	}
+	return fmt.Sprintf("busy, retry after %v: %v", e.after, e.err)
+}
 
 // busyOf returns a *busyError for an upgrade answered 503 with
 // Retry-After, else err.
@@ -664,7 +670,7 @@ func busyOf(resp *http.Response, err error) error {
 	if perr != nil || s <= 0 {
 		return err
 	}
-	return &busyError{after: time.Duration(s) * time.Second, err: err}
+	return &busyError{after: time.Duration(s) * time.Second, full: resp.Header.Get("Statecast-Refused") == "full", err: err}
 }
 
 // untilAdmitted calls dial until the node does not answer busy, waiting

@@ -124,6 +124,7 @@ type scaleRun struct {
 	firstLostNs, lastResNs atomic.Int64
 	dialFails, gaps        atomic.Int64
 	busy                   atomic.Int64 // upgrades answered 503 (--max-connecting)
+	full                   atomic.Int64 // dials a full node refused (503 full, or 4004)
 	errs                   atomic.Int64
 	errMu                  sync.Mutex
 	firstErr, firstDialErr string
@@ -367,7 +368,8 @@ func (r *scaleRun) run(c *scaleConn) {
 	node, backoff := int(c.first), time.Duration(0)
 	// failed pauses before the next try, longer each time (50 ms to 2 s,
 	// jittered: a node that refused many at once is not hit by all of
-	// them again at once); a node that is down or full (4004) is left for
+	// them again at once); a node that is down or full (503 with
+	// Statecast-Refused: full, or 4004 when it filled meanwhile) is left for
 	// the next, while one that could not serve this connection (1011: it
 	// could not save the session) is tried again.
 	failed := func(err error, down bool) {
@@ -379,6 +381,9 @@ func (r *scaleRun) run(c *scaleConn) {
 		r.errMu.Unlock()
 		var busy *busyError
 		switch {
+		case errors.As(err, &busy) && busy.full:
+			r.full.Add(1)
+			node = (node + 1) % n
 		case errors.As(err, &busy):
 			// The node works on as many connects as it takes: come back
 			// when it says, jittered, as a client that reads the status
@@ -386,7 +391,10 @@ func (r *scaleRun) run(c *scaleConn) {
 			r.busy.Add(1)
 			backoff = 2 * busy.after
 			return
-		case down || websocket.CloseStatus(err) == wire.CloseServerFull:
+		case websocket.CloseStatus(err) == wire.CloseServerFull:
+			r.full.Add(1)
+			node = (node + 1) % n
+		case down:
 			node = (node + 1) % n
 		}
 		backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
@@ -889,6 +897,7 @@ type scaleReport struct {
 	ResumeLatency  histJSON `json:"resume_latency"`
 	DialFailures   int64    `json:"dial_failures"` // connections refused or lost before subscribing
 	Busy           int64    `json:"busy"`          // of them, upgrades answered 503 + Retry-After (--max-connecting)
+	Full           int64    `json:"full"`          // of them, refused by a full node (503 Statecast-Refused: full, or 4004)
 	FirstDialError string   `json:"first_dial_error,omitempty"`
 	Gaps           int64    `json:"gaps"`
 	Errors         int64    `json:"errors"`
@@ -915,7 +924,7 @@ func (r *scaleRun) report() *scaleReport {
 		Losses: r.losses.Load(), Resumes: r.resumes.Load(), SessionResumed: r.sessResumed.Load(), SessionNew: r.sessNew.Load(),
 		ByReplay: r.byReplay.Load(), BySynced: r.bySynced.Load(), BySnapshot: r.bySnapshot.Load(),
 		FirstLostNs: r.firstLostNs.Load(), LastResumedNs: r.lastResNs.Load(),
-		DialFailures: r.dialFails.Load(), Busy: r.busy.Load(), Gaps: r.gaps.Load(), Errors: r.errs.Load()}
+		DialFailures: r.dialFails.Load(), Busy: r.busy.Load(), Full: r.full.Load(), Gaps: r.gaps.Load(), Errors: r.errs.Load()}
 	for _, c := range r.conns {
 		rep.MarksPerConn[strconv.Itoa(int(c.marks.Load()))]++
 		c.mu.Lock()
@@ -943,7 +952,7 @@ func (r *scaleRun) reset() {
 	r.mark.reset()
 	r.resumeLat.reset()
 	for _, a := range []*atomic.Int64{&r.markCount, &r.losses, &r.resumes, &r.sessResumed, &r.sessNew, &r.byReplay,
-		&r.bySynced, &r.bySnapshot, &r.firstLostNs, &r.lastResNs, &r.dialFails, &r.busy, &r.gaps, &r.errs} {
+		&r.bySynced, &r.bySnapshot, &r.firstLostNs, &r.lastResNs, &r.dialFails, &r.busy, &r.full, &r.gaps, &r.errs} {
 		a.Store(0)
 	}
 	r.errMu.Lock()
@@ -971,6 +980,7 @@ func mergeScale(reps []*scaleReport) *scaleReport {
 		m.BySnapshot += r.BySnapshot
 		m.DialFailures += r.DialFailures
 		m.Busy += r.Busy
+		m.Full += r.Full
 		m.Gaps += r.Gaps
 		m.Errors += r.Errors
 		if m.FirstError == "" {
@@ -1076,7 +1086,7 @@ func runScaleMark(ctx context.Context, cfg *config, out io.Writer) error {
 	for i := 0; len(conns) < min(markConns, cfg.rooms) && i < 2*markConns; i++ {
 		c, derr := markConn(ctx, urls[i%len(urls)])
 		if derr != nil {
-			err = derr // a full node (4004), or a dead one: the next
+			err = derr // a full node (503, or 4004), or a dead one: the next
 			continue
 		}
 		defer c.CloseNow()

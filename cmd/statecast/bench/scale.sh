@@ -235,11 +235,11 @@ peak_rss() { # the nodes' peak RSS (VmHWM) in MB, and Redis's
 NEW_SESSIONS=0
 resumed_row() { # resumed_row LABEL: how the clients of the last storm came back
 	if [ "$SERVER" = centrifugo ]; then
-		row "$1" "$(m '"\(.resumes) of \(.losses) resumed in \(.resume_all_s * 100 | round / 100) s (p50 \(.resume_p50_ms | round) ms, p99 \(.resume_p99_ms | round) ms); recovered with publications \(.by_replay), recovered with none missed \(.by_synced), not recovered \(.by_snapshot); refused or failed dials \(.dial_failures) (busy: \(.busy // 0))\(.first_dial_error // "" | if . == "" then "" else " (the first: " + . + ")" end); gaps \(.gaps); errors \(.errors)\(.first_error // "" | if . == "" then "" else " (the first: " + . + ")" end)"')"
+		row "$1" "$(m '"\(.resumes) of \(.losses) resumed in \(.resume_all_s * 100 | round / 100) s (p50 \(.resume_p50_ms | round) ms, p99 \(.resume_p99_ms | round) ms); recovered with publications \(.by_replay), recovered with none missed \(.by_synced), not recovered \(.by_snapshot); refused or failed dials \(.dial_failures) (busy: \(.busy // 0), full: \(.full // 0))\(.first_dial_error // "" | if . == "" then "" else " (the first: " + . + ")" end); gaps \(.gaps); errors \(.errors)\(.first_error // "" | if . == "" then "" else " (the first: " + . + ")" end)"')"
 		return
 	fi
 	NEW_SESSIONS=$((NEW_SESSIONS + $(m .session_new)))
-	row "$1" "$(m '"\(.resumes) of \(.losses) resumed in \(.resume_all_s * 100 | round / 100) s (p50 \(.resume_p50_ms | round) ms, p99 \(.resume_p99_ms | round) ms); by replay \(.by_replay), synced \(.by_synced), snapshot \(.by_snapshot); session kept \(.session_resumed), new \(.session_new); refused or failed dials \(.dial_failures) (busy: \(.busy // 0))\(.first_dial_error // "" | if . == "" then "" else " (the first: " + . + ")" end); gaps \(.gaps); errors \(.errors)\(.first_error // "" | if . == "" then "" else " (the first: " + . + ")" end)"')"
+	row "$1" "$(m '"\(.resumes) of \(.losses) resumed in \(.resume_all_s * 100 | round / 100) s (p50 \(.resume_p50_ms | round) ms, p99 \(.resume_p99_ms | round) ms); by replay \(.by_replay), synced \(.by_synced), snapshot \(.by_snapshot); session kept \(.session_resumed), new \(.session_new); refused or failed dials \(.dial_failures) (busy: \(.busy // 0), full: \(.full // 0))\(.first_dial_error // "" | if . == "" then "" else " (the first: " + . + ")" end); gaps \(.gaps); errors \(.errors)\(.first_error // "" | if . == "" then "" else " (the first: " + . + ")" end)"')"
 }
 
 mark() { # mark SEQ: one marked write to every room, until all delivered (or 30 s)
@@ -281,7 +281,7 @@ for i in "${!NPIDS[@]}"; do RSS0[i]=$(rss_kb "${NPIDS[$i]}"); done
 REDIS_RSS0=$(rss_kb "$RPID")
 start_clients
 wait_all "subscribed" || exit 1
-row "all subscribed" "$(m '"in \(.subscribed_s * 100 | round / 100) s; refused or failed dials \(.dial_failures) (busy: \(.busy // 0))\(.first_dial_error // "" | if . == "" then "" else " (the first: " + . + ")" end); errors \(.errors)\(.first_error // "" | if . == "" then "" else " (the first: " + . + ")" end)"')"
+row "all subscribed" "$(m '"in \(.subscribed_s * 100 | round / 100) s; refused or failed dials \(.dial_failures) (busy: \(.busy // 0), full: \(.full // 0))\(.first_dial_error // "" | if . == "" then "" else " (the first: " + . + ")" end); errors \(.errors)\(.first_error // "" | if . == "" then "" else " (the first: " + . + ")" end)"')"
 ON=($(m '.conns_on_node[]'))
 per=()
 for i in "${!NPIDS[@]}"; do
