@@ -224,7 +224,9 @@ func (s *Store) readHead(ctx context.Context, room string) (epoch string, rev ui
 }
 
 // spawn runs f on a goroutine of the store's, which Close waits for. The
-// caller holds s.mu for reading (begin), so Close has not begun waiting.
+// caller holds s.mu for reading (begin), so Close has not begun waiting,
+// or is itself such a goroutine (a read handing over to the next), whose
+// own count keeps the wait from ending first.
 func (s *Store) spawn(f func(ctx context.Context)) {
 	s.wg.Add(1)
 	go func() {

@@ -26,10 +26,11 @@ type headRoom struct {
 
 // headRead is one read and its answer, set before done is closed.
 type headRead struct {
-	done  chan struct{}
-	epoch string
-	rev   uint64
-	err   error
+	done   chan struct{}
+	joined int // calls waiting for it (under headReads.mu)
+	epoch  string
+	rev    uint64
+	err    error
 }
 
 // readFunc reads a room's head; spawnFunc runs a read on a goroutine of
@@ -44,6 +45,9 @@ type (
 // read, which the caller whose read returns starts on a goroutine (it
 // serves callers whose contexts differ: it is bounded by the store's).
 func (h *headReads) read(ctx context.Context, room string, do readFunc, spawn spawnFunc) (string, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return "", 0, err // no read for nobody
+	}
 	h.mu.Lock()
 	if h.rooms == nil {
 		h.rooms = make(map[string]*headRoom)
@@ -64,6 +68,7 @@ func (h *headReads) read(ctx context.Context, room string, do readFunc, spawn sp
 		hr.next = &headRead{done: make(chan struct{})}
 	}
 	r := hr.next
+	r.joined++
 	h.mu.Unlock()
 	select {
 	case <-r.done:

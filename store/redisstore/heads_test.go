@@ -65,9 +65,15 @@ func TestHeadReadsCoalesce(t *testing.T) {
 			}
 		}()
 	}
-	// Every caller is waiting for the next read once the map says so: let
-	// them all arrive before the first read returns.
-	time.Sleep(50 * time.Millisecond)
+	// Let them all join the next read before the first one returns.
+	for joined := 0; joined < callers; {
+		time.Sleep(time.Millisecond)
+		h.mu.Lock()
+		if next := h.rooms["r"].next; next != nil {
+			joined = next.joined
+		}
+		h.mu.Unlock()
+	}
 	f.release <- struct{}{}
 	if rev := <-first; rev != 1 {
 		t.Errorf("the first call was answered by read %d, want 1", rev)
@@ -104,7 +110,14 @@ func TestHeadReadsRooms(t *testing.T) {
 		_, _, err := h.read(ctx, "a", f.do, f.spawn)
 		gone <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	for joined := 0; joined < 1; {
+		time.Sleep(time.Millisecond)
+		h.mu.Lock()
+		if next := h.rooms["a"].next; next != nil {
+			joined = next.joined
+		}
+		h.mu.Unlock()
+	}
 	cancel()
 	if err := <-gone; !errors.Is(err, context.Canceled) {
 		t.Errorf("a waiting call whose context ended: %v, want context.Canceled", err)
@@ -119,5 +132,20 @@ func TestHeadReadsRooms(t *testing.T) {
 	f.wg.Wait()
 	if n := f.sent.Load(); n != 3 {
 		t.Errorf("%d reads, want 3 (a, b, and a's next, asked for before the cancel)", n)
+	}
+}
+
+// TestHeadReadsEndedContext: a call whose context has already ended sends
+// no read and asks for none.
+func TestHeadReadsEndedContext(t *testing.T) {
+	f := &fakeHeads{}
+	var h headReads
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := h.read(ctx, "r", f.do, f.spawn); !errors.Is(err, context.Canceled) {
+		t.Errorf("a call with an ended context: %v, want context.Canceled", err)
+	}
+	if n := f.sent.Load(); n != 0 || len(h.rooms) != 0 {
+		t.Errorf("%d reads sent, %d rooms remembered; want none", n, len(h.rooms))
 	}
 }
