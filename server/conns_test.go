@@ -132,12 +132,13 @@ func wantStatus(t testing.TB, resp *http.Response, body []byte, status int) {
 	}
 }
 
-// wantFull checks a refusal for a full node: 503, Retry-After, the
-// unavailable error, and the connection closed after it.
 // wsUpgrade is the rest of a WebSocket upgrade request's head.
 const wsUpgrade = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
 	"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: statecast.v1.json\r\n\r\n"
 
+// wantFull checks a refusal for a full node: 503, Retry-After,
+// Statecast-Refused: full, the unavailable error, and the connection
+// closed after it.
 func wantFull(t testing.TB, r *rawHTTP, method, path, tail string) {
 	t.Helper()
 	resp, b := r.do(method, path, tail)
