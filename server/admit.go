@@ -1,6 +1,9 @@
 package server
 
 import (
+	"container/list"
+	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,10 +16,11 @@ import (
 // queued in its store client and its scheduler, each timing out late, and
 // its own beats in the node registry running seconds late, so that the
 // other nodes take it for dead and close what it had just taken on. So a
-// node works on at most MaxConnecting connects at a time, and answers any
-// other upgrade at once with 503 and Retry-After: cheap for the node
-// (nothing is hijacked, no session goroutine starts), and every client
-// backs off (a browser sees the failed handshake as 1006).
+// node works on at most MaxConnecting connects at a time; another upgrade
+// waits a moment for a place (below) and is then answered 503 with
+// Retry-After: cheap for the node (nothing is hijacked, no session
+// goroutine starts), and every client backs off (a browser sees the
+// failed handshake as 1006).
 //
 // A WebSocket connect lasts from its upgrade to the answer of its first
 // subscription, unless the client keeps the node waiting: a look every
@@ -28,14 +32,79 @@ import (
 // connectingHold is how often a connecting WebSocket is looked at.
 const connectingHold = time.Second
 
-// connectGate counts the connects in progress.
+// Past MaxConnecting a connect waits, in arrival order, for a place a
+// finishing connect hands over, for up to ConnectQueueWait; only then is
+// it refused. In a reconnect storm the node's places free up every few
+// milliseconds: a client refused at once would sit out its Retry-After
+// (a second or two) while the node had a place for it long before, and
+// come back into the next crowd. At most queuePerPlace waiters a place,
+// so that the queue holds no more than the node works off in about a
+// wait; past it the connect is refused at once.
+const queuePerPlace = 4
+
+// connectGate counts the connects in progress and queues those past its
+// limit.
 type connectGate struct {
-	n     atomic.Int64
+	n     atomic.Int64 // places taken
 	limit int64
+	wait  time.Duration // longest a connect queues; 0: none
+
+	mu      sync.Mutex
+	waiters list.List // of *waiter, oldest first
+	closed  bool      // the node is shutting down: no more waiting
 }
 
-// enter takes a place, or reports false when every place is taken.
-func (g *connectGate) enter() bool {
+// waiter is a connect queued for a place.
+type waiter struct {
+	done   chan struct{} // closed when it leaves the queue
+	handed bool          // with a place (else the gate closed); set before done closes
+}
+
+// enter takes a place, waiting for one in the queue when every place is
+// taken, and reports false when none came within the wait, ctx ended
+// first (the client went away), or the gate closed.
+func (g *connectGate) enter(ctx context.Context) bool {
+	if g.tryEnter() {
+		return true
+	}
+	g.mu.Lock()
+	// Under mu, where leave hands places over: a place freed since
+	// tryEnter is taken here, not lost to an empty queue.
+	if g.waiters.Len() == 0 && g.tryEnter() {
+		g.mu.Unlock()
+		return true
+	}
+	if g.closed || g.wait <= 0 || int64(g.waiters.Len()) >= queuePerPlace*g.limit {
+		g.mu.Unlock()
+		return false
+	}
+	w := &waiter{done: make(chan struct{})}
+	e := g.waiters.PushBack(w)
+	g.mu.Unlock()
+
+	t := time.NewTimer(g.wait)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		return w.handed
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-w.done:
+		if w.handed { // handed a place as the wait ended: give it on
+			g.handOn()
+		}
+	default:
+		g.waiters.Remove(e)
+	}
+	return false
+}
+
+// tryEnter takes a place if one is free and nobody queues for one.
+func (g *connectGate) tryEnter() bool {
 	if g.n.Add(1) > g.limit {
 		g.n.Add(-1)
 		return false
@@ -43,10 +112,48 @@ func (g *connectGate) enter() bool {
 	return true
 }
 
-func (g *connectGate) leave() { g.n.Add(-1) }
+// leave gives a place back: to the first waiter, if any.
+func (g *connectGate) leave() {
+	g.mu.Lock()
+	g.handOn()
+	g.mu.Unlock()
+}
 
-// refuseConnect answers a connect the node has no place for.
+// handOn passes a place that is being given back to the first waiter, or
+// frees it. Called with mu held.
+func (g *connectGate) handOn() {
+	if f := g.waiters.Front(); f != nil {
+		w := g.waiters.Remove(f).(*waiter)
+		w.handed = true
+		close(w.done)
+		return
+	}
+	g.n.Add(-1)
+}
+
+// close refuses every waiter and every later connect past the limit.
+func (g *connectGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	for f := g.waiters.Front(); f != nil; f = g.waiters.Front() {
+		close(g.waiters.Remove(f).(*waiter).done)
+	}
+}
+
+// queued counts the connects waiting for a place.
+func (g *connectGate) queued() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.waiters.Len()
+}
+
+// refuseConnect answers a connect the node has no place for, unless its
+// client went away while it queued.
 func (s *Server) refuseConnect(c echo.Context) error {
+	if c.Request().Context().Err() != nil {
+		return nil
+	}
 	s.metrics.rejected.WithLabelValues("connecting").Inc()
 	answerUnavailable(c.Response(), refusedConnecting, "too many clients connecting to this node at once; retry after Retry-After")
 	return nil

@@ -1,9 +1,11 @@
 package server_test
 
 // Connect admission (server/admit.go): a node works on at most
-// MaxConnecting connects at once and answers the rest 503 at once.
+// MaxConnecting connects at once; the rest wait in a queue for a place,
+// then get 503.
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,21 +21,21 @@ import (
 	"github.com/statecast/statecast/server/servertest"
 )
 
-// TestConnectGate: with one place, a connect that waits on the connect
-// hook keeps it however long it waits, and meanwhile an upgrade and an
-// SSE watch get 503 with Retry-After; once its first subscription is
-// answered the place is free. A socket that sends nothing gives its place
-// back within a look while it stays open, so silent sockets cannot close
-// the node to connects.
-func TestConnectGate(t *testing.T) {
-	release := make(chan struct{})
+// holdOnePlace starts a node with one connect place and the given queue
+// wait, and has a client take that place by connecting through a connect
+// hook that answers it only on release, which then has the client
+// subscribe, ending its connect.
+func holdOnePlace(t *testing.T, wait time.Duration) (n *servertest.Node, release func()) {
+	t.Helper()
+	answer := make(chan struct{})
 	var asked atomic.Int32
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		asked.Add(1)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			return
+		if asked.Add(1) == 1 {
+			select {
+			case <-answer:
+			case <-r.Context().Done():
+				return
+			}
 		}
 		_, _ = io.WriteString(w, `{"subject":"alice","expires_in":60,"grants":[{"room":"*","access":"rw"}]}`)
 	}))
@@ -42,9 +44,8 @@ func TestConnectGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := servertest.Start(t, servertest.Options{Server: server.Config{Connect: ch, MaxConnecting: 1}})
+	n = servertest.Start(t, servertest.Options{Server: server.Config{Connect: ch, MaxConnecting: 1, ConnectQueueWait: wait}})
 	ctx := servertest.Context(t)
-
 	dialed := make(chan *client.Conn, 1)
 	go func() {
 		c, err := client.Dial(ctx, n.WS, nil)
@@ -54,6 +55,29 @@ func TestConnectGate(t *testing.T) {
 		dialed <- c
 	}()
 	waitFor(t, 5*time.Second, "the connect hook to be asked", func() bool { return asked.Load() == 1 })
+	return n, func() {
+		t.Helper()
+		close(answer)
+		c := <-dialed
+		if c == nil {
+			t.FailNow()
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.Subscribe(ctx, "r", client.SubscribeOptions{}); err != nil {
+			t.Fatalf("subscribe: %v", err)
+		}
+	}
+}
+
+// TestConnectGate: with one place and no queue, a connect that waits on
+// the connect hook keeps it however long it waits, and meanwhile an
+// upgrade and an SSE watch get 503 with Retry-After; once its first subscription is
+// answered the place is free. A socket that sends nothing gives its place
+// back within a look while it stays open, so silent sockets cannot close
+// the node to connects.
+func TestConnectGate(t *testing.T) {
+	n, release := holdOnePlace(t, -1)
+	ctx := servertest.Context(t)
 	time.Sleep(1500 * time.Millisecond) // past a look: a connect being handled keeps its place
 
 	refused := func(what string, resp *http.Response, err error) {
@@ -81,15 +105,7 @@ func TestConnectGate(t *testing.T) {
 		t.Errorf("statecast_connecting = %v while one connects, want 1", got)
 	}
 
-	close(release)
-	c := <-dialed
-	if c == nil {
-		t.FailNow()
-	}
-	defer c.Close()
-	if _, err := c.Subscribe(ctx, "r", client.SubscribeOptions{}); err != nil {
-		t.Fatalf("subscribe: %v", err)
-	}
+	release() // the held connect subscribes: its place is given back
 	if got := n.Counter("statecast_connecting"); got != 0 {
 		t.Errorf("statecast_connecting = %v after the first subscription's answer, want 0", got)
 	}
@@ -107,5 +123,73 @@ func TestConnectGate(t *testing.T) {
 	other := dial(t, n, nil)
 	if _, err := other.Subscribe(ctx, "r", client.SubscribeOptions{}); err != nil {
 		t.Errorf("a client connecting beside the silent socket: %v", err)
+	}
+}
+
+// TestConnectQueue: with the one place held by a connect waiting on the
+// connect hook, an upgrade and an SSE watch queue for it; the watch whose
+// client goes away leaves the queue, and the upgrade gets the place as
+// soon as the first connect's subscription is answered, with nothing
+// refused. A connect still queued when its wait ends gets 503.
+func TestConnectQueue(t *testing.T) {
+	n, release := holdOnePlace(t, 30*time.Second)
+	ctx := servertest.Context(t)
+
+	type upgraded struct {
+		ws   *websocket.Conn
+		resp *http.Response
+		err  error
+	}
+	queued := make(chan upgraded, 1)
+	go func() {
+		ws, resp, err := websocket.Dial(ctx, n.WS, &websocket.DialOptions{Subprotocols: []string{"statecast.v2.json"}})
+		queued <- upgraded{ws, resp, err}
+	}()
+	waitFor(t, 5*time.Second, "the upgrade to queue", func() bool { return n.Counter("statecast_connect_queue") == 1 })
+	sseCtx, sseGone := context.WithCancel(ctx)
+	sseDone := make(chan struct{})
+	go func() {
+		defer close(sseDone)
+		req, _ := http.NewRequestWithContext(sseCtx, http.MethodGet, n.TS.URL+"/v1/rooms/r/watch", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			t.Errorf("an SSE watch whose client went away while queued was answered %s", resp.Status)
+			resp.Body.Close()
+		}
+	}()
+	waitFor(t, 5*time.Second, "the watch to queue", func() bool { return n.Counter("statecast_connect_queue") == 2 })
+	sseGone()
+	<-sseDone
+	waitFor(t, 5*time.Second, "the gone watch to leave the queue", func() bool { return n.Counter("statecast_connect_queue") == 1 })
+
+	release() // the held connect subscribes: its place is given back
+	u := <-queued
+	if u.err != nil {
+		t.Fatalf("the queued upgrade after the place came free: %v %v", u.resp, u.err)
+	}
+	defer u.ws.CloseNow()
+	if got := n.Counter("statecast_connect_queue"); got != 0 {
+		t.Errorf("statecast_connect_queue = %v after the place was handed over, want 0", got)
+	}
+	if got := n.Counter("statecast_connecting"); got != 1 {
+		t.Errorf("statecast_connecting = %v with the queued upgrade connecting, want 1", got)
+	}
+	if got := n.Counter("statecast_connections_rejected_total", "reason", "connecting"); got != 0 {
+		t.Errorf("rejected{connecting} = %v, want 0: every connect queued", got)
+	}
+
+	// The upgrade holds the place (it sends nothing for up to a look);
+	// a connect queued behind it past a short wait is refused.
+	short := servertest.Start(t, servertest.Options{Server: server.Config{MaxConnecting: 1, ConnectQueueWait: 50 * time.Millisecond}})
+	holder, _, err := websocket.Dial(ctx, short.WS, &websocket.DialOptions{Subprotocols: []string{"statecast.v2.json"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.CloseNow()
+	_, resp, err := websocket.Dial(ctx, short.WS, &websocket.DialOptions{Subprotocols: []string{"statecast.v2.json"}})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Statecast-Refused") != "connecting" {
+		t.Errorf("an upgrade queued past its wait: %v %v, want 503 (Statecast-Refused: connecting)", resp, err)
+	}
+	if got := short.Counter("statecast_connections_rejected_total", "reason", "connecting"); got != 1 {
+		t.Errorf("rejected{connecting} = %v, want 1", got)
 	}
 }

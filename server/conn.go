@@ -252,7 +252,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 		s.refuseFull(w) // before the handshake: cheap (guardReserve)
 		return nil
 	}
-	if !s.connects.enter() {
+	if !s.connects.enter(r.Context()) {
 		return s.refuseConnect(ec)
 	}
 	lean := &leanBuffers{ResponseWriter: w}

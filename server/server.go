@@ -54,6 +54,7 @@ type Config struct {
 	WriteBurst       int           // default 2 × WriteRate
 	MaxConnections   int           // open TCP connections of the node; default 100,000 (see below)
 	MaxConnecting    int           // connects in progress (admit.go); default 128 per CPU, at least 256
+	ConnectQueueWait time.Duration // longest a connect past MaxConnecting waits for a place; default 1s, negative: none
 	MaxLeases        int           // TTL leases per subject (anonymous: all together); default 1,000
 	WriteTimeout     time.Duration // for one frame to a socket; default 10s
 	StoreTimeout     time.Duration // for one store write; default 5s
@@ -151,6 +152,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConnecting <= 0 {
 		c.MaxConnecting = max(256, 128*runtime.GOMAXPROCS(0))
+	}
+	if c.ConnectQueueWait == 0 {
+		c.ConnectQueueWait = time.Second
 	}
 	if c.MaxConnectionsPerIP == 0 {
 		c.MaxConnectionsPerIP = 1000
@@ -257,7 +261,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg: cfg, engine: cfg.Engine, store: cfg.Store, log: cfg.Logger,
 		conns:       make(map[*conn]struct{}),
 		writeLimits: newWriteLimits(cfg.WriteRate, cfg.WriteBurst),
-		connects:    connectGate{limit: int64(cfg.MaxConnecting)},
+		connects:    connectGate{limit: int64(cfg.MaxConnecting), wait: cfg.ConnectQueueWait},
 		wakes:       wakes{ch: make(chan *conn), stop: make(chan struct{})},
 	}
 	m, err := newMetrics(cfg.Registerer, cfg.Engine)
@@ -280,6 +284,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "statecast_connecting",
 		Help: "WebSocket and SSE connects in progress, bounded by --max-connecting (past it: 503, counted in statecast_connections_rejected_total{reason=\"connecting\"})."},
 		func() float64 { return float64(s.connects.n.Load()) })); err != nil {
+		return nil, err
+	}
+	if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "statecast_connect_queue",
+		Help: "Connects past --max-connecting waiting for a place (at most 4 a place, each for up to --connect-queue-wait; then 503)."},
+		func() float64 { return float64(s.connects.queued()) })); err != nil {
 		return nil, err
 	}
 	s.slots = newConnSlots(cfg, m)
@@ -346,6 +355,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // It does not close the engine or the store.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	s.connects.close()
 	// First, so that the sockets closing below do not start their
 	// sessions' grace: a session ends only when its client has not come
 	// back within the grace after the next start.

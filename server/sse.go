@@ -41,7 +41,7 @@ func (s *Server) handleWatch(c echo.Context) error { return s.watchSSE(c, defaul
 func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 	// The connect: asking the connect hook, compiling the filter, loading
 	// or resuming the room (admit.go).
-	if !s.connects.enter() {
+	if !s.connects.enter(c.Request().Context()) {
 		return s.refuseConnect(c)
 	}
 	connecting := true

@@ -132,6 +132,7 @@ type serveFlags struct {
 	roomMaxBytes                        bytesFlag
 	maxSubs, maxConns, maxConnsPerIP    int
 	maxConnecting                       int
+	connectQueueWait                    time.Duration
 	maxConnsSet                         bool // --max-connections given (or its variable): not a default to size
 	maxPrefixes, maxConnPrefixes        int
 	maxConnFilters, maxRoomFilters      int
@@ -204,7 +205,8 @@ func serve(args []string) error {
 	fs.IntVar(&f.maxConnFilters, "max-conn-filters", 16, "subscriptions with a filter on one WebSocket (each distinct filter costs an evaluation per event of its room)")
 	fs.IntVar(&f.maxLeases, "max-leases", 1000, "TTL leases per token subject (without auth: all clients together)")
 	fs.IntVar(&f.maxConns, "max-connections", 100_000, "open connections per server: HTTP, SSE and WebSocket (1% more are kept for /healthz, /readyz, /metrics)")
-	fs.IntVar(&f.maxConnecting, "max-connecting", 0, "WebSocket and SSE connects in progress at once (session, first subscription); past it 503 with Retry-After; 0: 128 per CPU, at least 256")
+	fs.IntVar(&f.maxConnecting, "max-connecting", 0, "WebSocket and SSE connects in progress at once (session, first subscription); past it a connect queues (--connect-queue-wait), then 503 with Retry-After; 0: 128 per CPU, at least 256")
+	fs.DurationVar(&f.connectQueueWait, "connect-queue-wait", time.Second, "how long a connect past --max-connecting waits, first come first served, for a place (at most 4 waiting a place); 0: none, 503 at once")
 	fs.IntVar(&f.maxConnsPerIP, "max-connections-per-ip", 1000, "open connections per client address (IPv6: per /64); 0: no limit; loopback clients are exempt")
 	fs.DurationVar(&f.headerTimeout, "http-header-timeout", 10*time.Second, "an HTTP request's headers must arrive within this")
 	fs.DurationVar(&f.readTimeout, "http-read-timeout", 60*time.Second, "a whole HTTP request, body included, must arrive within this")
@@ -335,7 +337,7 @@ func run(f serveFlags) error {
 	srv, err := server.New(ctx, server.Config{
 		Store: st, Engine: engine, Auth: authn, AllowOrigins: f.origins, AllowHosts: f.hosts,
 		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxPrefixes: f.maxPrefixes, MaxConnPrefixes: f.maxConnPrefixes, MaxConnFilters: f.maxConnFilters,
-		MaxConnections: fitConnections(f.maxConns, f.maxConnsSet, log), MaxConnectionsPerIP: perIP, MaxConnecting: f.maxConnecting, MaxLeases: f.maxLeases,
+		MaxConnections: fitConnections(f.maxConns, f.maxConnsSet, log), MaxConnectionsPerIP: perIP, MaxConnecting: f.maxConnecting, ConnectQueueWait: queueWait(f.connectQueueWait), MaxLeases: f.maxLeases,
 		HTTPHeaderTimeout: f.headerTimeout, HTTPReadTimeout: f.readTimeout,
 		HTTPWriteTimeout: f.httpWriteTimeout, HTTPIdleTimeout: f.idleTimeout,
 		WriteRate: f.writeRate, WriteTimeout: f.writeTimeout, LeaseGrace: f.leaseGrace, PingInterval: f.pingEvery,
@@ -563,4 +565,13 @@ func redactURL(s string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// queueWait maps --connect-queue-wait to server.Config, where zero is the
+// default and negative is none.
+func queueWait(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
