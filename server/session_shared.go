@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/statecast/statecast/store"
@@ -251,17 +252,40 @@ func (ss *sessions) closeShared() {
 	ss.mu.Unlock()
 	// One timeout for all: with Redis unreachable the shutdown must not
 	// wait for each. A session left attached starts its grace when the
-	// others find this node dead (ReleaseSessions).
+	// others find this node dead (ReleaseSessions), a scan of every
+	// session of the cluster. Detaches run shutdownDetaches at a time:
+	// one after another, a node's 20,000 took longer than the timeout
+	// in a restart's reconnect storm, each waiting out a round trip.
 	ctx, cancel := ss.ctx()
 	defer cancel()
+	next := make(chan *session)
+	var failed sync.Once
+	var workers sync.WaitGroup
+	for range min(shutdownDetaches, len(attached)) {
+		workers.Go(func() {
+			for s := range next {
+				if _, err := ss.shared.DetachSession(ctx, s.id, s.gen, ss.grace); err != nil {
+					failed.Do(func() {
+						ss.log.Warn("server: cannot start the grace of the sessions at shutdown; the others start it once this node is found dead", "sessions", len(attached), "err", err)
+						cancel()
+					})
+				}
+			}
+		})
+	}
 	for _, s := range attached {
-		if _, err := ss.shared.DetachSession(ctx, s.id, s.gen, ss.grace); err != nil {
-			ss.log.Warn("server: cannot start the grace of the sessions at shutdown; the others start it once this node is found dead", "sessions", len(attached), "err", err)
+		if ctx.Err() != nil {
 			break
 		}
+		next <- s
 	}
+	close(next)
+	workers.Wait()
 	ss.wg.Wait()
 }
+
+// shutdownDetaches is how many session detaches a shutdown has in flight.
+const shutdownDetaches = 32
 
 // sweep ends the due sessions every tick, and looks for orphans every
 // orphanEvery ticks when it is this node's turn.
