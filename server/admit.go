@@ -3,6 +3,7 @@ package server
 import (
 	"container/list"
 	"context"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,13 +104,19 @@ func (g *connectGate) enter(ctx context.Context) bool {
 	return false
 }
 
-// tryEnter takes a place if one is free and nobody queues for one.
+// tryEnter takes a place if one is free. n never goes past the limit,
+// even for a moment: a place freed while connects queue is handed over,
+// so a queue means every place is taken and newcomers cannot pass it.
 func (g *connectGate) tryEnter() bool {
-	if g.n.Add(1) > g.limit {
-		g.n.Add(-1)
-		return false
+	for {
+		v := g.n.Load()
+		if v >= g.limit {
+			return false
+		}
+		if g.n.CompareAndSwap(v, v+1) {
+			return true
+		}
 	}
-	return true
 }
 
 // leave gives a place back: to the first waiter, if any.
@@ -149,10 +156,14 @@ func (g *connectGate) queued() int {
 }
 
 // refuseConnect answers a connect the node has no place for, unless its
-// client went away while it queued.
+// client went away while it queued; one the shutdown took from the queue
+// is told to go elsewhere.
 func (s *Server) refuseConnect(c echo.Context) error {
 	if c.Request().Context().Err() != nil {
 		return nil
+	}
+	if s.draining.Load() {
+		return echo.NewHTTPError(http.StatusServiceUnavailable, "server is shutting down; connect to another node")
 	}
 	s.metrics.rejected.WithLabelValues("connecting").Inc()
 	answerUnavailable(c.Response(), refusedConnecting, "too many clients connecting to this node at once; retry after Retry-After")

@@ -177,14 +177,9 @@ func TestConnectQueue(t *testing.T) {
 		t.Errorf("rejected{connecting} = %v, want 0: every connect queued", got)
 	}
 
-	// The upgrade holds the place (it sends nothing for up to a look);
-	// a connect queued behind it past a short wait is refused.
-	short := servertest.Start(t, servertest.Options{Server: server.Config{MaxConnecting: 1, ConnectQueueWait: 50 * time.Millisecond}})
-	holder, _, err := websocket.Dial(ctx, short.WS, &websocket.DialOptions{Subprotocols: []string{"statecast.v2.json"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.CloseNow()
+	// A connect queued behind a held place past a short wait is refused.
+	short, releaseShort := holdOnePlace(t, 50*time.Millisecond)
+	defer releaseShort()
 	_, resp, err := websocket.Dial(ctx, short.WS, &websocket.DialOptions{Subprotocols: []string{"statecast.v2.json"}})
 	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Statecast-Refused") != "connecting" {
 		t.Errorf("an upgrade queued past its wait: %v %v, want 503 (Statecast-Refused: connecting)", resp, err)

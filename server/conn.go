@@ -255,6 +255,11 @@ func (s *Server) handleWS(ec echo.Context) error {
 	if !s.connects.enter(r.Context()) {
 		return s.refuseConnect(ec)
 	}
+	if s.connsFull() { // filled while this connect queued
+		s.connects.leave()
+		s.refuseFull(w)
+		return nil
+	}
 	lean := &leanBuffers{ResponseWriter: w}
 	ws, err := websocket.Accept(lean, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{codec.Subprotocol()},
@@ -564,13 +569,21 @@ func (c *conn) flushAndStop() {
 }
 
 // shutdown is called by Server.Shutdown (which already refuses new
-// writes): it waits for the request being handled to be answered, takes
-// no more, flushes what is queued and closes with 1012.
-func (c *conn) shutdown() {
+// writes).
+func (c *conn) shutdown() { c.stop("server shutting down; reconnect") }
+
+// stop waits for the request being handled to be answered, takes no
+// more, flushes what is queued and closes with 1012. Waiting matters for
+// a connect: its client, closed while the session take-over was on its
+// way, would resume on another node with the secret the take replaces,
+// and the take, landing after that node's, would leave the client a
+// secret the store no longer holds (its next resume a new session, the
+// old one's keys gone after its grace).
+func (c *conn) stop(reason string) {
 	c.inflight.Lock()
 	c.stopping = true
 	c.inflight.Unlock()
-	c.end(websocket.StatusServiceRestart, "server shutting down; reconnect")
+	c.end(websocket.StatusServiceRestart, reason)
 }
 
 // drop closes the socket at once, even during a close handshake that

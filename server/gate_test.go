@@ -43,6 +43,9 @@ func TestGateQueueOrder(t *testing.T) {
 	}
 	for want := range 3 {
 		g.leave()
+		if g.tryEnter() {
+			t.Fatal("a newcomer took the place given back while connects queued")
+		}
 		if i := <-got; i != want {
 			t.Fatalf("place %d went to waiter %d, want %d", want, i, want)
 		}

@@ -93,7 +93,7 @@ func (c *conn) handleOne(r *wire.Request) error {
 	defer c.inflight.Unlock()
 	if c.stopping {
 		if isWrite(r.T) {
-			c.replyErr(r, newError(wire.CodeUnavailable, "server is shutting down; nothing was written"))
+			c.replyErr(r, newError(wire.CodeUnavailable, "this connection is closing (reconnect); nothing was written"))
 		}
 		return nil
 	}

@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -335,7 +334,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // writes again what its leases held.
 func (s *Server) fenced() {
 	for _, c := range s.connList() {
-		go c.end(websocket.StatusServiceRestart, "this node lost its place among the nodes; reconnect")
+		go c.stop("this node lost its place among the nodes; reconnect")
 	}
 }
 

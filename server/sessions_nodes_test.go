@@ -737,3 +737,88 @@ func TestHungRegistryReadsDoNotDelayBeats(t *testing.T) {
 		t.Errorf("%d beats in 4 s, at most %v apart, with the registry reads hanging; want one every 500 ms (under 1 s apart)", len(beats), worst)
 	}
 }
+
+// heldTakes is a Redis store whose session take-overs wait, once held is
+// set, until release is closed (or their context ends).
+type heldTakes struct {
+	*redisstore.Store
+	held    atomic.Bool
+	waiting chan struct{} // gets a value when a take starts waiting
+	release chan struct{}
+}
+
+func (h *heldTakes) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string) (store.SessionRecord, string, bool, error) {
+	if h.held.Load() {
+		h.waiting <- struct{}{}
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return store.SessionRecord{}, "", false, fmt.Errorf("%w: %v", store.ErrUnavailable, ctx.Err())
+		}
+	}
+	return h.Store.TakeSession(ctx, id, subject, old, new, node)
+}
+
+// TestFencedNodeAnswersTheTakeInFlight: a node taken for dead closes its
+// sockets (1012), but a connect whose session take-over is on its way to
+// the store is answered first. Closed before, its client resumed on
+// another node with the secret the take replaces, and the take, landing
+// after that node's, left the client a secret the store no longer held:
+// in a 100,000-client storm four resumes came back as new sessions, and
+// the old sessions' keys were deleted after their grace.
+func TestFencedNodeAnswersTheTakeInFlight(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	ctx := servertest.Context(t)
+	st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "ft"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := &heldTakes{Store: st, waiting: make(chan struct{}, 1), release: make(chan struct{})}
+	var logs syncBuffer
+	n := servertest.Start(t, servertest.Options{Store: held, Server: server.Config{NodeID: "a", NodeTimeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}})
+	first := dial(t, n, nil).Connected()
+	held.held.Store(true)
+
+	type dialed struct {
+		c   *client.Conn
+		err error
+	}
+	resumed := make(chan dialed, 1)
+	go func() {
+		c, err := client.Dial(ctx, n.WS, &client.Options{Session: first.Session, Resume: first.Resume})
+		resumed <- dialed{c, err}
+	}()
+	select {
+	case <-held.waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resume's take-over never reached the store")
+	}
+	alive, _, err := st.Registered(ctx, time.Second)
+	if err != nil || len(alive) != 1 {
+		t.Fatalf("the registry: %v, %v; want node a alone", alive, err)
+	}
+	if _, err := redistest.Do(rs.Addr(), "ZREM", "ft:nodes", alive[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "node a to find itself taken for dead", func() bool { return strings.Contains(logs.String(), "taken for dead") })
+	time.Sleep(100 * time.Millisecond) // the fence's closes are under way
+	close(held.release)
+
+	d := <-resumed
+	if d.err != nil {
+		t.Fatalf("the resume whose take was on its way when the node was fenced: %v; want it answered, then closed", d.err)
+	}
+	if got := d.c.Connected(); !got.Resumed {
+		t.Errorf("the resume: %+v, want resumed", got)
+	}
+	select {
+	case <-d.c.Done():
+		if websocket.CloseStatus(d.c.Err()) != websocket.StatusServiceRestart {
+			t.Errorf("closed with %v, want 1012 (reconnect)", d.c.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the fenced node's client was not asked to reconnect")
+	}
+	d.c.Close()
+}
