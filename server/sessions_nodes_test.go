@@ -188,10 +188,7 @@ func (c *listCounter) ListSessionKey(ctx context.Context, id, room, key string) 
 func TestSessionKeyListedOnce(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	ctx, room := servertest.Context(t), "board"
-	st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "lo"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := redisAt(t, rs, "lo")
 	c := &listCounter{Store: st}
 	e := servertest.Start(t, servertest.Options{Store: c, Server: server.Config{NodeID: "a"}})
 	cl := dialCodec(t, e, "json")
@@ -339,10 +336,7 @@ func TestUnsureSessionResumedHereStays(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	ctx, room := servertest.Context(t), "lobby"
 	const grace = 2 * time.Second
-	st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := redisAt(t, rs, "us")
 	stalled := &stalledSessions{Store: st}
 	// The sweeper settles the unsure every 100 ms.
 	n := servertest.Start(t, servertest.Options{Store: stalled, Server: server.Config{NodeID: "a", NodeTimeout: 500 * time.Millisecond, LeaseGrace: grace}})
@@ -380,10 +374,7 @@ func TestUnsureSessionResumedHereStays(t *testing.T) {
 // and Redis went, stopped nodes ran on for minutes.
 func TestShutdownWithUnsureSessionsAndAStoreNotAnswering(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	st, err := redisstore.New(servertest.Context(t), redisstore.Config{URL: rs.URL(), Prefix: "sd"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := redisAt(t, rs, "sd")
 	stalled := &stalledSessions{Store: st}
 	const timeout = time.Second
 	n := servertest.Start(t, servertest.Options{Store: stalled, Server: server.Config{NodeID: "a", StoreTimeout: timeout}})
@@ -416,10 +407,7 @@ func TestShutdownWithUnsureSessionsAndAStoreNotAnswering(t *testing.T) {
 func TestShutdownStartsEveryGrace(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	ctx := servertest.Context(t)
-	st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "sg"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := redisAt(t, rs, "sg")
 	stalled := &stalledSessions{Store: st}
 	const timeout, each, sessions = time.Second, 50 * time.Millisecond, 60 // 3 s one after another
 	n := servertest.Start(t, servertest.Options{Store: stalled, Server: server.Config{NodeID: "a", StoreTimeout: timeout}})
@@ -429,10 +417,7 @@ func TestShutdownStartsEveryGrace(t *testing.T) {
 	}
 	stalled.slowDetach.Store(int64(each))
 	n.Stop() // closes st
-	reader, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "sg"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reader := redisAt(t, rs, "sg")
 	defer reader.Close()
 	for _, id := range ids {
 		rec, ok, err := reader.Session(ctx, id)
@@ -448,10 +433,7 @@ func TestShutdownStartsEveryGrace(t *testing.T) {
 // closing together logged 12,014 lines).
 func TestFailedDetachesAreCountedNotLoggedEach(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	st, err := redisstore.New(servertest.Context(t), redisstore.Config{URL: rs.URL(), Prefix: "fd"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := redisAt(t, rs, "fd")
 	stalled := &stalledSessions{Store: st}
 	var logs syncBuffer
 	n := servertest.Start(t, servertest.Options{Store: stalled, Server: server.Config{NodeID: "a",
@@ -492,11 +474,7 @@ func TestFailedDetachesAreCountedNotLoggedEach(t *testing.T) {
 // every refused connect, while the store was already behind).
 func TestUnsentSessionSaveNeedsNoDetach(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	ctx := servertest.Context(t)
-	st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "un"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := redisAt(t, rs, "un")
 	stalled := &stalledSessions{Store: st}
 	n := servertest.Start(t, servertest.Options{Store: stalled, Server: server.Config{NodeID: "a"}})
 	stalled.failSave.Store(true)
@@ -716,11 +694,7 @@ func (s *hungRegistry) Beat(ctx context.Context, node string) (bool, error) {
 func TestHungRegistryReadsDoNotDelayBeats(t *testing.T) {
 	t.Parallel() // waits on wall-clock time (beat intervals)
 	rs := redistest.Start(t, redistest.Options{})
-	ctx := servertest.Context(t)
-	st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "hr"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := redisAt(t, rs, "hr")
 	const timeout = 2500 * time.Millisecond // a beat every 500 ms; a read may take 1.25 s
 	hung := &hungRegistry{Store: st}
 	servertest.Start(t, servertest.Options{Store: hung, Server: server.Config{NodeID: "a", NodeTimeout: timeout}})
@@ -769,10 +743,7 @@ func (h *heldTakes) TakeSession(ctx context.Context, id, subject string, old, ne
 func TestFencedNodeAnswersTheTakeInFlight(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	ctx := servertest.Context(t)
-	st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "ft"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := redisAt(t, rs, "ft")
 	held := &heldTakes{Store: st, waiting: make(chan struct{}, 1), release: make(chan struct{})}
 	var logs syncBuffer
 	n := servertest.Start(t, servertest.Options{Store: held, Server: server.Config{NodeID: "a", NodeTimeout: time.Second,
@@ -821,4 +792,14 @@ func TestFencedNodeAnswersTheTakeInFlight(t *testing.T) {
 		t.Error("the fenced node's client was not asked to reconnect")
 	}
 	d.c.Close()
+}
+
+// redisAt opens a Redis store on rs under prefix.
+func redisAt(t *testing.T, rs *redistest.Server, prefix string) *redisstore.Store {
+	t.Helper()
+	st, err := redisstore.New(servertest.Context(t), redisstore.Config{URL: rs.URL(), Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
