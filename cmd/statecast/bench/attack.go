@@ -215,6 +215,7 @@ func (e *env) runAttack(ctx context.Context, r *result) error {
 	err := spec.run(e, ctx, rep)
 	rep.DurationS = time.Since(t0).Seconds()
 	_ = sleepCtx(ctx, minAttackWindow-time.Since(t0))
+	by.waitCounted(ctx) // on a loaded machine one operation may outlast the window
 	rep.WindowS = time.Since(t0).Seconds()
 	cpu1 := threadsCPU(e.pid)
 	rep.Bystander = by.finish()
@@ -358,6 +359,7 @@ type bystander struct {
 	once   sync.Once
 	rep    bystanderReport
 	hist   latencyHist
+	ops    atomic.Int64 // operations counted in rep (the first is not)
 }
 
 // record counts an operation; the first one only makes the bystander ready.
@@ -366,10 +368,12 @@ func (b *bystander) record(d time.Duration) {
 	b.once.Do(func() { close(b.ready); first = false })
 	if first {
 		b.hist.Record(d)
+		b.ops.Add(1)
 	}
 }
 
 func (b *bystander) fail(err error) {
+	b.ops.Add(1)
 	b.rep.Failures++
 	if b.rep.FirstFailure == "" {
 		b.rep.FirstFailure = err.Error()
@@ -397,6 +401,14 @@ func (e *env) startBystander(ctx context.Context, overHTTP bool, room string) *b
 		}
 	}()
 	return b
+}
+
+// waitCounted waits, up to an operation's timeout, until the bystander
+// has counted an operation, so that a report always holds one.
+func (b *bystander) waitCounted(ctx context.Context) {
+	end := time.Now().Add(bystanderTimeout)
+	for b.ops.Load() == 0 && time.Now().Before(end) && sleepCtx(ctx, 10*time.Millisecond) == nil {
+	}
 }
 
 func (b *bystander) finish() bystanderReport {
