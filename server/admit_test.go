@@ -21,16 +21,13 @@ import (
 	"github.com/statecast/statecast/server/servertest"
 )
 
-// holdOnePlace starts a node with one connect place and the given queue
-// wait, and has a client take that place by connecting through a connect
-// hook that answers it only on release, which then has the client
-// subscribe, ending its connect.
-func holdOnePlace(t *testing.T, wait time.Duration) (n *servertest.Node, release func()) {
+// heldHook is a connect hook that lets alice in with every grant,
+// answering its nth call only once answer is closed; asked counts calls.
+func heldHook(t *testing.T, nth int32) (ch *hooks.Connector, asked *atomic.Int32, answer chan struct{}) {
 	t.Helper()
-	answer := make(chan struct{})
-	var asked atomic.Int32
+	answer, asked = make(chan struct{}), new(atomic.Int32)
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if asked.Add(1) == 1 {
+		if asked.Add(1) == nth {
 			select {
 			case <-answer:
 			case <-r.Context().Done():
@@ -44,6 +41,16 @@ func holdOnePlace(t *testing.T, wait time.Duration) (n *servertest.Node, release
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ch, asked, answer
+}
+
+// holdOnePlace starts a node with one connect place and the given queue
+// wait, and has a client take that place by connecting through a connect
+// hook that answers it only on release, which then has the client
+// subscribe, ending its connect.
+func holdOnePlace(t *testing.T, wait time.Duration) (n *servertest.Node, release func()) {
+	t.Helper()
+	ch, asked, answer := heldHook(t, 1)
 	n = servertest.Start(t, servertest.Options{Server: server.Config{Connect: ch, MaxConnecting: 1, ConnectQueueWait: wait}})
 	ctx := servertest.Context(t)
 	dialed := make(chan *client.Conn, 1)

@@ -5,11 +5,14 @@ package server_test
 // the grants it returns are enforced like a token's.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,4 +127,67 @@ func (c cookieTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Cookie", c.cookie)
 	return c.next.RoundTrip(r)
+}
+
+// TestALateConnectLeavesTheSessionToTheNewerOne: a resume waits on the
+// connect hook; its client gives up on it and resumes on another socket,
+// getting a new secret; then the hook answers the first. Its resume
+// presents the secret the newer one already rotated: it must not take
+// the session back (it did: the newer socket was closed as replaced and
+// the client's secret was void, so its session ended with its keys).
+func TestALateConnectLeavesTheSessionToTheNewerOne(t *testing.T) {
+	ch, asked, answer := heldHook(t, 2) // the first resume's
+	var logs syncBuffer
+	n := servertest.Start(t, servertest.Options{Server: server.Config{Connect: ch, LeaseGrace: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}})
+	ctx := servertest.Context(t)
+	c := dial(t, n, nil)
+	if _, err := c.Put(ctx, "lobby", "presence/alice", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	first := c.Connected()
+	_ = c.Close()
+
+	gaveUp, giveUp := context.WithCancel(ctx)
+	dialed := make(chan error, 1)
+	go func() {
+		c, err := client.Dial(gaveUp, n.WS, &client.Options{Session: first.Session, Resume: first.Resume})
+		if err == nil {
+			_ = c.Close()
+		}
+		dialed <- err
+	}()
+	waitFor(t, 5*time.Second, "the connect hook to be asked", func() bool { return asked.Load() == 2 })
+	giveUp()
+	if err := <-dialed; err == nil {
+		t.Fatal("the resume given up on: connected")
+	}
+	c = dial(t, n, &client.Options{Session: first.Session, Resume: first.Resume})
+	defer c.Close()
+	second := c.Connected()
+	if !second.Resumed {
+		t.Fatalf("the second resume: %+v, want resumed", second)
+	}
+	close(answer)
+	waitFor(t, 5*time.Second, "the late connect's outcome", func() bool {
+		select {
+		case <-c.Done():
+			return true
+		default:
+			return strings.Contains(logs.String(), "not taking it back")
+		}
+	})
+	select {
+	case <-c.Done():
+		t.Fatalf("the newer socket was closed: %v", c.Err())
+	default:
+	}
+	_ = c.Close()
+	c = dial(t, n, &client.Options{Session: second.Session, Resume: second.Resume})
+	if got := c.Connected(); !got.Resumed || got.Session != first.Session {
+		t.Fatalf("resuming with the newer secret: %+v, want session %s resumed", got, first.Session)
+	}
+	if l, err := n.HTTP.List(ctx, "lobby", ""); err != nil || len(l.Items) != 1 {
+		t.Fatalf("the session's key: %+v, %v; want it kept", l, err)
+	}
 }

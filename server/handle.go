@@ -135,6 +135,7 @@ func (c *conn) connect(ctx context.Context, r *wire.Request) error {
 	if c.sess != nil {
 		return closeWith(wire.CloseProtocolError, "connect sent twice")
 	}
+	read := time.Now() // orders this client's connects (sessions.open)
 	claims, err := c.s.identify(ctx, r.Token, c.hookHeader, "websocket", c.addr)
 	c.hookHeader = nil // asked once: the cookies are not kept for the socket's life
 	if err != nil {
@@ -142,7 +143,7 @@ func (c *conn) connect(ctx context.Context, r *wire.Request) error {
 		return connectRefusal(err)
 	}
 	c.claims.Store(claims)
-	sess, secret, resumed, old, err := c.s.sessions.open(c, r.Session, r.Resume, claims.Subject)
+	sess, secret, resumed, old, err := c.s.sessions.open(c, r.Session, r.Resume, claims.Subject, read)
 	if old != nil {
 		go old.end(wire.CloseSessionReplaced, "session taken over by another connection")
 	}
@@ -153,6 +154,12 @@ func (c *conn) connect(ctx context.Context, r *wire.Request) error {
 		c.wscope = widScope(claims)
 	}
 	c.mu.Unlock()
+	if errors.Is(err, store.ErrStaleTake) {
+		// Its client has most likely given up on this socket already.
+		c.s.log.Info("server: a connect was read before a later one of its session took the session over; not taking it back",
+			"session", r.Session, "conn", c.id)
+		return closeWith(websocket.StatusInternalError, "a later connect took this session over; reconnect")
+	}
 	if err != nil {
 		// A secret the store does not hold could not resume after a
 		// restart, and a resume the store did not answer may have taken

@@ -78,11 +78,14 @@ type session struct {
 	// presents the newest: the `connected` carrying a new secret may never
 	// reach it (a dropped socket, a crash, a page reloaded again at once).
 	resume, prev [32]byte
-	lease        string // this session's lease id
-	gen          int64  // shared: the generation of the record's take it holds
-	conn         *conn  // nil while detached
-	timer        *time.Timer
-	ended        bool // gone from sessions.m for good
+	// took: when the connect of its latest take-over was read. A connect
+	// read before it presenting prev is late, not a retry (open).
+	took  time.Time
+	lease string // this session's lease id
+	gen   int64  // shared: the generation of the record's take it holds
+	conn  *conn  // nil while detached
+	timer *time.Timer
+	ended bool // gone from sessions.m for good
 	// kept: the session has a record in the store, or one is being
 	// written; each change of the session from then on is persisted.
 	kept bool
@@ -117,17 +120,25 @@ func randomID(prefix string) string {
 // hash before open returns, so a client holding it can resume after a
 // crash; err says it could not be saved (the caller must not hand the
 // secret out). A session without a record costs no store write here.
-func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, secret string, resumed bool, old *conn, err error) {
+func (ss *sessions) open(c *conn, id, resume, subject string, read time.Time) (s *session, secret string, resumed bool, old *conn, err error) {
 	secret = randomID("r_")
 	if ss.shared != nil {
-		s, resumed, old, err = ss.openShared(c, id, resume, subject, secret)
+		s, resumed, old, err = ss.openShared(c, id, resume, subject, secret, read)
 		return s, secret, resumed, old, err
 	}
 	ss.mu.Lock()
 	presented := sha256.Sum256([]byte(resume))
-	if s = ss.m[id]; s != nil && s.subject == subject &&
-		(subtle.ConstantTimeCompare(s.resume[:], presented[:]) == 1 || subtle.ConstantTimeCompare(s.prev[:], presented[:]) == 1) &&
-		ss.leases.hold(s.lease, subject) {
+	s = ss.m[id]
+	current := s != nil && subtle.ConstantTimeCompare(s.resume[:], presented[:]) == 1
+	retry := s != nil && !current && subtle.ConstantTimeCompare(s.prev[:], presented[:]) == 1
+	if retry && s.subject == subject && read.Before(s.took) {
+		// Not a retry but a connect that waited (for the connect hook,
+		// say) while its client gave up on it and resumed on another
+		// socket: taking the session now would void the client's secret.
+		ss.mu.Unlock()
+		return nil, "", false, nil, store.ErrStaleTake
+	}
+	if s != nil && s.subject == subject && (current || retry) && ss.leases.hold(s.lease, subject) {
 		if s.timer != nil {
 			s.timer.Stop()
 			s.timer = nil
@@ -135,6 +146,9 @@ func (ss *sessions) open(c *conn, id, resume, subject string) (s *session, secre
 		old = s.conn
 		s.conn = c
 		s.prev = presented
+		if read.After(s.took) {
+			s.took = read
+		}
 		resumed = true
 	} else {
 		s = &session{id: randomID("s_"), subject: subject, conn: c}

@@ -67,7 +67,7 @@ func (ss *sessions) sweepCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ss.halt, ss.timeout)
 }
 
-func (ss *sessions) openShared(c *conn, id, resume, subject, secret string) (s *session, resumed bool, old *conn, err error) {
+func (ss *sessions) openShared(c *conn, id, resume, subject, secret string, read time.Time) (s *session, resumed bool, old *conn, err error) {
 	hash := sha256.Sum256([]byte(secret))
 	if id != "" && resume != "" {
 		presented := sha256.Sum256([]byte(resume))
@@ -76,8 +76,11 @@ func (ss *sessions) openShared(c *conn, id, resume, subject, secret string) (s *
 		ss.mu.Unlock()
 		defer ss.took(id)
 		ctx, cancel := ss.ctx()
-		rec, _, ok, err := ss.shared.TakeSession(ctx, id, subject, presented[:], hash[:], ss.node)
+		rec, _, ok, err := ss.shared.TakeSession(ctx, id, subject, presented[:], hash[:], ss.node, read)
 		cancel()
+		if errors.Is(err, store.ErrStaleTake) {
+			return nil, false, nil, err // nothing was written
+		}
 		if err != nil {
 			// Whether the session is alive, and whether the take ran, is
 			// not known: a new session would let the client's keys end

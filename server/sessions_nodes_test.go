@@ -213,8 +213,8 @@ type lostTakes struct {
 	lose atomic.Bool
 }
 
-func (l *lostTakes) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string) (store.SessionRecord, string, bool, error) {
-	rec, prev, ok, err := l.Store.TakeSession(ctx, id, subject, old, new, node)
+func (l *lostTakes) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string, read time.Time) (store.SessionRecord, string, bool, error) {
+	rec, prev, ok, err := l.Store.TakeSession(ctx, id, subject, old, new, node, read)
 	if l.lose.Load() {
 		return store.SessionRecord{}, "", false, errors.New("i/o timeout")
 	}
@@ -318,8 +318,8 @@ func (s *stalledSessions) DetachSession(ctx context.Context, id string, gen int6
 	return s.Store.DetachSession(ctx, id, gen, grace)
 }
 
-func (s *stalledSessions) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string) (store.SessionRecord, string, bool, error) {
-	rec, prev, ok, err := s.Store.TakeSession(ctx, id, subject, old, new, node)
+func (s *stalledSessions) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string, read time.Time) (store.SessionRecord, string, bool, error) {
+	rec, prev, ok, err := s.Store.TakeSession(ctx, id, subject, old, new, node, read)
 	time.Sleep(time.Duration(s.slowTake.Load()))
 	return rec, prev, ok, err
 }
@@ -719,9 +719,10 @@ type heldTakes struct {
 	held    atomic.Bool
 	waiting chan struct{} // gets a value when a take starts waiting
 	release chan struct{}
+	landed  atomic.Int32 // held takes that ran since
 }
 
-func (h *heldTakes) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string) (store.SessionRecord, string, bool, error) {
+func (h *heldTakes) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string, read time.Time) (store.SessionRecord, string, bool, error) {
 	if h.held.Load() {
 		h.waiting <- struct{}{}
 		select {
@@ -729,8 +730,9 @@ func (h *heldTakes) TakeSession(ctx context.Context, id, subject string, old, ne
 		case <-ctx.Done():
 			return store.SessionRecord{}, "", false, fmt.Errorf("%w: %v", store.ErrUnavailable, ctx.Err())
 		}
+		defer h.landed.Add(1)
 	}
-	return h.Store.TakeSession(ctx, id, subject, old, new, node)
+	return h.Store.TakeSession(ctx, id, subject, old, new, node, read)
 }
 
 // TestFencedNodeAnswersTheTakeInFlight: a node taken for dead closes its
@@ -795,6 +797,78 @@ func TestFencedNodeAnswersTheTakeInFlight(t *testing.T) {
 }
 
 // redisAt opens a Redis store on rs under prefix.
+// TestALateTakeLeavesTheSessionToTheNewerConnect: a client's resume on
+// node a waits for its take-over in the store (a node stalled in a
+// storm); the client gives up on it and resumes on node b, which hands
+// it a new secret; then a's take lands, presenting the secret the
+// client presented to both. It must write nothing: it took the session
+// over, the secret the client held was void, and the session ended
+// after its grace with nobody attached, its keys with it (4 clients of
+// a reconnect storm of 100,000).
+func TestALateTakeLeavesTheSessionToTheNewerConnect(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (grace)
+	rs := redistest.Start(t, redistest.Options{})
+	ctx, room := servertest.Context(t), "lobby"
+	var logs syncBuffer
+	const grace = 3 * time.Second
+	cfg := server.Config{NodeID: "a", NodeTimeout: time.Second, LeaseGrace: grace, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	held := &heldTakes{Store: redisAt(t, rs, "late"), waiting: make(chan struct{}, 1), release: make(chan struct{})}
+	a := servertest.Start(t, servertest.Options{Store: held, Server: cfg})
+	cfg.NodeID, cfg.Logger = "b", nil
+	b := servertest.Start(t, servertest.Options{Store: redisAt(t, rs, "late"), Server: cfg})
+
+	c := dial(t, b, nil)
+	if _, err := c.Put(ctx, room, "presence/u", 1, client.WithLease("session")); err != nil {
+		t.Fatal(err)
+	}
+	first := c.Connected()
+	_ = c.Close()
+
+	held.held.Store(true)
+	gaveUp, giveUp := context.WithCancel(ctx)
+	dialed := make(chan error, 1)
+	go func() {
+		c, err := client.Dial(gaveUp, a.WS, &client.Options{Session: first.Session, Resume: first.Resume})
+		if err == nil {
+			_ = c.Close()
+		}
+		dialed <- err
+	}()
+	select {
+	case <-held.waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resume's take-over never reached the store")
+	}
+	// The client waits a while (the SDK: connectTimeoutMs), so the two
+	// connects are read further apart than the nodes' clocks may differ.
+	time.Sleep(time.Second)
+	giveUp()
+	if err := <-dialed; err == nil {
+		t.Fatal("the resume given up on: connected")
+	}
+	c = dial(t, b, &client.Options{Session: first.Session, Resume: first.Resume})
+	second := c.Connected()
+	if !second.Resumed {
+		t.Fatalf("the resume on b: %+v, want resumed", second)
+	}
+	held.held.Store(false)
+	close(held.release)
+	waitFor(t, 10*time.Second, "a's late take to land", func() bool { return held.landed.Load() == 1 })
+	if !strings.Contains(logs.String(), "not taking it back") {
+		t.Errorf("node a logged nothing of its late take: %s", logs.String())
+	}
+	time.Sleep(grace + time.Second) // past the grace: the session must not end
+	if l, err := b.HTTP.List(ctx, room, ""); err != nil || len(l.Items) != 1 {
+		t.Fatalf("the session's key: %+v, %v; want it kept", l, err)
+	}
+	_ = c.Close()
+	c = dial(t, b, &client.Options{Session: second.Session, Resume: second.Resume})
+	defer c.Close()
+	if got := c.Connected(); !got.Resumed || got.Session != first.Session {
+		t.Fatalf("resuming with the secret b handed out: %+v, want session %s resumed", got, first.Session)
+	}
+}
+
 func redisAt(t *testing.T, rs *redistest.Server, prefix string) *redisstore.Store {
 	t.Helper()
 	st, err := redisstore.New(servertest.Context(t), redisstore.Config{URL: rs.URL(), Prefix: prefix})

@@ -37,6 +37,10 @@ var (
 	ErrCompacted = errors.New("store: required revision has been compacted")
 	// ErrConflict matches any *ConflictError.
 	ErrConflict = errors.New("store: condition failed")
+	// ErrStaleTake: a session take-over (SharedSessions.TakeSession)
+	// presented the secret a later-read connect of the same client has
+	// already taken the session over with. Nothing was written.
+	ErrStaleTake = errors.New("store: the session was taken over by a connect read after this one; nothing was written")
 )
 
 // ConflictError reports the first condition of a Write that did not hold.

@@ -51,6 +51,10 @@ type SessionRecord struct {
 	Owner    string `json:"owner,omitempty"`
 	Gen      int64  `json:"gen,omitempty"`
 	Deadline int64  `json:"deadline,omitempty"`
+	// Took is when the connect of the latest take-over was read by its
+	// node, in unix ms of the store's clock (0: not known): the order of
+	// a client's connects, whichever node read them.
+	Took int64 `json:"took,omitempty"`
 	// Listed: the session was opened by a node that lists its keys
 	// (ListSessionKey); a record without it (an older node's) is ended by
 	// scanning the rooms for its lease.
@@ -74,7 +78,18 @@ type SharedSessions interface {
 	// record gets the hash new, owner node, Gen+1 and no deadline. ok is
 	// false otherwise (no record, another secret or subject, ended);
 	// prev is the owner before.
-	TakeSession(ctx context.Context, id, subject string, old, new []byte, node string) (rec SessionRecord, prev string, ok bool, err error)
+	//
+	// read is when node read the client's connect (zero: unknown). old
+	// may be the hash presented at the last take instead of the current
+	// one: that take's answer may never have reached the client, which
+	// then presents the same secret again. But it may also be this
+	// take that is late: its node read the connect, stalled, and the
+	// client gave up on it and took the session over elsewhere, getting
+	// the current secret. So a take presenting the previous hash whose
+	// connect was read before that of the last take fails with
+	// ErrStaleTake, and writes nothing: had it won, the client's secret
+	// would be void and its session would end with nobody attached.
+	TakeSession(ctx context.Context, id, subject string, old, new []byte, node string, read time.Time) (rec SessionRecord, prev string, ok bool, err error)
 	// DetachSession starts the grace of session id if it is still
 	// attached at generation gen: its deadline becomes now + grace.
 	DetachSession(ctx context.Context, id string, gen int64, grace time.Duration) (bool, error)

@@ -311,7 +311,7 @@ func TestGroupSessionRecords(t *testing.T) {
 	}
 	writes = append(writes,
 		func() (res store.Result, err error) {
-			took, _, took2, err = s.TakeSession(bg, "s_old", "u", []byte("h0"), []byte("h1"), "n2")
+			took, _, took2, err = s.TakeSession(bg, "s_old", "u", []byte("h0"), []byte("h1"), "n2", time.Now())
 			return res, err
 		},
 		func() (res store.Result, err error) {

@@ -25,7 +25,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
 var (
-	beatScript = redis.NewScript(redisNow + `return redis.call('ZADD', KEYS[1], now, ARGV[1])`)
+	// beat returns {added, now}.
+	beatScript = redis.NewScript(redisNow + `return {redis.call('ZADD', KEYS[1], now, ARGV[1]), now}`)
 	// registered returns {now, node, beat, node, beat, ...}.
 	registeredScript = redis.NewScript(redisNow + `
 local out = {now}
@@ -56,8 +57,13 @@ func (s *Store) Beat(ctx context.Context, node string) (bool, error) {
 		return false, err
 	}
 	defer s.mu.RUnlock()
-	n, err := beatScript.Run(ctx, s.hc, []string{s.nodesKey()}, node).Int()
-	return n == 1, err
+	sent := time.Now()
+	v, err := beatScript.Run(ctx, s.hc, []string{s.nodesKey()}, node).Int64Slice()
+	if err != nil || len(v) != 2 {
+		return false, err
+	}
+	s.clock.sample(sent, time.Now(), v[1])
+	return v[0] == 1, nil
 }
 
 // Registered splits the registered nodes into those that beat within
@@ -67,11 +73,13 @@ func (s *Store) Registered(ctx context.Context, timeout time.Duration) (alive, s
 		return nil, nil, err
 	}
 	defer s.mu.RUnlock()
+	sent := time.Now()
 	v, err := registeredScript.Run(ctx, s.hc, []string{s.nodesKey()}).Slice()
 	if err != nil || len(v) == 0 {
 		return nil, nil, err
 	}
 	now, _ := v[0].(int64)
+	s.clock.sample(sent, time.Now(), now)
 	for i := 1; i+1 < len(v); i += 2 {
 		node, _ := v[i].(string)
 		beat, _ := v[i+1].(string)

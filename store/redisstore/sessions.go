@@ -55,23 +55,31 @@ redis.call('HDEL', KEYS[3], ARGV[1])
 return redis.call('DEL', KEYS[4])`)
 	// del: KEYS the key to delete.
 	delScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
-	// take: KEYS rec, due, owned; ARGV id, subject, old hash, new hash (base64), node.
-	// The hash presented is accepted when it is the current one or the
-	// one presented at the last take: that take's reply may have been
-	// lost (its node then closed the socket, 1011), so the client never
-	// got the new secret and presents the old one again.
+	// take: KEYS rec, due, owned; ARGV id, subject, old hash, new hash
+	// (base64), node, when the node read the connect (Redis ms; 0: not
+	// known). Returns {1, prev owner, record}, {0} (refused) or {2} (a
+	// stale take). The hash presented is accepted when it is the current
+	// one or the one presented at the last take: that take's reply may
+	// have been lost (its node then closed the socket, 1011), so the
+	// client never got the new secret and presents the old one again; but
+	// not when this connect was read before the last take's, which the
+	// client then made after giving this one up (store.ErrStaleTake).
 	takeScript = redis.NewScript(sessionScriptHead + `
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then return {0} end
 local r = cjson.decode(v)
-if r.subject ~= ARGV[2] or (r.resume_hash ~= ARGV[3] and r.prev_hash ~= ARGV[3]) then return {0} end
+local retry = r.resume_hash ~= ARGV[3]
+if r.subject ~= ARGV[2] or (retry and r.prev_hash ~= ARGV[3]) then return {0} end
 if not attached(r) and tonumber(r.deadline) <= now then return {0} end
+local read, took = tonumber(ARGV[6]), tonumber(r.took) or 0
+if retry and read > 0 and read < took then return {2} end
 local prev = r.owner or ''
 r.prev_hash = ARGV[3]
 r.resume_hash = ARGV[4]
 r.owner = ARGV[5]
 r.gen = (tonumber(r.gen) or 0) + 1
 r.deadline = nil
+if read > took then r.took = read end
 v = cjson.encode(r)
 redis.call('HSET', KEYS[1], ARGV[1], v)
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -266,13 +274,20 @@ func (s *Store) ListSessions(ctx context.Context) ([]store.SessionRecord, error)
 	return out, nil
 }
 
-func (s *Store) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string) (store.SessionRecord, string, bool, error) {
+func (s *Store) TakeSession(ctx context.Context, id, subject string, old, new []byte, node string, read time.Time) (store.SessionRecord, string, bool, error) {
 	if err := s.begin(); err != nil {
 		return store.SessionRecord{}, "", false, err
 	}
 	defer s.mu.RUnlock()
 	b64 := base64.StdEncoding.EncodeToString
-	v, err := s.runRecord(ctx, takeScript, s.sessionKeys(), id, subject, b64(old), b64(new), node).Slice()
+	var readMS int64
+	if !read.IsZero() {
+		readMS = s.clock.redisMS(read)
+	}
+	v, err := s.runRecord(ctx, takeScript, s.sessionKeys(), id, subject, b64(old), b64(new), node, readMS).Slice()
+	if err == nil && len(v) == 1 && v[0] == int64(2) {
+		return store.SessionRecord{}, "", false, store.ErrStaleTake
+	}
 	if err != nil || len(v) < 3 {
 		return store.SessionRecord{}, "", false, err
 	}

@@ -54,7 +54,7 @@ func TestReleaseSessionsBounded(t *testing.T) {
 		if len(batches) == 0 {
 			for i := range 10 {
 				id := fmt.Sprint("s_dead.1_", i)
-				if _, _, ok, err := s.TakeSession(bg, id, "u", []byte("h"), []byte("h2"), "live.1"); !ok || err != nil {
+				if _, _, ok, err := s.TakeSession(bg, id, "u", []byte("h"), []byte("h2"), "live.1", time.Now()); !ok || err != nil {
 					t.Errorf("TakeSession: %v %v", ok, err)
 				}
 				taken[id] = true

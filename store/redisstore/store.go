@@ -93,8 +93,9 @@ type Store struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	fol   follow    // see follow.go
-	heads headReads // Head's reads, coalesced (heads.go)
+	fol   follow     // see follow.go
+	heads headReads  // Head's reads, coalesced (heads.go)
+	clock redisClock // this node's clock on Redis's (clock.go)
 
 	cmu        sync.Mutex                   // guards committers
 	committers map[*redis.Client]*committer // by master; see commit.go

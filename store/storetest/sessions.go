@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -114,7 +115,7 @@ func testSharedSessions(t *testing.T, s *suite) {
 	}
 	take := func(id, sub, old, new, node string) (store.SessionRecord, string, bool) {
 		t.Helper()
-		rec, prev, ok, err := ss.TakeSession(bg, id, sub, []byte(old), []byte(new), node)
+		rec, prev, ok, err := ss.TakeSession(bg, id, sub, []byte(old), []byte(new), node, time.Now())
 		if err != nil {
 			t.Fatalf("TakeSession: %v", err)
 		}
@@ -138,7 +139,7 @@ func testSharedSessions(t *testing.T, s *suite) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, _, ok, err := ss.TakeSession(bg, "s_a", "alice", []byte("h0"), []byte(fmt.Sprint("h1-", i)), fmt.Sprint("n", 2+i)); ok && err == nil {
+			if _, _, ok, err := ss.TakeSession(bg, "s_a", "alice", []byte("h0"), []byte(fmt.Sprint("h1-", i)), fmt.Sprint("n", 2+i), time.Time{}); ok && err == nil {
 				wins.Add(1)
 			}
 		}()
@@ -190,6 +191,42 @@ func testSharedSessions(t *testing.T, s *suite) {
 	// Within the grace it can be resumed: attached again, no deadline.
 	if rec, _, ok := take("s_a", "alice", "h2", "h3", "n1"); !ok || rec.Deadline != 0 || rec.Gen != gen+2 {
 		t.Fatalf("resume within the grace: %+v %v", rec, ok)
+	}
+	// A take whose connect was read before the last take's, presenting
+	// the secret that take was presented: its client gave up on it and
+	// took the session over elsewhere, and holds the current secret. It
+	// writes nothing (else that secret would be void). A retry after a
+	// lost answer is read after the take it follows, and wins.
+	save("s_o", "n1")
+	read := time.Now()
+	takeAt := func(old, new, node string, at time.Duration) (store.SessionRecord, error) {
+		t.Helper()
+		rec, _, ok, err := ss.TakeSession(bg, "s_o", "alice", []byte(old), []byte(new), node, read.Add(at))
+		if err == nil && !ok {
+			t.Fatalf("take presenting %s at %v: refused", old, at)
+		}
+		return rec, err
+	}
+	if _, err := takeAt("h0", "h1", "n2", 2*time.Second); err != nil { // the client's second try
+		t.Fatal(err)
+	}
+	if _, err := takeAt("h0", "hx", "n3", 0); !errors.Is(err, store.ErrStaleTake) { // its first, landing late
+		t.Fatalf("a take read before the last one, presenting its secret: %v, want ErrStaleTake", err)
+	}
+	if got, _, _ := ss.Session(bg, "s_o"); got.Owner != "n2" || got.Gen != 1 || string(got.ResumeHash) != "h1" || string(got.PrevHash) != "h0" {
+		t.Fatalf("after a stale take: %+v, want it as the take before left it", got)
+	}
+	if rec, err := takeAt("h0", "h2", "n4", 3*time.Second); err != nil || rec.Owner != "n4" || rec.Gen != 2 {
+		t.Fatalf("a retry after a lost answer: %+v %v", rec, err)
+	}
+	if rec, err := takeAt("h2", "h3", "n5", time.Second); err != nil || rec.Gen != 3 { // the secret itself is proof
+		t.Fatalf("the current secret, read early: %+v %v", rec, err)
+	}
+	if _, _, ok, err := ss.TakeSession(bg, "s_o", "alice", []byte("h2"), []byte("h4"), "n6", time.Time{}); !ok || err != nil {
+		t.Fatalf("a retry whose read is not known: %v %v", ok, err)
+	}
+	if err := ss.DeleteSession(bg, "s_o"); err != nil {
+		t.Fatal(err)
 	}
 	// The sessions of a dead node start their grace.
 	save("s_b", "n1")

@@ -1,0 +1,61 @@
+package redisstore
+
+import (
+	"sync"
+	"time"
+)
+
+// redisClock maps this node's clock onto the Redis server's (TIME), so
+// that times the nodes stamp compare across nodes whatever their own
+// clocks say (the order of a client's connects, TakeSession).
+//
+// It learns from round trips that read TIME (the registry's beats and
+// reads): Redis read its clock at some instant of the round trip, so a
+// sample's error is at most half the round trip; it grows after by how
+// far two clocks may drift apart (maxDrift). The sample with the
+// smallest error bound now is kept, as NTP keeps its best: a reconnect
+// storm that slows the beats for a while leaves the mapping as good as
+// the last quick beat. Times are carried on the monotonic clock, so a
+// step of the node's wall clock does not move the mapping.
+type redisClock struct {
+	mu  sync.Mutex
+	ok  bool
+	at  time.Time     // the sample's midpoint, on this node's clock
+	ms  int64         // Redis's clock then, unix ms
+	rtt time.Duration // the sample's round trip
+}
+
+// maxDrift bounds how fast two computers' clocks drift apart (ordinary
+// quartz clocks: tens of parts per million).
+const maxDrift = 200e-6
+
+// errorAt bounds the mapping's error at t. Called with mu held.
+func (c *redisClock) errorAt(t time.Time) time.Duration {
+	return c.rtt/2 + time.Duration(float64(t.Sub(c.at).Abs())*maxDrift)
+}
+
+// sample learns from a round trip sent at sent and answered at recv, in
+// which Redis's clock read ms.
+func (c *redisClock) sample(sent, recv time.Time, ms int64) {
+	rtt := recv.Sub(sent)
+	if rtt < 0 || ms <= 0 {
+		return
+	}
+	mid := sent.Add(rtt / 2)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ok || rtt/2 <= c.errorAt(mid) {
+		c.ok, c.at, c.ms, c.rtt = true, mid, ms, rtt
+	}
+}
+
+// redisMS is t on Redis's clock, in unix ms; before any sample, the
+// node's own clock.
+func (c *redisClock) redisMS(t time.Time) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ok {
+		return t.UnixMilli()
+	}
+	return c.ms + t.Sub(c.at).Milliseconds()
+}
