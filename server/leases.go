@@ -539,16 +539,16 @@ func (l *lessor) beat() {
 		// lands late keeps it so. Redis stamps the beat when it runs it.
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), max(l.nodeTimeout/2, every))
-		added, err := l.nodes.Beat(ctx, l.node)
+		beat, err := l.nodes.Beat(ctx, l.node)
 		cancel()
 		switch took := time.Since(start); {
 		case err != nil:
 			l.log.Warn("server: cannot beat in the node registry", "err", err)
-		case added:
+		case beat.Added:
 			l.fence()
 		case took > l.nodeTimeout/4:
 			l.log.Warn("server: a beat in the node registry was answered late; past the node timeout the others take this node for dead",
-				"took", took.Round(time.Millisecond), "node_timeout", l.nodeTimeout)
+				"took", took.Round(time.Millisecond), "reached_store", beat.Reached, "node_timeout", l.nodeTimeout)
 		}
 		select {
 		case reads <- struct{}{}:

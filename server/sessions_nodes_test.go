@@ -613,11 +613,11 @@ type slowBeats struct {
 	delay atomic.Int64 // ns
 }
 
-func (s *slowBeats) Beat(ctx context.Context, node string) (bool, error) {
+func (s *slowBeats) Beat(ctx context.Context, node string) (store.BeatResult, error) {
 	select {
 	case <-time.After(time.Duration(s.delay.Load())):
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return store.BeatResult{}, ctx.Err()
 	}
 	return s.Store.Beat(ctx, node)
 }
@@ -675,7 +675,7 @@ func (s *hungRegistry) Registered(ctx context.Context, timeout time.Duration) (a
 	return s.Store.Registered(ctx, timeout)
 }
 
-func (s *hungRegistry) Beat(ctx context.Context, node string) (bool, error) {
+func (s *hungRegistry) Beat(ctx context.Context, node string) (store.BeatResult, error) {
 	added, err := s.Store.Beat(ctx, node)
 	if err == nil {
 		s.mu.Lock()

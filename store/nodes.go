@@ -11,10 +11,8 @@ import (
 // timeout is dead, and the one node that claims it ends its leases.
 // Times are the store's own clock, so the nodes' clocks need not agree.
 type Nodes interface {
-	// Beat records that node is alive now. added is true when node was
-	// not registered: for a node that had beaten before, the others took
-	// it for dead (claimed it) in between.
-	Beat(ctx context.Context, node string) (added bool, err error)
+	// Beat records that node is alive now.
+	Beat(ctx context.Context, node string) (BeatResult, error)
 	// Registered returns the nodes that beat within timeout (alive) and
 	// those that did not (stale).
 	Registered(ctx context.Context, timeout time.Duration) (alive, stale []string, err error)
@@ -27,4 +25,17 @@ type Nodes interface {
 	// once an interval, not by every node (the orphan sweeps), runs on
 	// the node that took the turn.
 	TakeTurn(ctx context.Context, name, node string, ttl time.Duration) (bool, error)
+}
+
+// BeatResult is what a beat found.
+type BeatResult struct {
+	// Added: node was not registered. For a node that had beaten before,
+	// the others took it for dead (claimed it) in between.
+	Added bool
+	// Reached is how long after it was sent the store ran the beat, on
+	// the store's clock as the node maps its own onto it (0: not known).
+	// A late beat's time is this and its answer's way back: a beat
+	// stuck on its way out (the node's scheduler, its connection's
+	// queue) tells a different story from an answer read late.
+	Reached time.Duration
 }

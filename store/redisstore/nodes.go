@@ -52,18 +52,22 @@ const commitPool = 2
 func (s *Store) nodesKey() string { return s.cfg.Prefix + ":nodes" }
 
 // Beat records that node is alive now.
-func (s *Store) Beat(ctx context.Context, node string) (bool, error) {
+func (s *Store) Beat(ctx context.Context, node string) (store.BeatResult, error) {
 	if err := s.begin(); err != nil {
-		return false, err
+		return store.BeatResult{}, err
 	}
 	defer s.mu.RUnlock()
 	sent := time.Now()
 	v, err := beatScript.Run(ctx, s.hc, []string{s.nodesKey()}, node).Int64Slice()
 	if err != nil || len(v) != 2 {
-		return false, err
+		return store.BeatResult{}, err
+	}
+	res := store.BeatResult{Added: v[0] == 1}
+	if ms, ok := s.clock.mapped(sent); ok { // by the samples before this one
+		res.Reached = time.Duration(max(v[1]-ms, 0)) * time.Millisecond
 	}
 	s.clock.sample(sent, time.Now(), v[1])
-	return v[0] == 1, nil
+	return res, nil
 }
 
 // Registered splits the registered nodes into those that beat within

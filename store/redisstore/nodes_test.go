@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -81,5 +82,48 @@ func TestBeatWithReadsQueued(t *testing.T) {
 	}
 	if alive, _, err := s.Registered(ctx, time.Minute); err != nil || len(alive) != 1 {
 		t.Fatalf("the registry with the read pool held: %v, %v; want [a]", alive, err)
+	}
+}
+
+// TestBeatReached: once a beat has mapped the node's clock onto Redis's,
+// a beat says when Redis ran it: within its round trip.
+func TestBeatReached(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := openStore(t, srv.URL(), nil)
+	first, err := s.Beat(bg, "a")
+	if err != nil || !first.Added || first.Reached != 0 {
+		t.Fatalf("the first beat: %+v, %v; want added, not known when it reached Redis", first, err)
+	}
+	for range 20 {
+		sent := time.Now()
+		b, err := s.Beat(bg, "a")
+		rtt := time.Since(sent)
+		if err != nil || b.Added {
+			t.Fatalf("a beat: %+v, %v", b, err)
+		}
+		// Whole milliseconds on both clocks: up to 2 ms of rounding.
+		if b.Reached > rtt+2*time.Millisecond {
+			t.Fatalf("a beat reached Redis %v after it was sent, answered in %v", b.Reached, rtt)
+		}
+	}
+	// Redis busy with a long script, sent well before the beat: the beat
+	// waits in Redis's queue, so most of its round trip is before Redis
+	// runs it. (A beat read in the same turn of Redis's loop as the
+	// script runs at once and waits for its answer instead.)
+	c, err := net.Dial("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	script := "local i = 0 while i < 30000000 do i = i + 1 end return 1"
+	if _, err := fmt.Fprintf(c, "*3\r\n$4\r\nEVAL\r\n$%d\r\n%s\r\n$1\r\n0\r\n", len(script), script); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	sent := time.Now()
+	b, err := s.Beat(bg, "a")
+	rtt := time.Since(sent)
+	if err != nil || rtt < 50*time.Millisecond || b.Reached < rtt/2 {
+		t.Fatalf("a beat behind a busy Redis reached it after %v, answered in %v (%v): want the most of it before", b.Reached, rtt, err)
 	}
 }
