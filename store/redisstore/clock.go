@@ -15,8 +15,10 @@ import (
 // far two clocks may drift apart (maxDrift). The sample with the
 // smallest error bound now is kept, as NTP keeps its best: a reconnect
 // storm that slows the beats for a while leaves the mapping as good as
-// the last quick beat. Times are carried on the monotonic clock, so a
-// step of the node's wall clock does not move the mapping.
+// the last quick beat, unless a sample disagrees with it beyond both
+// bounds: then Redis's clock is another (a failover) and the mapping
+// starts again from that sample. Times are carried on the monotonic
+// clock, so a step of the node's wall clock does not move the mapping.
 type redisClock struct {
 	mu  sync.Mutex
 	ok  bool
@@ -44,7 +46,11 @@ func (c *redisClock) sample(sent, recv time.Time, ms int64) {
 	mid := sent.Add(rtt / 2)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.ok || rtt/2 <= c.errorAt(mid) {
+	// A sample the kept one cannot account for within both error bounds
+	// (plus a millisecond of rounding) read another clock: a failover to
+	// a replica, or Redis's clock stepped. The mapping follows it.
+	jumped := c.ok && time.Duration((ms-c.ms)*int64(time.Millisecond)-int64(mid.Sub(c.at))).Abs() > c.errorAt(mid)+rtt/2+time.Millisecond
+	if !c.ok || jumped || rtt/2 <= c.errorAt(mid) {
 		c.ok, c.at, c.ms, c.rtt = true, mid, ms, rtt
 	}
 }
