@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/statecast/statecast/cmd/statecast/internal/flags"
@@ -334,7 +336,15 @@ func run(f serveFlags) error {
 	if perIP <= 0 {
 		perIP = -1 // server.Config: negative is no limit
 	}
+	// The node's own metrics, and the Go runtime's and the process's:
+	// CPU, goroutines, heap, and how long runnable goroutines wait for a
+	// CPU (go_sched_latencies_seconds: a node short of cores in a
+	// reconnect storm shows it first; its beats wait too).
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := server.New(ctx, server.Config{
+		Registerer: reg, Gatherer: reg,
 		Store: st, Engine: engine, Auth: authn, AllowOrigins: f.origins, AllowHosts: f.hosts,
 		MaxFrameBytes: int64(f.maxFrame), MaxSubscriptions: f.maxSubs, MaxPrefixes: f.maxPrefixes, MaxConnPrefixes: f.maxConnPrefixes, MaxConnFilters: f.maxConnFilters,
 		MaxConnections: fitConnections(f.maxConns, f.maxConnsSet, log), MaxConnectionsPerIP: perIP, MaxConnecting: f.maxConnecting, ConnectQueueWait: queueWait(f.connectQueueWait), MaxLeases: f.maxLeases,
