@@ -52,7 +52,7 @@ const orphanEvery = 25
 func (ss *sessions) startShared(st store.SharedSessions, node string, every time.Duration) {
 	ss.shared, ss.node, ss.every = st, node, every
 	ss.leases.sharedSessions, ss.leases.sessionList = true, st
-	ss.leases.onClaim = func(n string) { ss.release([]string{n}) }
+	ss.leases.onClaim = ss.releaseNode
 	ss.wg.Add(1)
 	go ss.sweep()
 }
@@ -379,8 +379,24 @@ func (ss *sessions) release(dead []string) bool {
 	ctx, cancel := ss.ctx()
 	defer cancel()
 	n, err := ss.shared.ReleaseSessions(ctx, dead, ss.grace)
+	return ss.released(dead, n, err)
+}
+
+// releaseNode starts the grace of the sessions of node, just claimed as
+// dead: from its list in the store, so that the claim costs no scan of
+// every session in the middle of the reconnect storm its death starts.
+// The orphan sweep (releaseDead) releases what the list misses.
+func (ss *sessions) releaseNode(node string) {
+	ctx, cancel := ss.ctx()
+	defer cancel()
+	n, err := ss.shared.ReleaseNodeSessions(ctx, node, ss.grace)
+	ss.released([]string{node}, n, err)
+}
+
+// released logs a release of dead nodes' sessions.
+func (ss *sessions) released(dead []string, n int, err error) bool {
 	if err != nil {
-		ss.log.Warn("server: cannot start the grace of a dead node's sessions", "nodes", dead, "released", n, "err", err)
+		ss.log.Warn("server: cannot start the grace of a dead node's sessions; the orphan sweep tries again", "nodes", dead, "released", n, "err", err)
 	} else if n > 0 {
 		ss.log.Info("server: sessions of a node that is gone end after the grace unless resumed", "sessions", n, "nodes", dead)
 	}

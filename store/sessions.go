@@ -96,8 +96,14 @@ type SharedSessions interface {
 	// SessionOwners returns the nodes that own attached sessions.
 	SessionOwners(ctx context.Context) ([]string, error)
 	// ReleaseSessions starts the grace of every session attached to one
-	// of the dead nodes, and returns how many.
+	// of the dead nodes, and returns how many. It may read every session
+	// of the cluster.
 	ReleaseSessions(ctx context.Context, dead []string, grace time.Duration) (int, error)
+	// ReleaseNodeSessions starts the grace of the sessions node attached,
+	// from the store's list of them (no scan), and returns how many. It
+	// may leave sessions a build before the lists attached:
+	// ReleaseSessions finds those.
+	ReleaseNodeSessions(ctx context.Context, node string, grace time.Duration) (int, error)
 	// EndDueSessions removes up to max records whose deadline has passed
 	// and returns them with their listed keys: of nodes racing, each
 	// record goes to one, which deletes the keys that still carry the

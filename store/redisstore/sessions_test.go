@@ -127,3 +127,43 @@ func TestReleaseSessionsBounded(t *testing.T) {
 		t.Errorf("released again: %d, %v; want 0", n, err)
 	}
 }
+
+// TestReleaseNodeSessionsLeavesOlderBuildsToTheScan: a node's sessions
+// are released from its set; one a build before the sets attached (in
+// the owned hash only) is left to ReleaseSessions' scan, which also
+// empties the sets of the nodes it releases.
+func TestReleaseNodeSessionsLeavesOlderBuildsToTheScan(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := openStore(t, srv.URL(), nil)
+	raw := rawRedis(t, srv.Addr())
+	keys := s.sessionKeys()
+	rec := func(id, node string) store.SessionRecord {
+		return store.SessionRecord{ID: id, Subject: "u", ResumeHash: []byte("h"), Lease: "session:" + id, Owner: node, Listed: true}
+	}
+	for _, id := range []string{"s_new", "s_x"} {
+		if err := s.SaveSession(bg, rec(id, map[string]string{"s_new": "n1", "s_x": "n2"}[id])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, err := json.Marshal(rec("s_old", "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.HSet(bg, keys[0], "s_old", old)
+	raw.HSet(bg, keys[2], "s_old", "n1")
+
+	if n, err := s.ReleaseNodeSessions(bg, "n1", time.Hour); n != 1 || err != nil {
+		t.Fatalf("ReleaseNodeSessions(n1): %d %v, want the one in its set", n, err)
+	}
+	if got, _, _ := s.Session(bg, "s_old"); got.Deadline != 0 {
+		t.Fatalf("the older build's session: %+v, want it left attached", got)
+	}
+	if n, err := s.ReleaseSessions(bg, []string{"n1", "n2"}, time.Hour); n != 2 || err != nil {
+		t.Fatalf("ReleaseSessions: %d %v, want s_old and s_x", n, err)
+	}
+	for _, node := range []string{"n1", "n2"} {
+		if c := raw.SCard(bg, s.sessionsOn()+node).Val(); c != 0 {
+			t.Errorf("the set of %s after its release holds %d", node, c)
+		}
+	}
+}

@@ -238,6 +238,38 @@ func testSharedSessions(t *testing.T, s *suite) {
 	if _, _, ok := take("s_b", "alice", "h0", "h1", "n2"); ok {
 		t.Fatal("a session past its deadline taken")
 	}
+	// A node's sessions from the store's list of them: those taken
+	// elsewhere or detached since are not its own any more; more than
+	// one script's batch go.
+	for i := range 600 {
+		save(fmt.Sprint("s_n", i), "n8")
+	}
+	if _, _, ok := take("s_n0", "alice", "h0", "h1", "n2"); !ok {
+		t.Fatal("take")
+	}
+	if ok, err := ss.DetachSession(bg, "s_n1", 0, time.Hour); !ok || err != nil {
+		t.Fatalf("detach: %v %v", ok, err)
+	}
+	if n, err := ss.ReleaseNodeSessions(bg, "n8", time.Millisecond); err != nil || n != 598 {
+		t.Fatalf("ReleaseNodeSessions: %d %v, want 598", n, err)
+	}
+	if n, err := ss.ReleaseNodeSessions(bg, "n8", time.Millisecond); err != nil || n != 0 {
+		t.Fatalf("ReleaseNodeSessions again: %d %v, want 0", n, err)
+	}
+	if got, _, _ := ss.Session(bg, "s_n0"); got.Owner != "n2" || got.Deadline != 0 {
+		t.Fatalf("a session taken from the released node: %+v, want attached to n2", got)
+	}
+	if got, _, _ := ss.Session(bg, "s_n1"); got.Deadline < time.Now().Add(30*time.Minute).UnixMilli() {
+		t.Fatalf("a session detached before its node's release: %+v, want its own grace (an hour)", got)
+	}
+	if got, _, _ := ss.Session(bg, "s_n599"); got.Deadline == 0 {
+		t.Fatalf("a released session: %+v, want a deadline", got)
+	}
+	for i := range 600 {
+		if err := ss.DeleteSession(bg, fmt.Sprint("s_n", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Keys listed with a session come back with it when it ends, each
 	// once; a missing session lists nothing.
 	for _, k := range [][2]string{{"r", "k"}, {"r", "k"}, {"r2", "j"}} {
