@@ -261,6 +261,10 @@ func (s *Server) handleWS(ec echo.Context) error {
 		return nil
 	}
 	lean := &leanBuffers{ResponseWriter: w}
+	// Before the 101: the client sends its connect only after it, so
+	// this orders the client's connects however late the node reads
+	// the frame (sessions.open).
+	upgraded := time.Now()
 	ws, err := websocket.Accept(lean, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{codec.Subprotocol()},
 		OriginPatterns: s.cfg.AllowOrigins,
@@ -281,7 +285,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 		c.fw.onWait = c.flusherWaits
 	}
 	// Before addConn: the heartbeat sweep looks at it from then on.
-	c.opened, c.trimmed = time.Now(), time.Now()
+	c.opened, c.trimmed = upgraded, time.Now()
 	c.lastRead.Store(c.opened.UnixNano())
 	lean.sock.owner = c
 	if s.tracer != nil {

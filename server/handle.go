@@ -135,7 +135,6 @@ func (c *conn) connect(ctx context.Context, r *wire.Request) error {
 	if c.sess != nil {
 		return closeWith(wire.CloseProtocolError, "connect sent twice")
 	}
-	read := time.Now() // orders this client's connects (sessions.open)
 	claims, err := c.s.identify(ctx, r.Token, c.hookHeader, "websocket", c.addr)
 	c.hookHeader = nil // asked once: the cookies are not kept for the socket's life
 	if err != nil {
@@ -143,7 +142,7 @@ func (c *conn) connect(ctx context.Context, r *wire.Request) error {
 		return connectRefusal(err)
 	}
 	c.claims.Store(claims)
-	sess, secret, resumed, old, err := c.s.sessions.open(c, r.Session, r.Resume, claims.Subject, read)
+	sess, secret, resumed, old, err := c.s.sessions.open(c, r.Session, r.Resume, claims.Subject, c.opened)
 	if old != nil {
 		go old.end(wire.CloseSessionReplaced, "session taken over by another connection")
 	}

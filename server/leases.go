@@ -547,8 +547,11 @@ func (l *lessor) beat() {
 		case beat.Added:
 			l.fence()
 		case took > l.nodeTimeout/4:
-			l.log.Warn("server: a beat in the node registry was answered late; past the node timeout the others take this node for dead",
-				"took", took.Round(time.Millisecond), "reached_store", beat.Reached, "node_timeout", l.nodeTimeout)
+			attrs := []any{"took", took.Round(time.Millisecond), "node_timeout", l.nodeTimeout}
+			if beat.Reached > 0 {
+				attrs = append(attrs, "reached_store", beat.Reached)
+			}
+			l.log.Warn("server: a beat in the node registry was answered late; past the node timeout the others take this node for dead", attrs...)
 		}
 		select {
 		case reads <- struct{}{}:

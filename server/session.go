@@ -78,8 +78,8 @@ type session struct {
 	// presents the newest: the `connected` carrying a new secret may never
 	// reach it (a dropped socket, a crash, a page reloaded again at once).
 	resume, prev [32]byte
-	// took: when the connect of its latest take-over was read. A connect
-	// read before it presenting prev is late, not a retry (open).
+	// took: the latest read (open) of the connects that took it over. A
+	// connect read before it presenting prev is late, not a retry.
 	took  time.Time
 	lease string // this session's lease id
 	gen   int64  // shared: the generation of the record's take it holds
@@ -120,6 +120,13 @@ func randomID(prefix string) string {
 // hash before open returns, so a client holding it can resume after a
 // crash; err says it could not be saved (the caller must not hand the
 // secret out). A session without a record costs no store write here.
+//
+// read orders the client's connects: when c's upgrade was accepted,
+// before the 101 after which the client sends its connect, so it comes
+// before the connect however late this node reads it. A connect
+// presenting the secret presented last (a retry after a lost answer)
+// is refused with store.ErrStaleTake when read is before the read of
+// the connect that took the session last: its client gave up on it.
 func (ss *sessions) open(c *conn, id, resume, subject string, read time.Time) (s *session, secret string, resumed bool, old *conn, err error) {
 	secret = randomID("r_")
 	if ss.shared != nil {

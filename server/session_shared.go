@@ -30,10 +30,11 @@ import (
 //   - a detach (socket closed, or SIGTERM) starts the grace in the record
 //     if the record is still at the generation this node took: the node
 //     it was taken from no longer can.
-//   - the claim of a dead node starts the grace of the sessions it owned
-//     (ReleaseSessions); so does, every orphanEvery ticks, the node whose
-//     turn it is (lessor.takeTurn), for owners that are not alive (a
-//     claimer that died half-way).
+//   - the claim of a dead node starts the grace of the sessions it owned,
+//     from the store's list of them (ReleaseNodeSessions); so does, every
+//     orphanEvery ticks, the node whose turn it is (lessor.takeTurn), for
+//     owners that are not alive (a claimer that died half-way, sessions an
+//     older build attached), by a scan of every session (ReleaseSessions).
 //   - every node, every tick, takes the records past their deadline out
 //     of the store (EndDueSessions: each goes to one node) and deletes
 //     their keys, each only if still the version its lease wrote: one
@@ -255,8 +256,8 @@ func (ss *sessions) closeShared() {
 	ss.mu.Unlock()
 	// One timeout for all: with Redis unreachable the shutdown must not
 	// wait for each. A session left attached starts its grace when the
-	// others find this node dead (ReleaseSessions), a scan of every
-	// session of the cluster. Detaches run shutdownDetaches at a time:
+	// others find this node dead (ReleaseNodeSessions). Detaches run
+	// shutdownDetaches at a time:
 	// one after another, a node's 20,000 took longer than the timeout
 	// in a restart's reconnect storm, each waiting out a round trip.
 	ctx, cancel := ss.ctx()

@@ -796,7 +796,6 @@ func TestFencedNodeAnswersTheTakeInFlight(t *testing.T) {
 	d.c.Close()
 }
 
-// redisAt opens a Redis store on rs under prefix.
 // TestALateTakeLeavesTheSessionToTheNewerConnect: a client's resume on
 // node a waits for its take-over in the store (a node stalled in a
 // storm); the client gives up on it and resumes on node b, which hands
@@ -869,6 +868,7 @@ func TestALateTakeLeavesTheSessionToTheNewerConnect(t *testing.T) {
 	}
 }
 
+// redisAt opens a Redis store on rs under prefix.
 func redisAt(t *testing.T, rs *redistest.Server, prefix string) *redisstore.Store {
 	t.Helper()
 	st, err := redisstore.New(servertest.Context(t), redisstore.Config{URL: rs.URL(), Prefix: prefix})

@@ -51,9 +51,10 @@ type SessionRecord struct {
 	Owner    string `json:"owner,omitempty"`
 	Gen      int64  `json:"gen,omitempty"`
 	Deadline int64  `json:"deadline,omitempty"`
-	// Took is when the connect of the latest take-over was read by its
-	// node, in unix ms of the store's clock (0: not known): the order of
-	// a client's connects, whichever node read them.
+	// Took is the latest of when the connects that took the session over
+	// were read by their nodes, in unix ms of the store's clock as the
+	// nodes map theirs onto it (0: not known): the order of a client's
+	// connects, whichever node read them.
 	Took int64 `json:"took,omitempty"`
 	// Listed: the session was opened by a node that lists its keys
 	// (ListSessionKey); a record without it (an older node's) is ended by
@@ -79,7 +80,10 @@ type SharedSessions interface {
 	// false otherwise (no record, another secret or subject, ended);
 	// prev is the owner before.
 	//
-	// read is when node read the client's connect (zero: unknown). old
+	// read is when node read the client's connect, or earlier: when it
+	// accepted the connection the connect came on (zero: unknown; a
+	// store that orders reads on a clock of its own may not know it
+	// before node's first beat, store.Nodes). old
 	// may be the hash presented at the last take instead of the current
 	// one: that take's answer may never have reached the client, which
 	// then presents the same secret again. But it may also be this

@@ -65,8 +65,8 @@ local function release(id, node, grace)
   redis.call('HDEL', KEYS[3], id)
   local v = redis.call('HGET', KEYS[1], id)
   if not v then return false end
-  local r = cjson.decode(v)
-  if r.owner ~= node or not attached(r) then return false end
+  local ok, r = pcall(cjson.decode, v)
+  if not ok or r.owner ~= node or not attached(r) then return false end
   r.deadline = now + grace
   redis.call('HSET', KEYS[1], id, cjson.encode(r))
   redis.call('ZADD', KEYS[2], r.deadline, id)
@@ -108,6 +108,7 @@ local retry = r.resume_hash ~= ARGV[3]
 if r.subject ~= ARGV[2] or (retry and r.prev_hash ~= ARGV[3]) then return {0} end
 if not attached(r) and tonumber(r.deadline) <= now then return {0} end
 local read, took = tonumber(ARGV[6]), tonumber(r.took) or 0
+if took > now + 5000 then took = 0 end -- a clock that went back (a failover): not trusted
 if retry and read > 0 and read < took then return {2} end
 local prev = r.owner or ''
 r.prev_hash = ARGV[3]
@@ -322,9 +323,9 @@ func (s *Store) TakeSession(ctx context.Context, id, subject string, old, new []
 	}
 	defer s.mu.RUnlock()
 	b64 := base64.StdEncoding.EncodeToString
-	var readMS int64
-	if !read.IsZero() {
-		readMS = s.clock.redisMS(read)
+	var readMS int64 // 0: not known
+	if ms, ok := s.clock.mapped(read); ok && !read.IsZero() {
+		readMS = ms
 	}
 	v, err := s.runRecord(ctx, takeScript, s.sessionKeys(), id, subject, b64(old), b64(new), node, readMS, s.sessionsOn()).Slice()
 	if err == nil && len(v) == 1 && v[0] == int64(2) {
@@ -408,6 +409,15 @@ func (s *Store) ReleaseSessions(ctx context.Context, dead []string, grace time.D
 	if err == nil && len(ids) > 0 {
 		err = release()
 	}
+	// Their sets may still list sessions an older build moved elsewhere.
+	for _, node := range dead {
+		if err != nil {
+			break
+		}
+		var m int
+		m, err = s.releaseNode(ctx, node, grace)
+		n += m
+	}
 	return n, err
 }
 
@@ -419,6 +429,10 @@ func (s *Store) ReleaseNodeSessions(ctx context.Context, node string, grace time
 		return 0, err
 	}
 	defer s.mu.RUnlock()
+	return s.releaseNode(ctx, node, grace)
+}
+
+func (s *Store) releaseNode(ctx context.Context, node string, grace time.Duration) (int, error) {
 	keys := append(s.sessionKeys(), s.sessionsOn()+node)
 	n := 0
 	for {
