@@ -257,9 +257,9 @@ func (ss *sessions) closeShared() {
 	// One timeout for all: with Redis unreachable the shutdown must not
 	// wait for each. A session left attached starts its grace when the
 	// others find this node dead (ReleaseNodeSessions). Detaches run
-	// shutdownDetaches at a time:
-	// one after another, a node's 20,000 took longer than the timeout
-	// in a restart's reconnect storm, each waiting out a round trip.
+	// shutdownDetaches at a time: one after another, a node's 20,000
+	// took longer than the timeout in a restart's reconnect storm, each
+	// waiting out a round trip.
 	ctx, cancel := ss.ctx()
 	defer cancel()
 	next := make(chan *session)

@@ -55,20 +55,13 @@ func (c *redisClock) sample(sent, recv time.Time, ms int64) {
 	}
 }
 
-// redisMS is t on Redis's clock, in unix ms; before any sample, the
-// node's own clock.
-func (c *redisClock) redisMS(t time.Time) int64 {
-	ms, _ := c.mapped(t)
-	return ms
-}
-
-// mapped is t on Redis's clock, in unix ms, and whether any sample
-// mapped it (else it is the node's own clock).
+// mapped is t on Redis's clock, in unix ms, and false before any
+// sample: then nothing is known of that clock.
 func (c *redisClock) mapped(t time.Time) (int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.ok {
-		return t.UnixMilli(), false
+		return 0, false
 	}
 	return c.ms + t.Sub(c.at).Milliseconds(), true
 }
