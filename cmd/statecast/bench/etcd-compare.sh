@@ -14,6 +14,10 @@
 # keyspace (--etcd-default-room) and lifts its per-client write rate, as an
 # etcd has none.
 #
+# PIN=1 runs each server on CPU 0 and the benchmark tool on CPU 1
+# (taskset), so that a row measures a server on a core of its own rather
+# than a server and its client sharing both.
+#
 # Rows (each: etcd's figure, statecast's, the ratio):
 #   put-1     1 client, 1 connection, 3,000 puts of 256 bytes: puts/s and p50
 #   put-64    64 clients on 8 connections, 30,000 puts over 100,000 keys
@@ -27,6 +31,8 @@ BIN=${1:?usage: etcd-compare.sh STATECAST_BIN [ROUNDS]}
 ROUNDS=${2:-3}
 BENCHMARK=${BENCHMARK:-$HOME/.cache/statecast/etcd-benchmark}
 command -v etcd >/dev/null || { echo "etcd not found (apt-get install etcd-server)" >&2; exit 1; }
+SERVER_CPU=() TOOL_CPU=()
+if [ "${PIN:-}" = 1 ]; then SERVER_CPU=(taskset -c 0) TOOL_CPU=(taskset -c 1); fi
 
 if [ ! -x "$BENCHMARK" ]; then
 	# etcd's root module has replace directives, so `go install` refuses
@@ -64,7 +70,7 @@ start_etcd() { # fresh data each round
 	local c p
 	c=$(port) p=$(port)
 	rm -rf "$DIR/etcd"
-	etcd --data-dir "$DIR/etcd" --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
+	"${SERVER_CPU[@]}" etcd --data-dir "$DIR/etcd" --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
 		--listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
 		--initial-cluster "default=http://127.0.0.1:$p" >"$DIR/etcd.log" 2>&1 &
 	PIDS+=($!)
@@ -76,7 +82,7 @@ start_statecast() {
 	local h e
 	h=$(port) e=$(port)
 	rm -rf "$DIR/sc"
-	"$BIN" serve --addr "127.0.0.1:$h" --data "$DIR/sc" --etcd-addr "127.0.0.1:$e" --etcd-default-room bench \
+	"${SERVER_CPU[@]}" "$BIN" serve --addr "127.0.0.1:$h" --data "$DIR/sc" --etcd-addr "127.0.0.1:$e" --etcd-default-room bench \
 		--write-rate 1000000 --demo-hooks=false --log-level warn >"$DIR/sc.log" 2>&1 &
 	PIDS+=($!)
 	wait_port "$e"
@@ -91,7 +97,7 @@ field() { grep -m1 "$2" "$1" | grep -oE '[0-9]+\.[0-9]+' | head -1; }
 p50() { awk '/50% in/ {print $3*1000; exit}' "$1"; }
 
 run_rows() { # prints "row value p50_ms" lines for the server at $EP
-	local b="$BENCHMARK --endpoints=$EP" o=$DIR/out
+	local b="${TOOL_CPU[*]} $BENCHMARK --endpoints=$EP" o=$DIR/out
 	$b --conns=1 --clients=1 put --key-size=8 --sequential-keys --total=3000 --val-size=256 >"$o" 2>&1
 	echo "put-1 $(field "$o" Requests/sec) $(p50 "$o")"
 	$b --conns=8 --clients=64 put --key-size=8 --key-space-size=100000 --total=30000 --val-size=256 >"$o" 2>&1
