@@ -386,25 +386,27 @@ func (l *lessor) attach(id, room, key string, modRev uint64) {
 // lease's owner, so an adopted lease can no longer be kept alive,
 // revoked or written to by anyone (not found): its writer grants a new
 // one, as after any lease that ended. On a shared store it
-// first registers, then adopts only the keys of nodes that are not
-// alive: the leases of live nodes stay theirs.
+// first registers, then adopts only the keys of nodes gone from the
+// registry: the leases of live nodes stay theirs, and so do those of a
+// late (stale) one, which may beat again; a dead one's are its
+// claimer's (claim).
 func (l *lessor) recover(ctx context.Context, grace time.Duration) error {
-	alive := func(string) bool { return false }
+	registered := func(string) bool { return false }
 	if l.nodes != nil {
 		if _, err := l.nodes.Beat(ctx, l.node); err != nil {
 			return err
 		}
-		live, _, err := l.nodes.Registered(ctx, l.nodeTimeout)
+		live, stale, err := l.nodes.Registered(ctx, l.nodeTimeout)
 		if err != nil {
 			return err
 		}
-		alive = func(n string) bool { return slices.Contains(live, n) }
+		registered = func(n string) bool { return slices.Contains(live, n) || slices.Contains(stale, n) }
 	}
 	l.mu.Lock()
 	deadline := time.Now().Add(grace)
 	err := l.st.Leased(ctx, func(room string, kv store.KV) error {
 		n := owner(kv.Lease)
-		if n == l.node || n != "" && alive(n) || l.ofStore(kv.Lease) {
+		if n == l.node || n != "" && registered(n) || l.ofStore(kv.Lease) {
 			return nil
 		}
 		id := kv.Lease
@@ -620,18 +622,19 @@ func (l *lessor) claim(n string) {
 }
 
 // sweepOrphans deletes the leased keys of nodes that are gone from the
-// registry (claimed, but their sweep did not finish) or stale; false when
-// it could not scan.
+// registry (claimed, but their sweep did not finish); false when it could
+// not scan. A stale node is the claim's: it may beat again before anyone
+// claims it, and its clients' keys must live on with it (releaseDead).
 func (l *lessor) sweepOrphans() bool {
 	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
 	defer cancel()
-	alive, _, err := l.nodes.Registered(ctx, l.nodeTimeout)
+	alive, stale, err := l.nodes.Registered(ctx, l.nodeTimeout)
 	if err != nil {
 		return false
 	}
 	return l.sweep(ctx, "deleting the leased keys of nodes that are gone", func(lease string) bool {
 		o := owner(lease)
-		return o != "" && o != l.node && !slices.Contains(alive, o)
+		return o != "" && o != l.node && !slices.Contains(alive, o) && !slices.Contains(stale, o)
 	})
 }
 

@@ -404,25 +404,33 @@ func (ss *sessions) released(dead []string, n int, err error) bool {
 	return err == nil
 }
 
-// releaseDead starts the grace of the sessions whose owner is not alive;
-// false when the store could not say or release them.
+// releaseDead starts the grace of the sessions whose owner is gone from
+// the registry; false when the store could not say or release them.
+//
+// An owner that is registered but late (stale) is left to the claim: it
+// may beat again before anyone claims it, and then it lives on, its
+// clients connected, unaware of a grace started behind its back (their
+// session-bound keys would be deleted when it ran out). A claim removes
+// it from the registry, so its next beat fences it, and releases its
+// sessions; what a claimer that died half-way leaves is gone from the
+// registry, and this sweep's.
 func (ss *sessions) releaseDead() bool {
 	l := ss.leases
 	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
 	defer cancel()
 	// Owners first, then the registry: a node registers before it opens
-	// a session, so an owner not alive in the later read is dead.
+	// a session, so an owner missing from the later read is gone.
 	owners, err := ss.shared.SessionOwners(ctx)
 	if err != nil {
 		return false
 	}
-	alive, _, err := l.nodes.Registered(ctx, l.nodeTimeout)
+	alive, stale, err := l.nodes.Registered(ctx, l.nodeTimeout)
 	if err != nil {
 		return false
 	}
 	var dead []string
 	for _, o := range owners {
-		if o != ss.node && !slices.Contains(alive, o) {
+		if o != ss.node && !slices.Contains(alive, o) && !slices.Contains(stale, o) {
 			dead = append(dead, o)
 		}
 	}

@@ -50,13 +50,7 @@ func TestOrphanSweepSurvivesOneSlowNode(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	ctx, room := servertest.Context(t), "lobby"
 	const timeout = 400 * time.Millisecond // a sweep every 25 ticks of 100 ms: 2.5 s
-	open := func() *redisstore.Store {
-		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "sl"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	open := storeOpener(t, ctx, rs.URL(), "sl")
 	slow := &failingScans{Store: open()}
 	servertest.Start(t, servertest.Options{Store: slow, Server: server.Config{NodeID: "a", NodeTimeout: timeout, LeaseGrace: 200 * time.Millisecond}})
 	slow.failing.Store(true) // after its start-up recovery
@@ -71,6 +65,56 @@ func TestOrphanSweepSurvivesOneSlowNode(t *testing.T) {
 	waitFor(t, 3*25*timeout/5, "an orphan sweep while node a, the only one that may sweep, cannot scan", roomEmpty(ctx, b, room))
 }
 
+// lateClaims is a Redis store on which no claim of a stale node wins: as
+// if each such node beat again just before the claim (a node late in a
+// reconnect storm, not dead).
+type lateClaims struct{ *redisstore.Store }
+
+func (lateClaims) Claim(context.Context, string, time.Duration) (bool, error) { return false, nil }
+
+// TestOrphanSweepsLeaveALateNodeAlone: a node whose beats are late
+// (stale in the registry) but that no claim took keeps its sessions and
+// its keys through the orphan sweeps and a node's start: they are for
+// what nodes gone from the registry left. (They took a stale node for
+// gone: its sessions' grace started unknown to it, and its clients'
+// session-bound and connection-bound keys were deleted while they were
+// connected to it.) Once it is gone from the registry, the sweeps end
+// what it left.
+func TestOrphanSweepsLeaveALateNodeAlone(t *testing.T) {
+	t.Parallel() // waits on wall-clock time (sweep periods, grace)
+	rs := redistest.Start(t, redistest.Options{})
+	ctx, room := servertest.Context(t), "lobby"
+	const timeout = 400 * time.Millisecond // a sweep every 25 ticks of 100 ms: 2.5 s
+	open := storeOpener(t, ctx, rs.URL(), "ln")
+	late := open() // the late node: it beats once, then not in time
+	defer late.Close()
+	if _, err := late.Beat(ctx, "late.1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := late.SaveSession(ctx, store.SessionRecord{ID: "s_1", Subject: "u", ResumeHash: make([]byte, 32), Lease: "session:s_1", Owner: "late.1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range [][2]string{{"in-session", "session:s_1"}, {"on-connection", "late.1/c_1"}} {
+		if _, err := late.Apply(ctx, room, store.Write{Ops: []store.Op{{Type: store.OpPut, Key: kv[0], Value: []byte(`1`), Lease: kv[1]}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(timeout) // stale from here on
+	e := servertest.Start(t, servertest.Options{Store: lateClaims{open()}, Server: server.Config{NodeID: "a", NodeTimeout: timeout, LeaseGrace: 200 * time.Millisecond}})
+	time.Sleep(3 * 25 * timeout / 5) // three sweep periods
+	if rec, ok, err := late.Session(ctx, "s_1"); err != nil || !ok || rec.Deadline != 0 {
+		t.Fatalf("the late node's session: %+v %v %v, want it attached (no deadline)", rec, ok, err)
+	}
+	if l, err := e.HTTP.List(ctx, room, ""); err != nil || len(l.Items) != 2 {
+		t.Fatalf("the late node's keys: %+v %v, want both", l, err)
+	}
+	// A claim (on a store where it wins) takes it out of the registry.
+	if won, err := late.Claim(ctx, "late.1", timeout); err != nil || !won {
+		t.Fatalf("claim: %v %v", won, err)
+	}
+	waitFor(t, 3*25*timeout/5+2*time.Second, "the sweeps to end what the gone node left", roomEmpty(ctx, e, room))
+}
+
 // TestSessionKeyOfAnotherNodeEndsWithSession: a key bound to a session
 // by another node (here written straight to the store, as a node of a
 // previous version would) is deleted when its session ends, not one
@@ -80,13 +124,7 @@ func TestSessionKeyOfAnotherNodeEndsWithSession(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	ctx, room := servertest.Context(t), "lobby"
 	const timeout = 2 * time.Second // ends every 400 ms; orphan sweeps every 10 s
-	open := func() *redisstore.Store {
-		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "ul"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	open := storeOpener(t, ctx, rs.URL(), "ul")
 	e := servertest.Start(t, servertest.Options{Store: open(), Server: server.Config{NodeID: "a", NodeTimeout: timeout, LeaseGrace: 200 * time.Millisecond}})
 	ghost := open() // the node of the previous version
 	defer ghost.Close()
@@ -102,6 +140,18 @@ func TestSessionKeyOfAnotherNodeEndsWithSession(t *testing.T) {
 		return err == nil && !ok
 	})
 	waitFor(t, 2*time.Second, "the key of the ended session to be deleted", roomEmpty(ctx, e, room))
+}
+
+// storeOpener opens Redis stores on url under prefix, as the nodes of
+// one cluster (and a ghost of a node that is gone) share one.
+func storeOpener(t *testing.T, ctx context.Context, url, prefix string) func() *redisstore.Store {
+	return func() *redisstore.Store {
+		st, err := redisstore.New(ctx, redisstore.Config{URL: url, Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
 }
 
 // roomEmpty reports whether room has no key, read through node n.
@@ -233,13 +283,7 @@ func TestResumeAfterALostTake(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	ctx, room := servertest.Context(t), "lobby"
 	cfg := server.Config{NodeTimeout: time.Second, LeaseGrace: 2 * time.Second}
-	open := func() *redisstore.Store {
-		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "lt"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	open := storeOpener(t, ctx, rs.URL(), "lt")
 	cfg.NodeID = "a"
 	a := servertest.Start(t, servertest.Options{Store: open(), Server: cfg})
 	lossy := &lostTakes{Store: open()}
@@ -550,13 +594,7 @@ func TestOrphanSweepsTakeTurns(t *testing.T) {
 	const timeout = 400 * time.Millisecond // ticks of 100 ms; a sweep every 25: 2.5 s
 	const interval = 25 * 100 * time.Millisecond
 	calls := &sweepCalls{at: make(map[string][]time.Time)}
-	open := func() *redisstore.Store {
-		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "tt"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	open := storeOpener(t, ctx, rs.URL(), "tt")
 	nodes := make(map[string]*servertest.Node)
 	for _, id := range []string{"a", "b", "c"} {
 		nodes[id] = servertest.Start(t, servertest.Options{Store: &sweepLog{Store: open(), calls: calls},
@@ -632,13 +670,7 @@ func TestSlowBeatsKeepANodeAlive(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	ctx := servertest.Context(t)
 	const timeout = time.Second // a beat every 200 ms
-	open := func() *redisstore.Store {
-		st, err := redisstore.New(ctx, redisstore.Config{URL: rs.URL(), Prefix: "sb"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	open := storeOpener(t, ctx, rs.URL(), "sb")
 	slow := &slowBeats{Store: open()}
 	servertest.Start(t, servertest.Options{Store: slow, Server: server.Config{NodeID: "a", NodeTimeout: timeout}})
 	const delay = 300 * time.Millisecond

@@ -46,6 +46,15 @@ var _ store.SharedSessions = (*Store)(nil)
 
 const sessionScriptHead = redisNow + `
 local function attached(r) return not r.deadline or tonumber(r.deadline) == 0 end
+-- decode reads a record; nil when there is none or it is not one (a
+-- corrupt record is as good as gone: no script may fail on it, or one
+-- record would stop every take, detach or end that reads it).
+local function decode(v)
+  if not v then return nil end
+  local ok, r = pcall(cjson.decode, v)
+  if ok and type(r) == 'table' then return r end
+  return nil
+end
 -- own moves session id to node's set (none: '') from the one the owned
 -- hash (KEYS[3]) names, and records node there; on is the sets' prefix.
 local function own(id, node, on)
@@ -63,10 +72,8 @@ end
 local function release(id, node, grace)
   if redis.call('HGET', KEYS[3], id) ~= node then return false end
   redis.call('HDEL', KEYS[3], id)
-  local v = redis.call('HGET', KEYS[1], id)
-  if not v then return false end
-  local ok, r = pcall(cjson.decode, v)
-  if not ok or r.owner ~= node or not attached(r) then return false end
+  local r = decode(redis.call('HGET', KEYS[1], id))
+  if not r or r.owner ~= node or not attached(r) then return false end
   r.deadline = now + grace
   redis.call('HSET', KEYS[1], id, cjson.encode(r))
   redis.call('ZADD', KEYS[2], r.deadline, id)
@@ -101,9 +108,14 @@ return redis.call('DEL', KEYS[4])`)
 	// not when this connect was read before the last take's, which the
 	// client then made after giving this one up (store.ErrStaleTake).
 	takeScript = redis.NewScript(sessionScriptHead + `
-local v = redis.call('HGET', KEYS[1], ARGV[1])
-if not v then return {0} end
-local r = cjson.decode(v)
+local r = decode(redis.call('HGET', KEYS[1], ARGV[1]))
+if not r then
+  if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then -- corrupt: nobody resumes it
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    own(ARGV[1], '', ARGV[7])
+  end
+  return {0}
+end
 local retry = r.resume_hash ~= ARGV[3]
 if r.subject ~= ARGV[2] or (retry and r.prev_hash ~= ARGV[3]) then return {0} end
 if not attached(r) and tonumber(r.deadline) <= now then return {0} end
@@ -117,7 +129,7 @@ r.owner = ARGV[5]
 r.gen = (tonumber(r.gen) or 0) + 1
 r.deadline = nil
 if read > took then r.took = read end
-v = cjson.encode(r)
+local v = cjson.encode(r)
 redis.call('HSET', KEYS[1], ARGV[1], v)
 redis.call('ZREM', KEYS[2], ARGV[1])
 own(ARGV[1], ARGV[5], ARGV[7])
@@ -125,10 +137,8 @@ return {1, prev, v}`)
 	// detach: KEYS rec, due, owned; ARGV id, gen, grace ms, the on-sets'
 	// prefix.
 	detachScript = redis.NewScript(sessionScriptHead + `
-local v = redis.call('HGET', KEYS[1], ARGV[1])
-if not v then return 0 end
-local r = cjson.decode(v)
-if (tonumber(r.gen) or 0) ~= tonumber(ARGV[2]) or not attached(r) then return 0 end
+local r = decode(redis.call('HGET', KEYS[1], ARGV[1]))
+if not r or (tonumber(r.gen) or 0) ~= tonumber(ARGV[2]) or not attached(r) then return 0 end
 r.deadline = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(r))
 redis.call('ZADD', KEYS[2], r.deadline, ARGV[1])
@@ -172,8 +182,12 @@ local out = {}
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[2], id)
   local v = redis.call('HGET', KEYS[1], id)
-  if v then
-    local r = cjson.decode(v)
+  local r = decode(v)
+  if v and not r then -- corrupt: it ends; the orphan sweep deletes its keys
+    redis.call('HDEL', KEYS[1], id)
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('PEXPIRE', ARGV[2] .. id, ARGV[3])
+  elseif r then
     if not attached(r) and tonumber(r.deadline) <= now then
       redis.call('HDEL', KEYS[1], id)
       redis.call('HDEL', KEYS[3], id)
@@ -191,7 +205,8 @@ return out`)
 	listSessionKeyScript = redis.NewScript(`
 local v = redis.call('HGET', KEYS[1], ARGV[2])
 if not v then return 0 end
-local r = cjson.decode(v)
+local ok, r = pcall(cjson.decode, v)
+if not ok or type(r) ~= 'table' then return 0 end -- corrupt: as good as gone
 if not r.listed then return 2 end
 local list = ARGV[1] .. ARGV[2]
 if redis.call('SISMEMBER', list, ARGV[3]) == 0 and redis.call('SCARD', list) >= tonumber(ARGV[4]) then

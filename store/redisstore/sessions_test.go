@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redistest"
 )
@@ -165,5 +167,63 @@ func TestReleaseNodeSessionsLeavesOlderBuildsToTheScan(t *testing.T) {
 		if c := raw.SCard(bg, s.sessionsOn()+node).Val(); c != 0 {
 			t.Errorf("the set of %s after its release holds %d", node, c)
 		}
+	}
+}
+
+// TestCorruptSessionRecordIsGone: a record that is not JSON (written by
+// hand, or by a bug) is as good as gone to every script that reads it: a
+// take of it is refused and removes it, its detach and its keys' listing
+// do nothing, a release skips it, and its end removes it while the other
+// due sessions end. Before, each of these scripts failed on it, and the
+// end failed for every session due in the same batch.
+func TestCorruptSessionRecordIsGone(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := openStore(t, srv.URL(), nil)
+	raw := rawRedis(t, srv.Addr())
+	keys := s.sessionKeys()
+	corrupt := func(id string, due bool) {
+		t.Helper()
+		raw.HSet(bg, keys[0], id, "not json")
+		raw.HSet(bg, keys[2], id, "n1")
+		raw.SAdd(bg, s.sessionsOn()+"n1", id)
+		if due {
+			raw.ZAdd(bg, keys[1], redis.Z{Score: 1, Member: id})
+		}
+	}
+	exists := func(id string) bool { return raw.HExists(bg, keys[0], id).Val() }
+
+	corrupt("s_bad", true)
+	if err := s.SaveSession(bg, store.SessionRecord{ID: "s_ok", Subject: "u", ResumeHash: []byte("h"), Lease: "session:s_ok", Deadline: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ended, err := s.EndDueSessions(bg, 100)
+	if err != nil || len(ended) != 1 || ended[0].ID != "s_ok" {
+		t.Fatalf("EndDueSessions: %+v %v, want s_ok ended", ended, err)
+	}
+	if exists("s_bad") || raw.HExists(bg, keys[2], "s_bad").Val() {
+		t.Error("the corrupt due record was not removed")
+	}
+
+	corrupt("s_take", false)
+	if _, _, ok, err := s.TakeSession(bg, "s_take", "u", []byte("h"), []byte("h2"), "n2", time.Time{}); ok || err != nil {
+		t.Fatalf("take of a corrupt record: ok %v err %v, want refused", ok, err)
+	}
+	if exists("s_take") || raw.SIsMember(bg, s.sessionsOn()+"n1", "s_take").Val() {
+		t.Error("the take left the corrupt record")
+	}
+
+	corrupt("s_idle", false)
+	if ok, err := s.DetachSession(bg, "s_idle", 1, time.Second); ok || err != nil {
+		t.Errorf("detach of a corrupt record: %v %v", ok, err)
+	}
+	if _, err := s.ListSessionKey(bg, "s_idle", "r", "k"); err != nil {
+		t.Errorf("listing a key under a corrupt record: %v", err)
+	}
+	if n, err := s.ReleaseSessions(bg, []string{"n1"}, time.Second); n != 0 || err != nil {
+		t.Errorf("release of a dead node's corrupt record: %d %v", n, err)
+	}
+	corrupt("s_node", false)
+	if n, err := s.ReleaseNodeSessions(bg, "n1", time.Second); n != 0 || err != nil {
+		t.Errorf("release of a dead node's corrupt record from its set: %d %v", n, err)
 	}
 }
