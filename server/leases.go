@@ -30,7 +30,8 @@ import (
 // the store's registry; a node silent for nodeTimeout is dead, and the
 // one survivor that claims it deletes the keys of its leases: a dead
 // node's leased keys end within nodeTimeout + sweepEvery + one scan. A
-// starting node adopts only the leased keys of nodes that are not alive.
+// starting node adopts only the leased keys of nodes gone from the
+// registry (a late node may beat again: its stale entry is the claim's).
 // Session leases of a store with shared sessions are the exception: they
 // carry no node and end by their session's record (session_shared.go).
 type lessor struct {
@@ -514,9 +515,8 @@ func (l *lessor) keepTTL() {
 // beat keeps this node registered; a goroutine beside it (watchRegistry)
 // claims the nodes that stopped beating and deletes their leased keys.
 // Every orphanEvery beats (5 node timeouts) the node whose turn it is
-// also deletes the keys of any node that is neither alive nor
-// registered: a claim whose sweep failed or whose claimer died leaves no
-// key behind for good.
+// also deletes the keys of any node gone from the registry: a claim
+// whose sweep failed or whose claimer died leaves no key behind for good.
 func (l *lessor) beat() {
 	defer l.wg.Done()
 	every := max(l.nodeTimeout/5, 100*time.Millisecond)
