@@ -861,11 +861,23 @@ func (c *conn) trimIdle() {
 	}
 }
 
-// dropSendState: an idle connection keeps no reply buffer. Called with
-// sendMu and mu held.
+// dropSendState: an idle connection keeps no reply buffer, nor the drain
+// buffers a burst grew (a resume's replay of 1,000 revisions left 80 KiB
+// with each of a storm's connections for good). Called with sendMu and
+// mu held.
 func (c *conn) dropSendState() {
 	c.pending = nil
+	if cap(c.msgs) > keptDrain {
+		c.msgs = nil
+	}
+	if cap(c.spare) > keptDrain {
+		c.spare = nil
+	}
 }
+
+// keptDrain is the most entries the drain buffers of an idle connection
+// keep: what a few subscriptions' steady trickle needs.
+const keptDrain = 16
 
 // sendQueued sends what is queued, in frames built in frame's buffer,
 // until nothing is; it returns the buffer for reuse. closing reports that
@@ -1036,7 +1048,14 @@ func (c *conn) collect(frame []byte, write func(frame []byte, more ...[]byte) er
 				frame, err = c.appendSnapshot(frame, s, m, write, err)
 				continue
 			}
-			frame = c.appendMessage(frame, s, m)
+			if t, list := c.eventList(s, m); t == "" {
+				frame = c.appendMessage(frame, s, m)
+			} else if len(list) < pieceList {
+				frame = c.codec.AppendEvents(frame, t, s.id, m.Rev, list)
+			} else {
+				frame, err = c.appendEventPieces(frame, s, t, m.Rev, list, write, err)
+				continue
+			}
 			if len(frame) >= maxFrame && err == nil {
 				err = write(frame)
 				frame = frame[:0]
@@ -1065,10 +1084,64 @@ func (c *conn) sizeOf(s *sub, msgs []rooms.Message) int {
 		n += envelope
 		if m.Kind == rooms.KindEvents || m.Kind == rooms.KindCoalesced {
 			slot := c.slot + boolSlot(s.prev)
-			n += len(m.Change.Encoded(slot, encoders[slot]))
+			if l := len(m.Change.Encoded(slot, encoders[slot])); l < pieceList {
+				n += l // a longer list goes as a piece of its own
+			}
 		}
 	}
 	return n
+}
+
+// pieceList is the size from which an events message's list is sent as
+// a piece of its own (appendEventPieces) instead of copied into the frame:
+// a write of a 200 KiB value to a room of 100,000 subscribers made each
+// socket's frame a copy of it, 28 GiB in all, held by every socket slower
+// than its send buffer.
+const pieceList = 4 << 10
+
+// appendEventPieces sends an events message of s whose list is large: the
+// frame so far with the message's head, then the list itself (for most
+// messages the encoding every subscriber of the room shares), then the
+// message's tail, as one WebSocket message; a socket that cannot take it
+// at once holds the list, not a copy.
+func (c *conn) appendEventPieces(frame []byte, s *sub, t string, rev uint64, list []byte, write func([]byte, ...[]byte) error, err error) ([]byte, error) {
+	frame = c.codec.AppendEventsHead(frame, t, s.id, rev)
+	if err == nil {
+		if tail := c.codec.EventsTail(); len(tail) > 0 {
+			err = write(frame, list, tail)
+		} else {
+			err = write(frame, list)
+		}
+	}
+	return frame[:0], err
+}
+
+// eventList is the type and the encoded list of an events or coalesced
+// message m of s (nil for other messages).
+func (c *conn) eventList(s *sub, m rooms.Message) (string, []byte) {
+	var t string
+	switch m.Kind {
+	case rooms.KindEvents:
+		t = wire.TEvents
+	case rooms.KindCoalesced:
+		t = wire.TCoalesced
+	default:
+		return "", nil
+	}
+	slot := c.slot + boolSlot(s.prev)
+	if own := c.ownWrite(m); own || m.Rev != m.Change.Rev {
+		// Events of this writer's own writes carry its write ids,
+		// which the shared encodings leave out (server/wids.go). And
+		// v2 writes mod_rev relative to the message's rev, which the
+		// cached list assumes is its Change's (the rooms always make
+		// them equal): never let a mismatch pass as wrong mod_revs.
+		var wid func(string) string
+		if own {
+			wid = func(stored string) string { return wids.Own(stored, c.wscope) }
+		}
+		return t, c.codec.AppendEventList(nil, m.Rev, wireEvents(m.Change.Events, s.prev, m.Change.Filtered, wid))
+	}
+	return t, m.Change.Encoded(slot, encoders[slot])
 }
 
 // appendMessage encodes one watcher message of s.
@@ -1076,25 +1149,7 @@ func (c *conn) appendMessage(frame []byte, s *sub, m rooms.Message) []byte {
 	var err error
 	switch m.Kind {
 	case rooms.KindEvents, rooms.KindCoalesced:
-		t := wire.TEvents
-		if m.Kind == rooms.KindCoalesced {
-			t = wire.TCoalesced
-		}
-		slot := c.slot + boolSlot(s.prev)
-		if own := c.ownWrite(m); own || m.Rev != m.Change.Rev {
-			// Events of this writer's own writes carry its write ids,
-			// which the shared encodings leave out (server/wids.go). And
-			// v2 writes mod_rev relative to the message's rev, which the
-			// cached list assumes is its Change's (the rooms always make
-			// them equal): never let a mismatch pass as wrong mod_revs.
-			var wid func(string) string
-			if own {
-				wid = func(stored string) string { return wids.Own(stored, c.wscope) }
-			}
-			list := c.codec.AppendEventList(nil, m.Rev, wireEvents(m.Change.Events, s.prev, m.Change.Filtered, wid))
-			return c.codec.AppendEvents(frame, t, s.id, m.Rev, list)
-		}
-		list := m.Change.Encoded(slot, encoders[slot])
+		t, list := c.eventList(s, m)
 		return c.codec.AppendEvents(frame, t, s.id, m.Rev, list)
 	case rooms.KindSynced:
 		frame, err = c.codec.Append(frame, &wire.Mark{T: wire.TSynced, S: s.id, Rev: m.Rev})

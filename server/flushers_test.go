@@ -22,15 +22,7 @@ func TestWSSocketsThatDoNotReadHoldUpNoOne(t *testing.T) {
 	ctx, room := servertest.Context(t), "stuck"
 	stuck := 4 * runtime.GOMAXPROCS(0)
 	for range stuck {
-		r, _, err := dialRawResp(t, e, "json2", rawOpts{ReadBuffer: 16 << 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.send(&wire.Request{T: wire.TConnect})
-		r.next()
-		r.send(&wire.Request{T: wire.TSub, ID: 1, Room: room})
-		r.until(func(m rawMsg) bool { return m.T == wire.TSnapshot })
-		// and then reads nothing more
+		subscribeThenStopReading(t, e, room)
 	}
 	// Their subscriptions' writers gone (two idle looks of the heartbeat
 	// sweep, a second apart at most): the writes below reach them through
@@ -59,4 +51,56 @@ func TestWSSocketsThatDoNotReadHoldUpNoOne(t *testing.T) {
 			t.Fatalf("write %d reached the reading subscriber after %v", i, d)
 		}
 	}
+}
+
+// TestWSLargeEventsNotCopiedPerSocket: a write of a large value to a room
+// whose subscribers' sockets are idle (reached through the flushers) and
+// cannot take it at once costs the node about one copy of its encoding,
+// not one per socket: each socket's frame holds the shared list as a piece
+// of its own, however long the socket takes. (Each frame was a copy: a
+// 200 KiB value to 100,000 subscribers allocated 28 GiB.)
+func TestWSLargeEventsNotCopiedPerSocket(t *testing.T) {
+	e := servertest.Start(t, servertest.Options{Server: server.Config{WriteTimeout: time.Minute, WriteRate: 1e6}, SendBuffer: 32 << 10})
+	ctx, room := servertest.Context(t), "big"
+	const socks, size = 32, 200 << 10
+	for range socks {
+		subscribeThenStopReading(t, e, room)
+	}
+	time.Sleep(3 * time.Second) // their writers retire: the write below goes through the flushers
+	w := dialCodec(t, e, "json2")
+	if _, err := w.Put(ctx, room, "warm", `1`); err != nil { // each socket's frame buffers, as in steady use
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	// What a write allocates: first to a room nobody watches (the write's
+	// own path), then to the room of the sockets.
+	allocs := func(room string) uint64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		if _, err := w.Put(ctx, room, "k", bigValue(0, size)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // the flushers' turn at every socket
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	alone, fanned := allocs("empty"), allocs(room)
+	t.Logf("a %d KiB value: %d KiB allocated with no subscriber, %d KiB with %d that do not read", size>>10, alone>>10, fanned>>10, socks)
+	if fanned > alone && fanned-alone > socks*size/8 {
+		t.Errorf("the %d sockets cost %d KiB more, want well under a copy each (%d KiB)", socks, (fanned-alone)>>10, size>>10)
+	}
+}
+
+// subscribeThenStopReading opens a socket (with a small receive buffer)
+// that subscribes to room, reads its snapshot and then nothing more.
+func subscribeThenStopReading(t *testing.T, e *servertest.Node, room string) {
+	t.Helper()
+	r, _, err := dialRawResp(t, e, "json2", rawOpts{ReadBuffer: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.send(&wire.Request{T: wire.TConnect})
+	r.next()
+	r.send(&wire.Request{T: wire.TSub, ID: 1, Room: room})
+	r.until(func(m rawMsg) bool { return m.T == wire.TSnapshot })
 }

@@ -42,6 +42,13 @@ type Codec interface {
 	// list coming from AppendEventList of the same codec and rev, copied
 	// as is.
 	AppendEvents(buf []byte, t string, s, rev uint64, list []byte) []byte
+	// AppendEventsHead appends AppendEvents's message up to its list,
+	// and EventsTail is what follows the list: head, a non-empty list and
+	// tail are byte for byte AppendEvents's, so that a large list, shared
+	// by every subscriber, is sent as a piece of its own rather than
+	// copied into each subscriber's frame.
+	AppendEventsHead(buf []byte, t string, s, rev uint64) []byte
+	EventsTail() []byte
 }
 
 // Subprotocols of the codecs.

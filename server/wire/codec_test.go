@@ -309,6 +309,32 @@ func TestAppendEventsMatchesAppend(t *testing.T) {
 	}
 }
 
+// TestEventsPartsMatchAppendEvents: head, list and tail, the pieces a
+// large list is sent in, are byte for byte AppendEvents's message, alone
+// and after another message of the frame.
+func TestEventsPartsMatchAppendEvents(t *testing.T) {
+	for _, cd := range codecs {
+		list := cd.c.AppendEventList(nil, 1<<40, testEvents())
+		for _, before := range [][]byte{nil, mustAppend(t, cd.c, &Pong{T: TPong})} {
+			want := cd.c.AppendEvents(bytes.Clone(before), TEvents, 7, 1<<40, list)
+			got := cd.c.AppendEventsHead(bytes.Clone(before), TEvents, 7, 1<<40)
+			got = append(append(got, list...), cd.c.EventsTail()...)
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s: head+list+tail %q, AppendEvents %q", cd.name, got, want)
+			}
+		}
+	}
+}
+
+func mustAppend(t *testing.T, c Codec, msg any) []byte {
+	t.Helper()
+	b, err := c.Append(nil, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestAppendKeepsBufferOnError(t *testing.T) {
 	for _, cd := range codecs {
 		buf, _ := cd.c.Append(nil, &Pong{T: TPong})

@@ -147,6 +147,12 @@ func (denseCodec) AppendEvents(buf []byte, t string, s, rev uint64, list []byte)
 	return appendEventsJSON(buf, t, s, `,"r":`, rev, `,"e":`, list)
 }
 
+func (denseCodec) AppendEventsHead(buf []byte, t string, s, rev uint64) []byte {
+	return appendEventsHeadJSON(buf, t, s, `,"r":`, rev, `,"e":`)
+}
+
+func (denseCodec) EventsTail() []byte { return jsonEventsTail }
+
 // decodeDense decodes one v2 message into the v1 form every client uses.
 // The whole message is checked once (json.Valid, or json.Unmarshal); the
 // event and item arrays are then split in place, with no copy of each

@@ -300,18 +300,31 @@ func (jsonCodec) AppendEvents(buf []byte, t string, s, rev uint64, list []byte) 
 	return appendEventsJSON(buf, t, s, `,"rev":`, rev, `,"events":`, list)
 }
 
+func (jsonCodec) AppendEventsHead(buf []byte, t string, s, rev uint64) []byte {
+	return appendEventsHeadJSON(buf, t, s, `,"rev":`, rev, `,"events":`)
+}
+
+func (jsonCodec) EventsTail() []byte { return jsonEventsTail }
+
+var jsonEventsTail = []byte("}")
+
 // appendEventsJSON appends {"t":t,"s":s<revField>rev<listField>list}, the
 // events envelope of both JSON versions.
 func appendEventsJSON(buf []byte, t string, s uint64, revField string, rev uint64, listField string, list []byte) []byte {
-	buf = appendHeadJSON(buf, t, s)
-	buf = append(buf, revField...)
-	buf = strconv.AppendUint(buf, rev, 10)
-	buf = append(buf, listField...)
+	buf = appendEventsHeadJSON(buf, t, s, revField, rev, listField)
 	if len(list) == 0 {
 		list = []byte("[]")
 	}
 	buf = append(buf, list...)
-	return append(buf, '}')
+	return append(buf, jsonEventsTail...)
+}
+
+// appendEventsHeadJSON appends appendEventsJSON's message up to its list.
+func appendEventsHeadJSON(buf []byte, t string, s uint64, revField string, rev uint64, listField string) []byte {
+	buf = appendHeadJSON(buf, t, s)
+	buf = append(buf, revField...)
+	buf = strconv.AppendUint(buf, rev, 10)
+	return append(buf, listField...)
 }
 
 // appendHeadJSON appends (with separator) {"t":t,"s":s. The bulk

@@ -315,7 +315,15 @@ func (msgpackCodec) AppendEventList(buf []byte, _ uint64, evs []Event) []byte {
 	return out
 }
 
-func (msgpackCodec) AppendEvents(buf []byte, t string, s, rev uint64, list []byte) []byte {
+func (c msgpackCodec) AppendEvents(buf []byte, t string, s, rev uint64, list []byte) []byte {
+	buf = c.AppendEventsHead(buf, t, s, rev)
+	if len(list) == 0 {
+		return append(buf, msgpcode.FixedArrayLow)
+	}
+	return append(buf, list...)
+}
+
+func (msgpackCodec) AppendEventsHead(buf []byte, t string, s, rev uint64) []byte {
 	buf = append(buf, msgpcode.FixedMapLow|4)
 	buf = appendMsgpackStr(buf, "t")
 	buf = appendMsgpackStr(buf, t)
@@ -323,12 +331,11 @@ func (msgpackCodec) AppendEvents(buf []byte, t string, s, rev uint64, list []byt
 	buf = appendMsgpackUint(buf, s)
 	buf = appendMsgpackStr(buf, "rev")
 	buf = appendMsgpackUint(buf, rev)
-	buf = appendMsgpackStr(buf, "events")
-	if len(list) == 0 {
-		return append(buf, msgpcode.FixedArrayLow)
-	}
-	return append(buf, list...)
+	return appendMsgpackStr(buf, "events")
 }
+
+// EventsTail is empty: a MessagePack map ends with its last value.
+func (msgpackCodec) EventsTail() []byte { return nil }
 
 // appendMsgpackUint writes u in its shortest form, as UseCompactInts does.
 func appendMsgpackUint(b []byte, u uint64) []byte {
