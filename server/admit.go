@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,69 @@ type connectGate struct {
 	mu      sync.Mutex
 	waiters list.List // of *waiter, oldest first
 	closed  bool      // the node is shutting down: no more waiting
+
+	// The places (taken or waited for) of each client address: at most
+	// perClient, so that one client cannot hold the node's places with
+	// sockets that say nothing (a look gives a silent socket's place back
+	// only after connectingHold: a few hundred upgrades a second, which
+	// need no token, would shut the node to every other connect).
+	// Loopback clients (a local proxy) are not counted unless
+	// LimitLoopback.
+	perClient     int
+	limitLoopback bool
+	clientMu      sync.Mutex
+	byClient      map[netip.Addr]int
+}
+
+// perClientPlaces is a client address's share of a node's connect places:
+// an eighth; none when the per-address limits are off
+// (MaxConnectionsPerIP), as behind a load balancer whose address every
+// client shares.
+func perClientPlaces(cfg Config) int {
+	if cfg.MaxConnectionsPerIP <= 0 {
+		return 0
+	}
+	return max(4, cfg.MaxConnecting/8)
+}
+
+// enterFrom takes a place for a connect from remote (a host:port), as
+// enter, unless its address holds perClient places already; leave gives
+// it back, once.
+func (g *connectGate) enterFrom(ctx context.Context, remote string) (leave func(), ok bool) {
+	key, counted := netip.Addr{}, false
+	if ap, err := netip.ParseAddrPort(remote); err == nil && g.perClient > 0 {
+		key, counted = clientKey(ap.Addr(), g.limitLoopback)
+	}
+	if counted {
+		g.clientMu.Lock()
+		if g.byClient[key] >= g.perClient {
+			g.clientMu.Unlock()
+			return nil, false
+		}
+		if g.byClient == nil {
+			g.byClient = make(map[netip.Addr]int)
+		}
+		g.byClient[key]++
+		g.clientMu.Unlock()
+	}
+	release := func() {
+		if !counted {
+			return
+		}
+		g.clientMu.Lock()
+		if n := g.byClient[key] - 1; n > 0 {
+			g.byClient[key] = n
+		} else {
+			delete(g.byClient, key)
+		}
+		g.clientMu.Unlock()
+	}
+	if !g.enter(ctx) {
+		release()
+		return nil, false
+	}
+	var once sync.Once
+	return func() { once.Do(func() { g.leave(); release() }) }, true
 }
 
 // waiter is a connect queued for a place.
@@ -192,6 +256,6 @@ func (c *conn) holdConnecting() {
 // doneConnecting gives c's place back, once.
 func (c *conn) doneConnecting() {
 	if c.connecting.CompareAndSwap(true, false) {
-		c.s.connects.leave()
+		c.leaveConnect()
 	}
 }

@@ -7,6 +7,7 @@ package server_test
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -194,4 +195,51 @@ func TestConnectQueue(t *testing.T) {
 	if got := short.Counter("statecast_connections_rejected_total", "reason", "connecting"); got != 1 {
 		t.Errorf("rejected{connecting} = %v, want 1", got)
 	}
+}
+
+// TestConnectPlacesPerClient: one client address holds at most an eighth
+// of the node's connect places (4 at least), waiting ones included, so
+// sockets that upgrade and say nothing, which need no token, cannot take
+// them all: past its share an upgrade from that address is answered 503
+// `connecting` at once, while another address connects. (Before, a few
+// hundred silent upgrades a second kept every place taken.)
+func TestConnectPlacesPerClient(t *testing.T) {
+	n := servertest.Start(t, servertest.Options{Server: server.Config{MaxConnecting: 16, LimitLoopback: true}})
+	ctx := servertest.Context(t)
+	from := func(src string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		return &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	}
+	dial := func(src string) (*websocket.Conn, *http.Response, error) {
+		return websocket.Dial(ctx, n.WS, &websocket.DialOptions{HTTPClient: from(src), Subprotocols: []string{"statecast.v2.json"}})
+	}
+	for i := range 4 { // silent: each holds its place until a look gives it back
+		ws, _, err := dial("127.0.0.1")
+		if err != nil {
+			t.Fatalf("silent upgrade %d: %v", i, err)
+		}
+		defer ws.CloseNow()
+	}
+	ws, resp, err := dial("127.0.0.1")
+	if err == nil {
+		ws.CloseNow()
+		t.Fatal("a fifth upgrade from the address holding four places was accepted")
+	}
+	if resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Statecast-Refused") != "connecting" {
+		t.Fatalf("a fifth upgrade from the same address: %v %v, want 503 connecting", resp, err)
+	}
+	other, _, err := dial("127.0.0.2")
+	if err != nil {
+		t.Fatalf("an upgrade from another address, with places free: %v", err)
+	}
+	other.CloseNow()
+	// The silent sockets' places come back at the looks: the address may
+	// connect again.
+	waitFor(t, 5*time.Second, "the silent sockets' places to come back", func() bool {
+		ws, _, err := dial("127.0.0.1")
+		if err == nil {
+			ws.CloseNow()
+		}
+		return err == nil
+	})
 }

@@ -137,7 +137,8 @@ type conn struct {
 	beatClosed atomic.Bool
 	// connecting: the connection holds a place of Server.connects
 	// (admit.go) while it connects.
-	connecting atomic.Bool
+	connecting   atomic.Bool
+	leaveConnect func() // gives the connect's place back (doneConnecting)
 	// wake: the writer has something to look at (queued messages, the
 	// end of ctx, the sweep's retire). sent: a frame was sent since the
 	// sweep last looked (send); idleLooks: looks since one was (sweeper
@@ -252,11 +253,12 @@ func (s *Server) handleWS(ec echo.Context) error {
 		s.refuseFull(w) // before the handshake: cheap (guardReserve)
 		return nil
 	}
-	if !s.connects.enter(r.Context()) {
+	leave, ok := s.connects.enterFrom(r.Context(), r.RemoteAddr)
+	if !ok {
 		return s.refuseConnect(ec)
 	}
 	if s.connsFull() { // filled while this connect queued
-		s.connects.leave()
+		leave()
 		s.refuseFull(w)
 		return nil
 	}
@@ -270,7 +272,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 		OriginPatterns: s.cfg.AllowOrigins,
 	})
 	if err != nil {
-		s.connects.leave()
+		leave()
 		s.metrics.rejected.WithLabelValues("upgrade").Inc()
 		return nil // Accept has answered; the connection is hijacked or failed
 	}
@@ -279,6 +281,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 	c := &conn{
 		s: s, ws: ws, nc: lean.nc, sock: lean.sock, fw: lean.fw, br: lean.br, codec: codec, slot: codecSlot(codec), ctx: ctx, cancel: cancel,
 		addr: r.RemoteAddr, hookHeader: s.hookHeader(r), wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), subs: make(map[uint64]*sub),
+		leaveConnect: leave,
 	}
 	c.id = s.connSeq.Add(1)
 	if c.fw != nil {
@@ -292,7 +295,7 @@ func (s *Server) handleWS(ec echo.Context) error {
 		c.upgrade = trace.SpanContextFromContext(r.Context())
 	}
 	if !s.addConn(c) {
-		s.connects.leave()
+		leave()
 		cancel()
 		s.metrics.rejected.WithLabelValues("full").Inc()
 		ws.Close(wire.CloseServerFull, "server full")

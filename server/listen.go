@@ -206,8 +206,14 @@ func (cs *connSlots) ipKey(tc *net.TCPConn) (netip.Addr, bool) {
 	if !ok || cs.perIP <= 0 {
 		return netip.Addr{}, false
 	}
-	ip := ta.AddrPort().Addr().Unmap()
-	if ip.IsLoopback() && !cs.limitLoopback {
+	return clientKey(ta.AddrPort().Addr(), cs.limitLoopback)
+}
+
+// clientKey is the address a client's limits count against (its /64 for
+// IPv6), and whether they apply: not to loopback unless limitLoopback.
+func clientKey(ip netip.Addr, limitLoopback bool) (netip.Addr, bool) {
+	ip = ip.Unmap()
+	if !ip.IsValid() || ip.IsLoopback() && !limitLoopback {
 		return netip.Addr{}, false
 	}
 	if ip.Is6() {

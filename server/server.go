@@ -260,8 +260,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg: cfg, engine: cfg.Engine, store: cfg.Store, log: cfg.Logger,
 		conns:       make(map[*conn]struct{}),
 		writeLimits: newWriteLimits(cfg.WriteRate, cfg.WriteBurst),
-		connects:    connectGate{limit: int64(cfg.MaxConnecting), wait: cfg.ConnectQueueWait},
-		wakes:       wakes{ch: make(chan *conn), stop: make(chan struct{})},
+		connects: connectGate{limit: int64(cfg.MaxConnecting), wait: cfg.ConnectQueueWait,
+			perClient: perClientPlaces(cfg), limitLoopback: cfg.LimitLoopback},
+		wakes: wakes{ch: make(chan *conn), stop: make(chan struct{})},
 	}
 	m, err := newMetrics(cfg.Registerer, cfg.Engine)
 	if err != nil {

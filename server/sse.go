@@ -41,14 +41,15 @@ func (s *Server) handleWatch(c echo.Context) error { return s.watchSSE(c, defaul
 func (s *Server) watchSSE(c echo.Context, tm sseTiming) error {
 	// The connect: asking the connect hook, compiling the filter, loading
 	// or resuming the room (admit.go).
-	if !s.connects.enter(c.Request().Context()) {
+	leave, ok := s.connects.enterFrom(c.Request().Context(), c.Request().RemoteAddr)
+	if !ok {
 		return s.refuseConnect(c)
 	}
 	connecting := true
 	doneConnecting := func() {
 		if connecting {
 			connecting = false
-			s.connects.leave()
+			leave()
 		}
 	}
 	defer doneConnecting()
