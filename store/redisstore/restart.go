@@ -123,7 +123,7 @@ func infoField(info, field string) string {
 }
 
 // lossless reports whether a new Redis process keeps every write it
-// acknowledged (found on the last connection made): its AOF is fsynced
+// acknowledged (as the last probe it answered found): its AOF is fsynced
 // before each reply, or it is a promoted replica and each write waited
 // for replicas to confirm it. A master restarted from its own AOF under
 // everysec is not: its replicas resync from it and lose the tail too.
@@ -161,10 +161,19 @@ func (s *Store) onConnect(addr string, writes bool) func(context.Context, *redis
 		if infoField(info.Val(), "redis_mode") == "sentinel" {
 			return nil // go-redis runs OnConnect on its Sentinel connections too
 		}
+		// Only a process that answered says how it keeps writes: a probe
+		// cut short (its connection died, as when Redis is killed) leaves
+		// what the last answer said, or a lossless Redis restarting would
+		// be taken for a lossy one until the next connection, and the
+		// rooms first touched meanwhile would start new epochs for nothing.
 		v, err := conf.Result()
-		s.aofAlways.Store(err == nil && v["appendonly"] == "yes" && v["appendfsync"] == "always")
+		if answered(err) {
+			s.aofAlways.Store(err == nil && v["appendonly"] == "yes" && v["appendfsync"] == "always")
+		}
 		// A promoted replica keeps its old master's offset as its second.
-		s.promoted.Store(repl.Err() == nil && infoField(repl.Val(), "second_repl_offset") != "-1")
+		if err := repl.Err(); answered(err) {
+			s.promoted.Store(err == nil && infoField(repl.Val(), "second_repl_offset") != "-1")
+		}
 		run := infoField(info.Val(), "run_id")
 		if run == "" {
 			return nil
@@ -181,6 +190,13 @@ func (s *Store) onConnect(addr string, writes bool) func(context.Context, *redis
 		}
 		return nil
 	}
+}
+
+// answered reports whether a probe's command got Redis's answer: a reply,
+// or an error reply (CONFIG refused by an ACL: taken to lose writes).
+func answered(err error) bool {
+	var rerr redis.Error
+	return err == nil || errors.As(err, &rerr)
 }
 
 // readRun is the newest process found behind the master of room.

@@ -1,8 +1,11 @@
 package redisstore
 
 import (
+	"net"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/statecast/statecast/store"
 	"github.com/statecast/statecast/store/redistest"
@@ -136,5 +139,42 @@ func TestLateProbeOfADeadProcess(t *testing.T) {
 	}
 	if same, _ := p.saw("new", time.Now()); !same {
 		t.Error("the current process not recognised")
+	}
+}
+
+// TestProbeCutShortKeepsLossless: a connection probe that Redis never
+// answers (its connection died, as when Redis is killed) leaves what the
+// last answer said of how it keeps writes; before, a lossless Redis
+// restarting was taken for a lossy one until the next probe, and a room
+// first touched meanwhile started a new epoch although nothing was lost.
+func TestProbeCutShortKeepsLossless(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AOF: true})
+	s := openStore(t, srv.URL(), nil)
+	mustApply(t, s, "r", store.Write{Ops: []store.Op{{Type: store.OpPut, Key: "k", Value: []byte("1")}}})
+	if !s.lossless() {
+		t.Fatal("appendfsync always not seen as lossless")
+	}
+	// A server that accepts connections and closes them unanswered.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	dead := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	defer dead.Close()
+	cn := dead.Conn()
+	defer cn.Close()
+	_ = s.onConnect("", false)(bg, cn)
+	if !s.lossless() {
+		t.Error("a probe cut short made the store take Redis for lossy")
 	}
 }

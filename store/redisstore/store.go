@@ -102,7 +102,7 @@ type Store struct {
 
 	// noPublish makes writes skip SPUBLISH (tests: lost pushes).
 	noPublish atomic.Bool
-	// aofAlways: the Redis of the last connection made fsyncs its AOF
+	// aofAlways: the Redis that last answered a connection's probe fsyncs its AOF
 	// before each reply; promoted: it was a replica; masters: the processes
 	// found behind each master (restart.go).
 	aofAlways, promoted atomic.Bool
