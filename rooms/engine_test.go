@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,11 +122,15 @@ func TestSlowWatcherCoalesces(t *testing.T) {
 func TestSlowWatcherPastSecondBoundResyncs(t *testing.T) {
 	ctx := context.Background()
 	for name, tc := range map[string]struct {
-		cfg rooms.Config
-		ret store.RetentionPolicy
+		cfg   rooms.Config
+		ret   store.RetentionPolicy
+		value string
 	}{
-		"too many keys":       {rooms.Config{QueueLimit: 2, CoalesceLimit: 5}, store.RetentionPolicy{}},
-		"history overwritten": {rooms.Config{QueueLimit: 2}, store.RetentionPolicy{Default: store.Retention{MaxEvents: 10}}},
+		"too many keys":       {rooms.Config{QueueLimit: 2, CoalesceLimit: 5}, store.RetentionPolicy{}, "v"},
+		"history overwritten": {rooms.Config{QueueLimit: 2}, store.RetentionPolicy{Default: store.Retention{MaxEvents: 10}}, "v"},
+		// A coalesced catch-up is encoded for its watcher alone, a snapshot
+		// once for all: past a queue's worth of bytes, the snapshot.
+		"too many bytes": {rooms.Config{QueueLimit: 2, QueueBytes: 16 << 10}, store.RetentionPolicy{}, strings.Repeat("x", 1000)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			e, _ := newEngine(t, tc.ret, tc.cfg)
@@ -134,7 +139,7 @@ func TestSlowWatcherPastSecondBoundResyncs(t *testing.T) {
 			c := newClient()
 			c.until(t, w, rooms.KindSynced)
 			for i := range 50 {
-				put(t, e, "r", fmt.Sprintf("k%d", i), "v")
+				put(t, e, "r", fmt.Sprintf("k%d", i), tc.value)
 			}
 			m := c.until(t, w, rooms.KindSnapshot)
 			if m.Reason != rooms.ReasonSlow || m.Rev != 50 {

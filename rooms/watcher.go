@@ -364,7 +364,10 @@ func (r *room) replayLocked(w *Watcher, dst []Message) []Message {
 
 // coalesceLocked appends one message with the latest event per key that
 // w missed since it was parked, or moves it to a snapshot when history no
-// longer covers that or it spans more than CoalesceLimit keys.
+// longer covers that, or it spans more than CoalesceLimit keys or more
+// than QueueBytes of events: a coalesced message is encoded for its
+// watcher alone and held while its socket is slow, a snapshot's encoding
+// is shared by every watcher of the room at that revision.
 func (r *room) coalesceLocked(w *Watcher, dst []Message) []Message {
 	h := r.hist
 	if w.next < h.oldest {
@@ -373,6 +376,7 @@ func (r *room) coalesceLocked(w *Watcher, dst []Message) []Message {
 	}
 	pos := make(map[string]int)
 	var cs []coalesced
+	var bytes int64
 	a, b := h.segments(h.find(w.next))
 	for _, seg := range [2][]slot{a, b} {
 		for i := range seg {
@@ -380,16 +384,27 @@ func (r *room) coalesceLocked(w *Watcher, dst []Message) []Message {
 			if !matchesAny(s.key, w.prefixes) {
 				continue
 			}
-			if j, ok := pos[s.key]; ok {
-				cs[j].ev = eventOf(s)
-				continue
+			ev := eventOf(s)
+			j, seen := pos[s.key]
+			if seen {
+				bytes -= store.EventBytes(&cs[j].ev)
 			}
-			if len(cs) >= r.e.cfg.CoalesceLimit {
+			bytes += store.EventBytes(&ev)
+			keys := len(cs)
+			if !seen {
+				keys++
+			}
+			// One key's event goes as it is, however large (as a queue takes
+			// one message past QueueBytes).
+			if keys > r.e.cfg.CoalesceLimit || (keys > 1 && bytes > r.e.cfg.QueueBytes) {
 				w.state, w.reason = stSnapshot, ReasonSlow
 				return dst
 			}
+			if seen {
+				cs[j].ev = ev
+				continue
+			}
 			pos[s.key] = len(cs)
-			ev := eventOf(s)
 			// The first event of a key since w.next: its Prev is what w holds.
 			cs = append(cs, coalesced{ev: ev, wasIn: w.filter != nil && matchesKV(w.filter, ev.Prev)})
 		}
