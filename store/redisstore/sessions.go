@@ -119,8 +119,11 @@ end
 local retry = r.resume_hash ~= ARGV[3]
 if r.subject ~= ARGV[2] or (retry and r.prev_hash ~= ARGV[3]) then return {0} end
 if not attached(r) and tonumber(r.deadline) <= now then return {0} end
-local read, took = tonumber(ARGV[6]), tonumber(r.took) or 0
-if took > now + 5000 then took = 0 end -- a clock that went back (a failover): not trusted
+local read, took, at = tonumber(ARGV[6]), tonumber(r.took) or 0, tonumber(r.took_at)
+-- took is trusted only from this clock: not when this script's own stamp
+-- of it is in the future (a failover to a Redis whose clock is behind;
+-- a record without a stamp: more than 5 s ahead).
+if (at and at > now) or (not at and took > now + 5000) then took = 0 end
 if retry and read > 0 and read < took then return {2} end
 local prev = r.owner or ''
 r.prev_hash = ARGV[3]
@@ -128,7 +131,7 @@ r.resume_hash = ARGV[4]
 r.owner = ARGV[5]
 r.gen = (tonumber(r.gen) or 0) + 1
 r.deadline = nil
-if read > took then r.took = read end
+if read > took then r.took, r.took_at = read, now end
 local v = cjson.encode(r)
 redis.call('HSET', KEYS[1], ARGV[1], v)
 redis.call('ZREM', KEYS[2], ARGV[1])

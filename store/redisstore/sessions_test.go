@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -225,5 +226,49 @@ func TestCorruptSessionRecordIsGone(t *testing.T) {
 	corrupt("s_node", false)
 	if n, err := s.ReleaseNodeSessions(bg, "n1", time.Second); n != 0 || err != nil {
 		t.Errorf("release of a dead node's corrupt record from its set: %d %v", n, err)
+	}
+}
+
+// TestTakeAfterAClockWentBack: a failover to a replica whose clock is
+// behind the old master's (by less than 5 s) leaves records whose last
+// take is stamped in the new master's future. A retry of that take (its
+// reply was lost, so the client presents the old secret again), read
+// now, is the client's latest connect and must be taken, not refused as
+// older than the take it retries. The record is made as the old master
+// left it: the take's read and the script's own stamp 3 s ahead.
+func TestTakeAfterAClockWentBack(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := openStore(t, srv.URL(), nil)
+	raw := rawRedis(t, srv.Addr())
+	keys := s.sessionKeys()
+	if _, err := s.Beat(bg, "n1"); err != nil { // the node's clock is mapped onto Redis's by its beats
+		t.Fatal(err)
+	}
+	if err := s.SaveSession(bg, store.SessionRecord{ID: "s", Subject: "u", ResumeHash: []byte("h"), Lease: "session:s", Owner: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, err := s.TakeSession(bg, "s", "u", []byte("h"), []byte("h2"), "n1", time.Now()); !ok || err != nil {
+		t.Fatalf("first take: %v %v", ok, err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(raw.HGet(bg, keys[0], "s").Val()), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec["took_at"]; !ok {
+		t.Fatalf("the take stamped no took_at: %v", rec)
+	}
+	now := raw.Time(bg).Val().UnixMilli()
+	rec["took"], rec["took_at"] = now+3000, now+3000
+	b, _ := json.Marshal(rec)
+	raw.HSet(bg, keys[0], "s", b)
+
+	if _, _, ok, err := s.TakeSession(bg, "s", "u", []byte("h"), []byte("h3"), "n2", time.Now()); !ok || err != nil {
+		t.Fatalf("the retry after the clock went back: ok %v err %v, want taken", ok, err)
+	}
+	// The stale-take check holds again under the new clock: a connect
+	// read before that take, retried with the secret it replaced, is
+	// refused.
+	if _, _, ok, err := s.TakeSession(bg, "s", "u", []byte("h"), []byte("h4"), "n1", time.Now().Add(-time.Second)); ok || !errors.Is(err, store.ErrStaleTake) {
+		t.Fatalf("a connect read before the last take: ok %v err %v, want ErrStaleTake", ok, err)
 	}
 }
