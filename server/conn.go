@@ -235,6 +235,18 @@ func closeReason(reason string) string {
 	return reason
 }
 
+// refusedConn is the close code and reason for a WebSocket addConn
+// refused: a node that began draining during the handshake closes it as
+// its open sockets (1012: reconnect now, elsewhere), a full one with 4004
+// (back off).
+func (s *Server) refusedConn() (websocket.StatusCode, string) {
+	if s.draining.Load() {
+		return websocket.StatusServiceRestart, "server shutting down; reconnect"
+	}
+	s.metrics.rejected.WithLabelValues("full").Inc()
+	return wire.CloseServerFull, "server full"
+}
+
 // handleWS upgrades the request and starts the session on its own goroutine.
 func (s *Server) handleWS(ec echo.Context) error {
 	r, w := ec.Request(), ec.Response()
@@ -297,8 +309,8 @@ func (s *Server) handleWS(ec echo.Context) error {
 	if !s.addConn(c) {
 		leave()
 		cancel()
-		s.metrics.rejected.WithLabelValues("full").Inc()
-		ws.Close(wire.CloseServerFull, "server full")
+		code, reason := s.refusedConn()
+		ws.Close(code, reason)
 		return nil
 	}
 	s.metrics.connections.Inc()

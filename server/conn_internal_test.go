@@ -3,7 +3,12 @@ package server
 import (
 	"testing"
 
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/statecast/statecast/rooms"
+	"github.com/statecast/statecast/server/wire"
 )
 
 // TestIdleConnectionDropsGrownDrainBuffers: an idle connection gives back
@@ -19,5 +24,29 @@ func TestIdleConnectionDropsGrownDrainBuffers(t *testing.T) {
 	c.dropSendState()
 	if cap(c.msgs) != keptDrain || cap(c.spare) != 4 {
 		t.Errorf("small drain buffers dropped: %d and %d entries kept", cap(c.msgs), cap(c.spare))
+	}
+}
+
+// TestRefusedConnDuringDrain: a WebSocket that a node refuses after its
+// handshake because the node began draining meanwhile is told to
+// reconnect at once (1012, as the node's open sockets are), not that the
+// node is full (4004, which clients back off from), and is not counted
+// as refused for being full.
+func TestRefusedConnDuringDrain(t *testing.T) {
+	m, err := newMetrics(prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{metrics: m}
+	if code, _ := s.refusedConn(); code != wire.CloseServerFull {
+		t.Errorf("a full node closes with %d, want %d", code, wire.CloseServerFull)
+	}
+	s.draining.Store(true)
+	if code, _ := s.refusedConn(); code != websocket.StatusServiceRestart {
+		t.Errorf("a draining node closes with %d, want 1012", code)
+	}
+	var full dto.Metric
+	if err := m.rejected.WithLabelValues("full").Write(&full); err != nil || full.GetCounter().GetValue() != 1 {
+		t.Errorf("rejected{full} = %v (%v), want 1 (the full node's only)", full.GetCounter().GetValue(), err)
 	}
 }
