@@ -35,9 +35,9 @@ type Config struct {
 	QueueBytes int64
 
 	// CoalesceLimit is the most distinct keys a coalesced catch-up may
-	// carry; a slow watcher that missed more gets a snapshot instead, as
-	// it does when the catch-up's events of more than one key add up to
-	// more than QueueBytes. Default 4096.
+	// carry; a slow watcher that missed more gets a snapshot instead (as
+	// it does past QueueBytes where the snapshot costs no more: see
+	// coalesceLocked). Default 4096.
 	CoalesceLimit int
 
 	// ReplayChunk is the most revisions one Drain takes from history while

@@ -16,8 +16,8 @@
 //	parked    its queue overflowed; once drained it gets one coalesced
 //	          message (latest value per key, deletes as tombstones) up to head
 //	snapshot  gets the view at head: initial list, compacted or foreign
-//	          epoch, or slow past CoalesceLimit keys, QueueBytes of events or
-//	          the ring's reach
+//	          epoch, or slow past CoalesceLimit keys or the ring's reach (or
+//	          past QueueBytes, where a snapshot costs no more)
 //
 // A watcher may carry a Filter over values: its view is then the filter
 // applied to the room, evaluated once per event per distinct filter

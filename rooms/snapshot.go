@@ -52,15 +52,26 @@ type snapKey struct {
 	filter   string
 }
 
+func snapKeyOf(w *Watcher, epoch string, rev uint64) snapKey {
+	k := snapKey{epoch: epoch, rev: rev, prefixes: strings.Join(w.prefixes, "\x00")}
+	if w.filter != nil {
+		k.filter = w.filter.String()
+	}
+	return k
+}
+
+// snapHeldLocked reports whether a snapshot w would share at (epoch, rev)
+// is still held by another watcher's sender.
+func (r *room) snapHeldLocked(w *Watcher, epoch string, rev uint64) bool {
+	return r.snaps[snapKeyOf(w, epoch, rev)].Value() != nil
+}
+
 // sharedSnapLocked returns the snapshot w takes at (epoch, rev): one
 // another watcher still holds, or a new one. The room remembers it
 // weakly, so it lives as long as a sender holds it and no longer; a
 // snapshot of an older revision is forgotten when a new one is made.
 func (r *room) sharedSnapLocked(w *Watcher, epoch string, rev uint64) *Snapshot {
-	k := snapKey{epoch: epoch, rev: rev, prefixes: strings.Join(w.prefixes, "\x00")}
-	if w.filter != nil {
-		k.filter = w.filter.String()
-	}
+	k := snapKeyOf(w, epoch, rev)
 	if s := r.snaps[k].Value(); s != nil {
 		return s
 	}

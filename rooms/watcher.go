@@ -364,10 +364,13 @@ func (r *room) replayLocked(w *Watcher, dst []Message) []Message {
 
 // coalesceLocked appends one message with the latest event per key that
 // w missed since it was parked, or moves it to a snapshot when history no
-// longer covers that, or it spans more than CoalesceLimit keys or more
-// than QueueBytes of events: a coalesced message is encoded for its
-// watcher alone and held while its socket is slow, a snapshot's encoding
-// is shared by every watcher of the room at that revision.
+// longer covers that or it spans more than CoalesceLimit keys. A
+// catch-up of more than QueueBytes is a snapshot too where that costs no
+// more: one of this position another watcher took is still held (a burst
+// that parked many sockets, caught up at its end), or the catch-up holds
+// half the room's keys. A coalesced message is encoded for its watcher
+// alone and held while its socket is slow; a snapshot's encoding is
+// shared by the watchers that take it at the same position.
 func (r *room) coalesceLocked(w *Watcher, dst []Message) []Message {
 	h := r.hist
 	if w.next < h.oldest {
@@ -376,7 +379,6 @@ func (r *room) coalesceLocked(w *Watcher, dst []Message) []Message {
 	}
 	pos := make(map[string]int)
 	var cs []coalesced
-	var bytes int64
 	a, b := h.segments(h.find(w.next))
 	for _, seg := range [2][]slot{a, b} {
 		for i := range seg {
@@ -384,32 +386,26 @@ func (r *room) coalesceLocked(w *Watcher, dst []Message) []Message {
 			if !matchesAny(s.key, w.prefixes) {
 				continue
 			}
-			ev := eventOf(s)
-			j, seen := pos[s.key]
-			if seen {
-				bytes -= store.EventBytes(&cs[j].ev)
+			if j, ok := pos[s.key]; ok {
+				cs[j].ev = eventOf(s)
+				continue
 			}
-			bytes += store.EventBytes(&ev)
-			keys := len(cs)
-			if !seen {
-				keys++
-			}
-			// One key's event goes as it is, however large (as a queue takes
-			// one message past QueueBytes).
-			if keys > r.e.cfg.CoalesceLimit || (keys > 1 && bytes > r.e.cfg.QueueBytes) {
+			if len(cs) >= r.e.cfg.CoalesceLimit {
 				w.state, w.reason = stSnapshot, ReasonSlow
 				return dst
 			}
-			if seen {
-				cs[j].ev = ev
-				continue
-			}
 			pos[s.key] = len(cs)
+			ev := eventOf(s)
 			// The first event of a key since w.next: its Prev is what w holds.
 			cs = append(cs, coalesced{ev: ev, wasIn: w.filter != nil && matchesKV(w.filter, ev.Prev)})
 		}
 	}
 	evs := coalescedEvents(cs, w.filter)
+	if len(evs) > 1 && sentBytes(evs) > r.e.cfg.QueueBytes &&
+		(r.snapHeldLocked(w, r.epoch, r.head) || 2*len(evs) >= r.view.Len()) {
+		w.state, w.reason = stSnapshot, ReasonSlow
+		return dst
+	}
 	// Latest writes last, so a client applying them in order sees the
 	// same revision order as the room.
 	slices.SortFunc(evs, func(x, y store.Event) int { return cmpRev(x.KV.ModRev, y.KV.ModRev) })
@@ -419,6 +415,16 @@ func (r *room) coalesceLocked(w *Watcher, dst []Message) []Message {
 	}
 	return append(dst, Message{Kind: KindCoalesced, Rev: r.head,
 		Change: &Change{Rev: r.head, Events: evs, Filtered: w.filter != nil}})
+}
+
+// sentBytes is what evs take on the wire at least: keys, values and
+// leases (previous values only go to subscriptions that ask for them).
+func sentBytes(evs []store.Event) int64 {
+	var n int64
+	for i := range evs {
+		n += int64(len(evs[i].KV.Key) + len(evs[i].KV.Value) + len(evs[i].KV.Lease))
+	}
+	return n
 }
 
 func cmpRev(a, b uint64) int {
