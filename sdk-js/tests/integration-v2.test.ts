@@ -191,6 +191,9 @@ test('integration-v2: a v2 watch whose socket stalled is caught up by a coalesce
   const writer = client();
   const r = writer.room(room);
   await r.put('gone', 0);
+  // Keys the catch-up leaves alone: a catch-up of most of a room past the queue's bytes comes as a
+  // snapshot, which costs the server no more.
+  for (let i = 0; i < 8; i++) await r.put(`pad${i}`, i);
   const w = slow.room(room).watch();
   const seen = follow(w).seen;
   await w.ready();
@@ -219,5 +222,5 @@ test('integration-v2: a v2 watch whose socket stalled is caught up by a coalesce
   await fresh.ready();
   assert.equal(fresh.rev, rev);
   assert.deepEqual(w.entries(), fresh.entries());
-  assert.deepEqual(w.entries().map((e) => e.key), ['k0', 'k1', 'k2', 'k3']);
+  assert.deepEqual(w.entries().map((e) => e.key).filter((k) => k.startsWith('k')), ['k0', 'k1', 'k2', 'k3']);
 });
