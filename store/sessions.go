@@ -56,10 +56,10 @@ type SessionRecord struct {
 	// nodes map theirs onto it (0: not known): the order of a client's
 	// connects, whichever node read them.
 	Took int64 `json:"took,omitempty"`
-	// TookAt is when Took was set, by the store's own clock: a Took set
-	// under a clock that has since gone back (a failover) is not compared
-	// with reads mapped onto the new one.
-	TookAt int64 `json:"took_at,omitempty"`
+	// TookClock names the clock Took is on (on Redis: the process whose
+	// TIME the nodes map onto): a Took is not compared with a read on
+	// another, as after a failover.
+	TookClock string `json:"took_clock,omitempty"`
 	// Listed: the session was opened by a node that lists its keys
 	// (ListSessionKey); a record without it (an older node's) is ended by
 	// scanning the rooms for its lease.

@@ -25,6 +25,7 @@ type redisClock struct {
 	at  time.Time     // the sample's midpoint, on this node's clock
 	ms  int64         // Redis's clock then, unix ms
 	rtt time.Duration // the sample's round trip
+	id  string        // the Redis process read (its run_id; '' unknown)
 }
 
 // maxDrift bounds how fast two computers' clocks drift apart (ordinary
@@ -37,8 +38,9 @@ func (c *redisClock) errorAt(t time.Time) time.Duration {
 }
 
 // sample learns from a round trip sent at sent and answered at recv, in
-// which Redis's clock read ms.
-func (c *redisClock) sample(sent, recv time.Time, ms int64) {
+// which the clock of Redis process id read ms. A sample of another
+// process (a failover) starts the mapping again.
+func (c *redisClock) sample(sent, recv time.Time, ms int64, id string) {
 	rtt := recv.Sub(sent)
 	if rtt < 0 || ms <= 0 {
 		return
@@ -49,19 +51,19 @@ func (c *redisClock) sample(sent, recv time.Time, ms int64) {
 	// A sample the kept one cannot account for within both error bounds
 	// (plus a millisecond of rounding) read another clock: a failover to
 	// a replica, or Redis's clock stepped. The mapping follows it.
-	jumped := c.ok && time.Duration((ms-c.ms)*int64(time.Millisecond)-int64(mid.Sub(c.at))).Abs() > c.errorAt(mid)+rtt/2+time.Millisecond
+	jumped := c.ok && (id != c.id || time.Duration((ms-c.ms)*int64(time.Millisecond)-int64(mid.Sub(c.at))).Abs() > c.errorAt(mid)+rtt/2+time.Millisecond)
 	if !c.ok || jumped || rtt/2 <= c.errorAt(mid) {
-		c.ok, c.at, c.ms, c.rtt = true, mid, ms, rtt
+		c.ok, c.at, c.ms, c.rtt, c.id = true, mid, ms, rtt, id
 	}
 }
 
-// mapped is t on Redis's clock, in unix ms, and false before any
-// sample: then nothing is known of that clock.
-func (c *redisClock) mapped(t time.Time) (int64, bool) {
+// mapped is t on Redis's clock, in unix ms, with the Redis process whose
+// clock that is; false before any sample: then nothing is known of it.
+func (c *redisClock) mapped(t time.Time) (int64, string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.ok {
-		return 0, false
+		return 0, "", false
 	}
-	return c.ms + t.Sub(c.at).Milliseconds(), true
+	return c.ms + t.Sub(c.at).Milliseconds(), c.id, true
 }

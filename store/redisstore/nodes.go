@@ -24,12 +24,19 @@ const redisNow = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
+// redisClockID names the clock now was read from: the Redis process's
+// run_id, which a failover changes (” where INFO is refused).
+const redisClockID = `local clock = ''
+local info = redis.pcall('INFO', 'server')
+if type(info) == 'string' then clock = string.match(info, 'run_id:(%x+)') or '' end
+`
+
 var (
-	// beat returns {added, now}.
-	beatScript = redis.NewScript(redisNow + `return {redis.call('ZADD', KEYS[1], now, ARGV[1]), now}`)
-	// registered returns {now, node, beat, node, beat, ...}.
-	registeredScript = redis.NewScript(redisNow + `
-local out = {now}
+	// beat returns {added, now, clock}.
+	beatScript = redis.NewScript(redisNow + redisClockID + `return {redis.call('ZADD', KEYS[1], now, ARGV[1]), now, clock}`)
+	// registered returns {now, clock, node, beat, node, beat, ...}.
+	registeredScript = redis.NewScript(redisNow + redisClockID + `
+local out = {now, clock}
 local z = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 for i = 1, #z do out[#out + 1] = z[i] end
 return out`)
@@ -58,15 +65,18 @@ func (s *Store) Beat(ctx context.Context, node string) (store.BeatResult, error)
 	}
 	defer s.mu.RUnlock()
 	sent := time.Now()
-	v, err := beatScript.Run(ctx, s.hc, []string{s.nodesKey()}, node).Int64Slice()
-	if err != nil || len(v) != 2 {
+	v, err := beatScript.Run(ctx, s.hc, []string{s.nodesKey()}, node).Slice()
+	if err != nil || len(v) != 3 {
 		return store.BeatResult{}, err
 	}
-	res := store.BeatResult{Added: v[0] == 1}
-	if ms, ok := s.clock.mapped(sent); ok { // by the samples before this one
-		res.Reached = time.Duration(max(v[1]-ms, 0)) * time.Millisecond
+	added, _ := v[0].(int64)
+	now, _ := v[1].(int64)
+	clock, _ := v[2].(string)
+	res := store.BeatResult{Added: added == 1}
+	if ms, id, ok := s.clock.mapped(sent); ok && id == clock { // by the samples before this one
+		res.Reached = time.Duration(max(now-ms, 0)) * time.Millisecond
 	}
-	s.clock.sample(sent, time.Now(), v[1])
+	s.clock.sample(sent, time.Now(), now, clock)
 	return res, nil
 }
 
@@ -83,8 +93,9 @@ func (s *Store) Registered(ctx context.Context, timeout time.Duration) (alive, s
 		return nil, nil, err
 	}
 	now, _ := v[0].(int64)
-	s.clock.sample(sent, time.Now(), now)
-	for i := 1; i+1 < len(v); i += 2 {
+	clock, _ := v[1].(string)
+	s.clock.sample(sent, time.Now(), now, clock)
+	for i := 2; i+1 < len(v); i += 2 {
 		node, _ := v[i].(string)
 		beat, _ := v[i+1].(string)
 		ms, perr := parseScore(beat)

@@ -100,7 +100,7 @@ return redis.call('DEL', KEYS[4])`)
 	delScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
 	// take: KEYS rec, due, owned; ARGV id, subject, old hash, new hash
 	// (base64), node, when the node read the connect (Redis ms; 0: not
-	// known), the on-sets' prefix. Returns {1, prev owner, record}, {0} (refused) or {2} (a
+	// known), the on-sets' prefix, the Redis clock the read is on. Returns {1, prev owner, record}, {0} (refused) or {2} (a
 	// stale take). The hash presented is accepted when it is the current
 	// one or the one presented at the last take: that take's reply may
 	// have been lost (its node then closed the socket, 1011), so the
@@ -119,11 +119,12 @@ end
 local retry = r.resume_hash ~= ARGV[3]
 if r.subject ~= ARGV[2] or (retry and r.prev_hash ~= ARGV[3]) then return {0} end
 if not attached(r) and tonumber(r.deadline) <= now then return {0} end
-local read, took, at = tonumber(ARGV[6]), tonumber(r.took) or 0, tonumber(r.took_at)
--- took is trusted only from this clock: not when this script's own stamp
--- of it is in the future (a failover to a Redis whose clock is behind;
--- a record without a stamp: more than 5 s ahead).
-if (at and at > now) or (not at and took > now + 5000) then took = 0 end
+local read, took, clock = tonumber(ARGV[6]), tonumber(r.took) or 0, ARGV[8]
+-- took is compared only with a read on the clock it was read on: a
+-- failover changes the Redis process the nodes map onto, and the new
+-- one's clock may be behind. Unnamed clocks (INFO refused, or a record
+-- from before they were named): only when not more than 5 s ahead.
+if (r.took_clock or '') ~= clock or (clock == '' and took > now + 5000) then took = 0 end
 if retry and read > 0 and read < took then return {2} end
 local prev = r.owner or ''
 r.prev_hash = ARGV[3]
@@ -131,7 +132,7 @@ r.resume_hash = ARGV[4]
 r.owner = ARGV[5]
 r.gen = (tonumber(r.gen) or 0) + 1
 r.deadline = nil
-if read > took then r.took, r.took_at = read, now end
+if read > took then r.took, r.took_clock = read, clock end
 local v = cjson.encode(r)
 redis.call('HSET', KEYS[1], ARGV[1], v)
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -342,10 +343,11 @@ func (s *Store) TakeSession(ctx context.Context, id, subject string, old, new []
 	defer s.mu.RUnlock()
 	b64 := base64.StdEncoding.EncodeToString
 	var readMS int64 // 0: not known
-	if ms, ok := s.clock.mapped(read); ok && !read.IsZero() {
-		readMS = ms
+	var clock string
+	if ms, id, ok := s.clock.mapped(read); ok && !read.IsZero() {
+		readMS, clock = ms, id
 	}
-	v, err := s.runRecord(ctx, takeScript, s.sessionKeys(), id, subject, b64(old), b64(new), node, readMS, s.sessionsOn()).Slice()
+	v, err := s.runRecord(ctx, takeScript, s.sessionKeys(), id, subject, b64(old), b64(new), node, readMS, s.sessionsOn(), clock).Slice()
 	if err == nil && len(v) == 1 && v[0] == int64(2) {
 		return store.SessionRecord{}, "", false, store.ErrStaleTake
 	}
