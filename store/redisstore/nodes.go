@@ -25,7 +25,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
 // redisClockID names the clock now was read from: the Redis process's
-// run_id, which a failover changes (” where INFO is refused).
+// run_id, which a failover changes (empty where INFO is refused).
 const redisClockID = `local clock = ''
 local info = redis.pcall('INFO', 'server')
 if type(info) == 'string' then clock = string.match(info, 'run_id:(%x+)') or '' end
