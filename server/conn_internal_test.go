@@ -1,6 +1,9 @@
 package server
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/coder/websocket"
@@ -30,8 +33,9 @@ func TestIdleConnectionDropsGrownDrainBuffers(t *testing.T) {
 // TestRefusedConnDuringDrain: a WebSocket that a node refuses after its
 // handshake because the node began draining meanwhile is told to
 // reconnect at once (1012, as the node's open sockets are), not that the
-// node is full (4004, which clients back off from), and is not counted
-// as refused for being full.
+// node is full (4004, which clients back off from); a request past the
+// connection limit on a draining node is told it is shutting down; and
+// neither is counted as refused for being full.
 func TestRefusedConnDuringDrain(t *testing.T) {
 	m, err := newMetrics(prometheus.NewRegistry(), nil)
 	if err != nil {
@@ -44,6 +48,13 @@ func TestRefusedConnDuringDrain(t *testing.T) {
 	s.draining.Store(true)
 	if code, _ := s.refusedConn(); code != websocket.StatusServiceRestart {
 		t.Errorf("a draining node closes with %d, want 1012", code)
+	}
+	// So too a request over the connection limit that a draining node
+	// refuses: it is told the node is going away, not that it is full.
+	rec := httptest.NewRecorder()
+	s.refuseFull(rec)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Statecast-Refused") != "" || !strings.Contains(rec.Body.String(), "shutting down") {
+		t.Errorf("a draining node over its limit answers %d %q %s, want 503 shutting down", rec.Code, rec.Header().Get("Statecast-Refused"), rec.Body)
 	}
 	var full dto.Metric
 	if err := m.rejected.WithLabelValues("full").Write(&full); err != nil || full.GetCounter().GetValue() != 1 {

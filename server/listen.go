@@ -110,8 +110,14 @@ func (s *Server) guardReserve(next http.Handler) http.Handler {
 	})
 }
 
-// refuseFull answers a request the node has no connection for.
+// refuseFull answers a request the node has no connection for; a
+// draining node says so instead (its clients go elsewhere at once), as
+// it does to every connect.
 func (s *Server) refuseFull(w http.ResponseWriter) {
+	if s.draining.Load() {
+		answerUnavailable(w, "", "server is shutting down; connect to another node")
+		return
+	}
 	s.metrics.rejected.WithLabelValues("full").Inc()
 	answerUnavailable(w, refusedFull, "server full: too many connections; retry later, on another node if you can")
 }
@@ -131,7 +137,9 @@ const (
 // and the metrics count them.
 func answerUnavailable(w http.ResponseWriter, refused, message string) {
 	w.Header().Set("Retry-After", "1")
-	w.Header().Set("Statecast-Refused", refused)
+	if refused != "" {
+		w.Header().Set("Statecast-Refused", refused)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": wire.CodeUnavailable, "message": message}})
