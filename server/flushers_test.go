@@ -1,8 +1,11 @@
 package server_test
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,22 +75,29 @@ func TestWSLargeEventsNotCopiedPerSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)
-	// What a write allocates: first to a room nobody watches (the write's
-	// own path), then to the room of the sockets.
+	wantNoCopyEach(t, w, room, socks, size)
+}
+
+// wantNoCopyEach checks that a write of a size-byte value to room, whose n
+// readers do not read, allocates well under a copy for each: against the
+// same write to a room nobody watches (the write's own path).
+func wantNoCopyEach(t *testing.T, w *client.Conn, room string, n, size int) {
+	t.Helper()
+	ctx := servertest.Context(t)
 	allocs := func(room string) uint64 {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		if _, err := w.Put(ctx, room, "k", bigValue(0, size)); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second) // the flushers' turn at every socket
+		time.Sleep(time.Second) // every reader's turn
 		runtime.ReadMemStats(&after)
 		return after.TotalAlloc - before.TotalAlloc
 	}
 	alone, fanned := allocs("empty"), allocs(room)
-	t.Logf("a %d KiB value: %d KiB allocated with no subscriber, %d KiB with %d that do not read", size>>10, alone>>10, fanned>>10, socks)
-	if fanned > alone && fanned-alone > socks*size/8 {
-		t.Errorf("the %d sockets cost %d KiB more, want well under a copy each (%d KiB)", socks, (fanned-alone)>>10, size>>10)
+	t.Logf("a %d KiB value: %d KiB allocated with no reader, %d KiB with %d that do not read", size>>10, alone>>10, fanned>>10, n)
+	if fanned > alone && fanned-alone > uint64(n*size/8) {
+		t.Errorf("the %d readers cost %d KiB more, want well under a copy each (%d KiB)", n, (fanned-alone)>>10, size>>10)
 	}
 }
 
@@ -103,4 +113,34 @@ func subscribeThenStopReading(t *testing.T, e *servertest.Node, room string) {
 	r.next()
 	r.send(&wire.Request{T: wire.TSub, ID: 1, Room: room})
 	r.until(func(m rawMsg) bool { return m.T == wire.TSnapshot })
+}
+
+// TestSSELargeEventsNotCopiedPerStream: as for WebSockets, a large write
+// to a room whose SSE streams do not read costs the node its shared
+// encoding, not a copy for each stream's buffer.
+func TestSSELargeEventsNotCopiedPerStream(t *testing.T) {
+	e := servertest.Start(t, servertest.Options{Server: server.Config{WriteTimeout: time.Minute, WriteRate: 1e6}, SendBuffer: 32 << 10, Unchecked: true})
+	room := "big"
+	const streams, size = 32, 200 << 10
+	host := strings.TrimPrefix(e.TS.URL, "http://")
+	for range streams {
+		nc, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		_ = nc.(*net.TCPConn).SetReadBuffer(16 << 10)
+		fmt.Fprintf(nc, "GET /v1/rooms/%s/watch HTTP/1.1\r\nHost: %s\r\n\r\n", room, host)
+		br := bufio.NewReader(nc)
+		for { // its reset, then nothing more is read
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasPrefix(line, "event: reset") {
+				break
+			}
+		}
+	}
+	wantNoCopyEach(t, dialCodec(t, e, "json2"), room, streams, size)
 }

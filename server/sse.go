@@ -226,13 +226,26 @@ func (st *sseStream) appendMessage(m *rooms.Message) error {
 			}
 		}
 		// The JSON event list is encoded once per revision and shared with
-		// every WebSocket and SSE watcher that gets the whole revision.
+		// every WebSocket and SSE watcher that gets the whole revision. A
+		// large one is written as it is, after what the buffer holds: a
+		// stream whose client reads slowly holds the shared list while it
+		// writes, not a copy of it.
 		list := m.Change.Encoded(codecSlot(wire.JSON), encoders[codecSlot(wire.JSON)])
 		st.head(m.Rev, name)
 		st.buf = append(st.buf, `{"rev":`...)
 		st.buf = strconv.AppendUint(st.buf, m.Rev, 10)
 		st.buf = append(st.buf, `,"events":`...)
-		st.buf = append(st.buf, list...)
+		if len(list) < pieceList {
+			st.buf = append(st.buf, list...)
+		} else {
+			if err := st.write(st.buf); err != nil {
+				return err
+			}
+			st.buf = st.buf[:0]
+			if err := st.write(list); err != nil {
+				return err
+			}
+		}
 		st.buf = append(st.buf, "}\n\n"...)
 	case rooms.KindSnapshot:
 		if m.Snap != nil {
