@@ -260,6 +260,22 @@ func TestIdleConnections(t *testing.T) {
 	}
 }
 
+// TestHeaderBytes: a request whose metadata is past 64 KiB is refused
+// (gRPC's default let 16 MiB a stream be held), and the connection serves
+// the next request.
+func TestHeaderBytes(t *testing.T) {
+	_, _, cli := startWith(t, servertest.Options{}, etcd.Config{})
+	ctx := ctxOf(t)
+	big := metadata.AppendToOutgoingContext(ctx, "padding", strings.Repeat("x", 100<<10))
+	if _, err := cli.Put(big, "/h/k", "v"); err == nil {
+		t.Fatal("a put with 100 KiB of metadata was taken")
+	}
+	small := metadata.AppendToOutgoingContext(ctx, "padding", strings.Repeat("x", 1<<10))
+	if _, err := cli.Put(small, "/h/k", "v"); err != nil {
+		t.Fatalf("a put with 1 KiB of metadata: %v", err)
+	}
+}
+
 // TestCompactRate: compactions count as writes of their subject.
 func TestCompactRate(t *testing.T) {
 	o := servertest.Options{}

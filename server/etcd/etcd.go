@@ -145,6 +145,10 @@ func New(cfg Config) *Server {
 	// holds a connection slot and its buffers for good.
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(2 << 20),
+		// A request's headers as the HTTP API bounds them: gRPC's default
+		// (16 MiB) let one connection's streams hold gigabytes of
+		// metadata. etcd's clients send a token and a few short keys.
+		grpc.MaxHeaderListSize(maxHeaderBytes),
 		grpc.ForceServerCodecV2(newCodec()),
 		grpc.MaxConcurrentStreams(uint32(s.maxW)),
 		grpc.StatsHandler(rpcTagger{s}),
@@ -653,6 +657,9 @@ func (a authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest)
 	}
 	return &pb.AuthenticateResponse{Header: a.header(0), Token: r.Password}, nil
 }
+
+// maxHeaderBytes bounds a request's header list (its metadata).
+const maxHeaderBytes = 64 << 10
 
 // rpcTagger gives each connection a count of its watches, over all its
 // Watch streams (a stream's context carries its connection's values), so
