@@ -159,7 +159,10 @@ func rangeKVs(items []store.KV, shared bool, r *pb.RangeRequest) (kvs []store.KV
 			r.MinCreateRevision > 0 && keyRev(kv.CreateRev) < r.MinCreateRevision ||
 			r.MaxCreateRevision > 0 && keyRev(kv.CreateRev) > r.MaxCreateRevision
 	})
-	if order != pb.RangeRequest_NONE {
+	switch {
+	case order != pb.RangeRequest_NONE && r.SortTarget == pb.RangeRequest_VALUE:
+		sortByValue(items, order == pb.RangeRequest_DESCEND)
+	case order != pb.RangeRequest_NONE:
 		slices.SortStableFunc(items, func(a, b store.KV) int {
 			n := compareBy(r.SortTarget, a, b)
 			if order == pb.RangeRequest_DESCEND {
@@ -194,10 +197,32 @@ func compareBy(t pb.RangeRequest_SortTarget, a, b store.KV) int {
 		return cmp.Compare(a.CreateRev, b.CreateRev)
 	case pb.RangeRequest_MOD:
 		return cmp.Compare(a.ModRev, b.ModRev)
-	case pb.RangeRequest_VALUE:
-		return bytes.Compare(fromValue(a.Value), fromValue(b.Value))
 	}
 	return strings.Compare(a.Key, b.Key)
+}
+
+// sortByValue sorts items stably by their etcd bytes, as etcd compares
+// values. Each value is turned into its bytes once: a value with escapes
+// is decoded, and decoding at each comparison cost a range of 40,000
+// such keys seconds of CPU.
+func sortByValue(items []store.KV, descend bool) {
+	type keyed struct {
+		v  []byte
+		kv store.KV
+	}
+	ks := make([]keyed, len(items))
+	for i, kv := range items {
+		ks[i] = keyed{fromValue(kv.Value), kv}
+	}
+	slices.SortStableFunc(ks, func(a, b keyed) int {
+		if descend {
+			return bytes.Compare(b.v, a.v)
+		}
+		return bytes.Compare(a.v, b.v)
+	})
+	for i := range ks {
+		items[i] = ks[i].kv
+	}
 }
 
 // putOp turns a put into a store op.
