@@ -260,6 +260,30 @@ func TestIdleConnections(t *testing.T) {
 	}
 }
 
+// TestLeaseKeysReplyBytes: the keys of a lease (LeaseTimeToLive with
+// keys) are a reply bounded as a range's: past MaxReplyBytes,
+// ResourceExhausted; without keys, its time to live still.
+func TestLeaseKeysReplyBytes(t *testing.T) {
+	_, _, cli := startWith(t, servertest.Options{}, etcd.Config{MaxReplyBytes: 4 << 10})
+	ctx := ctxOf(t)
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 { // 100 keys of about 60 bytes in a reply
+		if _, err := cli.Put(ctx, fmt.Sprintf("/leased/%s%03d", strings.Repeat("k", 40), i), "v", clientv3.WithLease(lease.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = cli.TimeToLive(ctx, lease.ID, clientv3.WithAttachedKeys())
+	if codeOf(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "this lease's keys") {
+		t.Fatalf("the keys of a lease past a 4 KiB reply bound: %v, want ResourceExhausted", err)
+	}
+	if ttl, err := cli.TimeToLive(ctx, lease.ID); err != nil || ttl.TTL <= 0 {
+		t.Fatalf("its time to live without keys: %+v %v", ttl, err)
+	}
+}
+
 // TestHeaderBytes: a request whose metadata is past 64 KiB is refused
 // (gRPC's default let 16 MiB a stream be held), and the connection serves
 // the next request.
