@@ -159,6 +159,60 @@ func TestTxnRangesAllocation(t *testing.T) {
 	}
 }
 
+// TestTxnRepeatedRangesReadOnce: a txn that ranges over one room 128
+// times at a past revision, or 127 after a write of its own, counting only,
+// reads the room once for each, not 128 times (each a copy of its keys,
+// held until the reply).
+func TestTxnRepeatedRangesReadOnce(t *testing.T) {
+	n, _, cli := start(t, servertest.Options{})
+	ctx := ctxOf(t)
+	const keys = 20_000
+	for i := 0; i < keys; i += 200 {
+		var w store.Write
+		for k := i; k < i+200; k++ {
+			w.Ops = append(w.Ops, store.Op{Type: store.OpPut, Key: fmt.Sprintf("k%05d", k), Value: []byte(`"v"`)})
+		}
+		if _, err := n.Engine.Apply(ctx, "big", w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head, err := cli.Get(ctx, "/big/k00000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, first := range map[string][]clientv3.Op{"at a past revision": nil, "after a write": {clientv3.OpPut("/big/new", "v")}} {
+		ops := first
+		for len(ops) < 128 {
+			opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}
+			if first == nil {
+				opts = append(opts, clientv3.WithRev(head.Header.Revision-1))
+			}
+			ops = append(ops, clientv3.OpGet("/big/", opts...))
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		resp, err := cli.Txn(ctx).Then(ops...).Commit()
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		// The revision before the last write of 200 keys; or the room
+		// and the txn's own key.
+		want := int64(keys - 200)
+		if first != nil {
+			want = keys + 1
+		}
+		if got := resp.Responses[len(resp.Responses)-1].GetResponseRange().Count; got != want {
+			t.Fatalf("%s: count %d, want %d", name, got, want)
+		}
+		// A copy of the room's keys is about 20,000 × 100 bytes, 128 of
+		// them hundreds of MiB.
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
+			t.Errorf("%s: 128 count-only ranges allocated %d MiB", name, alloc>>20)
+		}
+	}
+}
+
 // TestWatchBytesPerConnection: 128 watches with prev_kv on one stream
 // whose client reads nothing, while 6 writes of 32 KiB values go by
 // (values with escapes, so each watch's events are its own bytes): the

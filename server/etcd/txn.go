@@ -213,20 +213,43 @@ func (t *txn) run(s *Server, snap store.Snapshot, past pastRead) (*txnRun, error
 		return out
 	}
 	// ranged is what range op reads: the txn's state so far, or the keys
-	// at the revision it names (before the txn's writes, as in etcd).
+	// at the revision it names (before the txn's writes, as in etcd). A
+	// span read again at the same revision and writes is read once: a txn
+	// of 128 ranges of one room at a past revision rebuilt the room 128
+	// times, and one after a write gathered it 128 times.
+	run := &txnRun{room: t.room, pre: t.pre, succeeded: true}
+	type readKey struct {
+		sp     span
+		rev    int64
+		writes int // len(run.write.Ops) when read at the txn's state
+	}
+	reads := make(map[readKey][]store.KV)
 	ranged := func(op txnOp) ([]store.KV, error) {
 		rev := op.req.GetRequestRange().Revision
+		k := readKey{sp: op.sp, rev: max(rev, 0), writes: -1}
+		if rev <= 0 {
+			k.writes = len(run.write.Ops)
+		}
+		if kvs, ok := reads[k]; ok {
+			return kvs, nil
+		}
+		var kvs []store.KV
+		var err error
 		switch {
 		case rev <= 0:
-			return in(op.sp), nil
+			kvs = in(op.sp)
 		case roomRev(rev) == snap.Rev:
-			return inBase(op.sp), nil
+			kvs = inBase(op.sp)
 		case roomRev(rev) > snap.Rev:
 			return nil, rpctypes.ErrGRPCFutureRev
+		default:
+			if kvs, err = past(op.sp, rev); err != nil {
+				return nil, err
+			}
 		}
-		return past(op.sp, rev)
+		reads[k] = kvs
+		return kvs, nil
 	}
-	run := &txnRun{room: t.room, pre: t.pre, succeeded: true}
 	guards := make(map[string]uint64) // key → mod_rev read (0: absent)
 	guard := func(k string) {
 		if k == "" {
