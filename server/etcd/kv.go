@@ -122,6 +122,9 @@ func (s kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	if err := sp.canRead(c); err != nil {
 		return nil, err
 	}
+	if walked(sp, r) {
+		return s.rangeWalk(ctx, sp, r)
+	}
 	snap, err := s.read(ctx, sp, r.Revision, rooms.ReadOptions{Serializable: r.Serializable})
 	if err != nil {
 		return nil, err
@@ -135,6 +138,46 @@ func (s kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 		return nil, err
 	}
 	return s.rangeResponse(sp.pre, kvs, count, more || paged, snap.Rev, r), nil
+}
+
+// walked says whether r is answered by a walk of the view (rangeWalk):
+// a count, or a limit in key order, at the head, with no revision filter.
+func walked(sp span, r *pb.RangeRequest) bool {
+	return !sp.single && r.Revision <= 0 && (r.CountOnly || r.Limit > 0) &&
+		r.SortTarget == pb.RangeRequest_KEY && r.SortOrder != pb.RangeRequest_DESCEND &&
+		r.MinModRevision == 0 && r.MaxModRevision == 0 && r.MinCreateRevision == 0 && r.MaxCreateRevision == 0
+}
+
+// rangeWalk answers r by walking the view once, counting the span's keys
+// and keeping the first r.Limit: it costs the walk, not a copy of the
+// room's keys, which a count or a page of a large room paid before.
+func (s kvServer) rangeWalk(ctx context.Context, sp span, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	var count int64
+	var kvs []store.KV
+	walk := rooms.PageOptions{Keep: func(kv store.KV) bool {
+		if sp.has(kv.Key) {
+			count++
+			if !r.CountOnly && count <= r.Limit {
+				kvs = append(kvs, kv)
+			}
+		}
+		return false // nothing for the page: what is kept is here
+	}}
+	page, err := s.engine.ListPage(ctx, sp.room, sp.prefix(), walk, rooms.ReadOptions{Serializable: r.Serializable})
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	if r.CountOnly {
+		return &pb.RangeResponse{Header: s.header(page.Rev), Count: count}, nil
+	}
+	kvs, paged, size, err := s.pageBytes(sp.room, kvs, r.KeysOnly, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.holdReply(ctx, size); err != nil {
+		return nil, err
+	}
+	return s.rangeResponse(sp.pre, kvs, count, count > int64(len(kvs)) || paged, page.Rev, r), nil
 }
 
 // rangeKVs selects what r returns of items (sorted by key): its filters,
