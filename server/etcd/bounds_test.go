@@ -275,6 +275,24 @@ func TestRangeCountAndPageWalk(t *testing.T) {
 	}
 }
 
+// watchBudgetNode starts a node whose connections may hold 256 KiB of
+// watch events (rooms queue 4 messages a watcher) and dials it with
+// gRPC's small windows, so that what its client does not read stays on
+// the node.
+func watchBudgetNode(t *testing.T) (*servertest.Node, *grpc.ClientConn) {
+	t.Helper()
+	o := servertest.Options{}
+	o.Rooms.QueueLimit = 4
+	n, addr, _ := startWith(t, o, etcd.Config{MaxWatchBytes: 256 << 10})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return n, conn
+}
+
 // TestWatchBytesPerConnection: 128 watches with prev_kv on one stream
 // whose client reads nothing, while 6 writes of 32 KiB values go by
 // (values with escapes, so each watch's events are its own bytes): the
@@ -283,16 +301,8 @@ func TestRangeCountAndPageWalk(t *testing.T) {
 // reads again, each watch gets every revision in order, caught up from
 // the history.
 func TestWatchBytesPerConnection(t *testing.T) {
-	o := servertest.Options{}
-	o.Rooms.QueueLimit = 4
-	n, addr, _ := startWith(t, o, etcd.Config{MaxWatchBytes: 256 << 10})
+	n, conn := watchBudgetNode(t)
 	ctx := ctxOf(t)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	ws, err := pb.NewWatchClient(conn).Watch(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -343,6 +353,72 @@ func TestWatchBytesPerConnection(t *testing.T) {
 			if ev.Kv.ModRevision == writes+1 {
 				done++
 			}
+		}
+	}
+}
+
+// TestWatchBytesPerConnectionStreams: the connection's MaxWatchBytes
+// holds over all its Watch streams: a response counts in it until gRPC
+// has written it, not until gRPC took it, with the response still
+// queued behind the client's flow control (each stream kept one batch
+// outside the bound). Then, read again, every watch gets every revision.
+func TestWatchBytesPerConnectionStreams(t *testing.T) {
+	n, conn := watchBudgetNode(t)
+	ctx := ctxOf(t)
+	const streams, writes = 64, 6
+	var wss []pb.Watch_WatchClient
+	for range streams {
+		ws, err := pb.NewWatchClient(conn).Watch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		create := &pb.WatchCreateRequest{Key: []byte("/s/k"), PrevKv: true}
+		if err := ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: create}}); err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := ws.Recv(); err != nil || !resp.Created {
+			t.Fatalf("create: %v, %v", resp, err)
+		}
+		wss = append(wss, ws)
+	}
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	value := []byte(`"` + strings.Repeat(`\n`, 64<<10) + `"`) // 64 KiB of etcd bytes: 128 KiB a change with its previous value
+	for range writes {
+		if _, err := n.Engine.Apply(ctx, "s", store.Put("k", value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grown := int64(heapDuring(time.Second)) - int64(base.HeapAlloc)
+	t.Logf("the heap grew %d KiB with %d streams reading nothing", grown>>10, streams)
+	if grown > 4<<20 { // 10 MiB before: a batch of each stream outside the bound
+		t.Fatalf("the heap grew %d KiB with a client reading nothing; want the history and 256 KiB of events", grown>>10)
+	}
+	// Read again, as etcd's client reads each of its streams.
+	errs := make(chan error, streams)
+	for i, ws := range wss {
+		go func() {
+			for last := int64(1); last < writes+1; {
+				resp, err := ws.Recv()
+				if err != nil {
+					errs <- fmt.Errorf("stream %d: %w", i, err)
+					return
+				}
+				for _, ev := range resp.Events {
+					if ev.Kv.ModRevision != last+1 {
+						errs <- fmt.Errorf("stream %d: revision %d after %d", i, ev.Kv.ModRevision, last)
+						return
+					}
+					last = ev.Kv.ModRevision
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range streams {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
 		}
 	}
 }

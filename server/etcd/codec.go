@@ -22,12 +22,39 @@ type codec struct{ proto encoding.CodecV2 }
 
 func newCodec() codec { return codec{proto: encoding.GetCodecV2(proto.Name)} }
 
+// heldEncoded is an encoded message that holds budget until gRPC has
+// written it: release is called then (or when the stream ends first).
+type heldEncoded struct {
+	b       encoded
+	release func()
+}
+
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	if b, ok := v.(encoded); ok {
-		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	switch m := v.(type) {
+	case encoded:
+		return mem.BufferSlice{mem.SliceBuffer(m)}, nil
+	case heldEncoded:
+		// gRPC frees a message's buffer once its transport has written it
+		// (or dropped it with its stream): the budget goes back then, not
+		// when SendMsg returns, which it does with the message still
+		// queued behind the client's flow control. A buffer too small for
+		// gRPC to track is freed at once.
+		b := []byte(m.b)
+		if mem.IsBelowBufferPoolingThreshold(cap(b)) {
+			m.release()
+			return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+		}
+		return mem.BufferSlice{mem.NewBuffer(&b, releaseOnFree(m.release))}, nil
 	}
 	return c.proto.Marshal(v)
 }
+
+// releaseOnFree is a mem.BufferPool of one buffer: its Put, which gRPC
+// calls when the buffer is freed, releases what the message held.
+type releaseOnFree func()
+
+func (r releaseOnFree) Get(n int) *[]byte { b := make([]byte, n); return &b }
+func (r releaseOnFree) Put(*[]byte)       { r() }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
 

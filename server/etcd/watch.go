@@ -93,11 +93,16 @@ func (ws *watchStream) send(r *pb.WatchResponse) bool {
 	return ws.stream.Send(r) == nil
 }
 
-// sendEncoded sends a response already encoded (watchResponse).
-func (ws *watchStream) sendEncoded(r encoded) bool {
+// sendEncoded sends a response already encoded (watchResponse), which
+// holds held bytes of the connection's watch budget until it is written.
+func (ws *watchStream) sendEncoded(r encoded, held int64) bool {
+	var m any = r
+	if held > 0 {
+		m = heldEncoded{r, func() { ws.conn.queued.Release(held) }}
+	}
 	ws.sendMu.Lock()
 	defer ws.sendMu.Unlock()
-	return ws.stream.SendMsg(r) == nil
+	return ws.stream.SendMsg(m) == nil
 }
 
 // create starts a watch, answering created (or created and canceled, as
@@ -252,7 +257,7 @@ const maxBatchBytes = 64 << 10
 // catch-up made it start a new room watcher (the rest of msgs is dropped).
 //
 // The events a batch holds count in the connection's MaxWatchBytes from
-// before they are converted until they are sent. A watch that finds no
+// before they are converted until gRPC has written them (heldEncoded). A watch that finds no
 // room waits, reading nothing from its room watcher, as etcd moves a
 // watcher its client does not keep up with to unsynced: the room's
 // queue of it fills, and it catches up from the history when there is
@@ -268,8 +273,7 @@ func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bo
 		}
 		resp := watchResponse(ws.s.header(w.last), w.id, batch)
 		batch, size = nil, 0
-		sent := ws.sendEncoded(resp)
-		ws.conn.queued.Release(held)
+		sent := ws.sendEncoded(resp, held) // released once written
 		held = 0
 		return sent
 	}
