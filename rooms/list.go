@@ -36,6 +36,7 @@ func ItemBytes(kv store.KV) int { return len(kv.Key) + len(kv.Value) + 64 }
 type Page struct {
 	store.Snapshot
 	More bool
+	Head uint64 // the room's head revision, whichever Rev the page reads
 }
 
 // ListPage returns a page of the keys of room under prefix, as o says,
@@ -56,7 +57,7 @@ func (e *Engine) ListPage(ctx context.Context, room, prefix string, o PageOption
 		r.idleSince = time.Now()
 	}
 	view := r.view.Clone()
-	p := Page{Snapshot: store.Snapshot{Epoch: r.epoch, Rev: r.head, Oldest: r.hist.oldest}}
+	p := Page{Snapshot: store.Snapshot{Epoch: r.epoch, Rev: r.head, Oldest: r.hist.oldest}, Head: r.head}
 	var past map[string]*store.KV
 	if o.Rev != 0 && o.Rev != r.head {
 		past, err = r.pastLocked(prefix, o.After, o.Rev)

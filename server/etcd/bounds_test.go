@@ -223,7 +223,8 @@ func TestTxnRepeatedRangesReadOnce(t *testing.T) {
 // TestRangeCountAndPageWalk: a count or a page in key order walks the
 // room's keys without copying them, and answers what the full read
 // answers (the same request with a revision filter that keeps every key
-// takes the full read).
+// takes the full read), at the head and at past revisions, compacted
+// ones included.
 func TestRangeCountAndPageWalk(t *testing.T) {
 	n, _, cli := start(t, servertest.Options{})
 	ctx := ctxOf(t)
@@ -258,6 +259,45 @@ func TestRangeCountAndPageWalk(t *testing.T) {
 			}
 		}
 	}
+	// At past revisions: the same answers, the same compaction bound.
+	rooms := servertest.Options{}
+	rooms.Memory.Retention = store.RetentionPolicy{Default: store.Retention{MaxEvents: 10}}
+	pn, _, pcli := start(t, rooms)
+	fillBatched(t, pn, "past", 30*200, func(k int) string { return fmt.Sprintf(`"%d"`, k) })
+	for i := range 8 { // revisions of one event, which the history keeps
+		if _, err := pcli.Put(ctx, fmt.Sprintf("/past/k%05d", i*7), "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head, err := pcli.Get(ctx, "/past/k00000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, compacted := 0, 0
+	for rev := head.Header.Revision - 12; rev <= head.Header.Revision; rev++ {
+		for _, opts := range [][]clientv3.OpOption{{clientv3.WithCountOnly()}, {clientv3.WithLimit(3)}} {
+			opts = append(opts, clientv3.WithPrefix(), clientv3.WithRev(rev))
+			got, gerr := pcli.Get(ctx, "/past/", opts...)
+			want, werr := pcli.Get(ctx, "/past/", append(opts, clientv3.WithMinModRev(1))...)
+			if (gerr == nil) != (werr == nil) || gerr != nil && gerr.Error() != werr.Error() {
+				t.Fatalf("rev %d: %v, want %v", rev, gerr, werr)
+			}
+			if gerr != nil {
+				compacted++
+			} else {
+				read++
+			}
+			if gerr == nil && (got.Count != want.Count || got.More != want.More || len(got.Kvs) != len(want.Kvs) || got.Header.Revision != want.Header.Revision) {
+				t.Fatalf("rev %d: count %d more %v %d keys at %d, want %d %v %d at %d", rev, got.Count, got.More, len(got.Kvs), got.Header.Revision,
+					want.Count, want.More, len(want.Kvs), want.Header.Revision)
+			}
+		}
+	}
+
+	if read < 6 || compacted == 0 {
+		t.Fatalf("%d revisions read, %d compacted: want some of each", read, compacted)
+	}
+
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for range 10 {

@@ -141,20 +141,25 @@ func (s kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 }
 
 // walked says whether r is answered by a walk of the view (rangeWalk):
-// a count, or a limit in key order, at the head, with no revision filter.
+// a count, or a limit in key order, with no revision filter.
 func walked(sp span, r *pb.RangeRequest) bool {
-	return !sp.single && r.Revision <= 0 && (r.CountOnly || r.Limit > 0) &&
+	return !sp.single && (r.CountOnly || r.Limit > 0) &&
 		r.SortTarget == pb.RangeRequest_KEY && r.SortOrder != pb.RangeRequest_DESCEND &&
 		r.MinModRevision == 0 && r.MaxModRevision == 0 && r.MinCreateRevision == 0 && r.MaxCreateRevision == 0
 }
 
 // rangeWalk answers r by walking the view once, counting the span's keys
-// and keeping the first r.Limit: it costs the walk, not a copy of the
-// room's keys, which a count or a page of a large room paid before.
+// and keeping the first r.Limit: it costs the walk (at a past revision,
+// with the retained events since), not a copy of the room's keys, which
+// a count or a page of a large room paid before.
 func (s kvServer) rangeWalk(ctx context.Context, sp span, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	var count int64
 	var kvs []store.KV
-	walk := rooms.PageOptions{Keep: func(kv store.KV) bool {
+	var at uint64
+	if r.Revision > 0 { // etcd: a revision ≤ 0 is the head
+		at = roomRev(r.Revision)
+	}
+	walk := rooms.PageOptions{Rev: at, Keep: func(kv store.KV) bool {
 		if sp.has(kv.Key) {
 			count++
 			if !r.CountOnly && count <= r.Limit {
@@ -167,8 +172,11 @@ func (s kvServer) rangeWalk(ctx context.Context, sp span, r *pb.RangeRequest) (*
 	if err != nil {
 		return nil, grpcError(err)
 	}
+	if at > 0 && at < page.Head && at < page.Oldest { // as a full read: below the head, the oldest retained revision is the first readable
+		return nil, rpctypes.ErrGRPCCompacted
+	}
 	if r.CountOnly {
-		return &pb.RangeResponse{Header: s.header(page.Rev), Count: count}, nil
+		return &pb.RangeResponse{Header: s.header(page.Head), Count: count}, nil
 	}
 	kvs, paged, size, err := s.pageBytes(sp.room, kvs, r.KeysOnly, true)
 	if err != nil {
@@ -177,7 +185,7 @@ func (s kvServer) rangeWalk(ctx context.Context, sp span, r *pb.RangeRequest) (*
 	if err := s.holdReply(ctx, size); err != nil {
 		return nil, err
 	}
-	return s.rangeResponse(sp.pre, kvs, count, count > int64(len(kvs)) || paged, page.Rev, r), nil
+	return s.rangeResponse(sp.pre, kvs, count, count > int64(len(kvs)) || paged, page.Head, r), nil
 }
 
 // rangeKVs selects what r returns of items (sorted by key): its filters,
