@@ -471,7 +471,12 @@ func TestProgressNotify(t *testing.T) {
 	o.Rooms.ProgressInterval = 50 * time.Millisecond
 	_, _, cli := start(t, o)
 	ctx := ctxOf(t)
-	wch := cli.Watch(ctx, "/p/watched", clientv3.WithProgressNotify())
+	// Created before the put, so that the put is a revision it sees go by
+	// (a watch created after it starts past it, with nothing to mark).
+	wch := cli.Watch(ctx, "/p/watched", clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
+	if resp := next(t, wch); !resp.Created {
+		t.Fatalf("got %+v, want the watch created", resp)
+	}
 	if _, err := cli.Put(ctx, "/p/elsewhere", "x"); err != nil {
 		t.Fatal(err)
 	}

@@ -304,7 +304,15 @@ func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bo
 		}
 		switch m.Kind {
 		case rooms.KindSynced:
+			// Caught up, with revisions that did not concern it gone by
+			// meanwhile: a watch asking for progress is told it stands at
+			// the synced revision, as the room's marks tell it of those
+			// that go by once it is live.
+			before := w.last
 			w.last, w.synced = max(w.last, m.Rev), true
+			if w.notify && w.last > before && !ws.send(&pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id}) {
+				return false, false
+			}
 		case rooms.KindProgress:
 			w.last = max(w.last, m.Rev)
 			if w.notify && !ws.send(&pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id}) {
