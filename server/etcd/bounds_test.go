@@ -11,6 +11,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -274,7 +275,11 @@ func TestRangeCountAndPageWalk(t *testing.T) {
 		t.Fatal(err)
 	}
 	read, compacted := 0, 0
+	revs := []int64{1} // the empty room: to a walk, room revision 0 is the head
 	for rev := head.Header.Revision - 12; rev <= head.Header.Revision; rev++ {
+		revs = append(revs, rev)
+	}
+	for _, rev := range revs {
 		for _, opts := range [][]clientv3.OpOption{{clientv3.WithCountOnly()}, {clientv3.WithLimit(3)}} {
 			opts = append(opts, clientv3.WithPrefix(), clientv3.WithRev(rev))
 			got, gerr := pcli.Get(ctx, "/past/", opts...)
@@ -459,6 +464,84 @@ func TestWatchBytesPerConnectionStreams(t *testing.T) {
 	for range streams {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestWatchBudgetFilteredAndCanceled: a watch that filters out puts is
+// not charged for them (it held budget for batches it never sent, and
+// waited for that budget itself: its delete never came); and streams
+// canceled while their responses are being sent leave the connection's
+// budget to its next watch. (The gRPC race that leaked a canceled
+// stream's budget is rare here; TestBudgetHoldsReleasedOnce covers the
+// release itself.)
+func TestWatchBudgetFilteredAndCanceled(t *testing.T) {
+	n, _, cli := startWith(t, servertest.Options{}, etcd.Config{MaxWatchBytes: 256 << 10})
+	ctx := ctxOf(t)
+	big := strings.Repeat("v", 100<<10)
+	wch := cli.Watch(ctx, "/f/k", clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	if resp := next(t, wch); !resp.Created {
+		t.Fatalf("%+v", resp)
+	}
+	for range 20 {
+		if _, err := n.Engine.Apply(ctx, "f", store.Put("k", []byte(`"`+big+`"`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cli.Delete(ctx, "/f/k"); err != nil {
+		t.Fatal(err)
+	}
+	if resp := next(t, wch); len(resp.Events) != 1 || resp.Events[0].Type != clientv3.EventTypeDelete {
+		t.Fatalf("the put-filtered watch: %+v, want the delete", resp)
+	}
+
+	stop := make(chan struct{})
+	wrote := make(chan struct{})
+	go func() { // large events while the streams come and go
+		defer close(wrote)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := n.Engine.Apply(ctx, "c", store.Put("k", []byte(`"`+big+`"`))); err != nil {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				sctx, cancel := context.WithCancel(ctx)
+				w := cli.Watch(sctx, "/c/k", clientv3.WithPrevKV())
+				select {
+				case <-w:
+				case <-time.After(time.Second):
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-wrote
+	// 256 KiB of budget holds about one event: a leak of one would stall this.
+	w := cli.Watch(ctx, "/c/k", clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
+	if resp := next(t, w); !resp.Created {
+		t.Fatalf("%+v", resp)
+	}
+	if _, err := n.Engine.Apply(ctx, "c", store.Put("k", []byte(`"after"`))); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp := next(t, w)
+		if l := len(resp.Events); l > 0 && string(resp.Events[l-1].Kv.Value) == "after" {
+			return
 		}
 	}
 }

@@ -58,3 +58,32 @@ func TestWatchResponseIsProtoMarshal(t *testing.T) {
 		t.Errorf("a message through the codec: %v, %v", &back, err)
 	}
 }
+
+// TestBudgetHoldsReleasedOnce: what a stream's sent responses hold goes
+// back when gRPC frees them or, for those it dropped unfreed (a frame of
+// a canceled stream), when the stream ends; a free after that releases
+// nothing twice (the semaphore would panic).
+func TestBudgetHoldsReleasedOnce(t *testing.T) {
+	s := &Server{maxWatchQ: 1000}
+	ws := &watchStream{s: s, conn: s.newConnState(), holds: make(map[*budgetHold]struct{})}
+	var hs []*budgetHold
+	for range 4 {
+		if !ws.conn.queued.TryAcquire(250) {
+			t.Fatal("budget taken")
+		}
+		h := &budgetHold{ws: ws, n: 250}
+		ws.holds[h] = struct{}{}
+		hs = append(hs, h)
+	}
+	hs[0].release() // written: gRPC freed it
+	if len(ws.holds) != 3 {
+		t.Fatalf("%d holds left, want 3", len(ws.holds))
+	}
+	ws.releaseHolds() // the stream ended with three unfreed
+	for _, h := range hs {
+		h.release() // gRPC's late frees
+	}
+	if !ws.conn.queued.TryAcquire(1000) {
+		t.Fatal("the connection's budget did not all come back")
+	}
+}

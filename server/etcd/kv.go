@@ -143,7 +143,7 @@ func (s kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 // walked says whether r is answered by a walk of the view (rangeWalk):
 // a count, or a limit in key order, with no revision filter.
 func walked(sp span, r *pb.RangeRequest) bool {
-	return !sp.single && (r.CountOnly || r.Limit > 0) &&
+	return !sp.single && (r.CountOnly || r.Limit > 0) && r.Revision != 1 && // 1: the empty room (roomRev 0, the head to a walk)
 		r.SortTarget == pb.RangeRequest_KEY && r.SortOrder != pb.RangeRequest_DESCEND &&
 		r.MinModRevision == 0 && r.MaxModRevision == 0 && r.MinCreateRevision == 0 && r.MaxCreateRevision == 0
 }

@@ -152,21 +152,24 @@ func (s leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveR
 		resp.TTL = resp.GrantedTTL // the node cannot tell (shared store): at most this
 	}
 	if r.Keys {
+		// Its keys are a reply like a range's: bounded (counted before
+		// any is built), and held in the node's reply budget until sent.
 		var n int64
+		readable := info.Keys[:0:0]
 		for _, k := range info.Keys {
 			if c.claims.CanRead(k[0], k[1]) { // the lease is the subject's; its keys' names are reads
-				key := []byte(s.prefixOf(k[0]) + etcdKey(k[1]))
-				resp.Keys = append(resp.Keys, key)
-				n += int64(len(key)) + kvOverhead
+				readable = append(readable, k)
+				n += int64(len(s.prefixOf(k[0]))+len(etcdKey(k[1]))) + kvOverhead
 			}
 		}
-		// Its keys are a reply like a range's: bounded, and held in the
-		// node's reply budget until sent.
 		if n > s.maxReply {
 			return nil, s.tooLarge("this lease's keys", n, "ask for its time to live without keys, and range the keys its rooms hold")
 		}
 		if err := s.holdReply(ctx, n); err != nil {
 			return nil, err
+		}
+		for _, k := range readable {
+			resp.Keys = append(resp.Keys, []byte(s.prefixOf(k[0])+etcdKey(k[1])))
 		}
 	}
 	return resp, nil

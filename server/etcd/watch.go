@@ -30,9 +30,11 @@ type watchStream struct {
 	ctx     context.Context
 	stream  pb.Watch_WatchServer
 	sendMu  sync.Mutex
-	watches map[int64]*watch // owned by the RPC's goroutine
-	conn    *connState       // what all the streams of its connection share
-	next    int64            // the next automatic watch id (etcd's start at 0)
+	holdsMu sync.Mutex
+	holds   map[*budgetHold]struct{} // sent responses still holding budget
+	watches map[int64]*watch         // owned by the RPC's goroutine
+	conn    *connState               // what all the streams of its connection share
+	next    int64                    // the next automatic watch id (etcd's start at 0)
 	wg      sync.WaitGroup
 }
 
@@ -67,8 +69,8 @@ func (s watchServer) Watch(stream pb.Watch_WatchServer) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
-	ws := &watchStream{s: s.Server, c: c, ctx: ctx, stream: stream, watches: make(map[int64]*watch), conn: s.connOf(ctx)}
-	defer func() { cancel(); ws.wg.Wait(); ws.conn.watches.Add(-int64(len(ws.watches))) }()
+	ws := &watchStream{s: s.Server, c: c, ctx: ctx, stream: stream, watches: make(map[int64]*watch), holds: make(map[*budgetHold]struct{}), conn: s.connOf(ctx)}
+	defer func() { cancel(); ws.wg.Wait(); ws.releaseHolds(); ws.conn.watches.Add(-int64(len(ws.watches))) }()
 	return serveStream(s.Server, ctx, c, stream.Recv, func(r *pb.WatchRequest) error {
 		switch {
 		case r.GetCreateRequest() != nil:
@@ -98,11 +100,48 @@ func (ws *watchStream) send(r *pb.WatchResponse) bool {
 func (ws *watchStream) sendEncoded(r encoded, held int64) bool {
 	var m any = r
 	if held > 0 {
-		m = heldEncoded{r, func() { ws.conn.queued.Release(held) }}
+		h := &budgetHold{ws: ws, n: held}
+		ws.holdsMu.Lock()
+		ws.holds[h] = struct{}{}
+		ws.holdsMu.Unlock()
+		m = heldEncoded{r, h.release}
 	}
 	ws.sendMu.Lock()
 	defer ws.sendMu.Unlock()
 	return ws.stream.SendMsg(m) == nil
+}
+
+// budgetHold is the budget one sent response holds. gRPC frees the
+// response's buffer once written, but drops, without freeing it, a frame
+// whose stream was canceled after SendMsg queued it: so the stream also
+// releases what is still held when it ends, and each hold is released
+// once, whichever comes first.
+type budgetHold struct {
+	once sync.Once
+	ws   *watchStream
+	n    int64
+}
+
+func (h *budgetHold) release() {
+	h.once.Do(func() {
+		h.ws.conn.queued.Release(h.n)
+		h.ws.holdsMu.Lock()
+		delete(h.ws.holds, h)
+		h.ws.holdsMu.Unlock()
+	})
+}
+
+// releaseHolds releases what the stream's responses still hold (it ended).
+func (ws *watchStream) releaseHolds() {
+	ws.holdsMu.Lock()
+	holds := make([]*budgetHold, 0, len(ws.holds))
+	for h := range ws.holds {
+		holds = append(holds, h)
+	}
+	ws.holdsMu.Unlock()
+	for _, h := range holds {
+		h.release()
+	}
 }
 
 // create starts a watch, answering created (or created and canceled, as
@@ -335,7 +374,7 @@ func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bo
 func (w *watch) eventBytes(ch *rooms.Change) int64 {
 	var n int64
 	for _, ev := range ch.Events {
-		if !w.sp.has(ev.KV.Key) {
+		if !w.selects(ev) {
 			continue
 		}
 		n += kvBytes(w.sp.room, ev.KV, false)
@@ -370,11 +409,19 @@ func (ws *watchStream) progressNow(w *watch) bool {
 }
 
 // events returns the events of ch that w selects, each marshaled.
+// selects says whether w sends ev: its key in the span, and not of a
+// type its filters drop. What it does not send it does not count either:
+// a filtered watch that counted the puts it drops held budget for an
+// empty batch, and waited for that budget itself.
+func (w *watch) selects(ev store.Event) bool {
+	return w.sp.has(ev.KV.Key) && !(ev.Type == store.OpPut && w.noPut) && !(ev.Type != store.OpPut && w.noDelete)
+}
+
 func (w *watch) events(ch *rooms.Change, cache *eventCache) [][]byte {
 	var out [][]byte
 	var all [][]byte
 	for i, ev := range ch.Events {
-		if !w.sp.has(ev.KV.Key) || (ev.Type == store.OpPut && w.noPut) || (ev.Type != store.OpPut && w.noDelete) {
+		if !w.selects(ev) {
 			continue
 		}
 		if all == nil {
