@@ -296,8 +296,8 @@ const maxBatchBytes = 64 << 10
 // catch-up made it start a new room watcher (the rest of msgs is dropped).
 //
 // The events a batch holds count in the connection's MaxWatchBytes from
-// before they are converted until gRPC has written them (heldEncoded). A watch that finds no
-// room waits, reading nothing from its room watcher, as etcd moves a
+// before they are converted until gRPC has written them (budgetHold). A
+// watch that finds no room waits, reading nothing from its room watcher, as etcd moves a
 // watcher its client does not keep up with to unsynced: the room's
 // queue of it fills, and it catches up from the history when there is
 // room again (see watch). A client that never reads holds that budget,
