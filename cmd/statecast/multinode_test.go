@@ -76,7 +76,14 @@ func testOrder(t *testing.T, opts mnOptions) {
 	c.waitFollowers(room, fs, 15*time.Second)
 	tr := newTracker()
 	stop := startWriters(t, 3, room, c.wsURLs(), 2*time.Millisecond, tr)
+	// 2 s of writes, longer (up to 20 s) until 150 are acknowledged: a
+	// loaded machine (CI runs the packages side by side) wrote 38 in 2 s.
 	time.Sleep(2 * time.Second)
+	for end := time.Now().Add(18 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if acked, _, _ := tr.counts(); acked >= 150 {
+			break
+		}
+	}
 	stop()
 	snap := c.waitFollowers(room, fs, 15*time.Second)
 	want := c.historyLines(room)
