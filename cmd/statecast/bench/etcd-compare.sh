@@ -16,9 +16,12 @@
 #
 # PIN=1 runs each server on CPU 0 and the benchmark tool on CPU 1
 # (taskset), so that a row measures a server on a core of its own rather
-# than a server and its client sharing both.
+# than a server and its client sharing both. ROWS="put-64 watch" runs only
+# the rows named. STORE=memory runs statecast on its memory store: the
+# same path without durability, a bound on what the file store could reach.
 #
-# Rows (each: etcd's figure, statecast's, the ratio):
+# Rows (each: etcd's figure, statecast's, the ratio, the p50s, and each
+# server's CPU per operation read from /proc around the row):
 #   put-1     1 client, 1 connection, 3,000 puts of 256 bytes: puts/s and p50
 #   put-64    64 clients on 8 connections, 30,000 puts over 100,000 keys
 #   range-l   64 clients, 30,000 linearizable Ranges of one key
@@ -82,7 +85,7 @@ start_statecast() {
 	local h e
 	h=$(port) e=$(port)
 	rm -rf "$DIR/sc"
-	"${SERVER_CPU[@]}" "$BIN" serve --addr "127.0.0.1:$h" --data "$DIR/sc" --etcd-addr "127.0.0.1:$e" --etcd-default-room bench \
+	"${SERVER_CPU[@]}" "$BIN" serve --store "${STORE:-file}" --addr "127.0.0.1:$h" --data "$DIR/sc" --etcd-addr "127.0.0.1:$e" --etcd-default-room bench \
 		--write-rate 1000000 --demo-hooks=false --log-level warn >"$DIR/sc.log" 2>&1 &
 	PIDS+=($!)
 	wait_port "$e"
@@ -96,21 +99,38 @@ field() { grep -m1 "$2" "$1" | grep -oE '[0-9]+\.[0-9]+' | head -1; }
 
 p50() { awk '/50% in/ {print $3*1000; exit}' "$1"; }
 
-run_rows() { # prints "row value p50_ms" lines for the server at $EP
-	local b="${TOOL_CPU[*]} $BENCHMARK --endpoints=$EP" o=$DIR/out
-	$b --conns=1 --clients=1 put --key-size=8 --sequential-keys --total=3000 --val-size=256 >"$o" 2>&1
-	echo "put-1 $(field "$o" Requests/sec) $(p50 "$o")"
-	$b --conns=8 --clients=64 put --key-size=8 --key-space-size=100000 --total=30000 --val-size=256 >"$o" 2>&1
-	echo "put-64 $(field "$o" Requests/sec) $(p50 "$o")"
-	$b --conns=8 --clients=64 range 00000001 --consistency=l --total=30000 >"$o" 2>&1
-	echo "range-l $(field "$o" Requests/sec) $(p50 "$o")"
-	$b --conns=8 --clients=64 range 00000001 --consistency=s --total=30000 >"$o" 2>&1
-	echo "range-s $(field "$o" Requests/sec) $(p50 "$o")"
-	$b --conns=1 --clients=1 watch --streams=10 --watch-per-stream=10 --watched-key-total=1 --put-total=2000 --key-size=8 >"$o" 2>&1
-	echo "watch $(sed -n '/Watch events received summary/,$p' "$o" | grep -m1 Requests/sec | grep -oE '[0-9]+\.[0-9]+') -"
+TICK=$(getconf CLK_TCK)
+cpu() { awk '{print $14 + $15}' "/proc/${PIDS[-1]}/stat"; } # the server's user + system ticks
+
+# row NAME OPS VALUE-LABEL ARGS...: runs the benchmark tool with ARGS when
+# ROWS (default: every row) names NAME, and prints "NAME value p50_ms
+# server_cpu_us_per_op".
+row() {
+	local name=$1 ops=$2 label=$3 o=$DIR/out c0 c1
+	shift 3
+	if [ -n "${ROWS:-}" ] && [[ " $ROWS " != *" $name "* ]]; then return; fi
+	c0=$(cpu)
+	"${TOOL_CPU[@]}" "$BENCHMARK" --endpoints="$EP" "$@" >"$o" 2>&1
+	c1=$(cpu)
+	local value p
+	if [ "$label" = events ]; then
+		value=$(sed -n '/Watch events received summary/,$p' "$o" | grep -m1 Requests/sec | grep -oE '[0-9]+\.[0-9]+')
+		p=-
+	else
+		value=$(field "$o" Requests/sec) p=$(p50 "$o")
+	fi
+	echo "$name $value $p $(awk -v t=$((c1 - c0)) -v hz="$TICK" -v n="$ops" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')"
 }
 
-printf '%-8s %-6s %12s %12s %7s  %s\n' row round etcd statecast ratio "p50 ms (etcd / statecast)"
+run_rows() { # prints a row line for each row, for the server at $EP
+	row put-1 3000 puts --conns=1 --clients=1 put --key-size=8 --sequential-keys --total=3000 --val-size=256
+	row put-64 30000 puts --conns=8 --clients=64 put --key-size=8 --key-space-size=100000 --total=30000 --val-size=256
+	row range-l 30000 ranges --conns=8 --clients=64 range 00000001 --consistency=l --total=30000
+	row range-s 30000 ranges --conns=8 --clients=64 range 00000001 --consistency=s --total=30000
+	row watch 200000 events --conns=1 --clients=1 watch --streams=10 --watch-per-stream=10 --watched-key-total=1 --put-total=2000 --key-size=8
+}
+
+printf '%-8s %-6s %12s %12s %7s  %-25s %s\n' row round etcd statecast ratio "p50 ms (etcd / statecast)" "server CPU µs/op (etcd / statecast)"
 for r in $(seq "$ROUNDS"); do
 	start_etcd
 	run_rows >"$DIR/etcd.rows"
@@ -118,8 +138,8 @@ for r in $(seq "$ROUNDS"); do
 	start_statecast
 	run_rows >"$DIR/sc.rows"
 	stop
-	paste -d' ' "$DIR/etcd.rows" "$DIR/sc.rows" | while read -r row e ep50 _ s sp50; do
+	paste -d' ' "$DIR/etcd.rows" "$DIR/sc.rows" | while read -r row e ep50 ecpu _ s sp50 scpu; do
 		ratio=$(awk -v a="$e" -v b="$s" 'BEGIN { if (a > 0) printf "%.2f", b / a; else print "-" }')
-		printf '%-8s %-6s %12s %12s %7s  %s\n' "$row" "$r" "$e" "$s" "$ratio" "$ep50 / $sp50"
+		printf '%-8s %-6s %12s %12s %7s  %-25s %s\n' "$row" "$r" "$e" "$s" "$ratio" "$ep50 / $sp50" "$ecpu / $scpu"
 	done
 done
