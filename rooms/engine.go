@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -319,6 +321,48 @@ func (e *Engine) List(ctx context.Context, room, prefix string, opts ReadOptions
 		s.Items = collect(view, []string{prefix})
 	}
 	return s, err
+}
+
+// KeyRange is the keys from Lo up to, not including, Hi ("": no end).
+type KeyRange struct{ Lo, Hi string }
+
+// ListRanges returns the keys of room in ranges at the room's head,
+// sorted and each once, from one view (one revision), once it is as fresh
+// as opts asks: the reads of a transaction, which cost its ranges, not
+// the keys between them.
+func (e *Engine) ListRanges(ctx context.Context, room string, ranges []KeyRange, opts ReadOptions) (store.Snapshot, error) {
+	s, view, err := e.read(ctx, room, opts)
+	if err != nil {
+		return s, err
+	}
+	for _, r := range mergeRanges(ranges) {
+		view.AscendGreaterOrEqual(store.KV{Key: r.Lo}, func(kv store.KV) bool {
+			if r.Hi != "" && kv.Key >= r.Hi {
+				return false
+			}
+			s.Items = append(s.Items, kv)
+			return true
+		})
+	}
+	return s, nil
+}
+
+// mergeRanges sorts ranges and joins those that overlap or touch, so that
+// the result is disjoint and in key order; empty ranges are dropped.
+func mergeRanges(ranges []KeyRange) []KeyRange {
+	rs := slices.DeleteFunc(slices.Clone(ranges), func(r KeyRange) bool { return r.Hi != "" && r.Hi <= r.Lo })
+	slices.SortFunc(rs, func(a, b KeyRange) int { return strings.Compare(a.Lo, b.Lo) })
+	out := rs[:0]
+	for _, r := range rs {
+		if n := len(out); n > 0 && (out[n-1].Hi == "" || r.Lo <= out[n-1].Hi) {
+			if out[n-1].Hi != "" && (r.Hi == "" || r.Hi > out[n-1].Hi) {
+				out[n-1].Hi = r.Hi
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // Get returns key at the room's head (Items holds it, or nothing when the

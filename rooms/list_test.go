@@ -81,3 +81,55 @@ func TestListPageBounds(t *testing.T) {
 		t.Fatalf("rev 6: %d items at %d, %v; want the 6 keys then", len(p.Items), p.Rev, err)
 	}
 }
+
+// TestListRanges: the keys of several ranges (overlapping, touching,
+// nested, empty, open-ended, in any order) read from one view are those
+// of the room in any of them, sorted and each once.
+func TestListRanges(t *testing.T) {
+	ctx := context.Background()
+	e, _ := newEngine(t, store.RetentionPolicy{}, rooms.Config{})
+	const room = "ranges"
+	for i := range 200 {
+		put(t, e, room, fmt.Sprintf("k%03d", i*3), "v")
+	}
+	all, err := e.List(ctx, room, "", rooms.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rnd := rand.New(rand.NewPCG(3, 4))
+	key := func() string { return fmt.Sprintf("k%03d", rnd.IntN(620)) }
+	for round := range 300 {
+		var rs []rooms.KeyRange
+		for range 1 + rnd.IntN(5) {
+			r := rooms.KeyRange{Lo: key(), Hi: key()}
+			switch rnd.IntN(6) {
+			case 0:
+				r.Hi = "" // to the end
+			case 1:
+				r.Hi = r.Lo + "\x00" // one key
+			case 2:
+				r.Lo = "" // from the start
+			}
+			rs = append(rs, r)
+		}
+		got, err := e.ListRanges(ctx, room, rs, rooms.ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []store.KV
+		for _, kv := range all.Items {
+			for _, r := range rs {
+				if kv.Key >= r.Lo && (r.Hi == "" || kv.Key < r.Hi) {
+					want = append(want, kv)
+					break
+				}
+			}
+		}
+		if got.Rev != all.Rev {
+			t.Fatalf("round %d: rev %d, want %d", round, got.Rev, all.Rev)
+		}
+		if diff := cmp.Diff(want, got.Items); diff != "" {
+			t.Fatalf("round %d, ranges %q (-want +got):\n%s", round, rs, diff)
+		}
+	}
+}

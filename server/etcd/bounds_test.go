@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -218,6 +219,77 @@ func TestTxnRepeatedRangesReadOnce(t *testing.T) {
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
 			t.Errorf("%s: 128 count-only ranges allocated %d MiB", name, alloc>>20)
 		}
+	}
+}
+
+// allocated runs fn once (loading what it reads), then n more times, and
+// returns the bytes the process allocated during those n.
+func allocated(n int, fn func(i int)) uint64 {
+	fn(0)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := 1; i <= n; i++ {
+		fn(i)
+	}
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestDeleteRangeRefusedEarly: a DeleteRange of more keys than a write
+// may hold is refused once the walk has passed the limit, without reading
+// the range (every key of a large room) first; one within the limit
+// deletes exactly the range's keys.
+func TestDeleteRangeRefusedEarly(t *testing.T) {
+	n, _, cli := start(t, servertest.Options{})
+	ctx := ctxOf(t)
+	const keys = 20_000
+	fillBatched(t, n, "big", keys, func(int) string { return `"v"` })
+	alloc := allocated(20, func(int) {
+		if _, err := cli.Delete(ctx, "/big/", clientv3.WithPrefix()); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--max-ops") {
+			t.Fatalf("a delete of %d keys: %v, want InvalidArgument naming --max-ops", keys, err)
+		}
+	})
+	// A read of the room's keys is about 20,000 × 100 bytes: 20 of them,
+	// tens of MiB.
+	if alloc > 4<<20 {
+		t.Errorf("20 refused deletes allocated %d MiB", alloc>>20)
+	}
+	del, err := cli.Delete(ctx, "/big/k00100", clientv3.WithRange("/big/k00356"))
+	if err != nil || del.Deleted != 256 {
+		t.Fatalf("a delete of 256 keys: %+v, %v; want 256 deleted", del, err)
+	}
+	for _, c := range []struct {
+		key  string
+		want int64
+	}{{"/big/k00099", 1}, {"/big/k00100", 0}, {"/big/k00355", 0}, {"/big/k00356", 1}} {
+		if get, err := cli.Get(ctx, c.key, clientv3.WithCountOnly()); err != nil || get.Count != c.want {
+			t.Errorf("%s after the delete: %+v, %v; want count %d", c.key, get, err, c.want)
+		}
+	}
+}
+
+// TestTxnReadsItsKeysOnly: a txn reads the keys it names, not the keys
+// between them: two keys far apart in a large room share no prefix, and
+// each attempt read the whole room.
+func TestTxnReadsItsKeysOnly(t *testing.T) {
+	n, _, cli := start(t, servertest.Options{})
+	ctx := ctxOf(t)
+	const keys = 20_000
+	fillBatched(t, n, "big", keys, func(int) string { return `"v"` })
+	alloc := allocated(20, func(i int) {
+		resp, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.Version("/big/k00000"), ">", 0), clientv3.Compare(clientv3.Version("/big/k19999"), ">", 0)).
+			Then(clientv3.OpPut("/big/k19999", strconv.Itoa(i)), clientv3.OpGet("/big/k00000"), clientv3.OpGet("/big/k100", clientv3.WithPrefix(), clientv3.WithCountOnly())).
+			Commit()
+		if err != nil || !resp.Succeeded {
+			t.Fatalf("txn %d: %+v, %v", i, resp, err)
+		}
+		if got := resp.Responses[2].GetResponseRange().Count; got != 100 {
+			t.Fatalf("txn %d: /big/k100 holds %d keys, want 100", i, got)
+		}
+	})
+	if alloc > 4<<20 {
+		t.Errorf("20 txns of three keys and a prefix allocated %d MiB", alloc>>20)
 	}
 }
 

@@ -366,18 +366,21 @@ func (s kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*p
 	if !sp.single {
 		// The keys the range holds now, each deleted if still there: a
 		// key created meanwhile is left (it is as if created just after).
-		snap, err := s.read(ctx, sp, 0, rooms.ReadOptions{})
+		// One write deletes them, as etcd does at one revision: more keys
+		// than a write may hold are refused, not deleted in parts, and the
+		// walk stops there rather than read the whole range first.
+		limit := s.limits.WithDefaults().MaxOps
+		snap, err := s.engine.ListPage(ctx, sp.room, sp.prefix(),
+			rooms.PageOptions{Limit: limit, Keep: func(kv store.KV) bool { return sp.has(kv.Key) }}, rooms.ReadOptions{})
 		if err != nil {
-			return nil, err
+			return nil, grpcError(err)
 		}
 		if len(snap.Items) == 0 {
 			return &pb.DeleteRangeResponse{Header: s.header(snap.Rev)}, nil
 		}
-		// One write deletes them, as etcd does at one revision: more keys
-		// than a write may hold are refused, not deleted in parts.
-		if limit := s.limits.WithDefaults().MaxOps; len(snap.Items) > limit {
+		if snap.More {
 			return nil, status.Errorf(codes.InvalidArgument,
-				"statecast: this delete would remove %d keys in one write, more than the %d a write may hold: delete in smaller ranges, or serve with a larger --max-ops", len(snap.Items), limit)
+				"statecast: this delete would remove more keys in one write than the %d a write may hold: delete in smaller ranges, or serve with a larger --max-ops", limit)
 		}
 		if r.PrevKv { // refused before anything is deleted
 			n := kvsBytes(sp.room, snap.Items, false)
@@ -485,10 +488,11 @@ func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 		snap, err := s.read(ctx, sp, rev, rooms.ReadOptions{})
 		return snap.Items, err
 	}
+	ranges := t.keyRanges()
 	for attempt := 0; attempt < txnAttempts; attempt++ {
-		snap, err := s.read(ctx, t.cover(), 0, rooms.ReadOptions{})
+		snap, err := s.engine.ListRanges(ctx, t.room, ranges, rooms.ReadOptions{})
 		if err != nil {
-			return nil, err
+			return nil, grpcError(err)
 		}
 		run, err := t.run(s.Server, snap, past)
 		if err != nil {
@@ -530,11 +534,14 @@ func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 // commit at rev, the writes of others that came after run's read
 // included.
 func (s kvServer) rangeBeforeCommit(ctx context.Context, t *txn, run *txnRun, rev uint64, past pastRead) error {
-	snap, err := s.read(ctx, t.cover(), etcdRev(rev-1), rooms.ReadOptions{})
+	// A walk of the one prefix the txn's keys share, keeping only theirs:
+	// the state before the commit, without copying the keys between.
+	page, err := s.engine.ListPage(ctx, t.room, t.cover().prefix(),
+		rooms.PageOptions{Rev: rev - 1, Keep: func(kv store.KV) bool { return t.reads(kv.Key) }}, rooms.ReadOptions{})
 	if err != nil {
-		return err
+		return grpcError(err)
 	}
-	again, err := t.run(s.Server, snap, past)
+	again, err := t.run(s.Server, page.Snapshot, past)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/statecast/statecast/rooms"
 	"github.com/statecast/statecast/store"
 )
 
@@ -121,6 +122,33 @@ func (t *txn) cover() span {
 		return span{room: t.room, open: true}
 	}
 	return span{room: t.room, lo: p, hi: prefixEnd(p)}
+}
+
+// keyRanges is what t reads: each span, not the one prefix they share
+// (two keys far apart share none, and reading that is reading the room).
+func (t *txn) keyRanges() []rooms.KeyRange {
+	rs := make([]rooms.KeyRange, 0, len(t.spans))
+	for _, sp := range t.spans {
+		switch {
+		case sp.single:
+			rs = append(rs, rooms.KeyRange{Lo: sp.lo, Hi: sp.lo + "\x00"})
+		case sp.open:
+			rs = append(rs, rooms.KeyRange{Lo: sp.lo})
+		default:
+			rs = append(rs, rooms.KeyRange{Lo: sp.lo, Hi: sp.hi})
+		}
+	}
+	return rs
+}
+
+// reads says whether one of t's spans holds k.
+func (t *txn) reads(k string) bool {
+	for _, sp := range t.spans {
+		if sp.has(k) {
+			return true
+		}
+	}
+	return false
 }
 
 // txnRun is one evaluation of a txn on the state at one revision: the
