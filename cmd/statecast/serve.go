@@ -114,6 +114,7 @@ type serveFlags struct {
 	etcdAddr                            string
 	etcdReplyBytes, etcdWatchBytes      bytesFlag
 	etcdIdle                            time.Duration
+	etcdProgress                        time.Duration
 	etcdDefaultRoom                     string
 	redisPrefix, nodeID                 string
 	redisCluster                        bool
@@ -168,6 +169,7 @@ func serve(args []string) error {
 	fs.Var(&f.etcdWatchBytes, "etcd-max-watch-bytes", "events the etcd watches of one connection may hold unsent; past it they wait, then catch up from the room's history")
 	fs.StringVar(&f.etcdDefaultRoom, "etcd-default-room", "", "with --etcd-addr: the room of every etcd key that names no other room (not /<room>/…), so etcd clients have etcd's one keyspace (etcdctl put foo bar, get --prefix \"\", compaction); off by default")
 	fs.DurationVar(&f.etcdIdle, "etcd-idle-timeout", 2*time.Minute, "an etcd connection with no request in flight this long (a watch is one) is sent GOAWAY")
+	fs.DurationVar(&f.etcdProgress, "etcd-progress-interval", 10*time.Minute, "an etcd watch created with progress_notify that sent nothing this long is told its revision (etcd: --experimental-watch-progress-notify-interval)")
 	fs.StringVar(&f.data, "data", "./data", "directory of the embedded file store")
 	fs.StringVar(&f.storeURL, "store", "file", "store: file, memory (ephemeral), or a redis:// or redis+sentinel:// URL (several nodes share it)")
 	fs.BoolVar(&f.redisCluster, "redis-cluster", false, "the --store URL lists Redis Cluster seed nodes, comma-separated")
@@ -378,7 +380,7 @@ func run(f serveFlags) error {
 			return err
 		}
 		es := etcd.New(etcd.Config{Node: srv, Name: f.nodeID + "@" + eln.Addr().String(), MaxWatches: f.maxSubs,
-			MaxReplyBytes: int(f.etcdReplyBytes), MaxWatchBytes: int(f.etcdWatchBytes), IdleTimeout: f.etcdIdle, DefaultRoom: f.etcdDefaultRoom, Logger: log})
+			MaxReplyBytes: int(f.etcdReplyBytes), MaxWatchBytes: int(f.etcdWatchBytes), IdleTimeout: f.etcdIdle, DefaultRoom: f.etcdDefaultRoom, ProgressInterval: f.etcdProgress, Logger: log})
 		fmt.Printf("statecast: etcd v3 API on %s\n", eln.Addr())
 		go func() { errc <- es.Serve(eln) }()
 		var once sync.Once

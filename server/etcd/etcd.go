@@ -88,7 +88,11 @@ type Config struct {
 	// of rooms has etcd's one keyspace, and a Compact naming no room
 	// compacts it. It must be a valid room name (store.ValidClientRoom).
 	DefaultRoom string
-	Logger      *slog.Logger
+	// ProgressInterval is how often a watch created with progress_notify
+	// that has sent nothing meanwhile is told the revision it stands at,
+	// an idle room's included; default 10 minutes, as etcd's.
+	ProgressInterval time.Duration
+	Logger           *slog.Logger
 }
 
 // Server serves the etcd v3 API of one node.
@@ -107,6 +111,7 @@ type Server struct {
 	replies   *semaphore.Weighted
 	replyWait time.Duration
 	maxWatchQ int64
+	progress  time.Duration // Config.ProgressInterval
 	grpc      *grpc.Server
 	quit      chan struct{} // closed by Stop: watch and keep-alive streams end
 	stopped   sync.Once
@@ -128,6 +133,9 @@ func New(cfg Config) *Server {
 	}
 	if s.maxWatchQ <= 0 {
 		s.maxWatchQ = 4 << 20
+	}
+	if s.progress = cfg.ProgressInterval; s.progress <= 0 {
+		s.progress = 10 * time.Minute
 	}
 	s.replies, s.replyWait = semaphore.NewWeighted(16*s.maxReply), replyWait
 	idle := cfg.IdleTimeout

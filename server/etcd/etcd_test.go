@@ -491,6 +491,31 @@ func TestProgressNotify(t *testing.T) {
 	}
 }
 
+// TestProgressNotifyIdleRoom: a watch with progress notify on a room
+// nobody writes is told its revision every interval, as etcd tells its
+// watches every 10 minutes; a watch without it is told nothing.
+func TestProgressNotifyIdleRoom(t *testing.T) {
+	_, _, cli := startWith(t, servertest.Options{}, etcd.Config{ProgressInterval: 100 * time.Millisecond})
+	ctx := ctxOf(t)
+	put, err := cli.Put(ctx, "/idle/k", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	notified := cli.Watch(ctx, "/idle/k", clientv3.WithProgressNotify(), clientv3.WithRev(put.Header.Revision+1))
+	silent := cli.Watch(ctx, "/idle/k", clientv3.WithRev(put.Header.Revision+1))
+	for i := range 3 {
+		resp := next(t, notified)
+		if !resp.IsProgressNotify() || resp.Header.Revision != put.Header.Revision {
+			t.Fatalf("response %d on an idle room: %+v, want a progress notification at %d", i, resp, put.Header.Revision)
+		}
+	}
+	select {
+	case resp := <-silent:
+		t.Fatalf("a watch without progress notify got %+v", resp)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
 var hmacSecret = []byte("a secret of the etcd API's tests, 32+ bytes")
 
 // tokenFor returns a token of sub with grants (room, access, prefix).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -57,6 +58,7 @@ type watch struct {
 	noPut, noDelete bool
 	last            uint64 // every event up to it has been sent
 	synced          bool   // the replay reached the head: rw is live
+	quiet           bool   // nothing sent since the last progress tick
 	progress        chan struct{}
 	ctx             context.Context
 	cancel          context.CancelFunc
@@ -193,7 +195,7 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) {
 	if cr.StartRevision > 0 {
 		from = max(roomRev(cr.StartRevision), 1) // etcd's revision 1 is the empty room: no events
 	}
-	w := &watch{id: id, sp: sp, epoch: head.Epoch, prevKV: cr.PrevKv, notify: cr.ProgressNotify,
+	w := &watch{id: id, sp: sp, epoch: head.Epoch, prevKV: cr.PrevKv, notify: cr.ProgressNotify, quiet: true,
 		last: from - 1, progress: make(chan struct{}, 1), done: make(chan struct{})}
 	for _, f := range cr.Filters {
 		w.noPut = w.noPut || f == pb.WatchCreateRequest_NOPUT
@@ -247,9 +249,17 @@ func (ws *watchStream) end(w *watch, reason string) {
 	ws.send(&pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id, Canceled: true, CancelReason: reason})
 }
 
-// run sends w's events until it is canceled or its stream ends.
+// run sends w's events until it is canceled or its stream ends. A watch
+// asking for progress that sent nothing for a whole interval is told its
+// revision, as etcd tells its watches every 10 minutes.
 func (ws *watchStream) run(w *watch) {
 	var buf []rooms.Message
+	var tick <-chan time.Time
+	if w.notify {
+		t := time.NewTicker(ws.s.progress)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		msgs, err := w.rw.Drain(buf[:0])
 		if err != nil {
@@ -279,6 +289,11 @@ func (ws *watchStream) run(w *watch) {
 			if !ws.progressNow(w) {
 				return
 			}
+		case <-tick:
+			if w.quiet && !ws.progressNow(w) {
+				return
+			}
+			w.quiet = true
 		case <-w.ctx.Done():
 			return
 		}
@@ -313,7 +328,7 @@ func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bo
 		resp := watchResponse(ws.s.header(w.last), w.id, batch)
 		batch, size = nil, 0
 		sent := ws.sendEncoded(resp, held) // released once written
-		held = 0
+		held, w.quiet = 0, false
 		return sent
 	}
 	defer func() { ws.conn.queued.Release(held) }()
@@ -349,12 +364,12 @@ func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bo
 			// that go by once it is live.
 			before := w.last
 			w.last, w.synced = max(w.last, m.Rev), true
-			if w.notify && w.last > before && !ws.send(&pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id}) {
+			if w.notify && w.last > before && !ws.sendProgress(w, w.last) {
 				return false, false
 			}
 		case rooms.KindProgress:
 			w.last = max(w.last, m.Rev)
-			if w.notify && !ws.send(&pb.WatchResponse{Header: ws.s.header(w.last), WatchId: w.id}) {
+			if w.notify && !ws.sendProgress(w, w.last) {
 				return false, false
 			}
 		default: // coalesced or snapshot: fell behind (see watch)
@@ -405,7 +420,13 @@ func (ws *watchStream) progressNow(w *watch) bool {
 	if w.synced && head.Epoch == w.epoch {
 		rev = max(rev, head.Rev)
 	}
-	return rev == 0 || ws.send(&pb.WatchResponse{Header: ws.s.header(rev), WatchId: w.id})
+	return rev == 0 || ws.sendProgress(w, rev)
+}
+
+// sendProgress tells w it stands at rev: a response with no events.
+func (ws *watchStream) sendProgress(w *watch, rev uint64) bool {
+	w.quiet = false
+	return ws.send(&pb.WatchResponse{Header: ws.s.header(rev), WatchId: w.id})
 }
 
 // events returns the events of ch that w selects, each marshaled.
