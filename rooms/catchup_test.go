@@ -2,6 +2,7 @@ package rooms_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -130,5 +131,78 @@ func TestCoalescedCatchUpBytes(t *testing.T) {
 		if m.Snap != held.Snap {
 			t.Fatal("the late watcher's snapshot is not the one the first holds")
 		}
+	})
+}
+
+// TestExactWatcherReplays: an exact watcher that falls behind gets every
+// revision it missed, in order and each once, from the history (no
+// coalesced message, no snapshot), then goes live; one whose missed
+// revisions the history no longer holds ends with a CompactedError.
+func TestExactWatcherReplays(t *testing.T) {
+	ctx := context.Background()
+	cfg := rooms.Config{QueueLimit: 2, QueueBytes: 4 << 10}
+	t.Run("replays", func(t *testing.T) {
+		e, _ := newEngine(t, store.RetentionPolicy{}, cfg)
+		head := put(t, e, "r", "k", "0")
+		w, err := e.Watch(ctx, "r", rooms.WatchOptions{From: &rooms.Position{Rev: head + 1}, Exact: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		for i := 1; i <= 100; i++ { // its queue holds 2: it falls behind
+			put(t, e, "r", fmt.Sprintf("k%d", i%3), fmt.Sprint(i))
+		}
+		next := head + 1
+		for next <= head+100 {
+			msgs, err := w.Drain(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range msgs {
+				switch m.Kind {
+				case rooms.KindEvents:
+					if m.Rev != next {
+						t.Fatalf("revision %d, want %d", m.Rev, next)
+					}
+					next++
+				case rooms.KindSynced, rooms.KindProgress:
+				default:
+					t.Fatalf("an exact watcher got a %v message", m.Kind)
+				}
+			}
+		}
+		put(t, e, "r", "live", "1")
+		if m, err := w.Next(ctx); err != nil || m.Kind != rooms.KindEvents && m.Kind != rooms.KindSynced {
+			t.Fatalf("after the replay: %+v, %v; want live events", m, err)
+		}
+	})
+	t.Run("compacted", func(t *testing.T) {
+		ret := store.RetentionPolicy{Default: store.Retention{MaxEvents: 10}}
+		e, _ := newEngine(t, ret, cfg)
+		head := put(t, e, "r", "k", "0")
+		w, err := e.Watch(ctx, "r", rooms.WatchOptions{From: &rooms.Position{Rev: head + 1}, Exact: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		for i := range 100 {
+			put(t, e, "r", "k", fmt.Sprint(i))
+		}
+		var ce *store.CompactedError
+		for range 10 {
+			msgs, err := w.Drain(nil)
+			if errors.As(err, &ce) {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range msgs {
+				if m.Kind == rooms.KindCoalesced || m.Kind == rooms.KindSnapshot {
+					t.Fatalf("an exact watcher got a %v message", m.Kind)
+				}
+			}
+		}
+		t.Fatal("an exact watcher whose revisions were compacted did not end with a CompactedError")
 	})
 }

@@ -290,7 +290,7 @@ func (e *Engine) Watch(ctx context.Context, room string, opts WatchOptions) (*Wa
 	}
 	defer r.mu.Unlock()
 	prefixes := normalizePrefixes(opts.Prefixes, opts.Keys)
-	w := &Watcher{room: r, prefixes: prefixes, filter: opts.Filter, pos: make([]int32, len(prefixes)), notify: opts.Notify}
+	w := &Watcher{room: r, prefixes: prefixes, filter: opts.Filter, exact: opts.Exact, pos: make([]int32, len(prefixes)), notify: opts.Notify}
 	if w.notify == nil {
 		w.ready = make(chan struct{}, 1)
 	}

@@ -34,6 +34,11 @@ type WatchOptions struct {
 	// FailIfCompacted makes Watch return a *store.CompactedError (or
 	// ErrEpochMismatch) instead of falling back to a snapshot.
 	FailIfCompacted bool
+	// Exact makes a watcher that falls behind replay every revision it
+	// missed from the history, as an etcd watch must, instead of being
+	// caught up by one coalesced message or a snapshot; when the history
+	// no longer holds them it ends with a *store.CompactedError.
+	Exact bool
 	// Notify, when set, is called instead of signalling Ready whenever the
 	// watcher may have messages. It runs under the room's lock and must
 	// not block (a non-blocking send on a connection's channel, say).
@@ -61,6 +66,7 @@ type Watcher struct {
 	room     *room
 	prefixes []string
 	filter   Filter
+	exact    bool      // WatchOptions.Exact
 	memo     *snapMemo // its filtered snapshots' memo, once it took one
 	pos      []int32   // position in the index bucket of each prefix
 	notify   func()
@@ -181,7 +187,12 @@ func (w *Watcher) Drain(dst []Message) ([]Message, error) {
 	case stReplay:
 		dst = r.replayLocked(w, dst)
 	case stParked:
-		dst = r.coalesceLocked(w, dst)
+		if w.exact {
+			w.state = stReplay
+			dst = r.replayLocked(w, dst)
+		} else {
+			dst = r.coalesceLocked(w, dst)
+		}
 	}
 	if w.state != stSnapshot {
 		r.mu.Unlock()
@@ -288,6 +299,11 @@ func (r *room) parkVictimsLocked() {
 func (r *room) replayLocked(w *Watcher, dst []Message) []Message {
 	h := r.hist
 	if w.next < h.oldest {
+		if w.exact {
+			r.removeLocked(w)
+			w.end(&store.CompactedError{Oldest: h.oldest})
+			return dst
+		}
 		w.state, w.reason = stSnapshot, ReasonCompacted
 		return dst
 	}

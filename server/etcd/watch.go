@@ -43,12 +43,11 @@ type watchStream struct {
 //
 // etcd never skips a revision, and its clients cannot take statecast's
 // catch-ups (a coalesced message or a snapshot for a watcher that fell
-// behind), so a watch that gets one starts a new room watcher from the
-// first revision it has not sent: a replay, paced by this stream's
-// sends, from the room's history. Only when the history no longer holds
-// that revision does the watch end as etcd's does when its start was
-// compacted: canceled with compact_revision, after which the client
-// lists the keys again.
+// behind), so its room watcher is exact: one that falls behind replays
+// what it missed from the room's history, paced by this stream's sends.
+// Only when the history no longer holds that revision does the watch end
+// as etcd's does when its start was compacted: canceled with
+// compact_revision, after which the client lists the keys again.
 type watch struct {
 	id              int64
 	sp              span
@@ -226,7 +225,7 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) {
 // ended (canceled, compacted).
 func (ws *watchStream) start(w *watch) bool {
 	rw, err := ws.s.engine.Watch(w.ctx, w.sp.room, rooms.WatchOptions{Prefixes: []string{w.sp.prefix()},
-		From: &rooms.Position{Epoch: w.epoch, Rev: w.last + 1}, FailIfCompacted: true})
+		From: &rooms.Position{Epoch: w.epoch, Rev: w.last + 1}, FailIfCompacted: true, Exact: true})
 	var ce *store.CompactedError
 	switch {
 	case errors.As(err, &ce):
@@ -372,7 +371,7 @@ func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bo
 			if w.notify && !ws.sendProgress(w, w.last) {
 				return false, false
 			}
-		default: // coalesced or snapshot: fell behind (see watch)
+		default: // a snapshot (an exact watcher gets no other catch-up): start again from the history
 			w.rw.Close()
 			if !ws.start(w) {
 				w.rw = nil
