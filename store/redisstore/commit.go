@@ -243,7 +243,7 @@ func (c *committer) run() {
 // for the Redis process the committer's connections reach now.
 func (c *committer) buildArgs(ctx context.Context, calls []*call) {
 	quota := c.s.cfg.Limits.WithDefaults()
-	run, lossless := c.s.buildFor(ctx, c.node), c.s.losslessArg()
+	run, lossless := c.s.buildFor(ctx, c.node)
 	for _, cl := range calls {
 		if cl.script != applyScript {
 			continue

@@ -50,6 +50,43 @@ type master struct {
 	at     time.Time // when that probe's reply came
 	built  string    // the process the writes in flight were built for
 	pinged bool      // buildFor probed it
+	// How the process that last answered a probe keeps writes: it fsyncs
+	// its AOF before each reply; it was a replica (promoted). Per master:
+	// the masters of a cluster may each keep them their own way.
+	aofAlways, promoted bool
+}
+
+// kept records how the process that answered a probe keeps writes; nil:
+// that probe's command got no answer, and what the last answer said stays.
+func (p *master) kept(aofAlways, promoted *bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if aofAlways != nil {
+		p.aofAlways = *aofAlways
+	}
+	if promoted != nil {
+		p.promoted = *promoted
+	}
+}
+
+// lossless reports whether the process behind p keeps every write it
+// acknowledged (as the last probe it answered found): its AOF is fsynced
+// before each reply, or it is a promoted replica and each write waited
+// for minReplicas to confirm it. A master restarted from its own AOF
+// under everysec is not: its replicas resync from it and lose the tail
+// too.
+func (p *master) lossless(minReplicas int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.aofAlways || minReplicas > 0 && p.promoted
+}
+
+// losslessArg is lossless as a script argument.
+func (p *master) losslessArg(minReplicas int) string {
+	if p.lossless(minReplicas) {
+		return "1"
+	}
+	return "0"
 }
 
 // saw records a probe whose reply found run at at; it returns whether run
@@ -122,22 +159,6 @@ func infoField(info, field string) string {
 	return ""
 }
 
-// lossless reports whether a new Redis process keeps every write it
-// acknowledged (as the last probe it answered found): its AOF is fsynced
-// before each reply, or it is a promoted replica and each write waited
-// for replicas to confirm it. A master restarted from its own AOF under
-// everysec is not: its replicas resync from it and lose the tail too.
-func (s *Store) lossless() bool {
-	return s.aofAlways.Load() || s.cfg.MinReplicas > 0 && s.promoted.Load()
-}
-
-func (s *Store) losslessArg() string {
-	if s.lossless() {
-		return "1"
-	}
-	return "0"
-}
-
 // onConnect returns the OnConnect of a client's connections to master:
 // it probes the process, records it for reads, and for the write client
 // (writes) refuses a connection to a process its writes were not built
@@ -166,22 +187,23 @@ func (s *Store) onConnect(addr string, writes bool) func(context.Context, *redis
 		// what the last answer said, or a lossless Redis restarting would
 		// be taken for a lossy one until the next connection, and the
 		// rooms first touched meanwhile would start new epochs for nothing.
-		v, err := conf.Result()
-		if answered(err) {
-			s.aofAlways.Store(err == nil && v["appendonly"] == "yes" && v["appendfsync"] == "always")
+		m := s.masters.of(addr)
+		var aofAlways, promoted *bool
+		if v, err := conf.Result(); answered(err) {
+			aofAlways = new(err == nil && v["appendonly"] == "yes" && v["appendfsync"] == "always")
 		}
 		// A promoted replica keeps its old master's offset as its second.
 		if err := repl.Err(); answered(err) {
-			s.promoted.Store(err == nil && infoField(repl.Val(), "second_repl_offset") != "-1")
+			promoted = new(err == nil && infoField(repl.Val(), "second_repl_offset") != "-1")
 		}
+		m.kept(aofAlways, promoted)
 		run := infoField(info.Val(), "run_id")
 		if run == "" {
 			return nil
 		}
-		m := s.masters.of(addr)
 		if same, prev := m.saw(run, at); !same && prev != "" {
 			s.log.Warn("store: redis: connected to a new Redis process; each room it did not write yet starts a new epoch at its first use, unless it keeps every acknowledged write",
-				"master", addr, "run_id", run, "was", prev, "keeps_acknowledged_writes", s.lossless())
+				"master", addr, "run_id", run, "was", prev, "keeps_acknowledged_writes", m.lossless(s.cfg.MinReplicas))
 		}
 		// Before the first writes are built for this master (a cluster's
 		// client also loads its slots over these connections), any.
@@ -206,8 +228,9 @@ func (s *Store) readRun(ctx context.Context, k roomKeys) string {
 
 // buildFor returns the newest process found behind node's master, and
 // records it as the one the writes about to be sent are built for: the
-// committers' client refuses a connection to any other.
-func (s *Store) buildFor(ctx context.Context, node *redis.Client) string {
+// committers' client refuses a connection to any other; and whether it
+// keeps every acknowledged write, as a script argument.
+func (s *Store) buildFor(ctx context.Context, node *redis.Client) (run, lossless string) {
 	addr := ""
 	if s.cluster != nil {
 		addr = node.Options().Addr
@@ -219,8 +242,8 @@ func (s *Store) buildFor(ctx context.Context, node *redis.Client) string {
 		// it found.
 		_ = node.Ping(ctx).Err()
 	}
-	run, _ := m.build()
-	return run
+	run, _ = m.build()
+	return run, m.losslessArg(s.cfg.MinReplicas)
 }
 
 // masterOf is the key of the master serving key ("" but in a cluster).
@@ -245,7 +268,8 @@ func restartedRoom(m meta, run string) bool {
 // afterRestart runs lua/restart.lua for room: its new epoch, or the
 // current process adopted. The caller reads the room again.
 func (s *Store) afterRestart(ctx context.Context, room string, k roomKeys, run string) error {
-	err := restartScript.Run(ctx, s.rc, []string{k.meta, k.log, k.wids}, store.NewEpoch(), s.losslessArg(), run).Err()
+	lossless := s.masters.of(s.masterOf(ctx, k.meta)).losslessArg(s.cfg.MinReplicas)
+	err := restartScript.Run(ctx, s.rc, []string{k.meta, k.log, k.wids}, store.NewEpoch(), lossless, run).Err()
 	if err != nil {
 		return fmt.Errorf("store: redis: checking room %q after a Redis restart: %w", room, err)
 	}

@@ -151,7 +151,7 @@ func TestProbeCutShortKeepsLossless(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{AOF: true})
 	s := openStore(t, srv.URL(), nil)
 	mustApply(t, s, "r", store.Write{Ops: []store.Op{{Type: store.OpPut, Key: "k", Value: []byte("1")}}})
-	if !s.lossless() {
+	if !s.masters.of("").lossless(0) {
 		t.Fatal("appendfsync always not seen as lossless")
 	}
 	// A server that accepts connections and closes them unanswered.
@@ -174,7 +174,39 @@ func TestProbeCutShortKeepsLossless(t *testing.T) {
 	cn := dead.Conn()
 	defer cn.Close()
 	_ = s.onConnect("", false)(bg, cn)
-	if !s.lossless() {
+	if !s.masters.of("").lossless(0) {
 		t.Error("a probe cut short made the store take Redis for lossy")
+	}
+}
+
+// TestLosslessPerMaster: how a Redis keeps writes is known per master:
+// the masters of a cluster may differ, and a probe of one said how all
+// kept them, so a write to a master that loses its tail on a restart
+// could be sent as lossless (its rooms then keep their epoch over the
+// lost revisions), and one to a lossless master as lossy.
+func TestLosslessPerMaster(t *testing.T) {
+	always := redistest.Start(t, redistest.Options{AOF: true})
+	everysec := redistest.Start(t, redistest.Options{})
+	s := openStore(t, always.URL(), nil)
+	probe := func(addr string) {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		cn := c.Conn()
+		defer cn.Close()
+		if err := s.onConnect(addr, false)(bg, cn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe(always.Addr())
+	probe(everysec.Addr())
+	if !s.masters.of(always.Addr()).lossless(0) {
+		t.Error("the master with appendfsync always is taken for lossy after a probe of another")
+	}
+	if s.masters.of(everysec.Addr()).lossless(0) {
+		t.Error("the master without an AOF is taken for lossless")
+	}
+	probe(always.Addr())
+	if s.masters.of(everysec.Addr()).lossless(0) {
+		t.Error("the master without an AOF is taken for lossless after a probe of another")
 	}
 }

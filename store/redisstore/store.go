@@ -102,11 +102,9 @@ type Store struct {
 
 	// noPublish makes writes skip SPUBLISH (tests: lost pushes).
 	noPublish atomic.Bool
-	// aofAlways: the Redis that last answered a connection's probe fsyncs its AOF
-	// before each reply; promoted: it was a replica; masters: the processes
-	// found behind each master (restart.go).
-	aofAlways, promoted atomic.Bool
-	masters             masters
+	// masters: the processes found behind each master, and how each
+	// keeps writes (restart.go).
+	masters masters
 
 	// hookGroup is called before each round trip of writes (tests).
 	hookGroup atomic.Pointer[func()]
