@@ -50,15 +50,16 @@ type wstate uint8
 const (
 	stLive     wstate = iota // in the index: events are queued as they commit
 	stReplay                 // replaying history from next, then synced
-	stParked                 // was slow: coalesce from next once the queue drains
+	stParked                 // was slow: coalesce (Exact: replay) from next once the queue drains
 	stSnapshot               // gets a snapshot (reason) once the queue drains
 	stClosed
 )
 
 // Watcher receives a room's changes for its prefixes. Its queue is
 // bounded: a watcher that does not keep up is parked and later receives
-// what it missed as one coalesced message (or a snapshot), so it never
-// slows the writer or other watchers.
+// what it missed as one coalesced message (or a snapshot; an Exact one
+// replays it from the history), so it never slows the writer or other
+// watchers.
 //
 // Drain and Next must be called from one goroutine at a time; Close and
 // Ready may be called from any goroutine.

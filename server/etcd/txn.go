@@ -134,6 +134,7 @@ func (t *txn) keyRanges() []rooms.KeyRange {
 			rs = append(rs, rooms.KeyRange{Lo: sp.lo, Hi: sp.lo + "\x00"})
 		case sp.open:
 			rs = append(rs, rooms.KeyRange{Lo: sp.lo})
+		case sp.hi <= sp.lo: // empty (a range ending at /<room>/): "" would be no end
 		default:
 			rs = append(rs, rooms.KeyRange{Lo: sp.lo, Hi: sp.hi})
 		}

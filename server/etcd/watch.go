@@ -56,7 +56,7 @@ type watch struct {
 	prevKV, notify  bool
 	noPut, noDelete bool
 	last            uint64 // every event up to it has been sent
-	synced          bool   // the replay reached the head: rw is live
+	synced          bool   // the replay from its start reached the head once
 	quiet           bool   // nothing sent since the last progress tick
 	progress        chan struct{}
 	ctx             context.Context
@@ -266,7 +266,9 @@ func (ws *watchStream) run(w *watch) {
 				return
 			}
 			// The room was reset on this node (a gap in the store's
-			// tail): continue from the history, as after a catch-up.
+			// tail), or the history no longer holds what a watcher that
+			// fell behind missed: continue from the history, or end
+			// with compact_revision (start).
 			w.rw.Close()
 			if !ws.start(w) {
 				w.rw = nil
@@ -307,7 +309,7 @@ func (ws *watchStream) run(w *watch) {
 const maxBatchBytes = 64 << 10
 
 // deliver sends msgs; ok is false when the watch ended, restarted when a
-// catch-up made it start a new room watcher (the rest of msgs is dropped).
+// snapshot made it start a new room watcher (the rest of msgs is dropped).
 //
 // The events a batch holds count in the connection's MaxWatchBytes from
 // before they are converted until gRPC has written them (budgetHold). A
@@ -371,7 +373,7 @@ func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bo
 			if w.notify && !ws.sendProgress(w, w.last) {
 				return false, false
 			}
-		default: // a snapshot (an exact watcher gets no other catch-up): start again from the history
+		default: // a catch-up, which an exact watcher started with FailIfCompacted is never sent: start again from the history rather than pass it on
 			w.rw.Close()
 			if !ws.start(w) {
 				w.rw = nil
@@ -400,20 +402,27 @@ func (w *watch) eventBytes(ch *rooms.Change) int64 {
 }
 
 // progressNow answers a progress request: every event up to the head
-// read now has been sent once the watcher's queue is drained, if it is
-// live; one still replaying reports what it has sent.
+// read now has been sent once the watcher has nothing more to drain, if
+// it is synced: a watcher that fell behind replays (WatchOptions.Exact)
+// until it is live with an empty queue, so one drain is not enough. One
+// still replaying from its start reports what it has sent.
 func (ws *watchStream) progressNow(w *watch) bool {
 	head, err := ws.s.engine.Get(w.ctx, w.sp.room, "", rooms.ReadOptions{Serializable: true})
 	if err != nil {
 		return w.ctx.Err() == nil
 	}
-	msgs, err := w.rw.Drain(nil)
-	if err != nil {
-		return true // run ends or restarts the watcher
-	}
-	ok, restarted := ws.deliver(w, msgs)
-	if !ok || restarted {
-		return ok
+	for {
+		msgs, err := w.rw.Drain(nil)
+		if err != nil {
+			return true // run ends or restarts the watcher
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		ok, restarted := ws.deliver(w, msgs)
+		if !ok || restarted {
+			return ok
+		}
 	}
 	rev := w.last
 	if w.synced && head.Epoch == w.epoch {

@@ -203,8 +203,8 @@ func (s *Store) readHead(ctx context.Context, room string) (epoch string, rev ui
 			return "", 0, fmt.Errorf("store: redis: reading the head of room %q: %w", room, err)
 		}
 		m := parseMeta(mv)
-		if run := s.readRun(ctx, k); restartedRoom(m, run) {
-			if m, err = s.restartedMeta(ctx, room, k, run); err != nil {
+		if p := s.readRun(ctx, k); restartedRoom(m, p.run) {
+			if m, err = s.restartedMeta(ctx, room, k, p); err != nil {
 				return "", 0, err
 			}
 		}
@@ -564,11 +564,11 @@ func (fl *follow) check(views []*view) {
 				continue
 			}
 			m := parseMeta(pr.cmd.Val())
-			if run := fl.s.readRun(fl.s.ctx, pr.v.k); restartedRoom(m, run) {
+			if p := fl.s.readRun(fl.s.ctx, pr.v.k); restartedRoom(m, p.run) {
 				// A new Redis process: the room's new epoch first, then
 				// its meta as it is now.
 				ctx, cancel := fl.opCtx()
-				mv, err := fl.s.restartedMeta(ctx, pr.v.room, pr.v.k, run)
+				mv, err := fl.s.restartedMeta(ctx, pr.v.room, pr.v.k, p)
 				cancel()
 				if err != nil {
 					continue

@@ -56,11 +56,16 @@ type master struct {
 	aofAlways, promoted bool
 }
 
-// kept records how the process that answered a probe keeps writes; nil:
-// that probe's command got no answer, and what the last answer said stays.
+// kept records how the process behind p keeps writes, from a probe that
+// could not tell which process it reached (INFO refused); nil: that
+// command got no answer, and what the last answer said stays.
 func (p *master) kept(aofAlways, promoted *bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.keptLocked(aofAlways, promoted)
+}
+
+func (p *master) keptLocked(aofAlways, promoted *bool) {
 	if aofAlways != nil {
 		p.aofAlways = *aofAlways
 	}
@@ -81,33 +86,43 @@ func (p *master) lossless(minReplicas int) bool {
 	return p.aofAlways || minReplicas > 0 && p.promoted
 }
 
-// losslessArg is lossless as a script argument.
-func (p *master) losslessArg(minReplicas int) string {
-	if p.lossless(minReplicas) {
+// losslessArgLocked is lossless as a script argument.
+func (p *master) losslessArgLocked(minReplicas int) string {
+	if p.aofAlways || minReplicas > 0 && p.promoted {
 		return "1"
 	}
 	return "0"
 }
 
-// saw records a probe whose reply found run at at; it returns whether run
-// is the process already recorded, and moves to run when it is newer.
-func (p *master) saw(run string, at time.Time) (same bool, prev string) {
+// saw records a probe whose reply found run at at, with how it keeps
+// writes (aofAlways, promoted; nil: that command got no answer, and what
+// the last answer said stays); it returns whether run is the process
+// already recorded, and moves to run when it is newer. A late probe of a
+// dead process changes nothing, how it kept writes included.
+func (p *master) saw(run string, at time.Time, aofAlways, promoted *bool) (same bool, prev string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if run == p.run {
+		p.keptLocked(aofAlways, promoted)
 		return true, ""
 	}
 	prev = p.run
 	if p.run == "" || at.After(p.at) {
 		p.run, p.at = run, at
+		p.keptLocked(aofAlways, promoted)
 	}
 	return false, prev
 }
 
-func (p *master) current() string {
+// proc is the newest process found behind a master and whether it keeps
+// every acknowledged write (a script argument), read together: both of
+// one master, as it was at one moment.
+type proc struct{ run, lossless string }
+
+func (p *master) current(minReplicas int) proc {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.run
+	return proc{p.run, p.losslessArgLocked(minReplicas)}
 }
 
 func (p *master) builtFor() string {
@@ -117,16 +132,16 @@ func (p *master) builtFor() string {
 }
 
 // build records the newest process as the one the writes about to be
-// sent are built for, and returns it. first: no process is known and
+// sent are built for, and returns it with how it keeps writes. first: no process is known and
 // build never asked before, so the caller probes one (once: INFO may be
 // refused).
-func (p *master) build() (run string, first bool) {
+func (p *master) build(minReplicas int) (pr proc, first bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	first = p.run == "" && !p.pinged
 	p.pinged = true
 	p.built = p.run
-	return p.run, first
+	return proc{p.run, p.losslessArgLocked(minReplicas)}, first
 }
 
 // masters holds what the node knows of each master's process.
@@ -196,12 +211,12 @@ func (s *Store) onConnect(addr string, writes bool) func(context.Context, *redis
 		if err := repl.Err(); answered(err) {
 			promoted = new(err == nil && infoField(repl.Val(), "second_repl_offset") != "-1")
 		}
-		m.kept(aofAlways, promoted)
 		run := infoField(info.Val(), "run_id")
 		if run == "" {
+			m.kept(aofAlways, promoted)
 			return nil
 		}
-		if same, prev := m.saw(run, at); !same && prev != "" {
+		if same, prev := m.saw(run, at, aofAlways, promoted); !same && prev != "" {
 			s.log.Warn("store: redis: connected to a new Redis process; each room it did not write yet starts a new epoch at its first use, unless it keeps every acknowledged write",
 				"master", addr, "run_id", run, "was", prev, "keeps_acknowledged_writes", m.lossless(s.cfg.MinReplicas))
 		}
@@ -222,8 +237,8 @@ func answered(err error) bool {
 }
 
 // readRun is the newest process found behind the master of room.
-func (s *Store) readRun(ctx context.Context, k roomKeys) string {
-	return s.masters.of(s.masterOf(ctx, k.meta)).current()
+func (s *Store) readRun(ctx context.Context, k roomKeys) proc {
+	return s.masters.of(s.masterOf(ctx, k.meta)).current(s.cfg.MinReplicas)
 }
 
 // buildFor returns the newest process found behind node's master, and
@@ -236,14 +251,14 @@ func (s *Store) buildFor(ctx context.Context, node *redis.Client) (run, lossless
 		addr = node.Options().Addr
 	}
 	m := s.masters.of(addr)
-	if _, first := m.build(); first {
+	if _, first := m.build(s.cfg.MinReplicas); first {
 		// No connection to this master yet (a cluster's): one of the
 		// committers' own probes it, and the writes are built for what
 		// it found.
 		_ = node.Ping(ctx).Err()
 	}
-	run, _ = m.build()
-	return run, m.losslessArg(s.cfg.MinReplicas)
+	p, _ := m.build(s.cfg.MinReplicas)
+	return p.run, p.lossless
 }
 
 // masterOf is the key of the master serving key ("" but in a cluster).
@@ -267,9 +282,8 @@ func restartedRoom(m meta, run string) bool {
 
 // afterRestart runs lua/restart.lua for room: its new epoch, or the
 // current process adopted. The caller reads the room again.
-func (s *Store) afterRestart(ctx context.Context, room string, k roomKeys, run string) error {
-	lossless := s.masters.of(s.masterOf(ctx, k.meta)).losslessArg(s.cfg.MinReplicas)
-	err := restartScript.Run(ctx, s.rc, []string{k.meta, k.log, k.wids}, store.NewEpoch(), lossless, run).Err()
+func (s *Store) afterRestart(ctx context.Context, room string, k roomKeys, p proc) error {
+	err := restartScript.Run(ctx, s.rc, []string{k.meta, k.log, k.wids}, store.NewEpoch(), p.lossless, p.run).Err()
 	if err != nil {
 		return fmt.Errorf("store: redis: checking room %q after a Redis restart: %w", room, err)
 	}
@@ -277,8 +291,8 @@ func (s *Store) afterRestart(ctx context.Context, room string, k roomKeys, run s
 }
 
 // restartedMeta runs lua/restart.lua for room and reads its meta after.
-func (s *Store) restartedMeta(ctx context.Context, room string, k roomKeys, run string) (meta, error) {
-	if err := s.afterRestart(ctx, room, k, run); err != nil {
+func (s *Store) restartedMeta(ctx context.Context, room string, k roomKeys, p proc) (meta, error) {
+	if err := s.afterRestart(ctx, room, k, p); err != nil {
 		return meta{}, err
 	}
 	mv, err := s.rc.HMGet(ctx, k.meta, metaFields...).Result()

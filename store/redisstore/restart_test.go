@@ -127,18 +127,23 @@ func TestRestartLosingNothingKeepsTheEpoch(t *testing.T) {
 }
 
 // TestLateProbeOfADeadProcess: a probe whose reply came before its
-// successor's, recorded after it, does not bring the dead process back.
+// successor's, recorded after it, does not bring the dead process back,
+// nor how it kept writes.
 func TestLateProbeOfADeadProcess(t *testing.T) {
 	var p master
+	yes, no := true, false
 	old := time.Now()
-	if same, _ := p.saw("new", old.Add(time.Millisecond)); same {
+	if same, _ := p.saw("new", old.Add(time.Millisecond), &no, &no); same {
 		t.Fatal("the first process seen was taken for the one recorded")
 	}
-	if same, prev := p.saw("old", old); same || prev != "new" || p.current() != "new" {
-		t.Errorf("after a late probe of the dead process: %q (prev %q), want new kept", p.current(), prev)
+	if same, prev := p.saw("old", old, &yes, &yes); same || prev != "new" || p.current(1).run != "new" {
+		t.Errorf("after a late probe of the dead process: %q (prev %q), want new kept", p.current(1).run, prev)
 	}
-	if same, _ := p.saw("new", time.Now()); !same {
-		t.Error("the current process not recognised")
+	if p.lossless(1) {
+		t.Error("a late probe of a dead lossless process made its lossy successor lossless")
+	}
+	if same, _ := p.saw("new", time.Now(), &yes, nil); !same || !p.lossless(0) {
+		t.Error("the current process not recognised, or its new answer not kept")
 	}
 }
 

@@ -570,7 +570,7 @@ func parseMeta(v []any) meta {
 
 // initRoom gives a room without meta an epoch (lua/init.lua).
 func (s *Store) initRoom(ctx context.Context, k roomKeys) (epoch string, rev uint64, err error) {
-	v, err := initScript.Run(ctx, s.rc, []string{k.meta, k.kv, k.log, k.wids}, store.NewEpoch(), metaTTL.Milliseconds(), s.readRun(ctx, k)).StringSlice()
+	v, err := initScript.Run(ctx, s.rc, []string{k.meta, k.kv, k.log, k.wids}, store.NewEpoch(), metaTTL.Milliseconds(), s.readRun(ctx, k).run).StringSlice()
 	if err != nil {
 		return "", 0, fmt.Errorf("store: redis: creating the epoch of a room: %w", err)
 	}
@@ -654,11 +654,11 @@ func (s *Store) Snapshot(ctx context.Context, room, prefix string) (_ store.Snap
 			return store.Snapshot{}, fmt.Errorf("store: redis snapshot of room %q: %w", room, err)
 		}
 		m := parseMeta(metaCmd.Val())
-		if run := s.readRun(ctx, k); restartedRoom(m, run) {
+		if p := s.readRun(ctx, k); restartedRoom(m, p.run) {
 			if attempt >= 3 {
 				return store.Snapshot{}, fmt.Errorf("store: redis snapshot of room %q: Redis keeps restarting", room)
 			}
-			if err := s.afterRestart(ctx, room, k, run); err != nil {
+			if err := s.afterRestart(ctx, room, k, p); err != nil {
 				return store.Snapshot{}, err
 			}
 			continue
@@ -734,7 +734,7 @@ func (s *Store) snapshotPaged(ctx context.Context, room, prefix string, k roomKe
 	}
 	m0 := parseMeta(metaCmd.Val())
 	// A room a new Redis process has not checked is left to the MULTI.
-	if m0.epoch == "" || lenCmd.Val() <= int64(s.cfg.SnapshotPageAbove) || restartedRoom(m0, s.readRun(ctx, k)) {
+	if m0.epoch == "" || lenCmd.Val() <= int64(s.cfg.SnapshotPageAbove) || restartedRoom(m0, s.readRun(ctx, k).run) {
 		return store.Snapshot{}, false, nil
 	}
 	items := make(map[string]store.KV)
