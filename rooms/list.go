@@ -25,6 +25,10 @@ type PageOptions struct {
 	Limit, MaxBytes int
 	// Keep, when set, keeps only the keys it returns true for.
 	Keep func(store.KV) bool
+	// From and To, when set, bound the keys to those from From up to, not
+	// including, To: the walk starts at From and stops at To, so a narrow
+	// range of a large prefix costs the range.
+	From, To string
 }
 
 // ItemBytes is what a key counts toward PageOptions.MaxBytes: its key,
@@ -71,7 +75,9 @@ func (e *Engine) ListPage(ctx context.Context, room, prefix string, o PageOption
 	// The keys written since Rev, in order, merged with the view's keys.
 	changed := make([]string, 0, len(past))
 	for k := range past {
-		changed = append(changed, k)
+		if k >= o.From && (o.To == "" || k < o.To) {
+			changed = append(changed, k)
+		}
 	}
 	slices.Sort(changed)
 	bytes := 0
@@ -90,12 +96,12 @@ func (e *Engine) ListPage(ctx context.Context, room, prefix string, o PageOption
 		bytes += ItemBytes(kv)
 		return true
 	}
-	from := max(prefix, o.After+"\x00")
+	from := max(prefix, o.After+"\x00", o.From)
 	if o.After == "" {
-		from = prefix
+		from = max(prefix, o.From)
 	}
 	view.AscendGreaterOrEqual(store.KV{Key: from}, func(kv store.KV) bool {
-		if !strings.HasPrefix(kv.Key, prefix) {
+		if !strings.HasPrefix(kv.Key, prefix) || o.To != "" && kv.Key >= o.To {
 			return false
 		}
 		for len(changed) > 0 && changed[0] <= kv.Key {

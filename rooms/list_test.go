@@ -133,3 +133,58 @@ func TestListRanges(t *testing.T) {
 		}
 	}
 }
+
+// TestListPageFromTo: a page bounded by From and To holds the keys of
+// that range, at the head or a past revision, and its walk visits no key
+// outside it (Keep sees only the range).
+func TestListPageFromTo(t *testing.T) {
+	ctx := context.Background()
+	e, _ := newEngine(t, store.RetentionPolicy{}, rooms.Config{})
+	const room = "bounds"
+	for i := range 300 {
+		put(t, e, room, fmt.Sprintf("k%03d", i), "1")
+	}
+	past := put(t, e, room, "k000", "2")
+	rnd := rand.New(rand.NewPCG(5, 6))
+	for i := range 100 { // changes after past, inside and outside the ranges
+		k := fmt.Sprintf("k%03d", rnd.IntN(320))
+		if i%3 == 0 {
+			del(t, e, room, k)
+		} else {
+			put(t, e, room, k, "3")
+		}
+	}
+	for round := range 200 {
+		from, to := fmt.Sprintf("k%03d", rnd.IntN(320)), fmt.Sprintf("k%03d", rnd.IntN(320))
+		if rnd.IntN(4) == 0 {
+			to = ""
+		}
+		var rev uint64
+		if rnd.IntN(2) == 0 {
+			rev = past
+		}
+		all, err := e.ListPage(ctx, room, "k", rooms.PageOptions{Rev: rev}, rooms.ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []store.KV
+		for _, kv := range all.Items {
+			if kv.Key >= from && (to == "" || kv.Key < to) {
+				want = append(want, kv)
+			}
+		}
+		keep := func(kv store.KV) bool {
+			if kv.Key < from || to != "" && kv.Key >= to {
+				t.Fatalf("round %d: the walk of [%q, %q) visited %q", round, from, to, kv.Key)
+			}
+			return true
+		}
+		got, err := e.ListPage(ctx, room, "k", rooms.PageOptions{Rev: rev, From: from, To: to, Keep: keep}, rooms.ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got.Items); diff != "" {
+			t.Fatalf("round %d, [%q, %q) at rev %d (-want +got):\n%s", round, from, to, rev, diff)
+		}
+	}
+}

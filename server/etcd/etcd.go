@@ -458,6 +458,19 @@ func (sp span) prefix() string {
 	return sp.lo[:n]
 }
 
+// walkBounds is sp as a page's From and To: a walk of the range, not of
+// every key under the prefix its ends share. An empty range walks at most
+// its one start key, which has does not hold.
+func (sp span) walkBounds() (from, to string) {
+	switch {
+	case sp.open:
+		return sp.lo, ""
+	case sp.single || sp.hi <= sp.lo:
+		return sp.lo, sp.lo + "\x00"
+	}
+	return sp.lo, sp.hi
+}
+
 func (sp span) has(k string) bool {
 	if sp.single {
 		return k == sp.lo

@@ -168,6 +168,7 @@ func (s kvServer) rangeWalk(ctx context.Context, sp span, r *pb.RangeRequest) (*
 		}
 		return false // nothing for the page: what is kept is here
 	}}
+	walk.From, walk.To = sp.walkBounds()
 	page, err := s.engine.ListPage(ctx, sp.room, sp.prefix(), walk, rooms.ReadOptions{Serializable: r.Serializable})
 	if err != nil {
 		return nil, grpcError(err)
@@ -370,8 +371,9 @@ func (s kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*p
 		// than a write may hold are refused, not deleted in parts, and the
 		// walk stops there rather than read the whole range first.
 		limit := s.limits.WithDefaults().MaxOps
-		snap, err := s.engine.ListPage(ctx, sp.room, sp.prefix(),
-			rooms.PageOptions{Limit: limit, Keep: func(kv store.KV) bool { return sp.has(kv.Key) }}, rooms.ReadOptions{})
+		o := rooms.PageOptions{Limit: limit, Keep: func(kv store.KV) bool { return sp.has(kv.Key) }}
+		o.From, o.To = sp.walkBounds()
+		snap, err := s.engine.ListPage(ctx, sp.room, sp.prefix(), o, rooms.ReadOptions{})
 		if err != nil {
 			return nil, grpcError(err)
 		}
@@ -534,10 +536,11 @@ func (s kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 // commit at rev, the writes of others that came after run's read
 // included.
 func (s kvServer) rangeBeforeCommit(ctx context.Context, t *txn, run *txnRun, rev uint64, past pastRead) error {
-	// A walk of the one prefix the txn's keys share, keeping only theirs:
+	// A walk from the txn's first key to its last, keeping only its own:
 	// the state before the commit, without copying the keys between.
-	page, err := s.engine.ListPage(ctx, t.room, t.cover().prefix(),
-		rooms.PageOptions{Rev: rev - 1, Keep: func(kv store.KV) bool { return t.reads(kv.Key) }}, rooms.ReadOptions{})
+	o := rooms.PageOptions{Rev: rev - 1, Keep: func(kv store.KV) bool { return t.reads(kv.Key) }}
+	o.From, o.To = t.walkBounds()
+	page, err := s.engine.ListPage(ctx, t.room, t.cover().prefix(), o, rooms.ReadOptions{})
 	if err != nil {
 		return grpcError(err)
 	}

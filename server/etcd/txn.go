@@ -142,6 +142,21 @@ func (t *txn) keyRanges() []rooms.KeyRange {
 	return rs
 }
 
+// walkBounds is the range from t's first key to past its last, as a
+// page's From and To.
+func (t *txn) walkBounds() (from, to string) {
+	for i, sp := range t.spans {
+		lo, hi := sp.walkBounds()
+		if i == 0 || lo < from {
+			from = lo
+		}
+		if i == 0 || to != "" && (hi == "" || hi > to) {
+			to = hi
+		}
+	}
+	return from, to
+}
+
 // reads says whether one of t's spans holds k.
 func (t *txn) reads(k string) bool {
 	for _, sp := range t.spans {
