@@ -10,16 +10,19 @@ import { TIMEOUT } from './support.mjs';
 const sdk = fileURLToPath(new URL('../sdk/', import.meta.url));
 
 // The page: one watch of ?room (with ?token, if given; ?tabs: tabs share one connection), its entries as
-// <li data-key data-pending>, the client's status; t.changes: the watch's changes.
+// <li data-key data-pending>, the client's status; t.changes: the watch's changes; t.persistErrors:
+// persist()'s onError calls (name:cause).
 export const PAGE = `<!doctype html><meta charset="utf-8"><title>persist</title><p id="status"></p><ul id="list"></ul>
 <script type="module">
 import { createClient } from '/sdk/statecast.js';
 import { persist } from '/sdk/persist.js';
 const q = new URLSearchParams(location.search);
-const client = createClient({ url: '/v1/ws', token: q.get('token') ?? undefined, persist: q.has('memory') ? undefined : persist({ saveDelayMs: 20, tabs: q.has('tabs') }) });
+const persistErrors = [];
+const client = createClient({ url: '/v1/ws', token: q.get('token') ?? undefined,
+  persist: q.has('memory') ? undefined : persist({ saveDelayMs: 20, tabs: q.has('tabs'), onError: (e) => persistErrors.push(e.name + ':' + e.cause?.name) }) });
 const room = client.room(q.get('room'));
 const w = room.watch();
-const t = (window.t = { client, room, w, syncs: [], rollbacks: [], changes: [], firstRender: undefined });
+const t = (window.t = { client, room, w, syncs: [], rollbacks: [], changes: [], persistErrors, firstRender: undefined });
 const list = document.getElementById('list');
 const render = () => {
   list.replaceChildren(...w.entries().map((e) => {

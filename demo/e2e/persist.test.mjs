@@ -27,8 +27,9 @@ const put = (room, key, value) => putAt(srv.url, room, key, value);
 let rooms = 0;
 const roomName = (p) => `${p}${process.pid}-${rooms++}`;
 
-test('persist: a reload while offline shows the kept view and the pending write at once, dials nothing, and sends the write once back online', async (tc) => {
-  const room = roomName('e2e-offline:');
+/** A page of a new context (closed with tc) on a new room holding a=1, connected and showing it. */
+async function pageWithA(tc, prefix) {
+  const room = roomName(prefix);
   await put(room, 'a', 1);
   const context = await browser.newContext();
   tc.after(() => context.close());
@@ -36,6 +37,11 @@ test('persist: a reload while offline shows the kept view and the pending write 
   const { page, errors } = await open(context, room);
   await status(page, 'connected');
   await page.locator('li[data-key=a]').waitFor();
+  return { room, context, page, errors };
+}
+
+test('persist: a reload while offline shows the kept view and the pending write at once, dials nothing, and sends the write once back online', async (tc) => {
+  const { room, context, page, errors } = await pageWithA(tc, 'e2e-offline:');
 
   await context.setOffline(true);
   await status(page, 'reconnecting'); // the offline event, not a probe
@@ -136,4 +142,26 @@ test('persist: a token of another subject sees nothing of the previous one\'s ke
     await context.close();
     await auth.stop();
   }
+});
+
+test('persist: site data cleared under the page (the browser closes its IndexedDB): the next pending write is kept again and survives an offline reload', async (tc) => {
+  const { context, page, errors } = await pageWithA(tc, 'e2e-cleared:');
+  await page.waitForTimeout(200); // the view kept
+
+  const cdp = await context.newCDPSession(page);
+  await cdp.send('Storage.clearDataForOrigin', { origin: new URL(srv.url).origin, storageTypes: 'indexeddb' });
+  await cdp.detach();
+  await context.setOffline(true);
+  await status(page, 'reconnecting');
+  await page.evaluate(() => void t.room.put('b', 2).catch(() => {}));
+  await page.waitForFunction(() => t.client.pendingWrites === 1);
+  await page.waitForTimeout(300); // kept (saveDelayMs 20), on a connection opened again
+  await page.reload();
+  await page.locator('li[data-key=b][data-pending=true]').waitFor();
+  assert.deepEqual(await shown(page), ['a=1', 'b=2 (pending)'], 'the view and the write kept after the clearing');
+
+  await context.setOffline(false);
+  await page.locator('li[data-key=b][data-pending=false]').waitFor();
+  assert.deepEqual(await page.evaluate(() => t.persistErrors), []);
+  assert.deepEqual(errors, [], 'no console errors');
 });

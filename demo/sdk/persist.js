@@ -249,6 +249,13 @@ async function tabs(client, subject, locks, o) {
 }
 
 // src/persist.ts
+var PersistError = class extends Error {
+  constructor(cause) {
+    super(`statecast: the pending writes could not be kept: ${cause instanceof Error ? cause.message || cause.name : String(cause)}`);
+    this.name = "PersistError";
+    this.cause = cause;
+  }
+};
 function persist(opts = {}) {
   const storage = opts.storage ?? (typeof indexedDB === "undefined" ? memoryStorage() : indexedDBStorage());
   const maxViews = opts.maxViews ?? 32;
@@ -300,10 +307,18 @@ function persist(opts = {}) {
     w.on("status", ({ status }) => status === "closed" && watches.delete(w));
     if (part !== void 0) restoreView(w);
   };
+  let writesKept = true;
+  const onError = opts.onError ?? ((e) => console.error(e));
   const saveWrites = later(() => {
     const list = c._pending.filter((w) => w.state !== "acked" && w.state !== "done").map((w) => ({ room: w.room, msg: w.msg, since: w.state === "queued" ? null : w.since ?? null }));
-    void (list.length ? storage.set(part + "w\0" + c.clientId, list) : storage.delete(part + "w\0" + c.clientId)).catch(() => {
-    });
+    const key = part + "w\0" + c.clientId;
+    (list.length ? storage.set(key, list, { durable: true }) : storage.delete(key)).then(
+      () => void (writesKept = true),
+      (e) => {
+        if (writesKept) onError(new PersistError(e));
+        writesKept = false;
+      }
+    );
   });
   const take = async (key) => {
     const list = await storage.get(key);
@@ -359,29 +374,54 @@ function memoryStorage() {
 }
 function indexedDBStorage(name = "statecast") {
   let db;
-  const open = () => db ?? (db = new Promise((resolve, reject) => {
-    const r = indexedDB.open(name, 1);
-    r.onupgradeneeded = () => r.result.createObjectStore("kv");
-    r.onsuccess = () => resolve(r.result);
-    r.onerror = () => reject(r.error);
-  }));
-  const run = async (mode, f) => {
-    const s = (await open()).transaction("kv", mode).objectStore("kv");
-    return new Promise((resolve, reject) => {
-      const r = f(s);
-      r.onsuccess = () => resolve(r.result);
+  const open = () => {
+    const p = db ?? (db = new Promise((resolve, reject) => {
+      const r = indexedDB.open(name, 1);
+      r.onupgradeneeded = () => r.result.createObjectStore("kv");
+      r.onsuccess = () => {
+        const d = r.result;
+        const drop = () => {
+          d.close();
+          if (db === p) db = void 0;
+        };
+        d.onclose = drop;
+        d.onversionchange = drop;
+        resolve(d);
+      };
       r.onerror = () => reject(r.error);
+    }));
+    p.catch(() => db === p && (db = void 0));
+    return p;
+  };
+  const tx = async (mode, durability) => {
+    const p = open();
+    const d = await p;
+    try {
+      return d.transaction("kv", mode, durability && { durability });
+    } catch {
+      d.close();
+      if (db === p) db = void 0;
+      return (await open()).transaction("kv", mode, durability && { durability });
+    }
+  };
+  const run = async (mode, f, durability) => {
+    const t = await tx(mode, durability);
+    return new Promise((resolve, reject) => {
+      const r = f(t.objectStore("kv"));
+      t.oncomplete = () => resolve(r.result);
+      t.onabort = () => reject(t.error ?? r.error ?? new DOMException("the transaction was aborted", "AbortError"));
     });
   };
   return {
     get: (k) => run("readonly", (s) => s.get(k)),
-    set: async (k, v) => void await run("readwrite", (s) => s.put(v, k)),
+    set: async (k, v, o) => void await run("readwrite", (s) => s.put(v, k), o?.durable ? "strict" : void 0),
     delete: async (k) => void await run("readwrite", (s) => s.delete(k)),
     // The keys from `p` up to `p` + U+FFFF: the ones that start with it.
     keys: async (p) => await run("readonly", (s) => s.getAllKeys(IDBKeyRange.bound(p, p + "￿")))
   };
 }
 export {
+  PersistError,
   indexedDBStorage,
   memoryStorage,
   persist

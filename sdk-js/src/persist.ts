@@ -21,7 +21,12 @@ export type { TabsOptions, TabLocks, TabChannel } from './tabs.js';
  */
 export interface PersistStorage {
   get(key: string): Promise<unknown>;
-  set(key: string, value: unknown): Promise<void>;
+  /**
+   * Resolves once the record is stored. `durable`: the pending writes, which
+   * nothing else holds, so the storage should make them survive a crash of
+   * the machine (IndexedDB: a transaction of `strict` durability).
+   */
+  set(key: string, value: unknown, opts?: { durable?: boolean }): Promise<void>;
   delete(key: string): Promise<void>;
   /** Every key that starts with `prefix`. */
   keys(prefix: string): Promise<string[]>;
@@ -45,6 +50,27 @@ export interface PersistOptions {
    * closes. Ignored without Web Locks or BroadcastChannel. See README "Tabs". Default false.
    */
   tabs?: boolean | TabsOptions;
+  /**
+   * Called with a {@link PersistError} when keeping the pending writes
+   * starts failing (the storage is full, denied, or was closed under the
+   * page), once until it works again. Default: `console.error`.
+   */
+  onError?: (error: PersistError) => void;
+}
+
+/**
+ * The pending writes could not be kept in the page's storage: they are sent
+ * as usual while the page lives, but a reload before they are acknowledged
+ * loses them. See {@link PersistOptions.onError}.
+ */
+export class PersistError extends Error {
+  /** What the storage failed with (IndexedDB: a `DOMException`, e.g. `QuotaExceededError`). */
+  readonly cause: unknown;
+  constructor(cause: unknown) {
+    super(`statecast: the pending writes could not be kept: ${cause instanceof Error ? cause.message || cause.name : String(cause)}`);
+    this.name = 'PersistError';
+    this.cause = cause;
+  }
 }
 
 /** A kept view: the confirmed state of a watch at (epoch, rev). */
@@ -124,11 +150,22 @@ export function persist(opts: PersistOptions = {}): Persistence {
     if (part !== undefined) restoreView(w);
   };
 
+  // Whether the last save of the pending writes succeeded: a failure is
+  // told once, when keeping them starts failing.
+  let writesKept = true;
+  const onError = opts.onError ?? ((e: PersistError) => console.error(e));
   const saveWrites = later(() => {
     const list: SavedWrite[] = c._pending
       .filter((w: Write) => w.state !== 'acked' && w.state !== 'done')
       .map((w) => ({ room: w.room, msg: w.msg, since: w.state === 'queued' ? null : (w.since ?? null) }));
-    void (list.length ? storage.set(part + 'w\0' + c.clientId, list) : storage.delete(part + 'w\0' + c.clientId)).catch(() => {});
+    const key = part + 'w\0' + c.clientId;
+    (list.length ? storage.set(key, list, { durable: true }) : storage.delete(key)).then(
+      () => void (writesKept = true),
+      (e) => {
+        if (writesKept) onError(new PersistError(e));
+        writesKept = false;
+      },
+    );
   });
 
   /** Restores the writes kept under `key` and deletes them (they are this page's now). */
@@ -189,27 +226,57 @@ export function memoryStorage(): PersistStorage & { m: Map<string, unknown> } {
   };
 }
 
-/** Records in the browser's IndexedDB: database `name` (default `statecast`), one object store. */
+/**
+ * Records in the browser's IndexedDB: database `name` (default `statecast`),
+ * one object store. A write resolves once its transaction has committed (a
+ * full disk aborts the transaction after the request itself succeeded). A
+ * connection the browser closes (site data cleared, storage evicted) or
+ * that another tab's upgrade asks to close is opened again by the next call.
+ */
 export function indexedDBStorage(name = 'statecast'): PersistStorage {
   let db: Promise<IDBDatabase> | undefined;
-  const open = () =>
-    (db ??= new Promise((resolve, reject) => {
+  const open = (): Promise<IDBDatabase> => {
+    const p = (db ??= new Promise<IDBDatabase>((resolve, reject) => {
       const r = indexedDB.open(name, 1);
       r.onupgradeneeded = () => r.result.createObjectStore('kv');
-      r.onsuccess = () => resolve(r.result);
+      r.onsuccess = () => {
+        const d = r.result;
+        const drop = () => {
+          d.close();
+          if (db === p) db = undefined;
+        };
+        d.onclose = drop;
+        d.onversionchange = drop;
+        resolve(d);
+      };
       r.onerror = () => reject(r.error);
     }));
-  const run = async <T>(mode: IDBTransactionMode, f: (s: IDBObjectStore) => IDBRequest<T>): Promise<T> => {
-    const s = (await open()).transaction('kv', mode).objectStore('kv');
+    p.catch(() => db === p && (db = undefined)); // denied now, perhaps not later
+    return p;
+  };
+  const tx = async (mode: IDBTransactionMode, durability?: 'strict'): Promise<IDBTransaction> => {
+    const p = open();
+    const d = await p;
+    try {
+      return d.transaction('kv', mode, durability && { durability });
+    } catch {
+      // Closing, the close event not yet come: a new connection.
+      d.close();
+      if (db === p) db = undefined;
+      return (await open()).transaction('kv', mode, durability && { durability });
+    }
+  };
+  const run = async <T>(mode: IDBTransactionMode, f: (s: IDBObjectStore) => IDBRequest<T>, durability?: 'strict'): Promise<T> => {
+    const t = await tx(mode, durability);
     return new Promise((resolve, reject) => {
-      const r = f(s);
-      r.onsuccess = () => resolve(r.result);
-      r.onerror = () => reject(r.error);
+      const r = f(t.objectStore('kv'));
+      t.oncomplete = () => resolve(r.result);
+      t.onabort = () => reject(t.error ?? r.error ?? new DOMException('the transaction was aborted', 'AbortError'));
     });
   };
   return {
     get: (k) => run('readonly', (s) => s.get(k)),
-    set: async (k, v) => void (await run('readwrite', (s) => s.put(v, k))),
+    set: async (k, v, o) => void (await run('readwrite', (s) => s.put(v, k), o?.durable ? 'strict' : undefined)),
     delete: async (k) => void (await run('readwrite', (s) => s.delete(k))),
     // The keys from `p` up to `p` + U+FFFF: the ones that start with it.
     keys: async (p) => (await run('readonly', (s) => s.getAllKeys(IDBKeyRange.bound(p, p + '\uffff')))) as string[],

@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
 import type { ChangeEvent, ClientOptions, RollbackEvent, SyncEvent } from '../dist/index.js';
-import { memoryStorage, persist, type PersistStorage } from '../dist/persist.js';
+import { PersistError, memoryStorage, persist, type PersistStorage } from '../dist/persist.js';
 import { controlledWebSocket, replyLosingWebSocket, useServer } from './support/server.js';
 import { record, until } from './support/util.js';
 
@@ -121,4 +121,43 @@ test('persist: another subject never sees the records of the previous one', asyn
   assert.equal(ben.pendingWrites, 0, 'ann\'s queue is not ben\'s');
   assert.equal(v.get('secret'), undefined);
   assert.ok([...storage.m.keys()].some((k) => k.includes('\0ann\0w\0')), 'ann\'s queue stays hers');
+});
+
+test('persist: pending writes the storage cannot keep are told (onError), once while it fails, and once again after it recovered; the writes are sent all the same', async () => {
+  const mem = memoryStorage();
+  let full = true;
+  const durable: boolean[] = [];
+  const storage: PersistStorage = {
+    ...mem,
+    set: async (k, v, o) => {
+      if (k.includes('\0w\0')) durable.push(!!o?.durable);
+      if (full && k.includes('\0w\0')) throw new DOMException('the quota is exceeded', 'QuotaExceededError');
+      return mem.set(k, v);
+    },
+  };
+  const room = roomName('persist-full:');
+  const ctl = controlledWebSocket();
+  ctl.block(true);
+  const errors: PersistError[] = [];
+  const c = client({ persist: persist({ storage, saveDelayMs: 5, onError: (e) => errors.push(e) }), WebSocket: ctl.WebSocket });
+  const r = c.room(room);
+  const writes = [r.put('a', 1), r.put('b', 2)];
+  await until(() => errors.length === 1, 'the first failure');
+  r.put('c', 3).catch(() => {});
+  await new Promise((res) => setTimeout(res, 50)); // saves of the queue, failing again
+  assert.equal(errors.length, 1, 'one error while it keeps failing');
+  assert.ok(errors[0] instanceof PersistError);
+  assert.equal((errors[0].cause as DOMException).name, 'QuotaExceededError');
+  assert.ok(durable.length > 0 && durable.every(Boolean), 'the pending writes are saved as durable');
+
+  full = false;
+  r.put('d', 4).catch(() => {});
+  await until(() => [...mem.m.keys()].some((k) => k.includes('\0w\0')), 'kept once there is room');
+  full = true;
+  r.put('e', 5).catch(() => {});
+  await until(() => errors.length === 2, 'failing again is told again');
+
+  ctl.block(false);
+  await Promise.all(writes);
+  await until(() => c.pendingWrites === 0, 'all sent');
 });
