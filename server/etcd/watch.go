@@ -373,7 +373,10 @@ func (ws *watchStream) deliver(w *watch, msgs []rooms.Message) (ok, restarted bo
 			if w.notify && !ws.sendProgress(w, w.last) {
 				return false, false
 			}
-		default: // a catch-up, which an exact watcher started with FailIfCompacted is never sent: start again from the history rather than pass it on
+		default:
+			// A catch-up, which an exact watcher started with
+			// FailIfCompacted is never sent: start again from the history
+			// rather than pass it on.
 			w.rw.Close()
 			if !ws.start(w) {
 				w.rw = nil
