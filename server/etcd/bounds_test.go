@@ -293,6 +293,33 @@ func TestTxnReadsItsKeysOnly(t *testing.T) {
 	}
 }
 
+// TestRangeReadsItsRange: a range that is not walked (sorted, or at a
+// past revision) reads its own keys, not every key under the prefix its
+// ends share: [k0, k00005) shares "k0" with 10,000 keys.
+func TestRangeReadsItsRange(t *testing.T) {
+	n, _, cli := start(t, servertest.Options{})
+	ctx := ctxOf(t)
+	const keys = 20_000
+	fillBatched(t, n, "big", keys, func(int) string { return `"v"` })
+	head, err := cli.Get(ctx, "/big/k00000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rev := range []int64{0, head.Header.Revision - 1} {
+		alloc := allocated(20, func(int) {
+			get, err := cli.Get(ctx, "/big/k0", clientv3.WithRange("/big/k00005"), clientv3.WithRev(rev),
+				clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend))
+			if err != nil || len(get.Kvs) != 5 || string(get.Kvs[0].Key) != "/big/k00000" && string(get.Kvs[4].Key) != "/big/k00000" {
+				t.Fatalf("a sorted range of 5 keys at %d: %+v, %v", rev, get, err)
+			}
+		})
+		// 10,000 keys of about 100 bytes: 20 reads of them, tens of MiB.
+		if alloc > 4<<20 {
+			t.Errorf("20 sorted ranges of 5 keys at revision %d allocated %d MiB", rev, alloc>>20)
+		}
+	}
+}
+
 // TestRangeCountAndPageWalk: a count or a page in key order walks the
 // room's keys without copying them, and answers what the full read
 // answers (the same request with a revision filter that keeps every key

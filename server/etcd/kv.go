@@ -31,11 +31,14 @@ type kvServer struct {
 // as ro says; the snapshot's Rev is the room's head, as etcd's header
 // revision is.
 func (s *Server) read(ctx context.Context, sp span, rev int64, ro rooms.ReadOptions) (store.Snapshot, error) {
-	list := s.engine.List
+	var snap store.Snapshot
+	var err error
 	if sp.single && rev <= 0 {
-		list = s.engine.Get // not every key the key is a prefix of
+		snap, err = s.engine.Get(ctx, sp.room, sp.lo, ro)
+	} else { // the span's keys, not every key under the prefix its ends share
+		from, to := sp.walkBounds()
+		snap, err = s.engine.ListRanges(ctx, sp.room, []rooms.KeyRange{{Lo: from, Hi: to}}, ro)
 	}
-	snap, err := list(ctx, sp.room, sp.prefix(), ro)
 	if err != nil {
 		return snap, grpcError(err)
 	}
