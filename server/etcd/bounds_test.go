@@ -56,6 +56,21 @@ func fillBatched(t *testing.T, n *servertest.Node, room string, keys int, value 
 	}
 }
 
+// bigRoom starts a node whose room "big" holds keys k00000…k19999 (20,000,
+// value "v", written 200 a revision) and returns its client, the test's
+// context and the head's etcd revision.
+func bigRoom(t *testing.T) (*clientv3.Client, context.Context, int64) {
+	t.Helper()
+	n, _, cli := start(t, servertest.Options{})
+	ctx := ctxOf(t)
+	fillBatched(t, n, "big", 20_000, func(int) string { return `"v"` })
+	head, err := cli.Get(ctx, "/big/k00000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cli, ctx, head.Header.Revision
+}
+
 // TestReplyBytes: a reply past MaxReplyBytes is refused with
 // ResourceExhausted, before anything is written; a Range with a limit
 // pages by bytes instead, with more.
@@ -181,20 +196,14 @@ func TestTxnRangesAllocation(t *testing.T) {
 // reads the room once for each, not 128 times (each a copy of its keys,
 // held until the reply).
 func TestTxnRepeatedRangesReadOnce(t *testing.T) {
-	n, _, cli := start(t, servertest.Options{})
-	ctx := ctxOf(t)
+	cli, ctx, head := bigRoom(t)
 	const keys = 20_000
-	fillBatched(t, n, "big", keys, func(int) string { return `"v"` })
-	head, err := cli.Get(ctx, "/big/k00000")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for name, first := range map[string][]clientv3.Op{"at a past revision": nil, "after a write": {clientv3.OpPut("/big/new", "v")}} {
 		ops := first
 		for len(ops) < 128 {
 			opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}
 			if first == nil {
-				opts = append(opts, clientv3.WithRev(head.Header.Revision-1))
+				opts = append(opts, clientv3.WithRev(head-1))
 			}
 			ops = append(ops, clientv3.OpGet("/big/", opts...))
 		}
@@ -240,10 +249,8 @@ func allocated(n int, fn func(i int)) uint64 {
 // the range (every key of a large room) first; one within the limit
 // deletes exactly the range's keys.
 func TestDeleteRangeRefusedEarly(t *testing.T) {
-	n, _, cli := start(t, servertest.Options{})
-	ctx := ctxOf(t)
+	cli, ctx, _ := bigRoom(t)
 	const keys = 20_000
-	fillBatched(t, n, "big", keys, func(int) string { return `"v"` })
 	alloc := allocated(20, func(int) {
 		if _, err := cli.Delete(ctx, "/big/", clientv3.WithPrefix()); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--max-ops") {
 			t.Fatalf("a delete of %d keys: %v, want InvalidArgument naming --max-ops", keys, err)
@@ -272,10 +279,7 @@ func TestDeleteRangeRefusedEarly(t *testing.T) {
 // between them: two keys far apart in a large room share no prefix, and
 // each attempt read the whole room.
 func TestTxnReadsItsKeysOnly(t *testing.T) {
-	n, _, cli := start(t, servertest.Options{})
-	ctx := ctxOf(t)
-	const keys = 20_000
-	fillBatched(t, n, "big", keys, func(int) string { return `"v"` })
+	cli, ctx, _ := bigRoom(t)
 	alloc := allocated(20, func(i int) {
 		resp, err := cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.Version("/big/k00000"), ">", 0), clientv3.Compare(clientv3.Version("/big/k19999"), ">", 0)).
@@ -297,15 +301,8 @@ func TestTxnReadsItsKeysOnly(t *testing.T) {
 // past revision) reads its own keys, not every key under the prefix its
 // ends share: [k0, k00005) shares "k0" with 10,000 keys.
 func TestRangeReadsItsRange(t *testing.T) {
-	n, _, cli := start(t, servertest.Options{})
-	ctx := ctxOf(t)
-	const keys = 20_000
-	fillBatched(t, n, "big", keys, func(int) string { return `"v"` })
-	head, err := cli.Get(ctx, "/big/k00000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rev := range []int64{0, head.Header.Revision - 1} {
+	cli, ctx, head := bigRoom(t)
+	for _, rev := range []int64{0, head - 1} {
 		alloc := allocated(20, func(int) {
 			get, err := cli.Get(ctx, "/big/k0", clientv3.WithRange("/big/k00005"), clientv3.WithRev(rev),
 				clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend))
