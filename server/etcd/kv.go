@@ -64,7 +64,7 @@ func (s *Server) read(ctx context.Context, sp span, rev int64, ro rooms.ReadOpti
 // rebuild it): the replay starts at rev itself.
 func (s *Server) undo(ctx context.Context, sp span, snap store.Snapshot, rev uint64) ([]store.KV, error) {
 	w, err := s.engine.Watch(ctx, sp.room, rooms.WatchOptions{Prefixes: []string{sp.prefix()},
-		From: &rooms.Position{Epoch: snap.Epoch, Rev: max(rev, 1)}, FailIfCompacted: true}) // rev 0: the empty room
+		From: &rooms.Position{Epoch: snap.Epoch, Rev: max(rev, 1)}, FailIfCompacted: true, Exact: true}) // rev 0: the empty room
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -82,7 +82,7 @@ func (s *Server) undo(ctx context.Context, sp span, snap store.Snapshot, rev uin
 			done = m.Rev == snap.Rev
 		case m.Kind == rooms.KindEvents, m.Kind == rooms.KindSynced, m.Kind == rooms.KindProgress:
 			done = m.Rev >= snap.Rev
-		default: // a snapshot or coalesced catch-up: the history moved on under the replay
+		default: // a catch-up, which an exact watcher is never sent
 			return nil, rpctypes.ErrGRPCCompacted
 		}
 	}
