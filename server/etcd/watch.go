@@ -9,6 +9,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -100,7 +101,12 @@ func (ws *watchStream) send(r *pb.WatchResponse) bool {
 // holds held bytes of the connection's watch budget until it is written.
 func (ws *watchStream) sendEncoded(r encoded, held int64) bool {
 	var m any = r
-	if held > 0 {
+	if mem.IsBelowBufferPoolingThreshold(cap(r)) {
+		// gRPC does not track a buffer this small (the codec would free
+		// it at once): the budget goes back once it is queued, and the
+		// stream's write quota bounds how many wait.
+		defer ws.conn.queued.Release(held)
+	} else if held > 0 {
 		h := &budgetHold{ws: ws, n: held}
 		ws.holdsMu.Lock()
 		ws.holds[h] = struct{}{}
