@@ -127,17 +127,9 @@ func (t *txn) cover() span {
 // keyRanges is what t reads: each span, not the one prefix they share
 // (two keys far apart share none, and reading that is reading the room).
 func (t *txn) keyRanges() []rooms.KeyRange {
-	rs := make([]rooms.KeyRange, 0, len(t.spans))
-	for _, sp := range t.spans {
-		switch {
-		case sp.single:
-			rs = append(rs, rooms.KeyRange{Lo: sp.lo, Hi: sp.lo + "\x00"})
-		case sp.open:
-			rs = append(rs, rooms.KeyRange{Lo: sp.lo})
-		case sp.hi <= sp.lo: // empty (a range ending at /<room>/): "" would be no end
-		default:
-			rs = append(rs, rooms.KeyRange{Lo: sp.lo, Hi: sp.hi})
-		}
+	rs := make([]rooms.KeyRange, len(t.spans))
+	for i, sp := range t.spans {
+		rs[i].Lo, rs[i].Hi = sp.walkBounds()
 	}
 	return rs
 }
