@@ -74,7 +74,7 @@ func TestProgressWhileFallenBehind(t *testing.T) {
 	st := &recordingStream{ctx: ctx}
 	ws := &watchStream{s: s, ctx: ctx, stream: st, watches: map[int64]*watch{}, holds: map[*budgetHold]struct{}{}, conn: s.newConnState()}
 	w := &watch{id: 1, sp: span{room: "p", pre: "/p/", open: true}, epoch: head0.Epoch, notify: true, last: first.Rev,
-		progress: make(chan struct{}, 1), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	w.ctx, w.cancel = context.WithCancel(ctx)
 	defer w.cancel()
 	if !ws.start(w) {

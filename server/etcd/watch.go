@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -59,10 +60,14 @@ type watch struct {
 	last            uint64 // every event up to it has been sent
 	synced          bool   // the replay from its start reached the head once
 	quiet           bool   // nothing sent since the last progress tick
-	progress        chan struct{}
-	ctx             context.Context
-	cancel          context.CancelFunc
-	done            chan struct{}
+	// wake is signalled when the watch may have something to do: its
+	// room watcher's messages (Notify), a progress request (asked), its
+	// progress tick (due), its end (ctx): one channel to wait on.
+	wake       chan struct{}
+	asked, due atomic.Bool
+	ctx        context.Context
+	cancel     context.CancelFunc
+	done       chan struct{}
 }
 
 func (s watchServer) Watch(stream pb.Watch_WatchServer) error {
@@ -81,10 +86,8 @@ func (s watchServer) Watch(stream pb.Watch_WatchServer) error {
 			ws.cancel(r.GetCancelRequest().WatchId)
 		case r.GetProgressRequest() != nil:
 			for _, w := range ws.watches {
-				select {
-				case w.progress <- struct{}{}:
-				default:
-				}
+				w.asked.Store(true)
+				w.signal()
 			}
 		}
 		return nil
@@ -201,7 +204,7 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) {
 		from = max(roomRev(cr.StartRevision), 1) // etcd's revision 1 is the empty room: no events
 	}
 	w := &watch{id: id, sp: sp, epoch: head.Epoch, prevKV: cr.PrevKv, notify: cr.ProgressNotify, quiet: true,
-		last: from - 1, progress: make(chan struct{}, 1), done: make(chan struct{})}
+		last: from - 1, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	for _, f := range cr.Filters {
 		w.noPut = w.noPut || f == pb.WatchCreateRequest_NOPUT
 		w.noDelete = w.noDelete || f == pb.WatchCreateRequest_NODELETE
@@ -231,7 +234,7 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) {
 // ended (canceled, compacted).
 func (ws *watchStream) start(w *watch) bool {
 	rw, err := ws.s.engine.Watch(w.ctx, w.sp.room, rooms.WatchOptions{Prefixes: []string{w.sp.prefix()},
-		From: &rooms.Position{Epoch: w.epoch, Rev: w.last + 1}, FailIfCompacted: true, Exact: true})
+		From: &rooms.Position{Epoch: w.epoch, Rev: w.last + 1}, FailIfCompacted: true, Exact: true, Notify: w.signal})
 	var ce *store.CompactedError
 	switch {
 	case errors.As(err, &ce):
@@ -259,11 +262,11 @@ func (ws *watchStream) end(w *watch, reason string) {
 // revision, as etcd tells its watches every 10 minutes.
 func (ws *watchStream) run(w *watch) {
 	var buf []rooms.Message
-	var tick <-chan time.Time
+	defer context.AfterFunc(w.ctx, w.signal)()
+	var tick *time.Timer
 	if w.notify {
-		t := time.NewTicker(ws.s.progress)
-		defer t.Stop()
-		tick = t.C
+		tick = time.AfterFunc(ws.s.progress, w.tick)
+		defer tick.Stop()
 	}
 	for {
 		msgs, err := w.rw.Drain(buf[:0])
@@ -290,20 +293,38 @@ func (ws *watchStream) run(w *watch) {
 		if len(msgs) > 0 || restarted {
 			continue
 		}
-		select {
-		case <-w.rw.Ready():
-		case <-w.progress:
+		switch {
+		case w.ctx.Err() != nil:
+			return
+		case w.asked.Swap(false):
 			if !ws.progressNow(w) {
 				return
 			}
-		case <-tick:
+		case w.due.Swap(false):
 			if w.quiet && !ws.progressNow(w) {
 				return
 			}
 			w.quiet = true
-		case <-w.ctx.Done():
-			return
+			tick.Reset(ws.s.progress)
+		default:
+			<-w.wake
 		}
+	}
+}
+
+// signal wakes w's run; it never blocks (the room calls it under its lock).
+func (w *watch) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// tick marks w's progress interval as gone by.
+func (w *watch) tick() {
+	if w.ctx.Err() == nil {
+		w.due.Store(true)
+		w.signal()
 	}
 }
 
