@@ -83,15 +83,11 @@ func (p *master) keptLocked(aofAlways, promoted *bool) {
 func (p *master) lossless(minReplicas int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.aofAlways || minReplicas > 0 && p.promoted
+	return p.losslessLocked(minReplicas)
 }
 
-// losslessArgLocked is lossless as a script argument.
-func (p *master) losslessArgLocked(minReplicas int) string {
-	if p.aofAlways || minReplicas > 0 && p.promoted {
-		return "1"
-	}
-	return "0"
+func (p *master) losslessLocked(minReplicas int) bool {
+	return p.aofAlways || minReplicas > 0 && p.promoted
 }
 
 // saw records a probe whose reply found run at at, with how it keeps
@@ -122,7 +118,15 @@ type proc struct{ run, lossless string }
 func (p *master) current(minReplicas int) proc {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return proc{p.run, p.losslessArgLocked(minReplicas)}
+	return p.procLocked(minReplicas)
+}
+
+func (p *master) procLocked(minReplicas int) proc {
+	pr := proc{run: p.run, lossless: "0"}
+	if p.losslessLocked(minReplicas) {
+		pr.lossless = "1"
+	}
+	return pr
 }
 
 func (p *master) builtFor() string {
@@ -132,16 +136,16 @@ func (p *master) builtFor() string {
 }
 
 // build records the newest process as the one the writes about to be
-// sent are built for, and returns it with how it keeps writes. first: no process is known and
-// build never asked before, so the caller probes one (once: INFO may be
-// refused).
+// sent are built for, and returns it with how it keeps writes. first: no
+// process is known and build never asked before, so the caller probes one
+// (once: INFO may be refused).
 func (p *master) build(minReplicas int) (pr proc, first bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	first = p.run == "" && !p.pinged
 	p.pinged = true
 	p.built = p.run
-	return proc{p.run, p.losslessArgLocked(minReplicas)}, first
+	return p.procLocked(minReplicas), first
 }
 
 // masters holds what the node knows of each master's process.
